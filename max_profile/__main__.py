@@ -1,0 +1,5 @@
+import sys
+
+from max_profile.cli import main
+
+sys.exit(main())

@@ -1,0 +1,54 @@
+"""Escalation planning: the next, costlier measurement — or none, when the question is answered.
+
+1. Utilization first: host-bound → stop (a kernel trace adds nothing until the GPU is busy).
+2. GPU busy, no kernel breakdown yet → the breakdown (CUPTI in-process / nsys / rocprofv3).
+3. Breakdown healthy → stop. A dominant suspicious kernel → one targeted Nsight Compute run.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from max_profile.analyze.families import distinctive_regex
+from max_profile.model import KernelBreakdown, Report
+
+SUSPICIOUS_SHARE_PCT = 25.0
+"""A non-matmul kernel above this share of decode kernel time is worth one ncu deep dive."""
+
+_HEALTHY_IDS = {"healthy-dense-decode", "healthy-moe"}
+
+
+def _model_args(report: Report) -> str:
+    c = report.capture
+    parts = ["--model-path", c.model_path or "MODEL_PATH"]
+    if c.devices:
+        parts += ["--devices", c.devices]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def next_measurement(report: Report) -> str | None:
+    ids = {f.id for f in report.findings}
+    if "kv-cache-broken" in ids:
+        return None  # a correctness bug: fix it before measuring speed
+    if "host-bound" in ids:
+        return None
+    if report.environment.vendor == "none":
+        if report.kernels is None:
+            return f"max-profile run {_model_args(report)} --kernels nvtx-log   # MAX's op ranges on the CPU"
+        return None
+    if not isinstance(report.kernels, KernelBreakdown):
+        backend = "cupti" if report.environment.vendor == "nvidia" else "rocprof"
+        return f"max-profile kernels {_model_args(report)} --backend {backend}"
+    k = report.kernels
+    if k.unreliable:
+        return f"max-profile kernels {_model_args(report)} -- --no-device-graph-capture"
+    if ids & _HEALTHY_IDS and not any(f.severity != "info" for f in report.findings):
+        return None
+    if report.environment.vendor != "nvidia":
+        return None  # Nsight Compute is NVIDIA-only
+    decode = next((p for p in k.phases if p.phase == "decode"), None)
+    rows = decode.top_kernels if decode else k.top_kernels
+    for row in rows[:3]:
+        if row.share_pct >= SUSPICIOUS_SHARE_PCT and (row.family not in ("gemv", "gemm") or "decode-bandwidth-low" in ids):
+            return f"max-profile kernel {shlex.quote(distinctive_regex(row.name))} {_model_args(report)} --launches 3 --set full"
+    return None

@@ -1,0 +1,415 @@
+"""Diagnosis rules: pure functions of a :class:`Report` that return :class:`Finding` lists.
+
+Each rule is a plain function registered in :data:`RULES`; its thresholds live in
+:class:`Thresholds` (named, documented, overridable: ``evaluate(report, Thresholds(host_bound_util_pct=30))``).
+Every finding carries the numbers it rests on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from max_profile.analyze import bandwidth
+from max_profile.model import (
+    Finding,
+    GpuUtilization,
+    KernelBreakdown,
+    PhaseBreakdown,
+    Report,
+    StepSummary,
+    UtilizationSection,
+)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    host_bound_util_pct: float = 40.0
+    """Mean NVML utilization below this while steps ran → host-bound."""
+    host_bound_busy_pct: float = 40.0
+    """Decode GPU busy fraction (union of kernel time / wall time) below this → host-bound."""
+    near_oom_pct: float = 97.0
+    """Peak memory use above this % of total → close to out-of-memory."""
+    healthy_gemv_share_pct: float = 35.0
+    """Decode: matvec share at least this (and the top family) → healthy memory-bound decode."""
+    routing_vs_matmul_ratio: float = 0.5
+    """MoE: routing + gather time at least this × grouped-matmul time → routing rivals the experts."""
+    quant_vs_matmul_ratio: float = 1.0
+    """Low-bit: quantize / scale-layout time above this × matmul time → quant prep too long."""
+    kv_growth_ratio: float = 1.6
+    """Decode: last-third median step time / first-third median above this (and linear growth) → KV cache broken."""
+    kv_min_decode_steps: int = 32
+    """Decode steps needed before judging step-time growth."""
+    kv_min_context_growth: int = 32
+    """Context tokens the decode must grow by before judging step-time growth."""
+    decode_bw_low_pct: float = 30.0
+    """Decode reads below this % of peak DRAM bandwidth while the GPU is busy → far from roofline."""
+    min_attention_share_pct: float = 0.5
+    """Attention family share below this in a decoder's kernels → attention is not fused."""
+
+
+Rule = Callable[[Report, Thresholds], list[Finding]]
+
+
+def _util(report: Report) -> UtilizationSection | None:
+    return report.utilization if isinstance(report.utilization, UtilizationSection) else None
+
+
+def _kern(report: Report) -> KernelBreakdown | None:
+    return report.kernels if isinstance(report.kernels, KernelBreakdown) else None
+
+
+def _steps(report: Report) -> StepSummary | None:
+    return report.step_summary if isinstance(report.step_summary, StepSummary) else None
+
+
+def _phase(k: KernelBreakdown, name: str) -> PhaseBreakdown | None:
+    return next((p for p in k.phases if p.phase == name), None)
+
+
+def _fam_ms(rows: list, family: str) -> float:  # type: ignore[type-arg]
+    return sum(r.total_ms for r in rows if r.family == family)
+
+
+def _gpu_kernels(k: KernelBreakdown) -> bool:
+    return not k.source.startswith("nvtx-log")
+
+
+# ---------------------------------------------------------------------------------------------
+def rule_host_bound(report: Report, th: Thresholds) -> list[Finding]:
+    u, k = _util(report), _kern(report)
+    evidence: dict[str, float | int | str | None] = {}
+    low_util = False
+    if u and u.gpus:
+        g: GpuUtilization = max(u.gpus, key=lambda g: g.mean_utilization_pct or 0)
+        if g.mean_utilization_pct is not None and g.mean_utilization_pct < th.host_bound_util_pct:
+            low_util = True
+            evidence.update({"gpu": g.gpu, "mean_utilization_pct": round(g.mean_utilization_pct, 1), "peak_utilization_pct": g.peak_utilization_pct, "samples": g.samples})
+    busy_low = False
+    if k and _gpu_kernels(k):
+        d = _phase(k, "decode")
+        if d and d.gpu_busy_pct is not None and d.gpu_busy_pct < th.host_bound_busy_pct:
+            busy_low = True
+            evidence.update({"decode_gpu_busy_pct": round(d.gpu_busy_pct, 1), "decode_kernel_ms_per_step": round(d.kernel_ms_per_step or 0, 4)})
+    if not (low_util or busy_low):
+        return []
+    s = _steps(report)
+    if s:
+        dec = next((p for p in s.phases if p.phase == "decode"), None)
+        if dec:
+            evidence["decode_step_p50_ms"] = round(dec.p50_ms, 3)
+    evidence["threshold_pct"] = th.host_bound_util_pct
+    return [
+        Finding(
+            id="host-bound",
+            severity="warning",
+            title="Host-bound: the GPU idles while steps run (launch/sync overhead, Python, or a batch too small)",
+            evidence=evidence,
+            confidence=0.9 if (low_util and busy_low) else 0.7,
+            next_step="Stop here: a kernel trace adds nothing until the GPU is busy. Raise the batch size / concurrency, "
+            "or profile the host (py-spy record --native, or `max generate --profile` for its cProfile table).",
+        )
+    ]
+
+
+def rule_throttled(report: Report, th: Thresholds) -> list[Finding]:
+    u = _util(report)
+    out = []
+    for g in u.gpus if u else []:
+        if g.hardware_throttle_reasons:
+            out.append(
+                Finding(
+                    id="throttled",
+                    severity="warning",
+                    title=f"{g.gpu} was clock-throttled by hardware: the numbers are not representative",
+                    evidence={"gpu": g.gpu, "reasons": ",".join(g.hardware_throttle_reasons), "mean_sm_clock_mhz": g.mean_sm_clock_mhz, "max_sm_clock_mhz": g.max_sm_clock_mhz},
+                    confidence=0.9,
+                    next_step="Check cooling / power limits (nvidia-smi -q -d PERFORMANCE) and re-run when the GPU is not throttled.",
+                )
+            )
+    return out
+
+
+def rule_near_oom(report: Report, th: Thresholds) -> list[Finding]:
+    u = _util(report)
+    out = []
+    for g in u.gpus if u else []:
+        if g.peak_memory_pct is not None and g.peak_memory_pct >= th.near_oom_pct:
+            out.append(
+                Finding(
+                    id="near-oom",
+                    severity="warning",
+                    title=f"{g.gpu} memory is nearly full ({g.peak_memory_pct:.1f}% of total)",
+                    evidence={"gpu": g.gpu, "peak_memory_bytes": g.peak_memory_bytes, "memory_total_bytes": g.memory_total_bytes, "threshold_pct": th.near_oom_pct},
+                    confidence=0.8,
+                    next_step="The KV cache or batch size may be the constraint: lower --max-batch-size / --max-length, or "
+                    "--device-memory-utilization, and watch for OOM under load.",
+                )
+            )
+    return out
+
+
+def rule_graphs_hid_kernels(report: Report, th: Thresholds) -> list[Finding]:
+    k = _kern(report)
+    if not k or not k.unreliable:
+        return []
+    return [
+        Finding(
+            id="device-graphs",
+            severity="warning",
+            title="Device graphs replayed the kernels: per-kernel and per-step numbers are unreliable",
+            evidence={"kernels": k.kernels, "source": k.source, "device_graph_capture": str(report.capture.device_graph_capture)},
+            confidence=0.8,
+            next_step="Re-run with --no-device-graph-capture to see each kernel.",
+            detail=k.unreliable,
+        )
+    ]
+
+
+def rule_phase_markers_missing(report: Report, th: Thresholds) -> list[Finding]:
+    k = _kern(report)
+    if not k or k.attribution != "none" or not k.kernels:
+        return []
+    return [
+        Finding(
+            id="phases-missing",
+            severity="warning",
+            title="The trace has no phase ranges: kernels cannot be split into prefill and decode",
+            evidence={"kernels": k.kernels, "source": k.source},
+            confidence=0.9,
+            next_step="Capture with max-profile (it marks prefill/decode in the `max_profile` NVTX domain), or set "
+            "MODULAR_ENABLE_PROFILING=on so MAX's scheduler ranges (_schedule(... batch_type=CE|TG)) appear; "
+            "check with `nsys stats --report nvtx_sum REPORT`.",
+        )
+    ]
+
+
+def rule_dense_decode(report: Report, th: Thresholds) -> list[Finding]:
+    k = _kern(report)
+    if not k or k.unreliable or not _gpu_kernels(k):
+        return []
+    d = _phase(k, "decode")
+    if not d or not d.families:
+        return []
+    top = d.families[0]
+    gemv = next((r for r in d.families if r.family == "gemv"), None)
+    if top.family != "gemv" or gemv is None or gemv.share_pct < th.healthy_gemv_share_pct:
+        return []
+    names = [r.family for r in d.families[:4]]
+    return [
+        Finding(
+            id="healthy-dense-decode",
+            severity="info",
+            title="Healthy dense decode: matrix-vector products dominate (memory-bound), then " + ", ".join(names[1:3]),
+            evidence={"gemv_share_pct": round(gemv.share_pct, 1), "top_families": ",".join(names), "decode_kernel_us_per_token": round(d.kernel_us_per_token or 0, 2)},
+            confidence=0.8,
+            next_step=None,
+        )
+    ]
+
+
+def rule_moe(report: Report, th: Thresholds) -> list[Finding]:
+    k = _kern(report)
+    if not k or not _gpu_kernels(k):
+        return []
+    scope = _phase(k, "decode")
+    rows = scope.families if scope else k.families
+    grouped = _fam_ms(rows, "grouped_matmul")
+    routing = _fam_ms(rows, "moe_routing") + _fam_ms(rows, "gather_scatter")
+    if grouped <= 0 or _fam_ms(rows, "moe_routing") <= 0:
+        return []
+    ratio = routing / grouped
+    ev: dict[str, float | int | str | None] = {"grouped_matmul_ms": round(grouped, 3), "routing_and_gather_ms": round(routing, 3), "ratio": round(ratio, 2), "threshold": th.routing_vs_matmul_ratio}
+    if ratio >= th.routing_vs_matmul_ratio:
+        return [Finding(id="moe-routing-heavy", severity="warning", title="MoE routing and gather/scatter rival the expert matmuls", evidence=ev, confidence=0.7,
+                        next_step="Look at the top routing/gather kernels in the table; a single-kernel deep dive (max-profile kernel) shows whether they are latency-bound.")]
+    return [Finding(id="healthy-moe", severity="info", title="Healthy MoE: grouped expert matmuls dominate; routing cost is expected", evidence=ev, confidence=0.7)]
+
+
+def rule_quant_prep(report: Report, th: Thresholds) -> list[Finding]:
+    k = _kern(report)
+    if not k or not _gpu_kernels(k):
+        return []
+    rows = k.families
+    quant = _fam_ms(rows, "quantize")
+    matmul = _fam_ms(rows, "grouped_matmul") + _fam_ms(rows, "gemm") + _fam_ms(rows, "gemv")
+    if quant <= 0 or matmul <= 0:
+        return []
+    ratio = quant / matmul
+    ev: dict[str, float | int | str | None] = {"quantize_ms": round(quant, 3), "matmul_ms": round(matmul, 3), "ratio": round(ratio, 2)}
+    if ratio > th.quant_vs_matmul_ratio:
+        return [Finding(id="quant-prep-heavy", severity="warning", title="Low-bit quantization prep takes longer than the matmuls it feeds", evidence=ev, confidence=0.7,
+                        next_step="Deep-dive the top quantize kernel (max-profile kernel NAME) and check the scale layout matches the matmul's.")]
+    return [Finding(id="low-bit-normal", severity="info", title="Low-bit weights: activation quantization and scale layout present at normal cost", evidence=ev, confidence=0.6)]
+
+
+def rule_unfused(report: Report, th: Thresholds) -> list[Finding]:
+    """A decoder whose kernels show no fused attention / norm / RoPE: a wiring problem at bring-up."""
+    k = _kern(report)
+    if not k or k.unreliable or not k.kernels:
+        return []
+    rows = k.families
+    total = sum(r.total_ms for r in rows) or 1.0
+    has_matmul = any(r.family in ("gemm", "gemv", "grouped_matmul") for r in rows)
+    if not has_matmul:
+        return []
+    out = []
+    attn_share = 100.0 * _fam_ms(rows, "attention") / total
+    if attn_share < th.min_attention_share_pct:
+        ev: dict[str, float | int | str | None] = {
+            "attention_share_pct": round(attn_share, 3),
+            "matmul_ms": round(_fam_ms(rows, "gemm") + _fam_ms(rows, "gemv"), 3),
+            "elementwise_ms": round(_fam_ms(rows, "elementwise") + _fam_ms(rows, "activation"), 3),
+            "top_families": ",".join(r.family for r in rows[:5]),
+            "source": k.source,
+        }
+        out.append(
+            Finding(
+                id="unfused-attention",
+                severity="warning",
+                title="No fused attention kernel: attention runs as generic matmul / softmax / elementwise ops",
+                evidence=ev,
+                confidence=0.75,
+                next_step="Wire the architecture's attention to MAX's fused attention (e.g. the KV-cache-aware attention "
+                "layers in max.nn that launch *_mha_* kernels) and compare this breakdown again.",
+            )
+        )
+    for family, what in (("norm", "RMS norm"), ("rope", "rotary embedding")):
+        if _fam_ms(rows, family) <= 0 and k.kernels > 50:
+            out.append(
+                Finding(
+                    id=f"unfused-{family}",
+                    severity="info",
+                    title=f"No fused {what} kernel in the trace",
+                    evidence={"family": family, "kernels": k.kernels, "top_families": ",".join(r.family for r in rows[:5])},
+                    confidence=0.5,
+                    next_step=f"If the architecture uses {what}, check it is built from MAX's fused op rather than elementwise pieces.",
+                )
+            )
+    return out
+
+
+def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
+    """Decode step time growing ~linearly with context, and/or a prefill-like kernel mix every decode step."""
+    steps = [s for s in report.steps if s.phase == "decode" and s.batch_size > 0 and s.context_tokens is not None]
+    s = _steps(report)
+    if len(steps) < th.kv_min_decode_steps or not s:
+        return []
+    import numpy as np
+
+    ctx = np.array([st.context_tokens for st in steps], dtype=float)
+    ms = np.array([st.duration_ns / 1e6 for st in steps])
+    if ctx.max() - ctx.min() < th.kv_min_context_growth:
+        return []
+    third = max(len(ms) // 3, 1)
+    first, last = float(np.median(ms[:third])), float(np.median(ms[-third:]))
+    ratio = last / first if first > 0 else 0.0
+    corr = float(np.corrcoef(ctx, ms)[0, 1]) if ms.std() > 0 else 0.0
+    evidence: dict[str, float | int | str | None] = {
+        "decode_steps": len(steps),
+        "context_from": int(ctx.min()),
+        "context_to": int(ctx.max()),
+        "first_third_median_ms": round(first, 3),
+        "last_third_median_ms": round(last, 3),
+        "growth_ratio": round(ratio, 2),
+        "time_vs_context_correlation": round(corr, 3),
+        "growth_ms_per_100_ctx": round(s.decode_step_growth_ms_per_100_ctx or 0.0, 4),
+    }
+    kernel_growth = _per_step_kernel_growth(report)
+    if kernel_growth is not None:
+        evidence["decode_kernel_ms_growth_ratio"] = round(kernel_growth, 2)
+    grows = ratio >= th.kv_growth_ratio and corr >= 0.8
+    if kernel_growth is not None and kernel_growth >= th.kv_growth_ratio:
+        grows = grows or corr >= 0.8
+    if not grows:
+        return []
+    return [
+        Finding(
+            id="kv-cache-broken",
+            severity="error",
+            title="Decode work grows with the context at every step: the KV cache is missing or not used (O(n²) re-prefill)",
+            evidence=evidence,
+            confidence=0.85 if kernel_growth is not None else 0.7,
+            next_step="A correctness bug, not only slowness: check the architecture writes K/V into MAX's KV cache and "
+            "attends over it in decode (paged attention), instead of re-encoding the whole sequence.",
+        )
+    ]
+
+
+def _per_step_kernel_growth(report: Report) -> float | None:
+    k = _kern(report)
+    if not k or len(k.per_step_families) < 8:
+        return None
+    totals = [sum(d.values()) for d in k.per_step_families]
+    third = max(len(totals) // 3, 1)
+    import numpy as np
+
+    a, b = float(np.median(totals[:third])), float(np.median(totals[-third:]))
+    return b / a if a > 0 else None
+
+
+def rule_decode_bandwidth(report: Report, th: Thresholds) -> list[Finding]:
+    cfg = report.capture.model_config
+    s = _steps(report)
+    if not cfg or not s or report.environment.vendor == "none":
+        return []
+    steps = [st for st in report.steps if st.phase == "decode" and st.batch_size > 0]
+    if not steps:
+        return []
+    gpu_name = report.environment.gpus[0].name if report.environment.gpus else None
+    peak = bandwidth.peak_bandwidth(gpu_name)
+    import numpy as np
+
+    ctx = float(np.median([st.context_tokens or 0 for st in steps]))
+    batch = int(np.median([st.batch_size for st in steps]))
+    need = bandwidth.decode_step_bytes(cfg, ctx * batch)
+    k = _kern(report)
+    d = _phase(k, "decode") if k else None
+    step_ms = float(np.median([st.duration_ns / 1e6 for st in steps]))
+    gpu_ms = d.kernel_ms_per_step if d and d.kernel_ms_per_step else None
+    if need is None or peak is None:
+        return []
+    achieved = need / (step_ms / 1e3)
+    pct = 100.0 * achieved / peak
+    ev: dict[str, float | int | str | None] = {
+        "bytes_per_step": round(need),
+        "decode_step_p50_ms": round(step_ms, 4),
+        "achieved_GBps": round(achieved / 1e9, 1),
+        "peak_GBps": round(peak / 1e9, 1),
+        "pct_of_peak": round(pct, 1),
+        "gpu": gpu_name,
+    }
+    if gpu_ms:
+        ev["pct_of_peak_kernel_time"] = round(100.0 * need / (gpu_ms / 1e3) / peak, 1)
+    busy = d.gpu_busy_pct if d else None
+    if pct < th.decode_bw_low_pct and (busy is None or busy >= th.host_bound_busy_pct):
+        return [Finding(id="decode-bandwidth-low", severity="warning", title=f"Decode reads memory at {pct:.0f}% of the GPU's peak bandwidth", evidence=ev, confidence=0.6,
+                        next_step="Find the decode kernel furthest from bandwidth peak: max-profile kernel <top gemv/attention kernel>.")]
+    return [Finding(id="decode-bandwidth", severity="info", title=f"Decode reads memory at {pct:.0f}% of the GPU's peak bandwidth (weights + KV cache per step)", evidence=ev, confidence=0.6)]
+
+
+RULES: tuple[tuple[str, Rule], ...] = (
+    ("kv-cache", rule_kv_cache),
+    ("host-bound", rule_host_bound),
+    ("throttled", rule_throttled),
+    ("near-oom", rule_near_oom),
+    ("device-graphs", rule_graphs_hid_kernels),
+    ("phases-missing", rule_phase_markers_missing),
+    ("unfused", rule_unfused),
+    ("dense-decode", rule_dense_decode),
+    ("moe", rule_moe),
+    ("quant", rule_quant_prep),
+    ("decode-bandwidth", rule_decode_bandwidth),
+)
+
+_SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+def evaluate(report: Report, thresholds: Thresholds | None = None, rules: tuple[tuple[str, Rule], ...] = RULES) -> list[Finding]:
+    """Run every rule; findings ordered by severity (errors first), each with its evidence."""
+    th = thresholds or Thresholds()
+    found: list[Finding] = []
+    for _, rule in rules:
+        found.extend(rule(report, th))
+    found.sort(key=lambda f: _SEVERITY_ORDER[f.severity])
+    return found

@@ -1,0 +1,92 @@
+"""Host step statistics: TTFT, per-phase step time percentiles, decode throughput, growth.
+
+Pure functions of :class:`Step` lists. Equivalent to what ``max generate`` prints as
+"Time to first token" and "Eval throughput (token-generation)", but per step and per phase.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from max_profile.model import Phase, PhaseStats, Step, StepSummary
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if values.size else 0.0
+
+
+def active_steps(steps: Sequence[Step]) -> list[Step]:
+    """Steps that carried requests (the overlap pipeline's empty drain call is left out)."""
+    return [s for s in steps if s.batch_size > 0]
+
+
+def summarize_steps(steps: Sequence[Step]) -> StepSummary:
+    """Summary of one run's steps; raises ValueError when no step carried a request."""
+    work = active_steps(steps)
+    if not work:
+        raise ValueError("no pipeline step ran inside the profiled block")
+    phases: list[PhaseStats] = []
+    order: tuple[Phase, ...] = ("prefill", "mixed", "decode", "unknown")
+    for phase in order:
+        sel = [s for s in work if s.phase == phase]
+        if not sel:
+            continue
+        ms = np.array([s.duration_ns / 1e6 for s in sel])
+        tokens = sum(s.input_tokens for s in sel) if phase in ("prefill", "mixed") else sum(s.batch_size for s in sel)
+        phases.append(
+            PhaseStats(
+                phase=phase,
+                steps=len(sel),
+                total_ms=float(ms.sum()),
+                p50_ms=_pct(ms, 50),
+                p90_ms=_pct(ms, 90),
+                max_ms=float(ms.max()),
+                tokens=int(tokens),
+            )
+        )
+    first = work[0]
+    ttft_ms: float | None = None
+    prefill_steps = [s for s in work if s.phase in ("prefill", "mixed")]
+    if prefill_steps:
+        # Time to first token as the host sees it: from the first prefill step's start to the
+        # end of the step that returned the first token (the overlap pipeline returns a step's
+        # tokens from the following call).
+        first_out = next((s for s in steps if s.output_tokens > 0), None)
+        end = first_out.end_ns if first_out else prefill_steps[0].end_ns
+        ttft_ms = (end - first.start_ns) / 1e6
+    decode = [s for s in work if s.phase == "decode"]
+    tps: float | None = None
+    if decode:
+        total_s = sum(s.duration_ns for s in decode) / 1e9
+        tps = sum(s.batch_size for s in decode) / total_s if total_s > 0 else None
+    return StepSummary(
+        steps=len(work),
+        ttft_ms=ttft_ms,
+        phases=phases,
+        decode_tokens_per_s=tps,
+        decode_step_growth_ms_per_100_ctx=decode_growth(decode),
+    )
+
+
+def decode_growth(decode: Sequence[Step]) -> float | None:
+    """Slope of decode step time vs context length (ms per 100 context tokens), robust to outliers.
+
+    A working KV cache keeps decode steps nearly flat; re-encoding the whole sequence every
+    step makes them grow about linearly with the context. Needs >= 8 decode steps.
+    """
+    pts = [(s.context_tokens, s.duration_ns / 1e6) for s in decode if s.context_tokens is not None]
+    if len(pts) < 8:
+        return None
+    x = np.array([p[0] for p in pts], dtype=float)
+    y = np.array([p[1] for p in pts], dtype=float)
+    if float(x.max() - x.min()) <= 0:
+        return None
+    # Theil-Sen style: median of slopes between the first and last thirds (ignores spikes).
+    k = max(len(x) // 3, 1)
+    xa, ya, xb, yb = x[:k], y[:k], x[-k:], y[-k:]
+    dx = float(np.median(xb) - np.median(xa))
+    if dx <= 0:
+        return None
+    return float((np.median(yb) - np.median(ya)) / dx * 100.0)

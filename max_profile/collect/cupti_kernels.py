@@ -1,0 +1,173 @@
+"""Every kernel this process launches, recorded in-process with CUPTI (``cupti-python``, NVIDIA).
+
+MAX launches through the driver API (``cuLaunchKernel``), which CUPTI's activity API sees.
+Kernel records (``CONCURRENT_KERNEL``) are joined on ``correlation_id`` to their launching
+driver call (``DRIVER``), which gives the launch time and thread: a kernel belongs to the
+step whose host interval contains its *launch*, which stays right with MAX's overlap
+pipeline where a step's kernels run while the host prepares the next step.
+
+CUPTI timestamps are on CUPTI's clock; they are mapped to the host ``perf_counter_ns`` clock
+by a linear fit through (host, ``cupti.get_timestamp()``) pairs taken at start and stop.
+Buffers are bounded (``buffer_bytes`` each, CUPTI reuses them) and flushed on stop.
+Equivalent CLI: ``nsys profile --trace=cuda`` then ``nsys stats --report cuda_gpu_kern_sum``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from max_profile.model import KernelRecord
+
+_LAUNCH_PREFIXES = ("cuLaunch", "cudaLaunch", "cuGraphLaunch", "cudaGraphLaunch")
+
+
+class CuptiUnavailable(RuntimeError):
+    pass
+
+
+_ACTIVE: CuptiKernelCollector | None = None
+_REGISTERED = False
+
+
+def _requested() -> tuple[int, int]:
+    return (_ACTIVE._buffer_bytes if _ACTIVE else 8 << 20), 0
+
+
+def _completed(activities: Any) -> None:
+    if _ACTIVE is not None:
+        _ACTIVE._buffer_completed(activities)
+
+
+class CuptiKernelCollector:
+    """Start/stop CUPTI activity collection; ``kernels`` holds the result after ``stop``."""
+
+    def __init__(self, buffer_bytes: int = 8 << 20, max_kernels: int = 5_000_000) -> None:
+        try:
+            from cupti import cupti  # type: ignore[import-not-found,import-untyped,unused-ignore]
+        except Exception as exc:  # noqa: BLE001
+            raise CuptiUnavailable(
+                f"cupti-python is not importable ({type(exc).__name__}: {exc}); pip install 'max-profile[nvidia]'"
+            ) from exc
+        self._cupti = cupti
+        self._buffer_bytes = buffer_bytes
+        self._max_kernels = max_kernels
+        self._kernels: list[tuple[Any, ...]] = []
+        self._launches: dict[int, tuple[int, int, int]] = {}
+        self._cb_names: dict[int, str] = {}
+        self._kinds: list[Any] = []
+        self._sync: list[tuple[int, int]] = []
+        self.dropped = 0
+        self.kernels: list[KernelRecord] = []
+        self.graph_launches = 0
+
+    def _pair(self) -> tuple[int, int]:
+        h0 = time.perf_counter_ns()
+        c = int(self._cupti.get_timestamp())
+        h1 = time.perf_counter_ns()
+        return (h0 + h1) // 2, c
+
+    def start(self) -> None:
+        global _ACTIVE, _REGISTERED
+        if _ACTIVE is not None:
+            raise RuntimeError("another CUPTI kernel collection is active in this process")
+        cupti = self._cupti
+        kinds = cupti.ActivityKind
+        self._kinds = [kinds.CONCURRENT_KERNEL, kinds.DRIVER, kinds.RUNTIME]
+        _ACTIVE = self
+        if not _REGISTERED:
+            cupti.activity_register_callbacks(_requested, _completed)
+            _REGISTERED = True
+        for k in self._kinds:
+            cupti.activity_enable(k)
+        self._sync.append(self._pair())
+
+    def stop(self) -> list[KernelRecord]:
+        global _ACTIVE
+        cupti = self._cupti
+        self._sync.append(self._pair())
+        try:
+            for k in self._kinds:
+                try:
+                    cupti.activity_disable(k)
+                except Exception:  # noqa: BLE001
+                    pass
+            cupti.activity_flush_all(1)
+        finally:
+            _ACTIVE = None
+        self.kernels = self._to_records()
+        return self.kernels
+
+    # CUPTI callbacks -------------------------------------------------------------------------
+    def _buffer_completed(self, activities: Any) -> None:
+        cupti = self._cupti
+        kinds = cupti.ActivityKind
+        kernel_kind, driver_kind = kinds.CONCURRENT_KERNEL, kinds.DRIVER
+        for a in activities:
+            kind = a.kind
+            if kind == kernel_kind:
+                if len(self._kernels) >= self._max_kernels:
+                    self.dropped += 1
+                    continue
+                self._kernels.append(
+                    (
+                        a.name,
+                        a.start,
+                        a.end,
+                        a.device_id,
+                        a.stream_id,
+                        a.correlation_id,
+                        (a.grid_x, a.grid_y, a.grid_z),
+                        (a.block_x, a.block_y, a.block_z),
+                        a.registers_per_thread,
+                        getattr(a, "graph_id", 0) or None,
+                    )
+                )
+            else:
+                cbid = a.cbid
+                name = self._cb_names.get(cbid)
+                if name is None:
+                    dom = cupti.CallbackDomain.DRIVER_API if kind == driver_kind else cupti.CallbackDomain.RUNTIME_API
+                    try:
+                        name = str(cupti.get_callback_name(dom, cbid))
+                    except Exception:  # noqa: BLE001
+                        name = ""
+                    self._cb_names[cbid] = name
+                if name.startswith(_LAUNCH_PREFIXES):
+                    if "Graph" in name:
+                        self.graph_launches += 1
+                    self._launches[a.correlation_id] = (a.start, a.end, a.thread_id)
+
+    # ------------------------------------------------------------------------------------------
+    def _to_host(self) -> Any:
+        (h0, c0), (h1, c1) = self._sync[0], self._sync[-1]
+        scale = (h1 - h0) / (c1 - c0) if c1 != c0 else 1.0
+
+        def conv(c: int) -> int:
+            return int(h0 + (c - c0) * scale)
+
+        return conv
+
+    def _to_records(self) -> list[KernelRecord]:
+        conv = self._to_host()
+        out = []
+        for name, start, end, dev, stream, corr, grid, block, regs, graph in self._kernels:
+            launch = self._launches.get(corr)
+            out.append(
+                KernelRecord(
+                    name=str(name),
+                    start_ns=conv(start),
+                    end_ns=conv(end),
+                    device=int(dev),
+                    stream=int(stream),
+                    correlation_id=int(corr),
+                    grid=tuple(int(x) for x in grid),  # type: ignore[arg-type]
+                    block=tuple(int(x) for x in block),  # type: ignore[arg-type]
+                    registers=int(regs),
+                    graph_id=int(graph) if graph else None,
+                    launch_tid=int(launch[2]) if launch else None,
+                    launch_ns=conv(launch[0]) if launch else None,
+                )
+            )
+        out.sort(key=lambda k: k.start_ns)
+        return out

@@ -1,0 +1,194 @@
+"""Detect the environment before choosing a tool: vendor, GPUs, profilers, MAX version.
+
+Equivalent manual checks: ``nvidia-smi -L`` / ``rocm-smi``, ``nsys --version``,
+``ncu --version``, ``rocprofv3 --version``, ``max --version``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from max_profile.model import Environment, GpuInfo, ToolStatus, Vendor
+
+NSYS_MIN_VERSION = (2024, 4, 2)
+"""nsys older than this has known problems with MAX captures (SPEC)."""
+
+INSTALL_HINTS: dict[str, str] = {
+    "nsys": (
+        "Nsight Systems ships with the CUDA Toolkit (/usr/local/cuda/bin/nsys); or `apt-get install nsight-systems` "
+        "(NVIDIA's CUDA apt repository), or the installer from https://developer.nvidia.com/nsight-systems"
+    ),
+    "ncu": (
+        "Nsight Compute ships with the CUDA Toolkit (/usr/local/cuda/bin/ncu); or `apt-get install nsight-compute` "
+        "(NVIDIA's CUDA apt repository), or the installer from https://developer.nvidia.com/nsight-compute"
+    ),
+    "rocprofv3": "rocprofv3 ships with ROCm (/opt/rocm/bin/rocprofv3): `apt-get install rocprofiler-sdk`",
+    "cupti": "pip install 'max-profile[nvidia]'   (cupti-python, nvtx, pynvml)",
+}
+
+_TOOL_GLOBS: dict[str, list[str]] = {
+    "nsys": [
+        "/usr/local/cuda/bin/nsys",
+        "/usr/local/cuda-*/bin/nsys",
+        "/opt/nvidia/nsight-systems/*/bin/nsys",
+        "/opt/nvidia/nsight-systems*/bin/nsys",
+        "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+    ],
+    "ncu": ["/usr/local/cuda/bin/ncu", "/usr/local/cuda-*/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu"],
+    "rocprofv3": ["/opt/rocm/bin/rocprofv3", "/opt/rocm-*/bin/rocprofv3"],
+}
+
+
+def find_tool(name: str, extra_dirs: Sequence[str] = ()) -> str | None:
+    """PATH first, then the usual install folders (newest version folder last wins)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for d in extra_dirs:
+        cand = os.path.join(d, name)
+        if os.access(cand, os.X_OK):
+            return cand
+    for pattern in _TOOL_GLOBS.get(name, []):
+        hits = sorted(p for p in glob.glob(pattern) if os.access(p, os.X_OK))
+        if hits:
+            return hits[-1]
+    return None
+
+
+def _version_of(path: str) -> str | None:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (out.stdout or "") + (out.stderr or "")
+    m = re.search(r"(\d{4}\.\d+(?:\.\d+)*(?:\.\d+)?)", text) or re.search(r"(\d+\.\d+(?:\.\d+)*)", text)
+    return m.group(1) if m else None
+
+
+def parse_version(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    nums = re.findall(r"\d+", text)
+    return tuple(int(n) for n in nums) if nums else None
+
+
+def tool_status(name: str, path: str | None = None) -> ToolStatus:
+    """Locate one profiler and check its version; missing tools carry their install command."""
+    path = path or find_tool(name)
+    if path is None:
+        return ToolStatus(name=name, problem="not found on PATH or in the usual install folders", install_hint=INSTALL_HINTS[name])
+    version = _version_of(path)
+    problem = None
+    if name == "nsys":
+        v = parse_version(version)
+        if v is not None and v[:3] < NSYS_MIN_VERSION:
+            problem = (
+                f"nsys {version} is older than {'.'.join(map(str, NSYS_MIN_VERSION))}, which has known problems "
+                "with MAX captures; install a newer Nsight Systems"
+            )
+    return ToolStatus(name=name, path=path, version=version, problem=problem, install_hint=INSTALL_HINTS[name] if problem else None)
+
+
+def max_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("max")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def detect_vendor() -> tuple[Vendor, str, list[GpuInfo], str | None]:
+    """(vendor, how it was decided, GPUs, driver version) — NVML / ROCm SMI via MAX, then the CLIs."""
+    gpus: list[GpuInfo] = []
+    driver: str | None = None
+    try:
+        from max.profiler.gpu import GPUDiagContext
+
+        with GPUDiagContext() as ctx:
+            stats = ctx.get_stats()
+        for key, st in sorted(stats.items()):
+            clocks = getattr(st, "clocks", None)
+            gpus.append(
+                GpuInfo(key=key, memory_total_bytes=int(st.memory.total_bytes), max_sm_clock_mhz=int(clocks.core_max_mhz) if clocks else None)
+            )
+    except Exception:  # noqa: BLE001
+        pass
+    if gpus:
+        vendor: Vendor = "nvidia" if gpus[0].key.startswith("nv") else "amd"
+        names, driver = _nvml_names() if vendor == "nvidia" else ({}, None)
+        gpus = [GpuInfo(key=g.key, name=names.get(g.key), memory_total_bytes=g.memory_total_bytes, max_sm_clock_mhz=g.max_sm_clock_mhz) for g in gpus]
+        return vendor, f"max.profiler.gpu found {len(gpus)} GPU(s) ({'NVML' if vendor == 'nvidia' else 'ROCm SMI'})", gpus, driver
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False)
+            if out.returncode == 0 and "GPU" in out.stdout:
+                return "nvidia", "nvidia-smi -L lists GPUs but NVML gave no stats", [], None
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    if shutil.which("rocm-smi"):
+        return "amd", "rocm-smi is installed but ROCm SMI gave no stats", [], None
+    return "none", "no GPU: NVML and ROCm SMI found none (nvidia-smi / rocm-smi absent or empty)", [], None
+
+
+def _nvml_names() -> tuple[dict[str, str], str | None]:
+    try:
+        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+        pynvml.nvmlInit()
+        names = {}
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            n = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+            names[f"nv{i}"] = n.decode() if isinstance(n, bytes) else str(n)
+        drv = pynvml.nvmlSystemGetDriverVersion()
+        return names, drv.decode() if isinstance(drv, bytes) else str(drv)
+    except Exception:  # noqa: BLE001
+        return {}, None
+
+
+def detect_environment(check_tools: bool = True) -> Environment:
+    """Vendor, GPUs, MAX version, MODULAR_ENABLE_PROFILING and the profilers for this vendor."""
+    vendor, reason, gpus, driver = detect_vendor()
+    tools: list[ToolStatus] = []
+    warnings: list[str] = []
+    if check_tools:
+        names = ["nsys", "ncu"] if vendor == "nvidia" else ["rocprofv3"] if vendor == "amd" else ["nsys", "ncu", "rocprofv3"]
+        tools = [tool_status(n) for n in names]
+        if vendor == "nvidia":
+            tools.append(_cupti_status())
+        for t in tools:
+            if t.problem and t.path:
+                warnings.append(t.problem)
+    mode = os.environ.get("MODULAR_ENABLE_PROFILING")
+    if mode and mode not in ("off", "on", "detailed"):
+        warnings.append(f"MODULAR_ENABLE_PROFILING={mode!r} is invalid: MAX accepts off, on or detailed and fails at load")
+    return Environment(
+        vendor=vendor,
+        vendor_reason=reason,
+        gpus=gpus,
+        driver_version=driver,
+        max_version=max_version(),
+        python_version=sys.version.split()[0],
+        platform=f"{platform.system()} {platform.machine()}",
+        modular_enable_profiling=mode,
+        tools=tools,
+        warnings=warnings,
+    )
+
+
+def _cupti_status() -> ToolStatus:
+    try:
+        from importlib.metadata import version
+
+        from cupti import cupti  # type: ignore[import-not-found,import-untyped,unused-ignore]  # noqa: F401
+
+        return ToolStatus(name="cupti", path="cupti-python", version=version("cupti-python"))
+    except Exception as exc:  # noqa: BLE001
+        return ToolStatus(name="cupti", problem=f"cupti-python is not importable ({type(exc).__name__})", install_hint=INSTALL_HINTS["cupti"])

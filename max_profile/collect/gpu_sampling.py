@@ -1,0 +1,205 @@
+"""GPU utilization, memory, clocks and throttle reasons, sampled in the background.
+
+Source: ``max.profiler.gpu.BackgroundRecorder`` (NVML on NVIDIA, ROCm SMI on AMD), which
+samples in a child process so the profiled process pays nothing per sample. Its samples carry
+no timestamps: they are spread evenly between the recorder's start and stop, which is what
+the recorder's fixed-interval loop does (the interpolation is said in the report).
+
+On Hopper and newer NVIDIA GPUs, NVML GPM (via ``pynvml``) adds *SM activity* over the whole
+window: NVML "utilization" only says some kernel was running, SM activity says how much of
+the GPU's SMs had work. Equivalent CLI: ``nvidia-smi dmon -s u`` / ``dcgmi dmon -e 1002``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from max_profile.model import Unavailable, UtilizationSample
+
+DEFAULT_INTERVAL_S = 0.1
+
+
+class GpuSampler:
+    """Start/stop wrapper around ``BackgroundRecorder`` plus a GPM window (NVIDIA Hopper+)."""
+
+    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, clock: Any = time.perf_counter_ns) -> None:
+        if not interval_s > 0:
+            raise ValueError(
+                f"sampling interval must be > 0 seconds (got {interval_s}); 0 makes the recorder busy-loop"
+            )
+        self.interval_s = interval_s
+        self._clock = clock
+        self._recorder: Any = None
+        self._t0 = 0
+        self._t1 = 0
+        self._gpm: _GpmWindow | None = None
+        self.unavailable: Unavailable | None = None
+        self.samples: list[UtilizationSample] = []
+
+    def start(self) -> None:
+        try:
+            from max.profiler.gpu import BackgroundRecorder
+        except ImportError as exc:
+            self.unavailable = Unavailable(f"max.profiler.gpu is not importable: {exc}")
+            return
+        self._recorder = BackgroundRecorder(interval=self.interval_s)
+        with child_python_env():
+            self._recorder.__enter__()
+        self._t0 = self._clock()
+        self._gpm = _GpmWindow.start()
+
+    def stop(self, failed: bool = False) -> None:
+        if self._recorder is None:
+            return
+        self._t1 = self._clock()
+        gpm = self._gpm.stop() if self._gpm else {}
+        recorder, self._recorder = self._recorder, None
+        if failed:
+            recorder.__exit__(RuntimeError, RuntimeError("profiled block failed"), None)
+            self.unavailable = Unavailable("the profiled block raised before sampling finished")
+            return
+        recorder.__exit__(None, None, None)
+        self.samples = samples_from_stats(recorder.stats, self._t0, self._t1, gpm)
+        if not self.samples:
+            self.unavailable = Unavailable(no_gpu_reason())
+
+
+@contextlib.contextmanager
+def child_python_env() -> Iterator[None]:
+    """Make child Pythons run this interpreter while spawning one.
+
+    After a model load, MAX 26.7's native code sets ``PYTHONEXECUTABLE`` (to the ``python3`` found
+    on PATH) and ``PYTHONPATH=:`` in the C environment; ``BackgroundRecorder`` then starts a
+    Python without MAX and dies with "Recorder process died with no message". The C values are
+    put back afterwards.
+    """
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    saved: dict[str, bytes | None] = {}
+    for key in ("PYTHONEXECUTABLE", "PYTHONPATH"):
+        saved[key] = libc.getenv(key.encode())
+    os.environ["PYTHONEXECUTABLE"] = sys.executable
+    if saved["PYTHONPATH"] is not None and saved["PYTHONPATH"].strip(b":") == b"":
+        os.environ.pop("PYTHONPATH", None)
+        os.unsetenv("PYTHONPATH")
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+                os.unsetenv(key)
+            else:
+                os.environ[key] = value.decode()
+
+
+def clean_child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """An environment for Python children that start this interpreter (see :func:`child_python_env`)."""
+    env = dict(os.environ)
+    env["PYTHONEXECUTABLE"] = sys.executable
+    if env.get("PYTHONPATH", "x").strip(":") == "":
+        env.pop("PYTHONPATH", None)
+    env.update(extra or {})
+    return env
+
+
+def samples_from_stats(
+    stats: list[dict[str, Any]], t0_ns: int, t1_ns: int, sm_activity: dict[str, float] | None = None
+) -> list[UtilizationSample]:
+    """Turn ``BackgroundRecorder.stats`` (a list of ``{gpu: GPUStats}``) into samples.
+
+    Times are interpolated evenly over [t0, t1]. An empty dict in every snapshot means no GPU.
+    """
+    n = len(stats)
+    out: list[UtilizationSample] = []
+    for i, snapshot in enumerate(stats):
+        t = t0_ns + ((t1_ns - t0_ns) * i // (n - 1) if n > 1 else 0)
+        for gpu, st in sorted(snapshot.items()):
+            clocks = getattr(st, "clocks", None)
+            mem = st.memory
+            out.append(
+                UtilizationSample(
+                    t_ns=t,
+                    gpu=gpu,
+                    utilization_pct=float(st.utilization.gpu_usage_percent),
+                    memory_used_bytes=int(mem.used_bytes),
+                    memory_total_bytes=int(mem.total_bytes),
+                    sm_clock_mhz=int(clocks.core_mhz) if clocks else None,
+                    max_sm_clock_mhz=int(clocks.core_max_mhz) if clocks else None,
+                    memory_clock_mhz=int(clocks.mem_mhz) if clocks and clocks.mem_mhz is not None else None,
+                    throttle_reasons=list(getattr(clocks, "throttle_reasons", None) or []) if clocks else [],
+                    sm_activity_pct=(sm_activity or {}).get(gpu),
+                )
+            )
+    return out
+
+
+def no_gpu_reason() -> str:
+    """Why ``max.profiler.gpu`` sees no GPU, from its own load errors when it keeps them."""
+    try:
+        from max.profiler.gpu import GPUDiagContext
+
+        with GPUDiagContext() as ctx:
+            if ctx.get_stats():
+                return "the GPU recorder returned no samples"
+            errors = getattr(ctx, "_errors", [])
+    except Exception as exc:  # noqa: BLE001
+        return f"no GPU: max.profiler.gpu failed ({exc})"
+    detail = "; ".join(f"{vendor}: {err}" for vendor, err in errors) if errors else "no NVIDIA or AMD GPU found"
+    return f"no GPU visible to NVML / ROCm SMI ({detail})"
+
+
+class _GpmWindow:
+    """NVML GPM SM-activity over a window: one GPM sample at start, one at stop."""
+
+    def __init__(self, nvml: Any, handles: dict[str, Any], first: dict[str, Any]) -> None:
+        self._nvml = nvml
+        self._handles = handles
+        self._first = first
+
+    @classmethod
+    def start(cls) -> _GpmWindow | None:
+        try:
+            import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+            pynvml.nvmlInit()
+            handles: dict[str, Any] = {}
+            first: dict[str, Any] = {}
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                if not pynvml.nvmlGpmQueryDeviceSupport(h).isSupportedDevice:
+                    continue
+                sample = pynvml.nvmlGpmSampleAlloc()
+                pynvml.nvmlGpmSampleGet(h, sample)
+                handles[f"nv{i}"] = h
+                first[f"nv{i}"] = sample
+            return cls(pynvml, handles, first) if handles else None
+        except Exception:  # noqa: BLE001 - pynvml missing, no NVIDIA GPU, or GPM unsupported
+            return None
+
+    def stop(self) -> dict[str, float]:
+        nvml = self._nvml
+        result: dict[str, float] = {}
+        for key, h in self._handles.items():
+            try:
+                second = nvml.nvmlGpmSampleAlloc()
+                nvml.nvmlGpmSampleGet(h, second)
+                req = nvml.c_nvmlGpmMetricsGet_t()
+                req.version = nvml.NVML_GPM_METRICS_GET_VERSION
+                req.numMetrics = 1
+                req.sample1 = self._first[key]
+                req.sample2 = second
+                req.metrics[0].metricId = nvml.NVML_GPM_METRIC_SM_UTIL
+                nvml.nvmlGpmMetricsGet(req)
+                result[key] = float(req.metrics[0].value)
+                nvml.nvmlGpmSampleFree(second)
+                nvml.nvmlGpmSampleFree(self._first[key])
+            except Exception:  # noqa: BLE001
+                continue
+        return result

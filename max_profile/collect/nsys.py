@@ -1,0 +1,291 @@
+"""Nsight Systems: read kernels, NVTX ranges and launches from an ``nsys export --type sqlite`` file,
+and run a generation under ``nsys profile`` with warm-up outside the capture.
+
+Tables used (schema 3.16 - 3.25; columns checked with ``PRAGMA table_info``, tables are lazy):
+``CUPTI_ACTIVITY_KIND_KERNEL`` (kernels), ``CUPTI_ACTIVITY_KIND_RUNTIME`` (runtime *and* driver
+API calls, joined on ``correlationId``: launch time and thread), ``NVTX_EVENTS`` (ranges: event
+types 59/60/70/71; domains from type 75), ``StringIds``, ``TARGET_INFO_GPU``.
+
+Equivalent: ``nsys stats --report cuda_gpu_kern_sum --report nvtx_kern_sum REPORT.sqlite``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from max_profile.analyze.breakdown import KernelArrays
+from max_profile.model import PhaseRange, Step
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+NVTX_RANGE_TYPES = (59, 60, 70, 71)
+NVTX_DOMAIN_CREATE = 75
+
+
+class NsysFormatError(ValueError):
+    """The file is not a readable nsys SQLite export (the message names the file and the problem)."""
+
+
+@dataclass
+class NsysTrace:
+    kernels: KernelArrays
+    ranges: list[PhaseRange]
+    all_range_names: dict[str, int] = field(default_factory=dict)
+    gpu_names: list[str] = field(default_factory=list)
+    product_version: str | None = None
+    graph_kernels: int = 0
+
+
+def _columns(con: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in con.execute(f"PRAGMA table_info({table})")}
+
+
+def _tables(con: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")}
+
+
+def check_sqlite_file(path: str) -> None:
+    p = Path(path)
+    if not p.exists():
+        raise NsysFormatError(f"{path}: file not found")
+    if p.stat().st_size == 0:
+        raise NsysFormatError(f"{path}: file is empty")
+    with open(path, "rb") as fh:
+        head = fh.read(16)
+    if head != SQLITE_MAGIC:
+        raise NsysFormatError(f"{path}: not an SQLite database (an nsys export is made with `nsys export --type sqlite REPORT.nsys-rep`)")
+
+
+def read_nsys_sqlite(path: str, *, pid: int | None = None) -> NsysTrace:
+    """Kernels (with launch time/thread), our phase ranges and MAX's scheduler ranges from an nsys export."""
+    check_sqlite_file(path)
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        tables = _tables(con)
+    except sqlite3.DatabaseError as exc:
+        raise NsysFormatError(f"{path}: corrupt or truncated SQLite file ({exc})") from exc
+    try:
+        return _read(con, path, tables, pid)
+    except sqlite3.DatabaseError as exc:
+        raise NsysFormatError(f"{path}: corrupt or truncated SQLite file ({exc})") from exc
+    finally:
+        con.close()
+
+
+def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None) -> NsysTrace:
+    if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
+        if "StringIds" not in tables and "META_DATA_EXPORT" not in tables:
+            raise NsysFormatError(f"{path}: an SQLite file, but not an nsys export (no CUPTI_ACTIVITY_KIND_KERNEL / StringIds tables)")
+        raise NsysFormatError(f"{path}: the nsys export contains no CUDA kernel data (capture with `nsys profile --trace=cuda,nvtx`)")
+    kcols = _columns(con, "CUPTI_ACTIVITY_KIND_KERNEL")
+    name_col = "demangledName" if "demangledName" in kcols else "shortName" if "shortName" in kcols else None
+    if name_col is None or not {"start", "end", "correlationId"} <= kcols:
+        raise NsysFormatError(f"{path}: CUPTI_ACTIVITY_KIND_KERNEL lacks the expected columns (start, end, correlationId, demangledName)")
+    graph_col = "graphNodeId" if "graphNodeId" in kcols else "NULL"
+    pid_col = "globalPid" if "globalPid" in kcols else "NULL"
+    rows = con.execute(
+        f"SELECT start, end, {name_col}, deviceId, correlationId, coalesce({graph_col}, 0), coalesce({pid_col}, 0) "
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL"
+    ).fetchall()
+    if rows:
+        k = np.array(rows, dtype=np.int64)
+    else:
+        k = np.zeros((0, 7), dtype=np.int64)
+    if pid is not None and k.size:
+        k = k[((k[:, 6] >> 24) & 0xFFFFFF) == pid]
+    name_ids, name_idx = np.unique(k[:, 2], return_inverse=True)
+    names = _strings(con, [int(i) for i in name_ids])
+    launch = np.full(k.shape[0], -1, dtype=np.int64)
+    tid = np.full(k.shape[0], -1, dtype=np.int64)
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables and k.size:
+        api = np.array(
+            con.execute("SELECT correlationId, start, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId IS NOT NULL").fetchall()
+            or np.zeros((0, 3)),
+            dtype=np.int64,
+        )
+        if api.size:
+            # correlation ids are unique per process; join kernels to launches by sorted search
+            order = np.argsort(api[:, 0], kind="stable")
+            ids = api[order, 0]
+            pos = np.searchsorted(ids, k[:, 4])
+            pos_c = np.minimum(pos, ids.size - 1)
+            hit = ids[pos_c] == k[:, 4]
+            launch = np.where(hit, api[order, 1][pos_c], -1)
+            tid = np.where(hit, api[order, 2][pos_c], -1)
+    kernels = KernelArrays(
+        names=[names.get(int(i), f"<string {int(i)}>") for i in name_ids],
+        name_idx=name_idx.astype(np.int32),
+        start=k[:, 0].copy(),
+        end=k[:, 1].copy(),
+        launch=launch,
+        tid=tid,
+        device=k[:, 3].astype(np.int32),
+        graph=k[:, 5] != 0,
+    )
+    ranges, counts = _ranges(con, tables)
+    gpus: list[str] = []
+    if "TARGET_INFO_GPU" in tables:
+        gpus = [r[0] for r in con.execute("SELECT name FROM TARGET_INFO_GPU ORDER BY id")]
+    version = None
+    if "META_DATA_EXPORT" in tables:
+        row = con.execute("SELECT value FROM META_DATA_EXPORT WHERE name='EXPORT_PRODUCT_VERSION'").fetchone()
+        version = row[0] if row else None
+    return NsysTrace(kernels=kernels, ranges=ranges, all_range_names=counts, gpu_names=gpus, product_version=version, graph_kernels=int(kernels.graph.sum()))
+
+
+def align_steps_to_ranges(steps: list[Step], ranges: list[PhaseRange]) -> list[Step] | None:
+    """Host steps moved onto the trace's clock: the k-th ``max_profile`` range is the k-th step.
+
+    Returns None when the trace's ranges of ours do not match the steps one to one.
+    """
+    ours = [r for r in ranges if (r.domain == "max_profile")]
+    if not ours or len(ours) != len(steps):
+        return None
+    out = []
+    for st, r in zip(steps, ours, strict=True):
+        label = r.name.rsplit(":", 1)[-1]
+        if label != (st.phase if st.batch_size else "drain"):
+            return None
+        out.append(msgspec.structs.replace(st, start_ns=r.start_ns, end_ns=r.end_ns))
+    return out
+
+
+def _strings(con: sqlite3.Connection, ids: list[int]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for i in range(0, len(ids), 900):
+        chunk = ids[i : i + 900]
+        q = ",".join("?" * len(chunk))
+        out.update(dict(con.execute(f"SELECT id, value FROM StringIds WHERE id IN ({q})", chunk).fetchall()))
+    return out
+
+
+def _ranges(con: sqlite3.Connection, tables: set[str]) -> tuple[list[PhaseRange], dict[str, int]]:
+    if "NVTX_EVENTS" not in tables:
+        return [], {}
+    cols = _columns(con, "NVTX_EVENTS")
+    text_id = "textId" if "textId" in cols else "NULL"
+    domain_col = "domainId" if "domainId" in cols else "0"
+    domains: dict[tuple[int, int], str] = {}
+    for text, gtid, dom in con.execute(f"SELECT text, globalTid, {domain_col} FROM NVTX_EVENTS WHERE eventType = {NVTX_DOMAIN_CREATE}"):
+        domains[((gtid or 0) >> 24 & 0xFFFFFF, dom or 0)] = text or ""
+    rows = con.execute(
+        f"SELECT e.start, e.end, coalesce(s.value, e.text, ''), e.globalTid, {domain_col} FROM NVTX_EVENTS e "
+        f"LEFT JOIN StringIds s ON s.id = e.{text_id} WHERE e.eventType IN {NVTX_RANGE_TYPES}"
+    ).fetchall() if "StringIds" in tables else con.execute(
+        f"SELECT start, end, coalesce(text, ''), globalTid, {domain_col} FROM NVTX_EVENTS WHERE eventType IN {NVTX_RANGE_TYPES}"
+    ).fetchall()
+    last = max((r[1] or r[0] for r in rows), default=0)
+    ranges: list[PhaseRange] = []
+    counts: dict[str, int] = {}
+    for start, end, text, gtid, dom in rows:
+        domain = domains.get(((gtid or 0) >> 24 & 0xFFFFFF, dom or 0), "") if dom else ""
+        full = f"{domain}:{text}"
+        counts[full] = counts.get(full, 0) + 1
+        if domain == "max_profile" or text.startswith("_schedule(") or text in ("prefill", "decode", "mixed"):
+            ranges.append(PhaseRange(name=full if domain else text, start_ns=int(start), end_ns=int(end if end is not None else last), tid=int(gtid) if gtid is not None else None, domain=domain or None))
+    ranges.sort(key=lambda r: r.start_ns)
+    return ranges, counts
+
+
+# ---------------------------------------------------------------------------------------------
+# Running nsys
+# ---------------------------------------------------------------------------------------------
+
+NSYS_CHILD = """
+import os, sys, json
+sys.path[:0] = json.loads(os.environ['MAX_PROFILE_SYSPATH'])
+from max_profile.collect.nsys import _child_main
+_child_main()
+"""
+
+
+def _child_main() -> None:
+    """Runs inside ``nsys profile --capture-range=cudaProfilerApi``: load, warm up, capture the generation."""
+    import json
+
+    from max_profile.runner import generate, load_model
+
+    spec = json.loads(os.environ["MAX_PROFILE_NSYS_SPEC"])
+    model = load_model(spec["model_path"], devices=spec["devices"], max_batch_size=spec["batch"], custom_architectures=spec["custom"])
+    prompts = [spec["prompt"]] * spec["batch"]
+    generate(model, prompts, spec["warmup"])
+    # MAX's own cuProfilerStart/Stop bracketing (pushes the context MAX opened): the capture
+    # range of `nsys profile --capture-range=cudaProfilerApi` starts after the warm-up.
+    from max.profiler.oneshot._cuda import cuda_profiler_region
+
+    from max_profile.session import profile
+
+    with cuda_profiler_region():
+        with profile(model.pipeline, kernels="off", gpu_sampling=False, model_path=spec["model_path"], devices=spec["devices"]) as prof:
+            generate(model, prompts, spec["tokens"])
+    with open(spec["steps_out"], "wb") as fh:
+        fh.write(prof.report.to_json())
+    model.close()
+
+
+def nsys_profile_command(nsys: str, output: str) -> list[str]:
+    """The nsys command line (argument list; never a shell string)."""
+    return [nsys, "profile", "--trace=cuda,nvtx", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
+            "--cuda-graph-trace=node", "--force-overwrite=true", "--export=sqlite", "-o", output]
+
+
+def profile_generation_with_nsys(args: Any, progress: Any) -> Any:
+    """``max-profile kernels --backend nsys``: nsys around a child that warms up and then captures."""
+    import json
+
+    from max_profile.analyze.breakdown import build_breakdown
+    from max_profile.analyze.plan import next_measurement
+    from max_profile.analyze.rules import evaluate
+    from max_profile.cli import EXIT_TOOL_MISSING, CliError
+    from max_profile.collect.environment import tool_status
+    from max_profile.model import Report
+
+    st = tool_status("nsys")
+    if not st.usable:
+        raise CliError(f"nsys is needed for --backend nsys: {st.problem}. Install: {st.install_hint}", EXIT_TOOL_MISSING)
+    assert st.path is not None
+    out_dir = Path(tempfile.mkdtemp(prefix="max-profile-nsys-"))
+    rep = str(out_dir / "capture")
+    steps_out = str(out_dir / "host_report.json")
+    spec = {"model_path": args.model_path, "devices": args.devices or "gpu", "batch": args.batch_size, "custom": args.custom_architectures or [],
+            "prompt": args.prompt, "warmup": max(args.warmup, 1), "tokens": args.max_new_tokens, "steps_out": steps_out}
+    from max_profile.collect.gpu_sampling import clean_child_env
+
+    env = clean_child_env({"MAX_PROFILE_NSYS_SPEC": json.dumps(spec), "MAX_PROFILE_SYSPATH": json.dumps(sys.path)})
+    cmd = nsys_profile_command(st.path, rep) + [sys.executable, "-c", NSYS_CHILD]
+    progress("running: " + " ".join(cmd[:-2]) + " python <generation>")
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+        raise
+    sqlite_path = rep + ".sqlite"
+    if rc != 0 or not os.path.exists(sqlite_path):
+        raise CliError(f"nsys profile failed (exit {rc}); no {sqlite_path} was written")
+    trace = read_nsys_sqlite(sqlite_path)
+    host = Report.from_json(Path(steps_out).read_bytes())
+    aligned = align_steps_to_ranges(host.steps, trace.ranges)
+    if aligned is not None:
+        host.kernels = build_breakdown(trace.kernels, source="nsys", steps=aligned)
+    else:
+        host.kernels = build_breakdown(trace.kernels, source="nsys", ranges=trace.ranges)
+    host.artifacts = [rep + ".nsys-rep  (open with: nsys-ui " + rep + ".nsys-rep)", sqlite_path]
+    host.findings = evaluate(host)
+    host.next_measurement = next_measurement(host)
+    time.sleep(0)
+    return host

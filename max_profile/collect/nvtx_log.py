@@ -1,0 +1,191 @@
+"""NVTX ranges on any machine, through max_profile's own NVTX injection library.
+
+With ``MODULAR_ENABLE_PROFILING=on`` MAX emits NVTX ranges for its Python spans (``execute``,
+``prepare_batch``...) and for every op it runs (``matmul``, ``mo.mha.ragged.paged...``,
+``composite.rms_norm_residual_add``...), also on the CPU. Started with
+``NVTX_INJECTION64_PATH=<libmax_profile_nvtx.so>`` and ``MAX_PROFILE_NVTX_LOG=<file>``, a
+process logs every range to that file; :func:`read_nvtx_log` turns it into phase ranges
+(ours, domain ``max_profile``) and op records that the kernel breakdown can aggregate.
+Times are ``CLOCK_MONOTONIC`` ns, the clock of ``time.perf_counter_ns()``.
+
+Equivalent tool: ``nsys profile --trace=nvtx`` then ``nsys stats --report nvtx_sum``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+import sysconfig
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from max_profile.model import KernelRecord, PhaseRange
+
+_SOURCE = Path(__file__).parent / "native" / "nvtx_log_inject.c"
+
+PYTHON_SPANS: frozenset[str] = frozenset(
+    {
+        "execute",
+        "_execute",
+        "prepare_batch",
+        "_maybe_sort_loras",
+        "FusedSamplingProcessor",
+        "sample_next_token",
+        "compute_log_probabilities",
+        "d2h_generated_tokens",
+        "_Model_execute",
+        "sync_and_process_outputs",
+        "realize_future_tokens",
+        "prepare_initial_token_inputs",
+        "pipeline_model.execute",
+        "apply_logits_processors",
+        "D2H generated_tokens",
+        "_sample_logits",
+        "_build_min_tokens_masks",
+        "inference",
+        "load_model",
+        "load_graphs",
+    }
+)
+"""MAX's Python-level spans (``Tracer`` / ``@traced``), which are not ops."""
+
+_NON_OP_PREFIXES = ("max._core", "forward_pass_step_", "_schedule(", "fused_sampling_processor", "max_profile")
+
+
+class NvtxInjectionUnavailable(RuntimeError):
+    pass
+
+
+def nvtx_include_dirs() -> list[str]:
+    """Folders holding ``nvtx3/nvToolsExt.h``: CUDA toolkits, then pip's nvidia / nvtx packages."""
+    cands = sorted(glob.glob("/usr/local/cuda*/include")) + ["/usr/include", "/opt/cuda/include"]
+    purelib = sysconfig.get_paths()["purelib"]
+    cands += glob.glob(os.path.join(purelib, "nvidia", "*", "include")) + glob.glob(os.path.join(purelib, "nvtx", "**", "include"), recursive=True)
+    return [c for c in cands if os.path.isfile(os.path.join(c, "nvtx3", "nvToolsExt.h"))]
+
+
+def build_injection_library(out_dir: str | os.PathLike[str] | None = None) -> str:
+    """Compile the injection library (gcc, NVTX headers) once per source version; returns its path."""
+    include = nvtx_include_dirs()
+    if not include:
+        raise NvtxInjectionUnavailable(
+            "NVTX headers (nvtx3/nvToolsExt.h) not found: install the CUDA toolkit headers "
+            "(apt-get install nvidia-cuda-toolkit) or `pip install nvidia-nvtx-cu12`"
+        )
+    cc = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
+    if not cc:
+        raise NvtxInjectionUnavailable("no C compiler found (gcc / cc): apt-get install gcc")
+    digest = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()[:12]
+    folder = Path(out_dir or os.path.join(os.path.expanduser("~"), ".cache", "max_profile"))
+    folder.mkdir(parents=True, exist_ok=True)
+    lib = folder / f"libmax_profile_nvtx-{digest}.so"
+    if lib.exists():
+        return str(lib)
+    tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+    cmd = [cc, "-shared", "-fPIC", "-O2", f"-I{include[0]}", "-o", str(tmp), str(_SOURCE), "-lpthread"]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise NvtxInjectionUnavailable(f"building the NVTX injection library failed: {res.stderr.strip()[:400]}")
+    os.replace(tmp, lib)
+    return str(lib)
+
+
+def injection_env(log_path: str, lib: str | None = None, profiling: str = "on") -> dict[str, str]:
+    """Environment variables that make a new process log its NVTX ranges to ``log_path``."""
+    return {
+        "NVTX_INJECTION64_PATH": lib or build_injection_library(),
+        "MAX_PROFILE_NVTX_LOG": log_path,
+        "MODULAR_ENABLE_PROFILING": profiling,
+    }
+
+
+def flush_in_process() -> None:
+    """Flush this process's log buffer when the injection library is loaded here."""
+    lib = os.environ.get("NVTX_INJECTION64_PATH", "")
+    if "libmax_profile_nvtx" not in lib:
+        return
+    try:
+        ctypes.CDLL(lib).max_profile_nvtx_flush()
+    except (OSError, AttributeError):
+        pass
+
+
+@dataclass
+class NvtxRange:
+    name: str
+    domain: str
+    start_ns: int
+    end_ns: int
+    tid: int
+    depth: int
+
+
+@dataclass
+class NvtxLog:
+    ranges: list[NvtxRange] = field(default_factory=list)
+    marks: int = 0
+    unclosed: int = 0
+
+    def phase_ranges(self) -> list[PhaseRange]:
+        """Our phase ranges (domain ``max_profile``), plus MAX's scheduler ranges when serving."""
+        out = []
+        for r in self.ranges:
+            if r.domain == "max_profile" or r.name.startswith("_schedule("):
+                out.append(PhaseRange(name=r.name, start_ns=r.start_ns, end_ns=r.end_ns, tid=r.tid, domain=r.domain))
+        return out
+
+    def op_records(self) -> list[KernelRecord]:
+        """MAX's op ranges as kernel-like records (host execution time of each op)."""
+        out = []
+        for r in self.ranges:
+            if r.domain != "-" or r.name in PYTHON_SPANS or r.name.startswith(_NON_OP_PREFIXES):
+                continue
+            out.append(KernelRecord(name=r.name, start_ns=r.start_ns, end_ns=r.end_ns, device=-1, launch_tid=r.tid, launch_ns=r.start_ns))
+        out.sort(key=lambda k: k.start_ns)
+        return out
+
+    def names(self) -> dict[str, int]:
+        counts: dict[str, int] = defaultdict(int)
+        for r in self.ranges:
+            counts[f"{r.domain}:{r.name}" if r.domain != "-" else r.name] += 1
+        return dict(counts)
+
+
+def read_nvtx_log(path: str | os.PathLike[str]) -> NvtxLog:
+    """Parse the injection library's log; pairs START/END by id and PUSH/POP per thread and domain."""
+    flush_in_process()
+    log = NvtxLog()
+    open_by_id: dict[int, tuple[int, int, str, str]] = {}
+    stacks: dict[tuple[int, str], list[tuple[int, str]]] = defaultdict(list)
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
+            head, _, message = line.rstrip("\n").partition("\t")
+            parts = head.split(" ")
+            if len(parts) != 5:
+                if not line.strip():
+                    continue
+                raise ValueError(f"{path}:{lineno}: not a max_profile NVTX log line: {line[:80]!r}")
+            t, tid, kind, rid, domain = int(parts[0]), int(parts[1]), parts[2], int(parts[3]), parts[4]
+            if kind == "PUSH":
+                stacks[(tid, domain)].append((t, message))
+            elif kind == "POP":
+                st = stacks[(tid, domain)]
+                if st:
+                    start, name = st.pop()
+                    log.ranges.append(NvtxRange(name, domain, start, t, tid, len(st)))
+            elif kind == "START":
+                open_by_id[rid] = (t, tid, message, domain)
+            elif kind == "END":
+                opened = open_by_id.pop(rid, None)
+                if opened:
+                    log.ranges.append(NvtxRange(opened[2], opened[3], opened[0], t, opened[1], 0))
+            elif kind == "MARK":
+                log.marks += 1
+    log.unclosed = len(open_by_id) + sum(len(s) for s in stacks.values())
+    log.ranges.sort(key=lambda r: r.start_ns)
+    return log

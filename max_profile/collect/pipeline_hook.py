@@ -1,0 +1,162 @@
+"""In-process hook on a MAX text-generation pipeline: one :class:`Step` per ``execute`` call.
+
+MAX runs every prefill and decode batch through ``pipeline.execute(inputs)``
+(``TextGenerationPipeline`` on CPU, ``OverlapTextGenerationPipeline`` on GPUs). The hook
+shadows ``execute`` with an instance attribute and removes it on exit, so the pipeline is
+restored exactly, also when the profiled body raises.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from max_profile.collect.markers import NullMarker, PhaseMarker
+from max_profile.model import Phase, Step
+
+_ACTIVE_ATTR = "_max_profile_hook"
+_MISSING = object()
+
+
+class ProfileTargetError(TypeError):
+    """The object handed to ``profile()`` is not a MAX text-generation pipeline."""
+
+
+def resolve_pipeline(target: Any) -> Any:
+    """Return the pipeline object whose ``execute`` runs each step.
+
+    Accepts a ``TextGenerationPipeline`` / ``OverlapTextGenerationPipeline`` (anything whose
+    ``execute`` takes ``TextGenerationInputs``), or ``AutoModel`` / ``AutoPipeline`` objects
+    (their ``.pipeline``, or ``.model.pipeline``).
+    """
+    seen: list[str] = []
+    obj = target
+    for _ in range(3):
+        if obj is None:
+            break
+        seen.append(type(obj).__name__)
+        if _looks_like_pipeline(obj):
+            return obj
+        nxt = getattr(obj, "pipeline", None)
+        if nxt is None and hasattr(obj, "model"):
+            nxt = getattr(obj.model, "pipeline", None)
+        obj = nxt
+    raise ProfileTargetError(
+        f"profile() needs a MAX text-generation pipeline (TextGenerationPipeline, "
+        f"OverlapTextGenerationPipeline, AutoModel or AutoPipeline); got {type(target).__name__}"
+        + (f" (looked through {' -> '.join(seen)})" if len(seen) > 1 else "")
+    )
+
+
+def _looks_like_pipeline(obj: Any) -> bool:
+    cls_names = {c.__name__ for c in type(obj).__mro__}
+    return bool(cls_names & {"TextGenerationPipeline", "OverlapTextGenerationPipeline", "TextGenerationPipelineInterface"})
+
+
+def classify(inputs: Any) -> tuple[Phase, int, int, int | None]:
+    """(phase, batch size, input tokens, context tokens) of a ``TextGenerationInputs``.
+
+    MAX sets ``batch_type`` CE ("context encoding") when any request has generated nothing
+    yet, TG ("token generation") otherwise. A CE batch that also carries requests already
+    decoding (in-flight batching) is ``mixed``.
+    """
+    flat = list(getattr(inputs, "flat_batch", []) or [])
+    batch_size = len(flat)
+    input_tokens = int(getattr(inputs, "input_tokens", -1))
+    context_tokens = getattr(inputs, "context_tokens", None)
+    batch_type = getattr(getattr(inputs, "batch_type", None), "value", None)
+    if batch_size == 0:
+        return "unknown", 0, max(input_tokens, 0), context_tokens
+    if batch_type == "TG":
+        return "decode", batch_size, input_tokens, context_tokens
+    if batch_type == "CE":
+        decoding = 0
+        for ctx in flat:
+            tokens = getattr(ctx, "tokens", None)
+            if tokens is not None and getattr(tokens, "generated_length", 0) > 0:
+                decoding += 1
+        return ("mixed" if decoding else "prefill"), batch_size, input_tokens, context_tokens
+    return "unknown", batch_size, input_tokens, context_tokens
+
+
+class PipelineHook:
+    """Wraps ``pipeline.execute``; collects :class:`Step` records while installed."""
+
+    def __init__(
+        self,
+        pipeline: Any,
+        marker: PhaseMarker | None = None,
+        on_step: Callable[[Step], None] | None = None,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        self.pipeline = pipeline
+        self.marker = marker or NullMarker()
+        self.steps: list[Step] = []
+        self._on_step = on_step
+        self._clock = clock
+        self._previous: Any = _MISSING
+        self._lock = threading.Lock()
+        self._thread: int | None = None
+
+    def install(self) -> None:
+        if getattr(self.pipeline, _ACTIVE_ATTR, None) is not None:
+            raise RuntimeError(
+                "this pipeline is already being profiled: profile() cannot be nested or used from two "
+                "threads on one pipeline; leave the first `with profile(...)` block first"
+            )
+        if "execute" not in dir(self.pipeline):
+            raise ProfileTargetError(f"{type(self.pipeline).__name__} has no execute() to hook")
+        self._previous = self.pipeline.__dict__.get("execute", _MISSING)
+        original = self.pipeline.execute
+        hook = self
+
+        def execute(inputs: Any) -> Any:
+            return hook._run_step(original, inputs)
+
+        execute.__wrapped__ = original  # type: ignore[attr-defined]
+        setattr(self.pipeline, _ACTIVE_ATTR, self)
+        self.pipeline.execute = execute
+
+    def uninstall(self) -> None:
+        try:
+            if self._previous is _MISSING:
+                self.pipeline.__dict__.pop("execute", None)
+            else:
+                self.pipeline.execute = self._previous
+        finally:
+            self.pipeline.__dict__.pop(_ACTIVE_ATTR, None)
+
+    def _run_step(self, original: Callable[[Any], Any], inputs: Any) -> Any:
+        phase, batch_size, input_tokens, context_tokens = classify(inputs)
+        label = phase if batch_size else "drain"
+        tid = threading.get_ident()
+        if self._thread is None:
+            self._thread = tid
+        self.marker.push(label)
+        start = self._clock()
+        try:
+            outputs = original(inputs)
+        finally:
+            end = self._clock()
+            self.marker.pop()
+        produced = 0
+        if isinstance(outputs, dict):
+            for out in outputs.values():
+                produced += len(getattr(out, "tokens", ()) or ())
+        step = Step(
+            index=len(self.steps),
+            phase=phase,
+            batch_size=batch_size,
+            input_tokens=input_tokens,
+            context_tokens=context_tokens,
+            start_ns=start,
+            end_ns=end,
+            output_tokens=produced,
+        )
+        with self._lock:
+            self.steps.append(step)
+        if self._on_step is not None:
+            self._on_step(step)
+        return outputs

@@ -1,0 +1,242 @@
+"""Text rendering of a :class:`Report` with ``rich`` (terminal tables; plain text when piped)."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from max_profile.model import (
+    FamilyRow,
+    KernelAnalysis,
+    KernelBreakdown,
+    KernelRow,
+    PreflightResult,
+    Report,
+    StepSummary,
+    Unavailable,
+    UtilizationSection,
+)
+
+_SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "green"}
+
+
+def _na(reason: str) -> Text:
+    return Text(f"not available: {reason}", style="dim")
+
+
+def _f(v: float | int | None, fmt: str = ".2f", unit: str = "") -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:{fmt}}{unit}"
+
+
+def environment_section(report: Report) -> RenderableType:
+    env = report.environment
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("vendor", f"{env.vendor} ({env.vendor_reason})")
+    for g in env.gpus:
+        mem = f"{g.memory_total_bytes / 2**30:.1f} GiB" if g.memory_total_bytes else "?"
+        t.add_row(g.key, f"{g.name or '?'}, {mem}, max SM clock {_f(g.max_sm_clock_mhz, 'd', ' MHz')}")
+    if env.driver_version:
+        t.add_row("driver", env.driver_version)
+    t.add_row("MAX", env.max_version or "not installed")
+    c = report.capture
+    t.add_row("target", c.target + (f"  model {c.model_path}" if c.model_path else "") + (f"  devices {c.devices}" if c.devices else ""))
+    t.add_row("profiling", f"MODULAR_ENABLE_PROFILING={c.profiling_mode or 'off'}, phase markers {c.phase_markers or 'none'}, device graphs {c.device_graph_capture}")
+    for tool in env.tools:
+        state = f"{tool.path} ({tool.version})" if tool.path else "missing"
+        if tool.problem:
+            state += f" — {tool.problem}"
+        t.add_row(tool.name, state)
+        if tool.install_hint and not tool.path:
+            t.add_row("", Text(f"install: {tool.install_hint}", style="dim"))
+    for w in env.warnings:
+        t.add_row("warning", Text(w, style="yellow"))
+    return Panel(t, title="Environment", title_align="left")
+
+
+def steps_section(report: Report) -> RenderableType:
+    s = report.step_summary
+    if isinstance(s, Unavailable):
+        return Panel(_na(s.reason), title="Steps", title_align="left")
+    if not isinstance(s, StepSummary):
+        return Panel(_na("no steps recorded"), title="Steps", title_align="left")
+    t = Table(box=None)
+    for col in ("phase", "steps", "p50 ms", "p90 ms", "max ms", "total ms", "tokens"):
+        t.add_column(col, justify="right" if col != "phase" else "left")
+    for p in s.phases:
+        t.add_row(p.phase, str(p.steps), _f(p.p50_ms, ".3f"), _f(p.p90_ms, ".3f"), _f(p.max_ms, ".3f"), _f(p.total_ms, ".1f"), str(p.tokens))
+    head = Text(f"TTFT {_f(s.ttft_ms, '.2f', ' ms')}   decode {_f(s.decode_tokens_per_s, '.1f', ' tok/s')}   steps {s.steps}")
+    if s.decode_step_growth_ms_per_100_ctx is not None:
+        head.append(f"   decode step growth {s.decode_step_growth_ms_per_100_ctx:+.4f} ms / 100 ctx tokens")
+    return Panel(Group(head, t), title="Steps (host)", title_align="left")
+
+
+def utilization_section(report: Report) -> RenderableType:
+    u = report.utilization
+    if isinstance(u, Unavailable) or u is None:
+        return Panel(_na(u.reason if u else "not measured"), title="GPU utilization", title_align="left")
+    assert isinstance(u, UtilizationSection)
+    t = Table(box=None)
+    for col in ("gpu", "samples", "util peak %", "util mean %", "SM activity %", "mem peak", "mem % total", "SM clock mean/max MHz", "HW throttle"):
+        t.add_column(col, justify="right" if col not in ("gpu", "HW throttle") else "left")
+    for g in u.gpus:
+        mem = f"{g.peak_memory_bytes / 2**30:.2f} GiB" if g.peak_memory_bytes is not None else "n/a"
+        t.add_row(
+            g.gpu,
+            str(g.samples),
+            _f(g.peak_utilization_pct, ".0f"),
+            _f(g.mean_utilization_pct, ".1f"),
+            _f(g.mean_sm_activity_pct, ".1f"),
+            mem,
+            _f(g.peak_memory_pct, ".1f"),
+            f"{_f(g.mean_sm_clock_mhz, '.0f')}/{_f(g.max_sm_clock_mhz, 'd')}",
+            ", ".join(g.hardware_throttle_reasons) or "none",
+        )
+    note = Text(f"{u.source}, every {u.interval_s:g} s; NVML utilization = time some kernel ran, not how much of the GPU it used", style="dim")
+    return Panel(Group(t, note), title="GPU utilization (steps' window)", title_align="left")
+
+
+def _family_table(rows: list[FamilyRow], title: str) -> Table:
+    t = Table(title=title, box=None, title_justify="left")
+    for col in ("family", "kernels", "ms", "share %"):
+        t.add_column(col, justify="left" if col == "family" else "right")
+    for r in rows:
+        t.add_row(r.family, str(r.kernels), _f(r.total_ms, ".3f"), _f(r.share_pct, ".1f"))
+    return t
+
+
+def _kernel_table(rows: list[KernelRow], title: str) -> Table:
+    t = Table(title=title, box=None, title_justify="left")
+    for col in ("kernel", "family", "count", "ms", "mean µs", "share %"):
+        t.add_column(col, justify="left" if col in ("kernel", "family") else "right", overflow="fold")
+    for r in rows:
+        t.add_row(r.name[:90], r.family, str(r.count), _f(r.total_ms, ".3f"), _f(r.mean_us, ".2f"), _f(r.share_pct, ".1f"))
+    return t
+
+
+def kernels_section(report: Report) -> RenderableType | None:
+    k = report.kernels
+    if k is None:
+        return None
+    if isinstance(k, Unavailable):
+        return Panel(_na(k.reason), title="Kernels", title_align="left")
+    assert isinstance(k, KernelBreakdown)
+    parts: list[RenderableType] = [
+        Text(f"{k.kernels} kernels, {k.kernel_ms:.3f} ms of kernel time, source {k.source}, attribution {k.attribution}")
+    ]
+    if k.unreliable:
+        parts.append(Text(f"UNRELIABLE: {k.unreliable}", style="bold yellow"))
+    if k.phases:
+        pt = Table(box=None)
+        for col in ("phase", "steps", "kernels", "kernel ms", "wall ms", "GPU busy %", "kernels/step", "kernel ms/step", "kernel µs/token"):
+            pt.add_column(col, justify="left" if col == "phase" else "right")
+        for p in k.phases:
+            pt.add_row(p.phase, str(p.steps), str(p.kernels), _f(p.kernel_ms, ".3f"), _f(p.wall_ms, ".3f"), _f(p.gpu_busy_pct, ".1f"),
+                       _f(p.kernels_per_step, ".1f"), _f(p.kernel_ms_per_step, ".4f"), _f(p.kernel_us_per_token, ".2f"))
+        parts.append(pt)
+    parts.append(_family_table(k.families, "Families (all phases)"))
+    for p in k.phases:
+        parts.append(_family_table(p.families, f"Families — {p.phase}"))
+    parts.append(_kernel_table(k.top_kernels, "Top kernels (all phases)"))
+    for p in k.phases:
+        if p.phase == "decode":
+            parts.append(_kernel_table(p.top_kernels, "Top kernels — decode"))
+    if k.unknown_kernel_names:
+        parts.append(Text("unclassified (family 'other'): " + ", ".join(k.unknown_kernel_names[:10]), style="dim"))
+    return Panel(Group(*parts), title="Where the time goes", title_align="left")
+
+
+def analyses_section(analyses: list[KernelAnalysis]) -> RenderableType | None:
+    if not analyses:
+        return None
+    parts: list[RenderableType] = []
+    for a in analyses:
+        t = Table.grid(padding=(0, 2))
+        t.add_column(style="bold")
+        t.add_column()
+        t.add_row("kernel", f"{a.kernel_name[:100]} (launch {a.launch_id}, grid {a.grid_size}, block {a.block_size})")
+        t.add_row("bound", a.bound or "n/a")
+        t.add_row("duration", _f(a.duration_ns / 1e3 if a.duration_ns is not None else None, ".2f", " µs"))
+        t.add_row("SOL", f"compute {_f(a.compute_throughput_pct, '.1f', '%')}, memory {_f(a.memory_throughput_pct, '.1f', '%')}, DRAM {_f(a.dram_throughput_pct, '.1f', '%')}")
+        t.add_row("DRAM", _f(a.dram_bytes_per_s / 1e9 if a.dram_bytes_per_s else None, ".1f", " GB/s"))
+        t.add_row("occupancy", f"achieved {_f(a.achieved_occupancy_pct, '.1f', '%')} of theoretical {_f(a.theoretical_occupancy_pct, '.1f', '%')}, limiter {a.occupancy_limiter or 'n/a'}, {_f(a.registers_per_thread, '.0f')} regs/thread")
+        if a.achieved_flop_per_s is not None:
+            t.add_row("roofline", f"{a.achieved_flop_per_s / 1e12:.2f} TFLOP/s, intensity {_f(a.arithmetic_intensity, '.2f')} FLOP/byte")
+        for s in a.stalls[:3]:
+            t.add_row("stall", f"{s.reason}: {s.cycles_per_instruction:.2f} cycles/instr — {s.meaning}")
+        for r in a.ncu_rules[:4]:
+            t.add_row("ncu", Text(r[:200], style="dim"))
+        parts.append(t)
+    return Panel(Group(*parts), title="Kernel deep dive (Nsight Compute)", title_align="left")
+
+
+def preflight_section(results: list[PreflightResult]) -> RenderableType | None:
+    if not results:
+        return None
+    parts: list[RenderableType] = []
+    for r in results:
+        parts.append(Text(f"{r.spec}  (MAX {r.max_version or '?'}, {r.duration_s:.1f} s)  architectures: {', '.join(r.architectures) or 'none'}", style="bold"))
+        for c in r.checks:
+            mark = "ok " if c.ok else {"error": "ERR", "warning": "WARN", "info": "info"}[c.severity]
+            style = "green" if c.ok else _SEV_STYLE[c.severity]
+            line = Text(f" {mark} ", style=style)
+            line.append(f"{c.message}" + (f"  [{c.where}]" if c.where else ""))
+            parts.append(line)
+            if c.fix and not c.ok:
+                parts.append(Text(f"      fix: {c.fix}", style="dim"))
+    return Panel(Group(*parts), title="Custom architecture preflight", title_align="left")
+
+
+def findings_section(report: Report) -> RenderableType:
+    parts: list[RenderableType] = []
+    if not report.findings:
+        parts.append(Text("no findings", style="dim"))
+    for f in report.findings:
+        line = Text(f"[{f.severity}] ", style=_SEV_STYLE[f.severity])
+        line.append(f"{f.title}", style="bold")
+        line.append(f"  ({f.id}, confidence {f.confidence:.0%})", style="dim")
+        parts.append(line)
+        ev = ", ".join(f"{k}={v}" for k, v in f.evidence.items())
+        parts.append(Text(f"    evidence: {ev}", style="dim"))
+        if f.next_step:
+            parts.append(Text(f"    next: {f.next_step}"))
+    verdict = Text("Next measurement: ", style="bold")
+    verdict.append(report.next_measurement or "none — the question is answered at this level")
+    parts.append(verdict)
+    return Panel(Group(*parts), title="Findings", title_align="left")
+
+
+def render_renderables(report: Report) -> list[RenderableType]:
+    sections: list[RenderableType | None] = [
+        environment_section(report),
+        preflight_section(report.preflight),
+        steps_section(report),
+        utilization_section(report),
+        kernels_section(report),
+        analyses_section(report.kernel_analyses),
+        findings_section(report),
+    ]
+    if report.artifacts:
+        sections.append(Panel(Text("\n".join(report.artifacts)), title="Artifacts", title_align="left"))
+    return [s for s in sections if s is not None]
+
+
+def render_text(report: Report, width: int = 120, color: bool = False) -> str:
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=color, color_system="auto" if color else None, highlight=False)
+    for r in render_renderables(report):
+        console.print(r)
+    return buf.getvalue()
+
+
+def print_report(report: Report, console: Console | None = None) -> None:
+    console = console or Console(highlight=False)
+    for r in render_renderables(report):
+        console.print(r)

@@ -1,0 +1,174 @@
+"""Load a local model with MAX the way ``max generate`` does, and drive generations.
+
+This is the workload side of ``max-profile demo`` / ``run``: a pipeline from
+``PIPELINE_REGISTRY`` (an ``OverlapTextGenerationPipeline`` on GPUs by default, as in
+``max generate``), a context per prompt, ``GenerateIterator`` steps. Greedy sampling with
+``ignore_eos`` so a run always makes exactly ``max_new_tokens`` tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+Progress = Callable[[str], None]
+
+
+class RunnerError(RuntimeError):
+    """A model could not be loaded or run; the message says why and what to do."""
+
+
+@dataclass
+class LoadedModel:
+    pipeline: Any
+    tokenizer: Any
+    config: Any
+    device_graph_capture: bool
+    model_path: str
+    devices: str
+
+    def close(self) -> None:
+        release = getattr(self.pipeline, "release", None)
+        if callable(release):
+            try:
+                release()
+            except Exception:  # noqa: BLE001 - best effort cleanup
+                pass
+
+
+def load_model(
+    model_path: str,
+    *,
+    devices: str = "cpu",
+    max_length: int | None = None,
+    max_batch_size: int = 1,
+    custom_architectures: Sequence[str] = (),
+    quantization_encoding: str | None = None,
+    device_graph_capture: bool = False,
+    gpu_profiling: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> LoadedModel:
+    """Compile (or load from the compile cache) and return a ready pipeline."""
+    from max_profile.tinymodel import is_model_folder
+
+    problem = is_model_folder(model_path)
+    if problem:
+        raise RunnerError(problem)
+    try:
+        from max.pipelines import PIPELINE_REGISTRY
+        from max.pipelines.lib import PipelineArgs, PipelineConfig
+    except ImportError as exc:
+        raise RunnerError(f"MAX pipelines are not importable ({exc}); install them: pip install 'max[serve]==26.7.*'") from exc
+
+    kwargs: dict[str, Any] = {
+        "model_path": model_path,
+        "device_specs": _device_specs(devices),
+        "max_batch_size": max_batch_size,
+        "device_graph_capture": device_graph_capture,
+    }
+    if max_length is not None:
+        kwargs["max_length"] = max_length
+    if custom_architectures:
+        kwargs["custom_architectures"] = list(custom_architectures)
+    if quantization_encoding:
+        kwargs["quantization_encoding"] = quantization_encoding
+    if gpu_profiling:
+        kwargs["gpu_profiling"] = gpu_profiling
+    kwargs.update(extra or {})
+    try:
+        config = PipelineConfig.from_args(PipelineArgs.from_flat_kwargs(**kwargs))
+        retrieved = PIPELINE_REGISTRY.retrieve_factory(config)
+        pipeline = retrieved.factory()
+    except Exception as exc:  # MAX raises ValueError / RuntimeError / pydantic errors
+        raise RunnerError(_explain_load_error(exc, model_path, devices)) from exc
+    return LoadedModel(pipeline, retrieved.tokenizer, config, device_graph_capture, model_path, devices)
+
+
+def _device_specs(devices: str) -> Any:
+    from max.driver import DeviceSpec
+
+    text = devices.strip().lower()
+    if text == "cpu":
+        return [DeviceSpec.cpu()]
+    if text in ("gpu", "gpu:0"):
+        return [DeviceSpec.accelerator(0)]
+    if text.startswith("gpu:"):
+        ids = text[4:]
+        if ids == "all":
+            from max.driver import accelerator_count
+
+            return [DeviceSpec.accelerator(i) for i in range(accelerator_count())]
+        try:
+            return [DeviceSpec.accelerator(int(i)) for i in ids.split(",")]
+        except ValueError:
+            pass
+    raise RunnerError(f"unsupported --devices {devices!r}: use cpu, gpu, gpu:N, gpu:N,M or gpu:all")
+
+
+def _explain_load_error(exc: BaseException, model_path: str, devices: str) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if "No architecture found" in text:
+        return f"{first} — the model's config.json names an architecture MAX does not know; pass --custom-architectures DIR"
+    if "bfloat16" in text and "cpu" in text.lower():
+        return f"{first} — bfloat16 runs only on GPUs in MAX; use float32 weights on the CPU"
+    if "accelerator" in text.lower() or "No GPU" in text or "CUDA" in text:
+        return f"cannot use devices {devices!r}: {first}"
+    return f"could not load {model_path!r} on {devices}: {first}"
+
+
+def make_request(prompt: str, max_new_tokens: int, *, use_chat_template: bool = True) -> Any:
+    from max.pipelines.context import SamplingParams
+    from max.pipelines.modeling.types import (
+        RequestID,
+        TextContentPart,
+        TextGenerationRequest,
+        TextGenerationRequestMessage,
+    )
+
+    params = SamplingParams(top_k=1, max_new_tokens=max_new_tokens, ignore_eos=True)
+    if use_chat_template:
+        return TextGenerationRequest(
+            request_id=RequestID(),
+            messages=[TextGenerationRequestMessage(role="user", content=[TextContentPart(text=prompt)])],
+            model_name="model",
+            sampling_params=params,
+        )
+    return TextGenerationRequest(request_id=RequestID(), prompt=prompt, model_name="model", sampling_params=params)
+
+
+def generate(model: LoadedModel, prompts: Sequence[str], max_new_tokens: int) -> list[list[int]]:
+    """Run one batch of prompts to ``max_new_tokens`` tokens each; returns the token ids."""
+    from max.pipelines.lib.generate import GenerateIterator
+
+    has_template = bool(getattr(getattr(model.tokenizer, "delegate", None), "chat_template", None))
+
+    async def contexts() -> list[Any]:
+        return [
+            await model.tokenizer.new_context(make_request(p, max_new_tokens, use_chat_template=has_template))
+            for p in prompts
+        ]
+
+    ctxs = asyncio.run(contexts())
+    produced: list[list[int]] = [[] for _ in prompts]
+    with GenerateIterator.from_contexts(model.pipeline, ctxs, caller="max-profile") as batch:
+        while not batch.done:
+            for row, tokens in batch.step().items():
+                produced[row].extend(tokens)
+    return produced
+
+
+def prompt_length(model: LoadedModel, prompt: str) -> int:
+    """Tokens in the prompt after the chat template (what prefill processes)."""
+    has_template = bool(getattr(getattr(model.tokenizer, "delegate", None), "chat_template", None))
+
+    async def build() -> Any:
+        return await model.tokenizer.new_context(make_request(prompt, 1, use_chat_template=has_template))
+
+    ctx = asyncio.run(build())
+    return int(len(ctx.tokens))

@@ -1,0 +1,238 @@
+"""Build a random-weight Llama-architecture model in Hugging Face format, fully offline.
+
+No hub and no torch: the safetensors file is written by hand (header + raw bytes; bf16 by
+truncating float32), the tokenizer is a byte-level BPE trained locally with ``tokenizers``.
+MAX runs float32 on the CPU and bfloat16 on GPUs (bf16 is GPU-only in MAX 26.7).
+
+CLI: ``max-profile make-model DIR [--dtype float32|bfloat16] [--hidden 64] [--layers 2]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+Dtype = Literal["float32", "bfloat16"]
+
+PASS_THROUGH_CHAT_TEMPLATE = '{% for m in messages %}{{ m["content"] }}{% endfor %}'
+"""A chat template that sends the messages' text unchanged (for base models without one)."""
+
+DEFAULT_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|begin_of_text|>{{ m['role'] }}: {{ m['content'] }}<|eot_id|>"
+    "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+_TRAINING_TEXT = (
+    "hello world. the quick brown fox jumps over the lazy dog. MAX runs models on cpu and gpu. "
+    "profile prefill and decode phases. user assistant system message hello again world. "
+    "kernels attention matmul norm rope sampling tokens per second latency throughput. "
+) * 50
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Shape of the generated Llama model. The defaults are the CPU test shape."""
+
+    hidden: int = 64
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int | None = None
+    vocab: int = 320
+    max_positions: int = 2048
+    extra_config: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def intermediate_size(self) -> int:
+        return self.intermediate if self.intermediate is not None else 2 * self.hidden
+
+    def parameter_count(self, vocab: int) -> int:
+        h, i, hd = self.hidden, self.intermediate_size, self.head_dim
+        per_layer = h * self.heads * hd + 2 * h * self.kv_heads * hd + self.heads * hd * h + 3 * h * i + 2 * h
+        return 2 * vocab * h + h + self.layers * per_layer
+
+
+def _bf16_bytes(a: np.ndarray) -> bytes:
+    """Round-to-nearest-even float32 -> bfloat16, as raw little-endian bytes."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16).tobytes()
+
+
+TensorSpec = tuple[tuple[int, ...], Callable[[], np.ndarray]]
+
+
+def write_safetensors(path: Path, tensors: dict[str, TensorSpec], dtype: Dtype) -> None:
+    """Write tensors as a safetensors file (8-byte header length, JSON header, raw data).
+
+    Each tensor is (shape, make) and is generated only when written, so a multi-GB model never
+    sits in memory at once.
+    """
+    st_dtype = "BF16" if dtype == "bfloat16" else "F32"
+    itemsize = 2 if dtype == "bfloat16" else 4
+    header: dict[str, object] = {}
+    offset = 0
+    for name, (shape, _) in tensors.items():
+        nbytes = int(np.prod(shape)) * itemsize
+        header[name] = {"dtype": st_dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    header["__metadata__"] = {"format": "pt"}
+    raw = json.dumps(header).encode()
+    raw += b" " * ((8 - len(raw) % 8) % 8)
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)))
+        fh.write(raw)
+        for shape, make in tensors.values():
+            a = np.ascontiguousarray(make(), dtype=np.float32).reshape(shape)
+            fh.write(_bf16_bytes(a) if dtype == "bfloat16" else a.tobytes())
+
+
+def _train_tokenizer(out: Path, vocab_target: int, chat_template: str | None) -> tuple[int, dict[str, int]]:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # type: ignore[assignment]
+    tok.decoder = decoders.ByteLevel()  # type: ignore[assignment]
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|pad|>"]
+    trainer = trainers.BpeTrainer(  # type: ignore[call-arg]
+        vocab_size=vocab_target,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([_TRAINING_TEXT], trainer)
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.TemplateProcessing(  # type: ignore[assignment]
+        single="<|begin_of_text|> $A",
+        pair="<|begin_of_text|> $A $B",
+        special_tokens=[("<|begin_of_text|>", bos)],
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", pad_token="<|pad|>"
+    )
+    if chat_template:
+        fast.chat_template = chat_template
+    fast.save_pretrained(str(out))
+    ids = {s: int(tok.token_to_id(s)) for s in specials}
+    return int(tok.get_vocab_size()), ids
+
+
+def build_tiny_llama(
+    out: str | os.PathLike[str],
+    *,
+    dtype: Dtype = "float32",
+    shape: ModelShape | None = None,
+    architecture: str = "LlamaForCausalLM",
+    chat_template: str | None = DEFAULT_CHAT_TEMPLATE,
+    seed: int = 0,
+) -> Path:
+    """Write a random-weight Llama model to ``out`` and return the folder.
+
+    Files: config.json, generation_config.json, model.safetensors, tokenizer files and, when
+    ``chat_template`` is given, chat_template.jinja (transformers 5 layout).
+    """
+    shape = shape or ModelShape()
+    if shape.hidden % shape.heads or shape.heads % shape.kv_heads:
+        raise ValueError(
+            f"hidden ({shape.hidden}) must divide by heads ({shape.heads}) and heads by kv_heads ({shape.kv_heads})"
+        )
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    vocab, ids = _train_tokenizer(path, shape.vocab, chat_template)
+    h, hd, inter = shape.hidden, shape.head_dim, shape.intermediate_size
+    config: dict[str, object] = {
+        "architectures": [architecture],
+        "model_type": "llama",
+        "hidden_size": h,
+        "intermediate_size": inter,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": hd,
+        "vocab_size": vocab,
+        "max_position_embeddings": shape.max_positions,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "bos_token_id": ids["<|begin_of_text|>"],
+        "eos_token_id": ids["<|eot_id|>"],
+        "pad_token_id": ids["<|pad|>"],
+        "torch_dtype": dtype,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "initializer_range": 0.02,
+        **shape.extra_config,
+    }
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    gen = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    (path / "generation_config.json").write_text(json.dumps(gen, indent=2))
+
+    rng = np.random.default_rng(seed)
+    # Small models get fully random weights; big ones tile one random block (values do not
+    # matter for profiling, and drawing billions of normals would take minutes).
+    block = (rng.standard_normal(1 << 20, dtype=np.float32) * 0.02).astype(np.float32)
+
+    def rand(*dims: int) -> TensorSpec:
+        n = int(np.prod(dims))
+        if n <= block.size:
+            return dims, lambda: block[:n].copy()
+        return dims, lambda: np.resize(block, n)
+
+    def ones(n: int) -> TensorSpec:
+        return (n,), lambda: np.ones(n, np.float32)
+
+    tensors: dict[str, TensorSpec] = {
+        "model.embed_tokens.weight": rand(vocab, h),
+        "model.norm.weight": ones(h),
+        "lm_head.weight": rand(vocab, h),
+    }
+    for i in range(shape.layers):
+        p = f"model.layers.{i}."
+        tensors[p + "self_attn.q_proj.weight"] = rand(shape.heads * hd, h)
+        tensors[p + "self_attn.k_proj.weight"] = rand(shape.kv_heads * hd, h)
+        tensors[p + "self_attn.v_proj.weight"] = rand(shape.kv_heads * hd, h)
+        tensors[p + "self_attn.o_proj.weight"] = rand(h, shape.heads * hd)
+        tensors[p + "mlp.gate_proj.weight"] = rand(inter, h)
+        tensors[p + "mlp.up_proj.weight"] = rand(inter, h)
+        tensors[p + "mlp.down_proj.weight"] = rand(h, inter)
+        tensors[p + "input_layernorm.weight"] = ones(h)
+        tensors[p + "post_attention_layernorm.weight"] = ones(h)
+    if shape.parameter_count(vocab) < 50_000_000:
+        fresh = np.random.default_rng(seed + 1)
+
+        def normal(dims: tuple[int, ...]) -> Callable[[], np.ndarray]:
+            return lambda: (fresh.standard_normal(dims, dtype=np.float32) * 0.02).astype(np.float32)
+
+        tensors = {name: ((dims, normal(dims)) if len(dims) == 2 else (dims, make)) for name, (dims, make) in tensors.items()}
+    write_safetensors(path / "model.safetensors", tensors, dtype)
+    (path / "max_profile_model.json").write_text(
+        json.dumps({"builder": "max_profile.tinymodel", "dtype": dtype, "shape": asdict(shape), "seed": seed})
+    )
+    return path
+
+
+def is_model_folder(path: str | os.PathLike[str]) -> str | None:
+    """Return None when ``path`` looks like a local HF model folder, else what is wrong."""
+    p = Path(path)
+    if not p.exists():
+        return f"model path {str(p)!r} does not exist"
+    if not p.is_dir():
+        return f"model path {str(p)!r} is a file, not a model folder (expected config.json and weights)"
+    if not (p / "config.json").is_file():
+        return f"{str(p)!r} is not a model folder: it has no config.json"
+    if not any(p.glob("*.safetensors")) and not any(p.glob("*.gguf")) and not any(p.glob("*.bin")):
+        return f"{str(p)!r} is not a model folder: no *.safetensors / *.gguf weights in it"
+    return None
