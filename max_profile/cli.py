@@ -107,13 +107,10 @@ def _ensure_nvtx_log_env(args: argparse.Namespace, progress: Progress) -> None:
     from max_profile.collect.nvtx_log import NvtxInjectionUnavailable, injection_env
 
     try:
-        lib_env = injection_env(str(_cache_root() / f"nvtx-{os.getpid()}.log"))
+        _cache_root().mkdir(parents=True, exist_ok=True)
+        lib_env = injection_env(str(_cache_root() / "nvtx-%p.log"))
     except NvtxInjectionUnavailable as exc:
         raise CliError(str(exc), EXIT_TOOL_MISSING) from exc
-    try:
-        os.unlink(lib_env["MAX_PROFILE_NVTX_LOG"])
-    except FileNotFoundError:
-        pass
     progress("restarting with the NVTX log library (MODULAR_ENABLE_PROFILING=on: first run of a shape recompiles)")
     env = {**os.environ, **lib_env}
     os.execve(sys.executable, [sys.executable, "-m", "max_profile", *sys.argv[1:]], env)
@@ -163,7 +160,11 @@ def _profile_generation(
             progress(f"warm-up: {args.warmup} token(s), not profiled")
             generate(model, prompts, args.warmup)
         kernels = args.kernels
-        nvtx_log = os.environ.get("MAX_PROFILE_NVTX_LOG") if kernels == "nvtx-log" else None
+        nvtx_log = None
+        if kernels == "nvtx-log" and os.environ.get("MAX_PROFILE_NVTX_LOG"):
+            from max_profile.collect.nvtx_log import log_path_for
+
+            nvtx_log = log_path_for(os.environ["MAX_PROFILE_NVTX_LOG"])
         progress(f"profiling a generation of {args.max_new_tokens} tokens (kernels: {kernels})")
         with profile(model.pipeline, kernels=kernels, sample_interval_s=args.interval, model_path=model_path,
                      devices=devices, environment=env, nvtx_log=nvtx_log) as prof:
@@ -254,9 +255,9 @@ def cmd_demo(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_kernels(args: argparse.Namespace, progress: Progress) -> int:
-    from max_profile.collect import imports
-
     if args.import_file:
+        from max_profile.collect import imports
+
         try:
             report = imports.import_trace(args.import_file)
         except imports.ImportFormatError as exc:

@@ -21,6 +21,14 @@ Severity = Literal["info", "warning", "error"]
 Vendor = Literal["nvidia", "amd", "none"]
 
 
+def _enc_hook(obj: object) -> object:
+    """numpy scalars (from analysis) encode as plain numbers."""
+    item = getattr(obj, "item", None)
+    if callable(item):
+        return item()
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
 class Unavailable(msgspec.Struct, frozen=True, tag="unavailable"):
     """A measurement that could not be taken, and why (no GPU, tool missing, graphs hid kernels...)."""
 
@@ -130,7 +138,7 @@ class PhaseStats(msgspec.Struct, frozen=True):
     """Input tokens for prefill, output tokens for decode."""
 
 
-class StepSummary(msgspec.Struct, frozen=True):
+class StepSummary(msgspec.Struct, frozen=True, tag=True):
     """What the host saw: time to first token, per-phase step times, decode throughput."""
 
     steps: int
@@ -181,7 +189,7 @@ class GpuUtilization(msgspec.Struct, frozen=True):
     mean_sm_activity_pct: float | None = None
 
 
-class UtilizationSection(msgspec.Struct, frozen=True):
+class UtilizationSection(msgspec.Struct, frozen=True, tag=True):
     source: str
     interval_s: float
     gpus: list[GpuUtilization]
@@ -254,7 +262,7 @@ class PhaseBreakdown(msgspec.Struct, frozen=True):
     top_kernels: list[KernelRow]
 
 
-class KernelBreakdown(msgspec.Struct, frozen=True):
+class KernelBreakdown(msgspec.Struct, frozen=True, tag=True):
     """Where the GPU time went: families and kernels, overall and per phase."""
 
     source: str
@@ -362,7 +370,7 @@ class Report(msgspec.Struct):
     tool_version: str = ""
 
     def to_json(self) -> bytes:
-        return msgspec.json.encode(self)
+        return msgspec.json.encode(self, enc_hook=_enc_hook)
 
     @classmethod
     def from_json(cls, data: bytes | str) -> Report:
@@ -407,7 +415,7 @@ class RawCapture(msgspec.Struct):
     schema_version: int = SCHEMA_VERSION
 
     def save(self, path: str) -> None:
-        data = msgspec.json.encode(self)
+        data = msgspec.json.encode(self, enc_hook=_enc_hook)
         if path.endswith(".gz"):
             import gzip
 

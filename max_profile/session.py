@@ -58,7 +58,11 @@ class ProfileSession:
         self.gpu_sampling = gpu_sampling
         self.model_path = model_path
         self.devices = devices
-        self.nvtx_log = nvtx_log or os.environ.get("MAX_PROFILE_NVTX_LOG")
+        if nvtx_log is None and os.environ.get("MAX_PROFILE_NVTX_LOG"):
+            from max_profile.collect.nvtx_log import log_path_for
+
+            nvtx_log = log_path_for(os.environ["MAX_PROFILE_NVTX_LOG"])
+        self.nvtx_log = nvtx_log
         marker, note = make_marker(self.environment.vendor, phase_markers)
         self.notes: list[str] = [note] if note else []
         self.hook = PipelineHook(self.pipeline, marker, on_step=on_step)

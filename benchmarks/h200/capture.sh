@@ -25,7 +25,7 @@ else
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$OUTDIR/nvidia-smi.csv" 2>&1
 step doctor python3 -m max_profile doctor --json "$OUTDIR/doctor.json"
-step make_model python3 -m max_profile make-model "$MODEL" --dtype bfloat16 "${SHAPE[@]}"
+[ -f "$MODEL/model.safetensors" ] || step make_model python3 -m max_profile make-model "$MODEL" --dtype bfloat16 "${SHAPE[@]}"
 # 1. profile() with CUPTI kernels and GPU sampling (the first run compiles: ~3.5 min)
 step run_cupti python3 -m max_profile run --model-path "$MODEL" --devices gpu --max-new-tokens 64 --kernels cupti \
   --json "$OUTDIR/run_cupti.json" --raw "$OUTDIR/run_cupti_raw.json.gz"
@@ -38,7 +38,7 @@ if [ "$MODE" = small ]; then
   cp /tmp/max-profile-nsys-*/capture.sqlite "$OUTDIR/nsys_capture.sqlite" 2>/dev/null; snap nsys_copy 0
 fi
 # 4. ncu on a decode GEMV and a decode attention kernel (few launches, replayed)
-GEN=(python3 -m max_profile run --model-path "$MODEL" --devices gpu --max-new-tokens 12 --warmup 0 --kernels off -q)
+GEN=(python3 -m max_profile -q run --model-path "$MODEL" --devices gpu --max-new-tokens 12 --warmup 0 --kernels off)
 step ncu_gemv $NCU --target-processes all --clock-control none -k regex:gemv_split_k --launch-skip 8 -c 2 --set full \
   -o "$OUTDIR/ncu_gemv" -f "${GEN[@]}"
 step ncu_mha $NCU --target-processes all --clock-control none --nvtx --nvtx-include "max_profile@decode/" -k regex:mha -c 2 --set full \

@@ -72,7 +72,7 @@ _COMPILED: tuple[tuple[str, re.Pattern[str]], ...] = tuple((f, re.compile(p)) fo
 
 _ARCH_PREFIX = re.compile(r"^(sm_?\d{2,3}[a-z]?|gfx\d{3,4}[a-z]?|mi\d{3}[a-z]?|cdna\d|hopper|blackwell|ampere)_+", re.I)
 _HASH_SUFFIX = re.compile(r"(_+[0-9a-f]{8,}|_+[A-Za-z0-9]{16,})$")
-_PARAMS = re.compile(r"\(.*\)\s*$")
+_PARAMS = re.compile(r"\((?:[^()]*(?:\*|&|\bconst\b|\bint\b|\bfloat\b|\bunsigned\b|\bchar\b|\bdouble\b|\bbool\b|\blong\b|\bsize_t\b|\bT\d\b|\bvoid\b)[^()]*)?\)\s*$")
 _TEMPLATE = re.compile(r"<[^<>]*>")
 _VOID = re.compile(r"^(void|__global__)\s+")
 
@@ -110,11 +110,22 @@ def classify_kernel(name: str) -> str:
 
 
 def _demangle_light(mangled: str) -> str:
-    """Extract the identifiers of an Itanium-mangled name (enough to classify it)."""
-    parts = re.findall(r"(\d+)([A-Za-z_][A-Za-z0-9_]*)", mangled[2:])
+    """The identifiers of an Itanium-mangled name, in order (enough to classify it).
+
+    ``_ZN2ns14rms_norm_kernelIfEEvPT_S1_i`` -> ``ns_rms_norm_kernel``.
+    """
     words = []
-    for length, rest in parts:
-        words.append(rest[: int(length)])
+    i, n = 2, len(mangled)
+    while i < n:
+        if mangled[i].isdigit():
+            j = i
+            while j < n and mangled[j].isdigit():
+                j += 1
+            length = int(mangled[i:j])
+            words.append(mangled[j : j + length])
+            i = j + length
+        else:
+            i += 1
     return "_".join(words) if words else mangled
 
 

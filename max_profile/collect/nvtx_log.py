@@ -54,6 +54,7 @@ PYTHON_SPANS: frozenset[str] = frozenset(
 )
 """MAX's Python-level spans (``Tracer`` / ``@traced``), which are not ops."""
 
+_KINDS = frozenset({"PUSH", "POP", "START", "END", "MARK"})
 _NON_OP_PREFIXES = ("max._core", "forward_pass_step_", "_schedule(", "fused_sampling_processor", "max_profile")
 
 
@@ -95,8 +96,13 @@ def build_injection_library(out_dir: str | os.PathLike[str] | None = None) -> st
     return str(lib)
 
 
+def log_path_for(template: str, pid: int | None = None) -> str:
+    """The file a process writes for a ``MAX_PROFILE_NVTX_LOG`` template (``%p`` = its pid)."""
+    return template.replace("%p", str(os.getpid() if pid is None else pid))
+
+
 def injection_env(log_path: str, lib: str | None = None, profiling: str = "on") -> dict[str, str]:
-    """Environment variables that make a new process log its NVTX ranges to ``log_path``."""
+    """Environment variables that make a new process log its NVTX ranges to ``log_path`` (``%p`` = pid)."""
     return {
         "NVTX_INJECTION64_PATH": lib or build_injection_library(),
         "MAX_PROFILE_NVTX_LOG": log_path,
@@ -130,6 +136,7 @@ class NvtxLog:
     ranges: list[NvtxRange] = field(default_factory=list)
     marks: int = 0
     unclosed: int = 0
+    malformed: int = 0
 
     def phase_ranges(self) -> list[PhaseRange]:
         """Our phase ranges (domain ``max_profile``), plus MAX's scheduler ranges when serving."""
@@ -139,13 +146,38 @@ class NvtxLog:
                 out.append(PhaseRange(name=r.name, start_ns=r.start_ns, end_ns=r.end_ns, tid=r.tid, domain=r.domain))
         return out
 
-    def op_records(self) -> list[KernelRecord]:
-        """MAX's op ranges as kernel-like records (host execution time of each op)."""
-        out = []
+    def python_threads(self) -> set[int]:
+        """Threads running Python pipeline code: those holding our phase ranges or MAX's driver spans."""
+        ours = {r.tid for r in self.ranges if r.domain == "max_profile"}
+        if ours:
+            return ours
+        counts: dict[int, int] = defaultdict(int)
         for r in self.ranges:
-            if r.domain != "-" or r.name in PYTHON_SPANS or r.name.startswith(_NON_OP_PREFIXES):
+            if r.name.startswith("max._core") or r.name in PYTHON_SPANS:
+                counts[r.tid] += 1
+        return {max(counts, key=counts.__getitem__)} if counts else set()
+
+    def op_records(self) -> list[KernelRecord]:
+        """MAX's op ranges as kernel-like records (host execution time of each op).
+
+        Ops run on MAX's runtime worker threads; their ranges nest (``matmul`` holds
+        ``matmulmo.matmul``), so only the innermost range of each nest is kept, and the
+        Python thread's spans (``execute``, ``prepare_batch``, ``max._core...``) are left out.
+        """
+        skip = self.python_threads()
+        by_tid: dict[int, list[NvtxRange]] = defaultdict(list)
+        for r in self.ranges:
+            if r.domain != "-" or r.tid in skip or r.name in PYTHON_SPANS or r.name.startswith(_NON_OP_PREFIXES):
                 continue
-            out.append(KernelRecord(name=r.name, start_ns=r.start_ns, end_ns=r.end_ns, device=-1, launch_tid=r.tid, launch_ns=r.start_ns))
+            by_tid[r.tid].append(r)
+        out = []
+        for tid, rs in by_tid.items():
+            rs.sort(key=lambda r: (r.start_ns, -r.end_ns))
+            for i, r in enumerate(rs):
+                nxt = rs[i + 1] if i + 1 < len(rs) else None
+                if nxt is not None and nxt.start_ns < r.end_ns:
+                    continue  # has a child: keep the innermost
+                out.append(KernelRecord(name=r.name, start_ns=r.start_ns, end_ns=r.end_ns, device=-1, launch_tid=tid, launch_ns=r.start_ns))
         out.sort(key=lambda k: k.start_ns)
         return out
 
@@ -166,11 +198,16 @@ def read_nvtx_log(path: str | os.PathLike[str]) -> NvtxLog:
         for lineno, line in enumerate(fh, 1):
             head, _, message = line.rstrip("\n").partition("\t")
             parts = head.split(" ")
-            if len(parts) != 5:
-                if not line.strip():
-                    continue
-                raise ValueError(f"{path}:{lineno}: not a max_profile NVTX log line: {line[:80]!r}")
-            t, tid, kind, rid, domain = int(parts[0]), int(parts[1]), parts[2], int(parts[3]), parts[4]
+            try:
+                t, tid, kind, rid, domain = int(parts[0]), int(parts[1]), parts[2], int(parts[3]), parts[4]
+                if len(parts) != 5 or kind not in _KINDS:
+                    raise ValueError
+            except (ValueError, IndexError):
+                if line.strip():
+                    log.malformed += 1
+                    if log.malformed > 100 and log.malformed > lineno // 10:
+                        raise ValueError(f"{path}:{lineno}: not a max_profile NVTX log (e.g. {line[:80]!r})") from None
+                continue
             if kind == "PUSH":
                 stacks[(tid, domain)].append((t, message))
             elif kind == "POP":

@@ -82,8 +82,18 @@ static void d_destroy(nvtxDomainHandle_t d) { (void)d; }
 static nvtxStringHandle_t d_register_a(nvtxDomainHandle_t d, const char *s) { (void)d; return (nvtxStringHandle_t)strdup(s ? s : ""); }
 
 int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable) {
-    const char *path = getenv("MAX_PROFILE_NVTX_LOG");
-    out = fopen(path ? path : "max_profile_nvtx.log", "a");
+    /* "%p" in the path becomes this process's pid: children that inherit the environment
+     * (MAX's GPU recorder, serve workers) write their own files instead of interleaving. */
+    const char *tmpl = getenv("MAX_PROFILE_NVTX_LOG");
+    char path[4096];
+    const char *src = tmpl ? tmpl : "max_profile_nvtx.%p.log";
+    size_t o = 0;
+    for (size_t i = 0; src[i] && o + 24 < sizeof path; i++) {
+        if (src[i] == '%' && src[i + 1] == 'p') { o += (size_t)snprintf(path + o, sizeof path - o, "%ld", (long)getpid()); i++; }
+        else path[o++] = src[i];
+    }
+    path[o] = 0;
+    out = fopen(path, "a");
     if (out) setvbuf(out, NULL, _IOFBF, 1 << 20);
     const NvtxExportTableCallbacks *cb = (const NvtxExportTableCallbacks *)getExportTable(NVTX_ETID_CALLBACKS);
     if (!cb) return 0;

@@ -1,0 +1,140 @@
+"""Child process of the custom-architecture preflight (run as a script; never imported by max_profile).
+
+argv: PARENT_DIR MODULE_NAME RESULT_FILE [MODEL_PATH] [PROMPT]
+Writes one JSON object per line to RESULT_FILE, flushed as it goes, so whatever the package does
+at import (loop, exit, crash, megabytes of output) the parent keeps what was learned before.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+_OUT: Any = None
+
+
+def emit(**event: Any) -> None:
+    _OUT.write(json.dumps(event) + "\n")
+    _OUT.flush()
+    os.fsync(_OUT.fileno())
+
+
+def drift_scan(pkg: Path) -> None:
+    """Every absolute ``max`` import of the package, resolved against the installed MAX (nothing of the package runs)."""
+    missing: list[dict[str, str]] = []
+    checked = 0
+    cache: dict[str, bool] = {}
+
+    def module_exists(mod: str) -> bool:
+        if mod not in cache:
+            try:
+                cache[mod] = importlib.util.find_spec(mod) is not None
+            except (ImportError, ValueError, AttributeError):
+                cache[mod] = False
+        return cache[mod]
+
+    for path in sorted(pkg.rglob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
+        except SyntaxError as exc:
+            missing.append({"what": f"syntax error: {exc.msg}", "where": f"{path.relative_to(pkg.parent)}:{exc.lineno}"})
+            continue
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(pkg.parent)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name == "max" or alias.name.startswith("max."):
+                        checked += 1
+                        if not module_exists(alias.name):
+                            missing.append({"what": f"module {alias.name!r}", "where": where})
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (node.module == "max" or node.module.startswith("max.")):
+                checked += 1
+                if not module_exists(node.module):
+                    missing.append({"what": f"module {node.module!r}", "where": where})
+                    continue
+                try:
+                    mod = importlib.import_module(node.module)
+                except Exception as exc:  # noqa: BLE001 - MAX's own module failing to import
+                    missing.append({"what": f"module {node.module!r} ({type(exc).__name__}: {exc})", "where": where})
+                    continue
+                for alias in node.names:
+                    if alias.name == "*":
+                        continue
+                    if not hasattr(mod, alias.name) and not module_exists(f"{node.module}.{alias.name}"):
+                        missing.append({"what": f"name {alias.name!r} in {node.module!r}", "where": where})
+    emit(kind="drift", missing=missing, checked=checked)
+
+
+def builtin_names() -> list[str]:
+    from max.pipelines.lib.registry import PIPELINE_REGISTRY
+
+    names = set(getattr(PIPELINE_REGISTRY, "_lazy_architectures", {}) or {}) | set(getattr(PIPELINE_REGISTRY, "architectures", {}) or {})
+    return sorted(names)
+
+
+def real_import(parent: str, name: str) -> None:
+    """Import the package the way MAX's ArchLookup does: parent appended to sys.path, then import NAME."""
+    sys.path.append(parent)
+    try:
+        module = importlib.import_module(name)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit / KeyboardInterrupt at import are reported too
+        tb = traceback.extract_tb(exc.__traceback__)
+        user = [f for f in tb if f.filename.startswith(parent)]
+        frame = user[-1] if user else (tb[-1] if tb else None)
+        where = f"{os.path.relpath(frame.filename, parent)}:{frame.lineno}" if frame else None
+        emit(kind="import-error", error=f"{type(exc).__name__}: {exc}", where=where)
+        return
+    archs = getattr(module, "ARCHITECTURES", None)
+    if not archs or not isinstance(archs, list):
+        origin = getattr(module, "__file__", "?")
+        emit(kind="no-architectures", error=f"module {name!r} ({origin}) does not expose a non-empty ARCHITECTURES list "
+             "(MAX: 'Custom model imported, but did not expose an `ARCHITECTURES` list')")
+        return
+    names = [str(getattr(a, "name", a)) for a in archs]
+    tasks = {str(getattr(a, "name", a)): str(getattr(a, "task", "")) for a in archs}
+    emit(kind="imported", architectures=names, tasks=tasks)
+
+
+def prompt_tokens(model_path: str, prompt: str) -> None:
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(model_path)
+        if getattr(tok, "chat_template", None):
+            ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
+            if hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding
+                ids = ids["input_ids"]
+            n = len(ids[0]) if ids and isinstance(ids[0], list) else len(ids)
+        else:
+            n = len(tok(prompt)["input_ids"])
+        emit(kind="prompt", tokens=n)
+    except Exception as exc:  # noqa: BLE001
+        emit(kind="prompt-error", error=f"{type(exc).__name__}: {exc}")
+
+
+def main() -> None:
+    global _OUT
+    parent, name, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    model_path = sys.argv[4] if len(sys.argv) > 4 else ""
+    prompt = sys.argv[5] if len(sys.argv) > 5 else "hello"
+    _OUT = open(out, "a", encoding="utf-8")  # noqa: SIM115
+    drift_scan(Path(parent) / name)
+    try:
+        emit(kind="builtins", names=builtin_names())
+    except Exception as exc:  # noqa: BLE001
+        emit(kind="builtins-error", error=str(exc))
+    if model_path:
+        prompt_tokens(model_path, prompt)
+    real_import(parent, name)
+    emit(kind="done")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Shared fixtures: one tiny model shape, one MAX compile cache, one loaded pipeline per session.
+
+MAX compiles each model shape (and each profiling mode) once, ~2 min on 2 cores; the cache lives
+in MODULAR_CACHE_DIR (default: <repo>/.cache/modular), so later runs are warm.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+os.environ.setdefault("MODULAR_CACHE_DIR", str(REPO / ".cache" / "modular"))
+os.environ.setdefault("MAX_PROFILE_CACHE", str(REPO / ".cache" / "max_profile"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from max_profile.tinymodel import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-llama-f32")
+
+
+@pytest.fixture(scope="session")
+def loaded_model(tiny_model_dir: Path) -> Iterator[object]:
+    from max_profile.runner import load_model
+
+    model = load_model(str(tiny_model_dir), devices="cpu")
+    yield model
+    model.close()
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    import subprocess
+
+    return subprocess.run(
+        [sys.executable, "-m", "max_profile", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=str(REPO),
+    )

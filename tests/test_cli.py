@@ -1,0 +1,126 @@
+"""The max-profile CLI: exit codes, one clear line per error, JSON output, nothing left running."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from max_profile.model import Report
+
+from .conftest import DATA, run_cli
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("max-profile: error:")]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def test_doctor_reports_missing_tools_with_install_commands(tmp_path: Path) -> None:
+    res = run_cli("doctor", "--json", str(tmp_path / "d.json"))
+    assert res.returncode == 0, res.stderr
+    report = Report.load(str(tmp_path / "d.json"))
+    assert report.environment.vendor == "none"
+    assert report.environment.max_version and report.environment.max_version.startswith("26.7")
+    tools = {t.name: t for t in report.environment.tools}
+    assert {"nsys", "ncu", "rocprofv3"} <= set(tools)
+    assert tools["nsys"].path is None and "apt-get install nsight-systems" in (tools["nsys"].install_hint or "")
+    assert "rocprofv3" in res.stdout
+
+
+def test_make_model(tmp_path: Path) -> None:
+    res = run_cli("make-model", str(tmp_path / "m"), "--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--dtype", "bfloat16")
+    assert res.returncode == 0, res.stderr
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert cfg["hidden_size"] == 32 and cfg["num_hidden_layers"] == 1 and cfg["torch_dtype"] == "bfloat16"
+    assert (tmp_path / "m" / "chat_template.jinja").exists()
+
+
+def test_make_model_bad_shape(tmp_path: Path) -> None:
+    res = run_cli("make-model", str(tmp_path / "m"), "--hidden", "30", "--heads", "4")
+    assert res.returncode == 2
+    assert "must divide" in _one_error_line(res.stderr)
+
+
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        (["run", "--model-path", "/nonexistent/model"], "does not exist"),
+        (["run", "--model-path", str(DATA)], "no config.json"),
+        (["run", "--model-path", __file__], "is a file"),
+        (["run", "--model-path", "MODEL", "--devices", "gpu"], "no GPU is visible"),
+        (["run", "--model-path", "MODEL", "--devices", "tpu"], "unsupported device"),
+        (["run", "--model-path", "MODEL", "--interval", "0"], "--interval must be > 0"),
+        (["kernels"], "needs --model-path"),
+    ],
+)
+def test_bad_input_one_line_nonzero(args: list[str], expect: str, tiny_model_dir: Path) -> None:
+    args = [str(tiny_model_dir) if a == "MODEL" else a for a in args]
+    res = run_cli(*args, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert expect in _one_error_line(res.stderr)
+
+
+def test_bad_flag_exits_2() -> None:
+    res = run_cli("run", "--no-such-flag")
+    assert res.returncode == 2
+    assert "unrecognized arguments" in res.stderr or "required" in res.stderr
+
+
+@pytest.fixture()
+def bad_files(tmp_path: Path) -> dict[str, Path]:
+    files = {}
+    files["empty"] = tmp_path / "empty.sqlite"
+    files["empty"].write_bytes(b"")
+    nsys = gzip.decompress((DATA / "h200" / "small_nsys.sqlite.gz").read_bytes())
+    files["truncated"] = tmp_path / "trunc.sqlite"
+    files["truncated"].write_bytes(nsys[: len(nsys) // 3])
+    files["corrupt"] = tmp_path / "corrupt.sqlite"
+    files["corrupt"].write_bytes(b"SQLite format 3\x00" + b"\xff" * 5000)
+    other = tmp_path / "other.sqlite"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    con.close()
+    files["other"] = other
+    files["csv_other_columns"] = tmp_path / "x.csv"
+    files["csv_other_columns"].write_text("a,b,c\n1,2,3\n")
+    files["json_no_kernels"] = tmp_path / "t.json"
+    files["json_no_kernels"].write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "x", "ts": 1, "dur": 2}]}))
+    files["json_truncated"] = tmp_path / "t2.json"
+    files["json_truncated"].write_text('{"traceEvents": [{"ph": "X", "cat": "kernel"')
+    return files
+
+
+@pytest.mark.parametrize(
+    ("key", "expect"),
+    [
+        ("empty", "file is empty"),
+        ("truncated", "corrupt or truncated"),
+        ("corrupt", "corrupt or truncated"),
+        ("other", "neither an nsys export nor a rocprofv3"),
+        ("csv_other_columns", "unrecognized format"),
+        ("json_no_kernels", "no GPU kernel events"),
+        ("json_truncated", "truncated or invalid JSON"),
+    ],
+)
+def test_import_bad_files(bad_files: dict[str, Path], key: str, expect: str) -> None:
+    res = run_cli("kernels", "--import", str(bad_files[key]), timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    line = _one_error_line(res.stderr)
+    assert expect in line and str(bad_files[key]) in line
+
+
+def test_import_real_nsys_capture(tmp_path: Path) -> None:
+    db = tmp_path / "cap.sqlite"
+    db.write_bytes(gzip.decompress((DATA / "h200" / "small_nsys.sqlite.gz").read_bytes()))
+    res = run_cli("kernels", "--import", str(db), "--json", str(tmp_path / "r.json"), timeout=120)
+    assert res.returncode == 0, res.stderr
+    report = Report.load(str(tmp_path / "r.json"))
+    assert report.kernels is not None and report.kernels.kernels == 2046  # type: ignore[union-attr]
+    assert "gemv_split_k" in res.stdout

@@ -1,0 +1,101 @@
+"""profile() on a real MAX pipeline on the CPU (tiny random-weight Llama, float32)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from max_profile import Report, profile
+from max_profile.collect.pipeline_hook import ProfileTargetError
+from max_profile.model import RawCapture, StepSummary, Unavailable
+from max_profile.runner import generate
+
+
+def test_generation_profiled_steps_and_report(loaded_model: Any) -> None:
+    pipe = loaded_model.pipeline
+    assert "execute" not in pipe.__dict__
+    with profile(pipe, sample_interval_s=0.05, model_path=loaded_model.model_path, devices="cpu") as prof:
+        tokens = generate(loaded_model, ["hello world"], 12)
+    assert len(tokens[0]) == 12
+    work = [s for s in prof.steps if s.batch_size]
+    # one prefill, then one decode step per further token
+    assert [s.phase for s in work] == ["prefill"] + ["decode"] * 11
+    assert work[0].input_tokens > 1 and all(s.input_tokens == 1 for s in work[1:])
+    assert [s.context_tokens for s in work[1:]] == list(range(work[0].input_tokens, work[0].input_tokens + 11))
+    # monotonic, non-overlapping host times
+    for a, b in zip(work, work[1:], strict=False):
+        assert a.start_ns < a.end_ns <= b.start_ns
+    assert sum(s.output_tokens for s in prof.steps) == 12
+    report = prof.report
+    assert isinstance(report.step_summary, StepSummary)
+    assert report.step_summary.ttft_ms is not None and report.step_summary.ttft_ms > 0
+    assert report.step_summary.decode_tokens_per_s is not None and report.step_summary.decode_tokens_per_s > 0
+    # no GPU here: utilization is "not available" with the reason, never zeros
+    assert isinstance(report.utilization, Unavailable)
+    assert "no GPU" in report.utilization.reason
+    assert report.capture.target == "TextGenerationPipeline"
+    assert report.capture.model_config and report.capture.model_config["hidden_size"] == 64
+    # restored exactly
+    assert "execute" not in pipe.__dict__
+    assert not hasattr(pipe, "_max_profile_hook") or "_max_profile_hook" not in pipe.__dict__
+
+
+def test_report_json_round_trip(loaded_model: Any, tmp_path: Any) -> None:
+    with profile(loaded_model.pipeline, gpu_sampling=False) as prof:
+        generate(loaded_model, ["round trip"], 4)
+    path = tmp_path / "r.json"
+    prof.report.save(str(path))
+    again = Report.load(str(path))
+    assert again == prof.report
+    raw_path = tmp_path / "raw.json.gz"
+    prof.raw_capture.save(str(raw_path))
+    assert RawCapture.load(str(raw_path)).steps == prof.steps
+    assert "Steps (host)" in str(again)
+
+
+def test_execute_restored_after_exception(loaded_model: Any) -> None:
+    pipe = loaded_model.pipeline
+    with pytest.raises(RuntimeError, match="boom"):
+        with profile(pipe, gpu_sampling=False):
+            generate(loaded_model, ["x"], 2)
+            raise RuntimeError("boom")
+    assert "execute" not in pipe.__dict__
+    # still usable afterwards, unwrapped
+    assert len(generate(loaded_model, ["x"], 2)[0]) == 2
+
+
+def test_nested_profile_is_refused(loaded_model: Any) -> None:
+    pipe = loaded_model.pipeline
+    with profile(pipe, gpu_sampling=False):
+        with pytest.raises(RuntimeError, match="already being profiled"):
+            with profile(pipe, gpu_sampling=False):
+                pass
+    assert "execute" not in pipe.__dict__
+
+
+def test_report_unavailable_before_exit(loaded_model: Any) -> None:
+    prof = profile(loaded_model.pipeline, gpu_sampling=False)
+    with pytest.raises(RuntimeError, match="built when"):
+        _ = prof.report
+
+
+def test_profile_rejects_non_pipeline() -> None:
+    with pytest.raises(ProfileTargetError, match="needs a MAX text-generation pipeline"):
+        profile(object())
+    with pytest.raises(ProfileTargetError, match="got dict"):
+        profile({"pipeline": 1})
+
+
+def test_zero_sampling_interval_is_refused(loaded_model: Any) -> None:
+    with pytest.raises(ValueError, match="> 0"):
+        profile(loaded_model.pipeline, sample_interval_s=0)
+
+
+def test_accepts_automodel_like_wrapper(loaded_model: Any) -> None:
+    class Wrapper:  # AutoModel exposes the loaded pipeline as .pipeline
+        pipeline = loaded_model.pipeline
+
+    with profile(Wrapper(), gpu_sampling=False) as prof:
+        generate(loaded_model, ["w"], 3)
+    assert len([s for s in prof.steps if s.batch_size]) == 3

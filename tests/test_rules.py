@@ -1,0 +1,169 @@
+"""Each diagnosis rule: one case where it fires, one where it must not; findings carry evidence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from max_profile.analyze.report import build_report
+from max_profile.analyze.rules import RULES, Thresholds, evaluate
+from max_profile.model import Capture, Environment, GpuInfo, KernelRecord, RawCapture, Report, Step, UtilizationSample
+
+H200 = Path(__file__).parent / "data" / "h200"
+GPU_ENV = Environment(vendor="nvidia", vendor_reason="test", gpus=[GpuInfo(key="nv0", name="NVIDIA H200", memory_total_bytes=150754820096)])
+
+
+def big() -> RawCapture:
+    return RawCapture.load(str(H200 / "big_cupti_raw.json.gz"))
+
+
+def ids(report: Report) -> set[str]:
+    return {f.id for f in report.findings}
+
+
+def synthetic(step_ms: list[float], kernels_per_step: list[list[tuple[str, float]]], *, ctx0: int = 16, samples: list[UtilizationSample] | None = None) -> RawCapture:
+    steps, kernels = [], []
+    t = 1_000_000
+    for i, (ms, ks) in enumerate(zip(step_ms, kernels_per_step, strict=True)):
+        dur = int(ms * 1e6)
+        phase = "prefill" if i == 0 else "decode"
+        steps.append(Step(index=i, phase=phase, batch_size=1, input_tokens=ctx0 if i == 0 else 1, context_tokens=0 if i == 0 else ctx0 + i - 1,
+                          start_ns=t, end_ns=t + dur, output_tokens=1))
+        k_t = t + 1000
+        for name, kms in ks:
+            kd = int(kms * 1e6)
+            kernels.append(KernelRecord(name=name, start_ns=k_t, end_ns=k_t + kd, launch_ns=t + 10))
+            k_t += kd
+        t += dur + 1000
+    return RawCapture(environment=GPU_ENV, capture=Capture(started_unix_s=0.0), steps=steps, kernels=kernels, samples=samples or [],
+                      kernel_source="synthetic", utilization_unavailable=None if samples else "test: no samples")
+
+
+DENSE = [("gemv_split_k_bf16_128_0123456789abcdef", 0.7), ("sm90_mha_depth128_0123456789abcdef", 0.1), ("rms_norm_fused_residual_0123456789abcdef", 0.05)]
+
+
+def test_every_rule_is_registered_once() -> None:
+    names = [n for n, _ in RULES]
+    assert len(names) == len(set(names))
+
+
+def test_no_finding_without_evidence() -> None:
+    for report in (build_report(big()), build_report(RawCapture.load(str(H200 / "small_cupti_raw.json.gz")))):
+        assert report.findings
+        for f in report.findings:
+            assert f.evidence and 0 < f.confidence <= 1
+
+
+def test_kv_cache_broken_fires_on_growing_decode() -> None:
+    n = 64
+    grow = synthetic([5.0] + [1.0 + 0.05 * i for i in range(n)], [DENSE] + [[(DENSE[0][0], 0.5 + 0.05 * i)] + DENSE[1:] for i in range(n)])
+    r = build_report(grow)
+    f = next(f for f in r.findings if f.id == "kv-cache-broken")
+    assert f.severity == "error" and f.evidence["growth_ratio"] > 1.6 and f.evidence["decode_kernel_ms_growth_ratio"] > 1.6
+    assert r.findings[0].id == "kv-cache-broken"  # errors first
+    assert r.next_measurement is None
+
+
+def test_kv_cache_rule_silent_on_flat_decode() -> None:
+    flat = synthetic([5.0] + [1.0 + 0.01 * (i % 3) for i in range(64)], [DENSE] * 65)
+    assert "kv-cache-broken" not in ids(build_report(flat))
+    assert "kv-cache-broken" not in ids(build_report(big()))
+
+
+def test_kv_cache_rule_needs_enough_steps() -> None:
+    short = synthetic([5.0] + [1.0 + 0.2 * i for i in range(10)], [DENSE] * 11)
+    assert "kv-cache-broken" not in ids(build_report(short))
+
+
+def test_unfused_attention() -> None:
+    raw = big()
+    assert "unfused-attention" not in ids(build_report(raw))
+    no_attn = msgspec.structs.replace(raw, kernels=[k for k in raw.kernels if "mha" not in k.name])
+    f = next(f for f in build_report(no_attn).findings if f.id == "unfused-attention")
+    assert f.evidence["attention_share_pct"] == 0.0
+
+
+def test_healthy_dense_decode_needs_gemv_on_top() -> None:
+    raw = big()
+    assert "healthy-dense-decode" in ids(build_report(raw))
+    no_gemv = msgspec.structs.replace(raw, kernels=[k for k in raw.kernels if "gemv" not in k.name])
+    assert "healthy-dense-decode" not in ids(build_report(no_gemv))
+
+
+def _samples(util: float, used_frac: float, reasons: list[str]) -> list[UtilizationSample]:
+    total = 100 * 2**30
+    return [UtilizationSample(t_ns=1_000_000 + i * 1_000_000, gpu="nv0", utilization_pct=util, memory_used_bytes=int(total * used_frac),
+                              memory_total_bytes=total, sm_clock_mhz=1500, max_sm_clock_mhz=1980, throttle_reasons=reasons) for i in range(40)]
+
+
+def test_throttle_rule_ignores_gpu_idle() -> None:
+    steps = [DENSE] * 40
+    hot = synthetic([1.0] * 40, steps, samples=_samples(90, 0.5, ["gpu_idle", "hw_thermal_slowdown"]))
+    f = next(f for f in build_report(hot).findings if f.id == "throttled")
+    assert f.evidence["reasons"] == "hw_thermal_slowdown"
+    idle = synthetic([1.0] * 40, steps, samples=_samples(90, 0.5, ["gpu_idle"]))
+    assert "throttled" not in ids(build_report(idle))
+
+
+def test_near_oom() -> None:
+    full = synthetic([1.0] * 40, [DENSE] * 40, samples=_samples(90, 0.985, []))
+    assert "near-oom" in ids(build_report(full))
+    half = synthetic([1.0] * 40, [DENSE] * 40, samples=_samples(90, 0.5, []))
+    assert "near-oom" not in ids(build_report(half))
+
+
+def test_host_bound_from_utilization_when_no_kernels() -> None:
+    low = synthetic([1.0] * 40, [[]] * 40, samples=_samples(5, 0.2, []))
+    low = msgspec.structs.replace(low, kernels=[])
+    f = next(f for f in build_report(low).findings if f.id == "host-bound")
+    assert f.evidence["mean_utilization_pct"] == 5.0
+    busy = msgspec.structs.replace(low, samples=_samples(95, 0.2, []))
+    assert "host-bound" not in ids(build_report(busy))
+
+
+def test_device_graphs_make_breakdown_unreliable() -> None:
+    raw = big()
+    assert "device-graphs" not in ids(build_report(raw))
+    graphed = msgspec.structs.replace(raw, kernels=[msgspec.structs.replace(k, graph_id=7) for k in raw.kernels])
+    r = build_report(graphed)
+    assert "device-graphs" in ids(r)
+    assert "--no-device-graph-capture" in (r.next_measurement or "")
+    assert "healthy-dense-decode" not in ids(r)  # no verdict on per-kernel numbers that cannot be trusted
+
+
+def test_phases_missing_when_trace_has_no_ranges() -> None:
+    raw = big()
+    bare = msgspec.structs.replace(raw, steps=[])
+    assert "phases-missing" in ids(build_report(bare))
+    assert "phases-missing" not in ids(build_report(raw))
+
+
+def test_moe_routing_rivals_matmuls_or_not() -> None:
+    heavy = [("grouped_matmul_sm90_0123456789abcdef", 0.4), ("moe_create_indices_0123456789abcdef", 0.2), ("gather_r2_0123456789abcdef", 0.1), DENSE[1]]
+    light = [("grouped_matmul_sm90_0123456789abcdef", 0.8), ("moe_create_indices_0123456789abcdef", 0.05), DENSE[1]]
+    assert "moe-routing-heavy" in ids(build_report(synthetic([1.0] * 10, [heavy] * 10)))
+    r = build_report(synthetic([1.0] * 10, [light] * 10))
+    assert "healthy-moe" in ids(r) and "moe-routing-heavy" not in ids(r)
+    assert not ({"healthy-moe", "moe-routing-heavy"} & ids(build_report(big())))
+
+
+def test_quant_prep_vs_matmul() -> None:
+    slow = [("quantize_dynamic_fp8_0123456789abcdef", 0.6), ("block_scaled_matmul_0123456789abcdef", 0.3), DENSE[1]]
+    fine = [("quantize_dynamic_fp8_0123456789abcdef", 0.05), ("block_scaled_matmul_0123456789abcdef", 0.6), DENSE[1]]
+    assert "quant-prep-heavy" in ids(build_report(synthetic([1.0] * 10, [slow] * 10)))
+    r = build_report(synthetic([1.0] * 10, [fine] * 10))
+    assert "low-bit-normal" in ids(r) and "quant-prep-heavy" not in ids(r)
+
+
+def test_decode_bandwidth_against_known_gpu_peak() -> None:
+    f = next(f for f in build_report(big()).findings if f.id.startswith("decode-bandwidth"))
+    assert f.id == "decode-bandwidth" and f.evidence["peak_GBps"] == 4800.0
+    assert f.evidence["bytes_per_step"] == pytest.approx(13.97e9, rel=0.01)
+
+
+def test_thresholds_are_overridable() -> None:
+    report = build_report(RawCapture.load(str(H200 / "small_cupti_raw.json.gz")))
+    assert "host-bound" in {f.id for f in evaluate(report)}
+    assert "host-bound" not in {f.id for f in evaluate(report, Thresholds(host_bound_util_pct=1.0, host_bound_busy_pct=1.0))}

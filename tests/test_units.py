@@ -1,0 +1,142 @@
+"""Unit tests: kernel families, breakdown mechanics, the tiny-model builder, the report model."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from max_profile.analyze.breakdown import _union_ns, build_breakdown, phase_of_range
+from max_profile.analyze.families import base_name, classify_kernel, distinctive_regex
+from max_profile.model import SCHEMA_VERSION, Capture, Environment, KernelRecord, PhaseRange, Report, Step
+from max_profile.tinymodel import ModelShape, _bf16_bytes, build_tiny_llama, is_model_folder
+
+# Names MAX 26.7 launched on the H200 (hash suffixes as seen) and on the CPU (NVTX op ranges).
+NAMES = {
+    "gemv_split_k_bfloat16_bfloat16_bfloat16_128_abd1b559": "gemv",
+    "gemv_split_k_epilogue_fn_bfloat16_bfloat16_bfloat16_128_9f00aa31": "gemv",
+    "rms_norm_fused_residual_gpu_block_bfloat16_False_1a2b3c4d": "norm",
+    "sm90_mha_depth128_bfloat16_bfloat16_nqh32_nkvh8_0123abcd": "attention",
+    "sm100_mha_depth128_bfloat16_bfloat16_nqh32_nkvh8_0123abcd": "attention",
+    "sm90_matmul_bfloat16_bfloat16_bfloat16_True_77aa88bb": "gemm",
+    "mogg_foreach_r2_w8_b256_gs_False_abcdef01": "elementwise",
+    "gather_r2_w8_b256_gs_False_abcdef01": "gather_scatter",
+    "topk_topp_sampling_from_prob_float32_int64_False_True_False_float32_1_abcdef01": "sampling",
+    "moe_create_indices_bfloat16_abcdef01": "moe_routing",
+    "grouped_matmul_sm100_bfloat16_abcdef01": "grouped_matmul",
+    "block_scaled_matmul_nvfp4_abcdef01": "grouped_matmul",
+    "quantize_dynamic_scaled_fp8_abcdef01": "quantize",
+    "ncclDevKernel_AllReduce_Sum_bf16_RING_LL": "collective",
+    "ep_dispatch_kernel_bf16": "collective",
+    "matmulmo.matmul": "gemm",
+    "mo.mha.ragged.paged.causal.nhead_2.hdim_16": "attention",
+    "composite.rms_norm_residual_add": "norm",
+    "reduce.rms_norm": "norm",
+    "elementwise(gather)": "gather_scatter",
+    "View(slice, slice, Elementwise(silu, mul))": "activation",
+    "fused_token_sampling": "sampling",
+    "[CUDA memcpy Device-to-Host]": "memcpy",
+    "completely_unknown_kernel": "other",
+}
+
+
+@pytest.mark.parametrize(("name", "family"), sorted(NAMES.items()))
+def test_families(name: str, family: str) -> None:
+    assert classify_kernel(name) == family
+
+
+def test_base_name_strips_noise_not_meaning() -> None:
+    assert base_name("sm90_mha_depth128_bfloat16_bfloat16_nqh16_nkvh4_0123456789abcdef") == "mha_depth128_bfloat16_bfloat16_nqh16_nkvh4"
+    assert base_name("void scale_kernel<float>(T1 *, T1, int)") == "scale_kernel"
+    assert base_name("ns::inner::kernel_name<int, 4>(int *)") == "kernel_name"
+    assert base_name("elementwise(gather)") == "elementwise(gather)"
+    assert distinctive_regex("gemv_split_k_bfloat16_bfloat16_bfloat16_128_abd1b559") == "gemv_split_k_bfloat16_bfloat16_bfloat16_128"
+
+
+def test_mangled_names_are_classified() -> None:
+    assert classify_kernel("_ZN2ns14rms_norm_kernelIfEEvPT_S1_i") == "norm"
+
+
+def test_union_counts_overlap_once() -> None:
+    s = np.array([0, 5, 20], dtype=np.int64)
+    e = np.array([10, 15, 30], dtype=np.int64)
+    assert _union_ns(s, e) == 25
+
+
+def _steps() -> list[Step]:
+    return [
+        Step(index=0, phase="prefill", batch_size=1, input_tokens=8, context_tokens=0, start_ns=0, end_ns=100),
+        Step(index=1, phase="decode", batch_size=1, input_tokens=1, context_tokens=8, start_ns=100, end_ns=200),
+        Step(index=2, phase="decode", batch_size=1, input_tokens=1, context_tokens=9, start_ns=200, end_ns=300),
+    ]
+
+
+def test_attribution_uses_launch_time_not_execution_time() -> None:
+    # overlap pipeline: a kernel launched in step 1 runs during step 2's host time
+    k = [KernelRecord(name="gemv_a", start_ns=210, end_ns=260, launch_ns=150), KernelRecord(name="matmul_b", start_ns=10, end_ns=60)]
+    bd = build_breakdown(k, source="t", steps=_steps())
+    by_phase = {p.phase: p for p in bd.phases}
+    assert by_phase["decode"].kernels == 1 and by_phase["prefill"].kernels == 1
+    assert by_phase["decode"].kernel_us_per_token == pytest.approx(0.05 / 2)
+    assert bd.per_step_families == [{"gemv": 0.00005}, {}]
+
+
+def test_attribution_by_ranges_prefers_launch_thread() -> None:
+    ranges = [PhaseRange("max_profile:prefill", 0, 100, tid=1, domain="max_profile"), PhaseRange("max_profile:decode", 100, 200, tid=1, domain="max_profile")]
+    same = [KernelRecord(name="gemv", start_ns=150, end_ns=160, launch_ns=120, launch_tid=1)]
+    assert build_breakdown(same, source="t", ranges=ranges).attribution == "launch-thread"
+    other = [KernelRecord(name="gemv", start_ns=150, end_ns=160, launch_ns=120, launch_tid=2)]
+    bd = build_breakdown(other, source="t", ranges=ranges)
+    assert bd.attribution == "time-overlap"
+    assert next(p for p in bd.phases if p.phase == "decode").kernels == 1
+
+
+def test_unknown_kernels_are_listed_not_dropped() -> None:
+    bd = build_breakdown([KernelRecord(name="weird_kernel_x", start_ns=0, end_ns=10)], source="t")
+    assert bd.kernels == 1 and bd.unknown_kernel_names == ["weird_kernel_x"] and bd.families[0].family == "other"
+
+
+def test_phase_of_range_names() -> None:
+    assert phase_of_range("max_profile:decode") == "decode"
+    assert phase_of_range(":prefill") == "prefill"
+    assert phase_of_range("_schedule(TextGenerationInputs(batch_size=4, batch_type=TG))") == "decode"
+    assert phase_of_range("_schedule(TextGenerationInputs(batch_size=1, batch_type=CE))") == "prefill"
+    assert phase_of_range("execute") is None
+
+
+def test_tiny_model_files_and_safetensors_header(tmp_path: Path) -> None:
+    out = build_tiny_llama(tmp_path / "m", dtype="bfloat16", shape=ModelShape(hidden=32, layers=1, heads=2, kv_heads=1), chat_template=None)
+    assert is_model_folder(out) is None
+    assert not (out / "chat_template.jinja").exists()
+    raw = (out / "model.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    assert header["model.layers.0.self_attn.q_proj.weight"] == {"dtype": "BF16", "shape": [32, 32], "data_offsets": header["model.layers.0.self_attn.q_proj.weight"]["data_offsets"]}
+    end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+    assert len(raw) == 8 + n + end
+
+
+def test_bf16_rounding() -> None:
+    vals = np.array([1.0, -2.5, 3.140625, 1.00390625], dtype=np.float32)
+    as_u16 = np.frombuffer(_bf16_bytes(vals), dtype=np.uint16)
+    back = (as_u16.astype(np.uint32) << 16).view(np.float32)
+    assert back.tolist() == [1.0, -2.5, 3.140625, 1.0]  # 1.00390625 rounds to even
+
+
+def test_is_model_folder_messages(tmp_path: Path) -> None:
+    assert "does not exist" in (is_model_folder(tmp_path / "nope") or "")
+    assert "no config.json" in (is_model_folder(tmp_path) or "")
+    (tmp_path / "config.json").write_text("{}")
+    assert "no *.safetensors" in (is_model_folder(tmp_path) or "")
+
+
+def test_report_schema_version_guard() -> None:
+    r = Report(environment=Environment(vendor="none", vendor_reason="t"), capture=Capture(started_unix_s=1.0))
+    data = json.loads(r.to_json())
+    assert data["schema_version"] == SCHEMA_VERSION
+    data["schema_version"] = 999
+    with pytest.raises(ValueError, match="schema version 999"):
+        Report.from_json(json.dumps(data))
