@@ -234,11 +234,14 @@ def _achieved_flops(m: dict[str, float]) -> float | None:
         if add is not None or mul is not None or fma is not None:
             found = True
             per_cycle += mult * ((add or 0.0) + (mul or 0.0) + 2.0 * (fma or 0.0))
-    for name, v in m.items():  # tensor-core work (Hopper hgmma / Blackwell ...)
-        if name.startswith("sm__ops_path_tensor_") and name.endswith(".sum.per_cycle_elapsed"):
+    flops = per_cycle * rate
+    # Tensor-core work: the aggregate path metrics (sm__ops_path_tensor_src_<in>_dst_<out>) only;
+    # the per-instruction ones (sm__ops_path_tensor_op_hgmma_...) count the same work again.
+    for name, v in m.items():
+        if re.fullmatch(r"sm__ops_path_tensor_src_[a-z0-9_]+\.sum\.per_second", name):
             found = True
-            per_cycle += v
-    return per_cycle * rate if found else None
+            flops += v
+    return flops if found else None
 
 
 def _bound(compute: float | None, memory: float | None) -> str | None:

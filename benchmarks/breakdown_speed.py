@@ -1,0 +1,167 @@
+"""Kernel breakdown speed: a generated 1,000,000-kernel nsys-schema SQLite -> per-phase family table,
+and the same trace as Kineto JSON through HTA's ``get_gpu_kernel_breakdown``, side by side.
+
+    python benchmarks/breakdown_speed.py [--kernels 1000000] [--no-hta]
+
+Goal: <= 2 s and <= 300 MB for max_profile on 2 cores; >= 5x faster than HTA (``pip install
+holistictraceanalysis`` to include it). The kernel names and per-step mix come from the real H200
+capture of a 7B-shaped model (tests/data/h200/big_cupti_raw.json.gz): 302 kernels per decode step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def step_mix() -> list[tuple[str, int]]:
+    from max_profile.model import RawCapture
+
+    raw = RawCapture.load(str(REPO / "tests" / "data" / "h200" / "big_cupti_raw.json.gz"))
+    step = next(s for s in raw.steps if s.phase == "decode")
+    nxt = next(s for s in raw.steps if s.index == step.index + 1)
+    return [(k.name, k.end_ns - k.start_ns) for k in raw.kernels if k.launch_ns is not None and step.start_ns <= k.launch_ns < nxt.start_ns]
+
+
+def make_sqlite(path: Path, n_kernels: int) -> int:
+    mix = step_mix()
+    names = sorted({n for n, _ in mix})
+    sid = {n: i + 1 for i, n in enumerate(names)}
+    con = sqlite3.connect(path)
+    con.executescript(
+        """
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL,
+            streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL,
+            registersPerThread INTEGER NOT NULL, gridX INTEGER NOT NULL, gridY INTEGER NOT NULL, gridZ INTEGER NOT NULL,
+            blockX INTEGER NOT NULL, blockY INTEGER NOT NULL, blockZ INTEGER NOT NULL, graphNodeId INTEGER);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL, globalTid INTEGER,
+            correlationId INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL);
+        CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER, category INTEGER, color INTEGER,
+            text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, domainId INTEGER);
+        CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT);
+        INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_PRODUCT_VERSION', 'synthetic (max_profile benchmark)');
+        """
+    )
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, n) for n, i in sid.items()] + [(len(sid) + 1, "cuLaunchKernelEx"), (len(sid) + 2, "decode"), (len(sid) + 3, "prefill")])
+    pid = 4242 << 24
+    main_tid, worker_tid = pid | 4242, pid | 4300
+    con.execute("INSERT INTO NVTX_EVENTS VALUES (0, NULL, 75, NULL, NULL, NULL, 'max_profile', ?, NULL, NULL, 1)", (main_tid,))
+    kernels, launches, ranges = [], [], []
+    t, corr, count, step = 1_000_000, 0, 0, 0
+    while count < n_kernels:
+        step_start = t
+        k_t = t + 20_000
+        for name, dur in mix:
+            if count >= n_kernels:
+                break
+            corr += 1
+            count += 1
+            launches.append((k_t - 5_000, k_t - 3_000, 1, worker_tid, corr, len(sid) + 1, 0))
+            kernels.append((k_t, k_t + dur, 0, 1, 13, corr, pid, sid[name], sid[name], 40, 1, 1024, 1, 128, 1, 1, None))
+            k_t += dur + 300
+        t = k_t + 50_000
+        ranges.append((step_start, t, 59, None, None, None, None, main_tid, None, len(sid) + (3 if step == 0 else 2), 1))
+        step += 1
+        if len(kernels) >= 200_000:
+            con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (" + ",".join("?" * 17) + ")", kernels)
+            con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?,?)", launches)
+            kernels, launches = [], []
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (" + ",".join("?" * 17) + ")", kernels)
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?,?)", launches)
+    con.executemany("INSERT INTO NVTX_EVENTS VALUES (?,?,?,?,?,?,?,?,?,?,?)", ranges)
+    con.commit()
+    con.close()
+    return step
+
+
+def export_kineto(sqlite_path: Path, out_dir: Path) -> Path:
+    con = sqlite3.connect(sqlite_path)
+    names = dict(con.execute("SELECT id, value FROM StringIds"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "rank-0.json"
+    with open(path, "w") as fh:
+        fh.write('{"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "deviceProperties": [], "traceEvents": [\n')
+        first = True
+        for start, end, corr, name in con.execute("SELECT start, end, correlationId, demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL"):
+            ev = {"ph": "X", "cat": "kernel", "name": names[name], "pid": 0, "tid": 13, "ts": start / 1e3, "dur": (end - start) / 1e3,
+                  "args": {"device": 0, "stream": 13, "correlation": corr}}
+            fh.write(("" if first else ",\n") + json.dumps(ev))
+            first = False
+        fh.write("\n]}\n")
+    con.close()
+    return path
+
+
+MEASURE = r"""
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[2])
+t0 = time.perf_counter()
+from max_profile.collect.nsys import read_nsys_sqlite
+from max_profile.analyze.breakdown import build_breakdown
+t_import = time.perf_counter()
+trace = read_nsys_sqlite(sys.argv[1])
+bd = build_breakdown(trace.kernels, source="nsys", ranges=trace.ranges)
+t1 = time.perf_counter()
+dec = next(p for p in bd.phases if p.phase == "decode")
+print(json.dumps({"seconds": t1 - t_import, "import_s": t_import - t0, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "kernels": bd.kernels, "decode_steps": dec.steps, "top_family": dec.families[0].family, "share": dec.families[0].share_pct}))
+"""
+
+HTA = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+t_import = time.perf_counter()
+analyzer = TraceAnalysis(trace_dir=sys.argv[1])
+kernel_type_df, kernel_df = analyzer.get_gpu_kernel_breakdown(visualize=False)
+t1 = time.perf_counter()
+print(json.dumps({"seconds": t1 - t_import, "import_s": t_import - t0, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rows": len(kernel_df)}))
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kernels", type=int, default=1_000_000)
+    ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--hta-python", default=sys.executable, help="interpreter with holistictraceanalysis installed")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mp-bench-") as tmp:
+        db = Path(tmp) / "trace.sqlite"
+        t = time.perf_counter()
+        steps = make_sqlite(db, args.kernels)
+        print(f"generated {args.kernels} kernels in {steps} steps ({db.stat().st_size / 2**20:.0f} MiB SQLite) in {time.perf_counter() - t:.1f} s")
+        ours = json.loads(subprocess.run([sys.executable, "-c", MEASURE, str(db), str(REPO)], capture_output=True, text=True, check=True).stdout)
+        print(f"max_profile: read + per-phase family table {ours['seconds']:.2f} s (imports {ours['import_s']:.2f} s), peak RSS {ours['peak_rss_mb']:.0f} MB, "
+              f"{ours['kernels']} kernels, {ours['decode_steps']} decode steps, top decode family {ours['top_family']} {ours['share']:.1f}%")
+        print(f"goal <= 2 s and <= 300 MB: {'met' if ours['seconds'] <= 2 and ours['peak_rss_mb'] <= 300 else 'NOT met'}")
+        if args.no_hta:
+            return 0
+        trace_dir = Path(tmp) / "kineto"
+        export_kineto(db, trace_dir)
+        print(f"kineto json: {(trace_dir / 'rank-0.json').stat().st_size / 2**20:.0f} MiB")
+        res = subprocess.run([args.hta_python, "-c", HTA, str(trace_dir)], capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            print("HTA failed or is not installed (pip install holistictraceanalysis):", res.stderr.strip().splitlines()[-1:] if res.stderr else "")
+            return 0
+        hta = json.loads(res.stdout.strip().splitlines()[-1])
+        print(f"HTA get_gpu_kernel_breakdown: {hta['seconds']:.2f} s (imports {hta['import_s']:.2f} s), peak RSS {hta['peak_rss_mb']:.0f} MB")
+        print(f"ratio (HTA time / max_profile time): {hta['seconds'] / ours['seconds']:.1f}x (goal >= 5x)")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "2")
+    _ = resource
+    sys.exit(main())

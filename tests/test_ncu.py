@@ -1,0 +1,141 @@
+"""Nsight Compute CSV parsing and verdicts on real H200 output, plus the documented format traps."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from max_profile.collect.ncu import (
+    NcuError,
+    analyze_launch,
+    kernel_findings,
+    name_filter,
+    ncu_command,
+    parse_ncu_csv,
+    read_ncu_files,
+    to_number,
+)
+
+from .conftest import run_cli
+
+H200 = Path(__file__).parent / "data" / "h200"
+
+
+def test_decode_gemv_7b_is_memory_bound_near_peak() -> None:
+    a = read_ncu_files(str(H200 / "big_ncu_gemv_details.csv"))
+    assert [x.launch_id for x in a] == [0, 1]
+    g = a[0]
+    assert g.kernel_name == "gemv_split_k_bfloat16_bfloat16_bfloat16_128_41f3d61e"
+    assert g.duration_ns == 30400
+    assert g.dram_throughput_pct == pytest.approx(82.39)
+    assert g.dram_bytes_per_s == pytest.approx(3.958e12, rel=1e-3)
+    assert g.compute_throughput_pct == pytest.approx(22.52)
+    assert g.bound == "memory"
+    assert g.theoretical_occupancy_pct == 75 and g.achieved_occupancy_pct == pytest.approx(47.33)
+    assert g.occupancy_limiter == "registers"  # Block Limit Registers 12 < Warps 16 < Shared Mem 28 < SM 32
+    assert g.registers_per_thread == 40 and g.grid_size == "(1, 1024, 1)"
+    assert any("SOLBottleneck" in r for r in g.ncu_rules)
+    assert [f.id for f in kernel_findings(g)] == ["kernel-memory-bound-near-peak"]
+
+
+def test_small_gemv_stalls_from_raw_page() -> None:
+    (g,) = read_ncu_files(str(H200 / "small_ncu_gemv_details.csv"), str(H200 / "small_ncu_gemv_raw.csv.gz"))[:1]
+    assert g.duration_ns == 9056
+    assert g.stalls[0].reason == "long_scoreboard" and g.stalls[0].cycles_per_instruction == pytest.approx(19.65, abs=0.01)
+    assert "memory latency" in g.stalls[0].meaning
+    assert g.bound == "memory" and g.dram_throughput_pct == pytest.approx(53.31)
+    assert "kernel-memory-bound" in {f.id for f in kernel_findings(g)}
+
+
+def test_decode_attention_is_latency_bound() -> None:
+    a = read_ncu_files(str(H200 / "small_ncu_mha_details.csv"), str(H200 / "small_ncu_mha_raw.csv.gz"))
+    m = a[0]
+    assert m.kernel_name.startswith("sm90_mha_depth128_bfloat16_bfloat16_nqh16_nkvh4")
+    assert m.bound == "latency" and m.grid_size == "(1, 4, 1)"
+    assert m.occupancy_limiter == "registers"
+    # bf16 tensor work counted once (aggregate path metric only) + fp32 sass ops
+    assert m.achieved_flop_per_s == pytest.approx(3.317e12, rel=1e-3)
+    assert m.arithmetic_intensity == pytest.approx(56.74, rel=1e-3)
+    f = {x.id: x for x in kernel_findings(m)}
+    assert "kernel-latency-bound" in f and "long scoreboard" in f["kernel-latency-bound"].title
+
+
+def test_live_stdout_with_noise_before_header() -> None:
+    text = (H200 / "small_ncu_rmsnorm_live_stdout.txt").read_text()
+    assert text.splitlines()[0].startswith("==WARNING==")  # ncu lines and MAX's own output come first
+    (launch,) = parse_ncu_csv(text).values()
+    assert launch["name"].startswith("rms_norm_fused_residual_gpu_block_bfloat16")
+    assert analyze_launch("0", launch).bound == "latency"
+
+
+def test_units_and_separators() -> None:
+    assert to_number("3,191,212,121.21", "hz") == pytest.approx(3191212121.21)
+    assert to_number("17.5", "us") == pytest.approx(17500.0)
+    assert to_number("1.25", "Mbyte") == pytest.approx(1.25e6)
+    assert to_number("3.96", "Tbyte/s") == pytest.approx(3.96e12)
+    assert to_number("PolicySpread", "") is None and to_number("", "ns") is None
+
+
+def test_auto_scaled_units_match_base_units() -> None:
+    base = (H200 / "big_ncu_gemv_details.csv").read_text()
+    auto = base.replace('"Duration","ns","30,400"', '"Duration","us","30.40"')
+    assert auto != base
+    assert read_ncu_files.__name__  # same parser for both
+    a, b = analyze_launch("0", parse_ncu_csv(base)["0"]), analyze_launch("0", parse_ncu_csv(auto)["0"])
+    assert a.duration_ns == pytest.approx(b.duration_ns or 0)
+
+
+def test_ragged_metrics_only_csv() -> None:
+    text = (
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n'
+        '"0","1481","app","127.0.0.1","fma_kernel(float *, const float *, int, int)","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","18,144"\n'
+    )
+    (k,) = parse_ncu_csv(text).values()
+    assert analyze_launch("0", k).duration_ns == 18144
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        ("==PROF== Connected\n==WARNING== No kernels were profiled.\n", "matched nothing"),
+        ("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters\n", "NVreg_RestrictProfilingToAdminUsers=0"),
+        ("hello,world\n1,2\n", "not ncu CSV output"),
+        ('"ID","Process ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n', "no profiled kernel rows"),
+    ],
+)
+def test_bad_ncu_output(text: str, expect: str) -> None:
+    with pytest.raises(NcuError, match=expect.replace("(", r"\(")):
+        parse_ncu_csv(text, "x.csv")
+
+
+def test_name_filter_never_profiles_everything() -> None:
+    assert name_filter("gemv_split_k_bfloat16_bfloat16_bfloat16_128_41f3d61e") == "regex:gemv_split_k_bfloat16_bfloat16_bfloat16_128"
+    assert name_filter("regex:mha_depth.*") == "regex:mha_depth.*"
+    for bad in ("", ".*", "regex:.*"):
+        with pytest.raises(NcuError, match="refusing"):
+            name_filter(bad)
+    with pytest.raises(NcuError, match="between 1 and"):
+        ncu_command("ncu", "gemv", 0, 0, "full", "r", ["python"])
+    cmd = ncu_command("ncu", "gemv", 2, 8, "full", "r", ["python", "-m", "x"])
+    assert cmd[cmd.index("-k") + 1] == "regex:gemv" and cmd[cmd.index("-c") + 1] == "2" and "--target-processes" in cmd
+
+
+def test_kernel_cli_import_and_errors(tmp_path: Path) -> None:
+    ok = run_cli("kernel", "gemv", "--import", str(H200 / "big_ncu_gemv_details.csv"), "--json", str(tmp_path / "k.json"))
+    assert ok.returncode == 0, ok.stderr
+    assert "near its roofline" in ok.stdout
+    bad = tmp_path / "trunc.csv"
+    bad.write_text((H200 / "big_ncu_gemv_details.csv").read_text().splitlines()[0] + "\n")
+    res = run_cli("kernel", "gemv", "--import", str(bad))
+    assert res.returncode == 2 and "no profiled kernel rows" in res.stderr and "Traceback" not in res.stderr
+    missing_tool = run_cli("kernel", "gemv", "--model-path", str(tmp_path))
+    assert missing_tool.returncode == 3 and "apt-get install nsight-compute" in missing_tool.stderr
+
+
+def test_recorded_no_match_message() -> None:
+    text = (H200 / "small_kernel_cli_no_match_stderr.txt").read_text()
+    assert "matched no launch" in text and "Traceback" not in text
+    gz = gzip.decompress((H200 / "small_ncu_mha_raw.csv.gz").read_bytes()).decode()
+    assert '"ID"' in gz.splitlines()[next(i for i, ln in enumerate(gz.splitlines()) if ln.startswith('"ID"'))]
