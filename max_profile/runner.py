@@ -85,7 +85,7 @@ def load_model(
         retrieved = PIPELINE_REGISTRY.retrieve_factory(config)
         pipeline = retrieved.factory()
     except Exception as exc:  # MAX raises ValueError / RuntimeError / pydantic errors
-        raise RunnerError(_explain_load_error(exc, model_path, devices)) from exc
+        raise RunnerError(_explain_load_error(exc, model_path, devices, custom_architectures)) from exc
     return LoadedModel(pipeline, retrieved.tokenizer, config, device_graph_capture, model_path, devices)
 
 
@@ -110,9 +110,39 @@ def _device_specs(devices: str) -> Any:
     raise RunnerError(f"unsupported --devices {devices!r}: use cpu, gpu, gpu:N, gpu:N,M or gpu:all")
 
 
-def _explain_load_error(exc: BaseException, model_path: str, devices: str) -> str:
+def custom_call_site(exc: BaseException, custom_architectures: Sequence[str]) -> str | None:
+    """``file:line`` of the deepest traceback frame inside a custom architecture package."""
+    import traceback
+
+    roots = [os.path.abspath(c.split(":")[0] if ":" in c and not os.path.exists(c) else c).rstrip("/") for c in custom_architectures]
+    site = None
+    for cur in _chain(exc):
+        for frame in traceback.extract_tb(cur.__traceback__):
+            path = os.path.abspath(frame.filename)
+            if any(path.startswith(r) for r in roots):
+                site = f"{path}:{frame.lineno} ({frame.line})"
+    return site
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in out:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def _explain_load_error(exc: BaseException, model_path: str, devices: str, custom_architectures: Sequence[str] = ()) -> str:
     text = f"{type(exc).__name__}: {exc}".strip()
     first = text.splitlines()[0] if text else type(exc).__name__
+    site = custom_call_site(exc, custom_architectures) if custom_architectures else None
+    if site and any(isinstance(e, TypeError) for e in _chain(exc)):
+        inner = next(e for e in _chain(exc) if isinstance(e, TypeError))
+        return (f"signature drift in the custom architecture: {type(inner).__name__}: {inner} at {site} — "
+                "the call does not match the installed MAX's API; update it to this MAX version")
+    if site:
+        first += f" (at {site})"
     if "No architecture found" in text:
         return f"{first} — the model's config.json names an architecture MAX does not know; pass --custom-architectures DIR"
     if "bfloat16" in text and "cpu" in text.lower():

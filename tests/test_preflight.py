@@ -154,3 +154,22 @@ def test_check_arch_cli(tmp_path: Path) -> None:
     bad = run_cli("check-arch", f"{GOOD}/")
     assert bad.returncode == 2
     assert "Empty module name" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_signature_drift_reported_at_load_with_call_site(tmp_path: Path) -> None:
+    from max_profile.runner import RunnerError, load_model
+
+    pkg = _copy(tmp_path, "sig_drift")
+    model_py = pkg / "model.py"
+    text = model_py.read_text()
+    assert "            memory_plan=memory_plan,\n        )\n        self.model = self.load_model(session)" in text
+    model_py.write_text(text.replace("            memory_plan=memory_plan,\n        )\n        self.model = self.load_model(session)",
+                                     "            memory_plan=memory_plan,\n            kv_cache_strategy=\"paged\",\n        )\n        self.model = self.load_model(session)"))
+    model = build_tiny_llama(tmp_path / "m", architecture="MaxProfileLlamaForCausalLM")
+    assert check_architecture(str(pkg)).ok  # imports cleanly: the drift only shows at load
+    with pytest.raises(RunnerError) as err:
+        load_model(str(model), devices="cpu", custom_architectures=[str(pkg)])
+    msg = str(err.value)
+    assert msg.startswith("signature drift in the custom architecture: TypeError")
+    assert "unexpected keyword argument 'kv_cache_strategy'" in msg
+    assert f"{pkg}/model.py:" in msg

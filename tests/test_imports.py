@@ -1,0 +1,138 @@
+"""Importing other tools' traces. AMD files are FAKES (no AMD GPU or ROCm here), written from the
+documented rocprofv3 CSV columns and rocpd views (../shared/research/formats.md §2); nsys stats CSV
+follows the byte-exact H200 output quoted there."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from max_profile.collect.imports import ImportFormatError, detect_format, import_trace
+from max_profile.model import KernelBreakdown
+
+
+def _bd(path: Path) -> KernelBreakdown:
+    k = import_trace(str(path)).kernels
+    assert isinstance(k, KernelBreakdown)
+    return k
+
+
+def _phase(k: KernelBreakdown, name: str):  # type: ignore[no-untyped-def]
+    return next(p for p in k.phases if p.phase == name)
+
+
+FAKE_ROCPROF_KERNELS = (
+    '"Kind","Agent_Id","Queue_Id","Stream_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name","Correlation_Id","Start_Timestamp","End_Timestamp",'
+    '"LDS_Block_Size","Scratch_Size","VGPR_Count","Accum_VGPR_Count","SGPR_Count","Workgroup_Size_X","Workgroup_Size_Y","Workgroup_Size_Z","Grid_Size_X","Grid_Size_Y","Grid_Size_Z"\n'
+    '"KERNEL_DISPATCH","Agent 4",1,0,901,1,10,"matmul_bfloat16_kernel(bf16*, bf16 const*, int)",1,1000,1900,0,0,8,0,16,64,1,1,1024,1,1\n'
+    '"KERNEL_DISPATCH","Agent 4",1,0,905,2,11,"mha_decode_gfx942_bf16",2,2100,2150,0,0,8,0,16,64,1,1,64,1,1\n'
+    '"KERNEL_DISPATCH","Agent 4",1,0,905,3,12,"gemv_split_k_bf16_gfx942",3,2200,2600,0,0,8,0,16,64,1,1,64,1,1\n'
+    '"KERNEL_DISPATCH","Agent 5",1,0,905,4,12,"gemv_split_k_bf16_gfx942",4,3100,3500,0,0,8,0,16,64,1,1,64,1,1\n'
+)
+FAKE_ROCPROF_MARKERS = (
+    '"Domain","Function","Process_Id","Thread_Id","Correlation_Id","Start_Timestamp","End_Timestamp"\n'
+    '"MARKER_CORE_RANGE_API","max_profile:prefill",900,900,1,950,2000\n'
+    '"MARKER_CORE_RANGE_API","max_profile:decode",900,900,2,2050,3000\n'
+    '"MARKER_CORE_RANGE_API","max_profile:decode",900,900,3,3050,4000\n'
+)
+
+
+def test_fake_rocprofv3_csv_with_markers(tmp_path: Path) -> None:
+    (tmp_path / "900_kernel_trace.csv").write_text(FAKE_ROCPROF_KERNELS)
+    (tmp_path / "900_marker_api_trace.csv").write_text(FAKE_ROCPROF_MARKERS)
+    assert detect_format(str(tmp_path / "900_kernel_trace.csv")) == "rocprof-kernel-csv"
+    report = import_trace(str(tmp_path / "900_kernel_trace.csv"))
+    assert report.environment.vendor == "amd"
+    k = report.kernels
+    assert isinstance(k, KernelBreakdown)
+    assert k.kernels == 4 and k.devices == [4, 5]
+    assert _phase(k, "prefill").families[0].family == "gemm"
+    dec = _phase(k, "decode")
+    assert dec.steps == 2 and dec.kernels == 3
+    assert [f.family for f in dec.families] == ["gemv", "attention"]
+
+
+def test_fake_rocprofv3_older_columns(tmp_path: Path) -> None:
+    old = (
+        '"Kind","Agent_Id","Queue_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name","Correlation_Id","Start_Timestamp","End_Timestamp",'
+        '"Private_Segment_Size","Group_Segment_Size","Workgroup_Size_X","Workgroup_Size_Y","Workgroup_Size_Z","Grid_Size_X","Grid_Size_Y","Grid_Size_Z"\n'
+        '"KERNEL_DISPATCH",2,1,852831,1,10,"void addition_kernel<float>(float*, float const*, float const*, int, int)",1,1551874061244694,1551874061255734,0,0,64,1,1,1024,1024,1\n'
+    )
+    (tmp_path / "k_kernel_trace.csv").write_text(old)
+    k = _bd(tmp_path / "k_kernel_trace.csv")
+    assert k.kernels == 1 and k.attribution == "none" and k.top_kernels[0].name == "addition_kernel"
+
+
+def test_fake_rocpd_database(tmp_path: Path) -> None:
+    db = tmp_path / "900_results.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE rocpd_kernel_dispatch (id INTEGER)")
+    con.execute("CREATE VIEW kernels AS SELECT 'gemv_split_k_bf16' AS name, 2000 AS start, 2400 AS end, 4 AS agent_abs_index, 905 AS tid "
+                "UNION ALL SELECT 'sm90_matmul_bf16', 1000, 1800, 4, 905")
+    con.execute("CREATE VIEW regions AS SELECT 'MARKER_CORE_RANGE_API' AS category, 'roctxThreadRangeA' AS name, 1900 AS start, 3000 AS end, 900 AS tid, "
+                "'{\"message\": \"max_profile:decode\"}' AS extdata UNION ALL SELECT 'MARKER_CORE_RANGE_API', 'roctxThreadRangeA', 900, 1900, 900, '{\"message\": \"max_profile:prefill\"}'")
+    con.commit()
+    con.close()
+    k = _bd(db)
+    assert k.kernels == 2
+    assert _phase(k, "decode").families[0].family == "gemv" and _phase(k, "prefill").families[0].family == "gemm"
+
+
+def test_nsys_stats_csv_gpu_trace_with_commas_and_non_ascii(tmp_path: Path) -> None:
+    text = (
+        "Processing [OUT/r3.sqlite] with [/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/reports/cuda_gpu_trace.py]... \n"
+        "Start (ns),Duration (ns),CorrId,GrdX,GrdY,GrdZ,BlkX,BlkY,BlkZ,Reg/Trd,StcSMem (MB),DymSMem (MB),Bytes (MB),Throughput (MB/s),SrcMemKd,DstMemKd,Device,Ctx,GreenCtx,Strm,Name\n"
+        "525074279,2016,121,,,,,,,,,,4.194,2080504.807,Device,,NVIDIA H200 (0),1,,7,[CUDA memset]\n"
+        '525406504,12928,125,4096,1,1,256,1,1,16,0.000,0.000,,,,,NVIDIA H200 (0),1,,7,"fma_kernel(float *, const float *, int, int)"\n'
+        "525475464,43680,133,1,1,1,32,1,1,20,0.000,0.000,,,,,NVIDIA H200 (0),1,,7,sample_kernel_ünïcödé\n"
+        "\n"
+    )
+    path = tmp_path / "gpu_trace.csv"
+    path.write_text(text, encoding="utf-8")
+    k = _bd(path)
+    assert k.kernels == 2  # the memset row is not a kernel
+    names = {r.name for r in k.top_kernels}
+    assert names == {"fma_kernel", "sample_kernel_ünïcödé"}
+
+
+def test_nsys_kern_sum_csv_keeps_instance_counts(tmp_path: Path) -> None:
+    text = (
+        "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n"
+        "59.5,84512,2,42256.0,42256.0,40832,43680,2013.8,sample_kernel\n"
+        '25.8,36609,4,9152.3,9152.5,5376,12928,4323.6,"fma_kernel(float *, const float *, int, int)"\n'
+    )
+    (tmp_path / "sum.csv").write_text(text)
+    k = _bd(tmp_path / "sum.csv")
+    counts = {r.name: r.count for r in k.top_kernels}
+    assert counts == {"sample_kernel": 2, "fma_kernel": 4}
+    assert "totals only" in k.source
+
+
+def test_kineto_json_with_phase_annotations(tmp_path: Path) -> None:
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "max_profile:decode", "ts": 10.0, "dur": 20.0},
+        {"ph": "X", "cat": "kernel", "name": "gemv_split_k_bf16", "ts": 12.0, "dur": 5.0, "args": {"device": 1}},
+        {"ph": "X", "cat": "kernel", "name": "mha_decode", "ts": 18.0, "dur": 2.0, "args": {"device": 1}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 11.0, "dur": 1.0},
+    ]
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": events}))
+    k = _bd(tmp_path / "t.json")
+    assert k.kernels == 2 and k.devices == [1]
+    assert _phase(k, "decode").kernels == 2
+
+
+def test_max_generate_profile_output_has_no_kernels(tmp_path: Path) -> None:
+    out = ("Note: Nsight Systems (`nsys`) not found on PATH; only Python/CPU profile will be captured.\nPrompt size: 11\nTime to first token: 12.5 ms\n"
+           "=== Top 10 Python/CPU functions (50.3% of CPU time, 23.32 ms total) ===\n")
+    (tmp_path / "gen.txt").write_text(out)
+    report = import_trace(str(tmp_path / "gen.txt"))
+    assert report.kernels is not None and not isinstance(report.kernels, KernelBreakdown)
+    assert "cProfile" in report.kernels.reason  # type: ignore[union-attr]
+
+
+def test_folder_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ImportFormatError, match="is a folder"):
+        import_trace(str(tmp_path))
