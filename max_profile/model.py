@@ -262,6 +262,19 @@ class PhaseBreakdown(msgspec.Struct, frozen=True):
     top_kernels: list[KernelRow]
 
 
+class DeviceBreakdown(msgspec.Struct, frozen=True):
+    """One GPU's share of the kernels (multi-GPU runs: tensor / expert parallel)."""
+
+    device: int
+    kernels: int
+    kernel_ms: float
+    gpu_busy_pct: float | None
+    """Union of this device's kernel intervals over the profiled steps' wall time."""
+    collective_ms_per_decode_step: float | None
+    collective_share_of_decode_pct: float | None
+    families: list[FamilyRow]
+
+
 class KernelBreakdown(msgspec.Struct, frozen=True, tag=True):
     """Where the GPU time went: families and kernels, overall and per phase."""
 
@@ -279,6 +292,8 @@ class KernelBreakdown(msgspec.Struct, frozen=True, tag=True):
     """Why per-kernel numbers cannot be trusted (device graphs hid kernels...), else None."""
     per_step_families: list[dict[str, float]] = []
     """Decode steps in order: family -> ms, for spotting a prefill-like mix repeated every step."""
+    per_device: list[DeviceBreakdown] = []
+    """Filled when kernels ran on more than one device."""
 
 
 class StallReason(msgspec.Struct, frozen=True):

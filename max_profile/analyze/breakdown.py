@@ -21,6 +21,7 @@ import numpy as np
 
 from max_profile.analyze.families import FAMILIES, base_name, classify_kernel
 from max_profile.model import (
+    DeviceBreakdown,
     FamilyRow,
     KernelBreakdown,
     KernelRecord,
@@ -238,6 +239,8 @@ def build_breakdown(
         sums_other = np.bincount(base_idx[other_mask], weights=dur[other_mask], minlength=len(bases))
         unknown = [bases[i] for i in np.argsort(-sums_other)[:25] if sums_other[i] > 0]
 
+    per_device = _per_device(arr, fam_idx, dur, kernel_phase, interval_phase, starts, ends) if n and np.unique(arr.device).size > 1 else []
+
     unreliable = None
     graph_share = float(arr.graph.mean()) if n else 0.0
     if device_graph_capture or graph_share > 0.2 or (graph_launches and n and graph_launches * 5 > n):
@@ -257,7 +260,42 @@ def build_breakdown(
         devices=sorted(int(d) for d in np.unique(arr.device)) if n else [],
         unreliable=unreliable,
         per_step_families=per_step,
+        per_device=per_device,
     )
+
+
+def _per_device(
+    arr: KernelArrays,
+    fam_idx: np.ndarray,
+    dur: np.ndarray,
+    kernel_phase: np.ndarray,
+    interval_phase: list[Phase],
+    starts: np.ndarray,
+    ends: np.ndarray,
+) -> list[DeviceBreakdown]:
+    """Per-GPU tables: kernels, busy fraction, families, collective time per decode step."""
+    wall = int((ends - starts).sum()) if starts.size else 0
+    decode_code = PHASES.index("decode")
+    decode_steps = sum(1 for p in interval_phase if p == "decode")
+    coll = FAMILIES.index("collective")
+    out = []
+    for dev in sorted(int(d) for d in np.unique(arr.device)):
+        m = arr.device == dev
+        dm = m & (kernel_phase == decode_code)
+        dec_ms = float(dur[dm].sum()) / 1e6
+        coll_ms = float(dur[dm & (fam_idx == coll)].sum()) / 1e6
+        out.append(
+            DeviceBreakdown(
+                device=dev,
+                kernels=int(m.sum()),
+                kernel_ms=float(dur[m].sum()) / 1e6,
+                gpu_busy_pct=min(100.0, 100.0 * _union_ns(arr.start[m], arr.end[m]) / wall) if wall else None,
+                collective_ms_per_decode_step=coll_ms / decode_steps if decode_steps else None,
+                collective_share_of_decode_pct=100.0 * coll_ms / dec_ms if dec_ms else None,
+                families=_family_rows(fam_idx[m], dur[m]),
+            )
+        )
+    return out
 
 
 def phase_of_range(name: str) -> Phase | None:

@@ -44,6 +44,8 @@ class Thresholds:
     """Context tokens the decode must grow by before judging step-time growth."""
     decode_bw_low_pct: float = 30.0
     """Decode reads below this % of peak DRAM bandwidth while the GPU is busy → far from roofline."""
+    communication_share_pct: float = 30.0
+    """Multi-GPU: collectives above this % of a device's decode kernel time → communication dominates."""
     min_attention_share_pct: float = 0.5
     """Attention family share below this in a decoder's kernels → attention is not fused."""
 
@@ -396,6 +398,29 @@ def rule_decode_bandwidth(report: Report, th: Thresholds) -> list[Finding]:
     return [Finding(id="decode-bandwidth", severity="info", title=f"Decode reads memory at {pct:.0f}% of the GPU's peak bandwidth (weights + KV cache per step)", evidence=ev, confidence=0.6)]
 
 
+def rule_communication(report: Report, th: Thresholds) -> list[Finding]:
+    """Multi-GPU decode where collectives (allreduce, EP dispatch/combine) take a large share of kernel time."""
+    k = _kern(report)
+    if not k or len(k.per_device) < 2:
+        return []
+    shares = [d.collective_share_of_decode_pct for d in k.per_device if d.collective_share_of_decode_pct is not None]
+    if not shares:
+        return []
+    worst = max(k.per_device, key=lambda d: d.collective_share_of_decode_pct or 0.0)
+    ev: dict[str, float | int | str | None] = {
+        "devices": len(k.per_device),
+        "max_collective_share_of_decode_pct": round(worst.collective_share_of_decode_pct or 0.0, 1),
+        "device": worst.device,
+        "collective_ms_per_decode_step": round(worst.collective_ms_per_decode_step or 0.0, 4),
+        "threshold_pct": th.communication_share_pct,
+    }
+    if (worst.collective_share_of_decode_pct or 0.0) >= th.communication_share_pct:
+        return [Finding(id="communication-dominates", severity="warning", confidence=0.7, evidence=ev,
+                        title="Collectives take a large share of each decode step: communication, not compute, limits tensor/expert parallelism",
+                        next_step="Try fewer GPUs per replica (or data parallelism), check NVLink/P2P is used (nvidia-smi topo -m), and compare allreduce time per step against its size.")]
+    return [Finding(id="communication-share", severity="info", confidence=0.6, evidence=ev, title="Collective share of decode kernel time per GPU is moderate")]
+
+
 RULES: tuple[tuple[str, Rule], ...] = (
     ("kv-cache", rule_kv_cache),
     ("host-bound", rule_host_bound),
@@ -408,6 +433,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("moe", rule_moe),
     ("quant", rule_quant_prep),
     ("decode-bandwidth", rule_decode_bandwidth),
+    ("communication", rule_communication),
 )
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}

@@ -141,6 +141,14 @@ def kernels_section(report: Report) -> RenderableType | None:
             pt.add_row(p.phase, str(p.steps), str(p.kernels), _f(p.kernel_ms, ".3f"), _f(p.wall_ms, ".3f"), _f(p.gpu_busy_pct, ".1f"),
                        _f(p.kernels_per_step, ".1f"), _f(p.kernel_ms_per_step, ".4f"), _f(p.kernel_us_per_token, ".2f"))
         parts.append(pt)
+    if k.per_device:
+        dt = Table(title="Per device", box=None, title_justify="left")
+        for col in ("device", "kernels", "kernel ms", "GPU busy %", "collective ms/decode step", "collective % of decode", "top families"):
+            dt.add_column(col, justify="left" if col in ("device", "top families") else "right")
+        for d in k.per_device:
+            dt.add_row(str(d.device), str(d.kernels), _f(d.kernel_ms, ".3f"), _f(d.gpu_busy_pct, ".1f"), _f(d.collective_ms_per_decode_step, ".4f"),
+                       _f(d.collective_share_of_decode_pct, ".1f"), ", ".join(f.family for f in d.families[:3]))
+        parts.append(dt)
     parts.append(_family_table(k.families, "Families (all phases)"))
     for p in k.phases:
         parts.append(_family_table(p.families, f"Families — {p.phase}"))
