@@ -18,8 +18,6 @@ import difflib
 import io
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from max_profile.model import Finding, KernelAnalysis, StallReason
+from max_profile.procs import kill_group
 
 NO_KERNELS = "No kernels were profiled"
 PERMISSION_ERRORS = ("ERR_NVGPUCTRPERM", "does not have permission to access NVIDIA GPU Performance Counters")
@@ -337,19 +336,6 @@ def ncu_command(ncu: str, name: str, launches: int, launch_skip: int, section_se
             "-c", str(launches), "--set", section_set, "-o", report, "-f", *target]
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=10)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def run_ncu(cmd: list[str], log_path: Path, timeout_s: float, progress: Any) -> str:
     from max_profile.collect.gpu_sampling import clean_child_env
 
@@ -360,11 +346,11 @@ def run_ncu(cmd: list[str], log_path: Path, timeout_s: float, progress: Any) -> 
         try:
             while proc.poll() is None:
                 if time.monotonic() - t0 > timeout_s:
-                    _kill_group(proc)
+                    kill_group(proc, grace_s=10)
                     raise NcuError(f"ncu did not finish within {timeout_s:.0f} s; stopped it (its process group only). Profile fewer launches (-c) or a narrower regex")
                 time.sleep(1)
         except KeyboardInterrupt:
-            _kill_group(proc)
+            kill_group(proc, grace_s=10)
             raise
     return log_path.read_text(errors="replace")
 
@@ -450,4 +436,4 @@ def register_cli(sub: Any) -> None:
     p.set_defaults(func=cmd_kernel)
 
 
-__all__ = ["NcuError", "analyze_launch", "kernel_findings", "parse_ncu_csv", "read_ncu_files", "register_cli", "shutil"]
+__all__ = ["NcuError", "analyze_launch", "kernel_findings", "parse_ncu_csv", "read_ncu_files", "register_cli"]

@@ -290,11 +290,9 @@ def profile_generation_with_nsys(args: Any, progress: Any) -> Any:
     try:
         rc = proc.wait()
     except KeyboardInterrupt:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
+        from max_profile.procs import kill_group
+
+        kill_group(proc)
         raise
     sqlite_path = rep + ".sqlite"
     if rc != 0 or not os.path.exists(sqlite_path):

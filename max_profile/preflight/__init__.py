@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from max_profile.model import PreflightCheck, PreflightResult, Severity
+from max_profile.procs import kill_group
 from max_profile.tinymodel import PASS_THROUGH_CHAT_TEMPLATE
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -176,11 +176,11 @@ def _run_child(pkg: Path, name: str, model_path: str | None, prompt: str, timeou
             except subprocess.TimeoutExpired:
                 timed_out = True
             except KeyboardInterrupt:
-                _kill_group(proc)
+                kill_group(proc, grace_s=3)
                 raise
             finally:
                 if proc.poll() is None:
-                    _kill_group(proc)
+                    kill_group(proc, grace_s=3)
         events = _read_events(out)
         tail = _tail(log)
     result: dict[str, Any] = {}
@@ -215,19 +215,6 @@ def _run_child(pkg: Path, name: str, model_path: str | None, prompt: str, timeou
         checks.append(_check("import-exit", False, "error", f"the package's import ended the process (exit code {code}) before it finished" + (f"; last output: {tail}" if tail else ""),
                              fix="remove sys.exit / os._exit / crashing code from import time"))
     return result, checks
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=3)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _read_events(path: Path) -> list[dict[str, Any]]:
