@@ -366,6 +366,25 @@ class PreflightResult(msgspec.Struct, frozen=True):
         return not any(c.severity == "error" and not c.ok for c in self.checks)
 
 
+class ServeSummary(msgspec.Struct, frozen=True):
+    """What a `max-profile serve` capture measured from the client side, and how the server ran."""
+
+    mode: str
+    port: int
+    window_s: float
+    requests: int
+    failed_requests: int
+    output_tokens: int
+    ttft_ms_p50: float | None
+    ttft_ms_p90: float | None
+    itl_ms_p50: float | None
+    itl_ms_p90: float | None
+    tokens_per_s: float | None
+    time_to_ready_s: float | None
+    commands: list[list[str]] = []
+    server_log: str | None = None
+
+
 class Report(msgspec.Struct):
     """Everything one profiling run produced. ``schema_version`` guards readers."""
 
@@ -378,6 +397,7 @@ class Report(msgspec.Struct):
     kernel_analyses: list[KernelAnalysis] = []
     findings: list[Finding] = []
     preflight: list[PreflightResult] = []
+    serve: ServeSummary | None = None
     next_measurement: str | None = None
     """The next, costlier measurement the escalation plan proposes (exact command), if any."""
     artifacts: list[str] = []

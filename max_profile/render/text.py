@@ -78,6 +78,24 @@ def steps_section(report: Report) -> RenderableType:
     return Panel(Group(head, t), title="Steps (host)", title_align="left")
 
 
+def serve_section(report: Report) -> RenderableType | None:
+    s = report.serve
+    if s is None:
+        return None
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("mode", f"{s.mode}, window {s.window_s:.1f} s, port {s.port}, /health after {_f(s.time_to_ready_s, '.1f', ' s')}")
+    t.add_row("requests", f"{s.requests} ({s.failed_requests} failed), {s.output_tokens} streamed chunks")
+    t.add_row("TTFT", f"p50 {_f(s.ttft_ms_p50, '.2f', ' ms')}, p90 {_f(s.ttft_ms_p90, '.2f', ' ms')} (client side)")
+    t.add_row("inter-token", f"p50 {_f(s.itl_ms_p50, '.2f', ' ms')}, p90 {_f(s.itl_ms_p90, '.2f', ' ms')} -> {_f(s.tokens_per_s, '.1f', ' tok/s')} per request")
+    for cmd in s.commands:
+        t.add_row("server", Text(" ".join(cmd), style="dim"))
+    if s.server_log:
+        t.add_row("log", s.server_log)
+    return Panel(t, title="max serve (concurrency 1)", title_align="left")
+
+
 def utilization_section(report: Report) -> RenderableType:
     u = report.utilization
     if isinstance(u, Unavailable) or u is None:
@@ -225,7 +243,8 @@ def render_renderables(report: Report) -> list[RenderableType]:
     sections: list[RenderableType | None] = [
         environment_section(report),
         preflight_section(report.preflight),
-        steps_section(report),
+        serve_section(report),
+        steps_section(report) if report.serve is None or report.steps else None,
         utilization_section(report),
         kernels_section(report),
         analyses_section(report.kernel_analyses),
