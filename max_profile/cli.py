@@ -275,7 +275,9 @@ def cmd_kernels(args: argparse.Namespace, progress: Progress) -> int:
         _write_json(report, args.json, progress)
         return 0
     if args.backend == "rocprof":
-        raise CliError("the rocprof backend runs under `max-profile serve --mode rocprof` or imports rocprofv3 output with --import", EXIT_BAD_INPUT)
+        raise CliError("run the generation under rocprofv3 yourself (rocprofv3 --kernel-trace --marker-trace --output-format csv -d OUT -- "
+                       "max-profile run --model-path P --kernels off) and read it with `max-profile kernels --import OUT/<host>/<pid>_kernel_trace.csv`",
+                       EXIT_BAD_INPUT)
     args.kernels = "cupti" if args.backend == "cupti" else "nvtx-log"
     return cmd_run(args, progress)
 

@@ -105,6 +105,12 @@ class ProfileSession:
                 self._sampler = GpuSampler(self.sample_interval_s)
                 self._sampler.start()
         except BaseException:
+            if self._cupti is not None:
+                try:
+                    self._cupti.stop()
+                except Exception:  # noqa: BLE001 - already failing; the original error matters
+                    pass
+                self._cupti = None
             self.hook.uninstall()
             raise
         return self

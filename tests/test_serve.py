@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from max_profile.collect.gpu_sampling import clean_child_env
 from max_profile.model import KernelBreakdown, Unavailable
 from max_profile.serve import ServeError, ServePlan, free_port, run_serve_capture
 
@@ -156,7 +157,8 @@ def test_ctrl_c(tiny_model_dir: Path, stage: str, foreign_max_process: subproces
     cmd = [sys.executable, "-m", "max_profile", "serve", "--model-path", str(tiny_model_dir), "--port", str(port), "--duration", "60", "--yes", "--max-tokens", "8"]
     if stage != "warm pass":
         cmd.append("--no-warm")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+    # clean_child_env: an in-process MAX load earlier in this pytest process set PYTHONEXECUTABLE in the C environment
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=clean_child_env())
     assert proc.stderr is not None
     lines = []
     for line in proc.stderr:

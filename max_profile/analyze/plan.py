@@ -37,11 +37,14 @@ def next_measurement(report: Report) -> str | None:
             return f"max-profile run {_model_args(report)} --kernels nvtx-log   # MAX's op ranges on the CPU"
         return None
     if not isinstance(report.kernels, KernelBreakdown):
-        backend = "cupti" if report.environment.vendor == "nvidia" else "rocprof"
-        return f"max-profile kernels {_model_args(report)} --backend {backend}"
+        if report.environment.vendor == "amd":
+            return (f"rocprofv3 --kernel-trace --marker-trace --output-format csv -d rocprof-out -- max-profile run {_model_args(report)} --kernels off"
+                    "  &&  max-profile kernels --import rocprof-out/<host>/<pid>_kernel_trace.csv")
+        return f"max-profile kernels {_model_args(report)} --backend cupti"
     k = report.kernels
     if k.unreliable:
-        return f"max-profile kernels {_model_args(report)} -- --no-device-graph-capture"
+        return (f"max-profile kernels {_model_args(report)} --backend cupti   "
+                "# device graph capture stays off there; for max serve pass --no-device-graph-capture")
     if ids & _HEALTHY_IDS and not any(f.severity != "info" for f in report.findings):
         return None
     if report.environment.vendor != "nvidia":
