@@ -191,14 +191,3 @@ def generate(model: LoadedModel, prompts: Sequence[str], max_new_tokens: int) ->
             for row, tokens in batch.step().items():
                 produced[row].extend(tokens)
     return produced
-
-
-def prompt_length(model: LoadedModel, prompt: str) -> int:
-    """Tokens in the prompt after the chat template (what prefill processes)."""
-    has_template = bool(getattr(getattr(model.tokenizer, "delegate", None), "chat_template", None))
-
-    async def build() -> Any:
-        return await model.tokenizer.new_context(make_request(prompt, 1, use_chat_template=has_template))
-
-    ctx = asyncio.run(build())
-    return int(len(ctx.tokens))

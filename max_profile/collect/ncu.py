@@ -318,14 +318,14 @@ def _read(path: str) -> str:
 
 def name_filter(name: str) -> str:
     """``-k`` value for a kernel name or regex: a breakdown name keeps its distinctive base, never its hash."""
-    from max_profile.analyze.families import base_name
+    from max_profile.analyze.families import distinctive_regex
 
     if name.startswith("regex:"):
         name = name[6:]
     if not name or name.strip() in (".*", ".", "*", ".+"):
         raise NcuError("refusing to profile every kernel: give a kernel name or a regex that selects one kernel (ncu replays each launch many times)")
     if re.fullmatch(r"[\w.]+", name):
-        return "regex:" + re.escape(base_name(name))
+        return "regex:" + distinctive_regex(name)
     return "regex:" + name
 
 

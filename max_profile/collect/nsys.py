@@ -16,7 +16,6 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -307,5 +306,4 @@ def profile_generation_with_nsys(args: Any, progress: Any) -> Any:
     host.artifacts = [rep + ".nsys-rep  (open with: nsys-ui " + rep + ".nsys-rep)", sqlite_path]
     host.findings = evaluate(host)
     host.next_measurement = next_measurement(host)
-    time.sleep(0)
     return host
