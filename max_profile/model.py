@@ -124,6 +124,15 @@ class Step(msgspec.Struct, frozen=True):
     def duration_ns(self) -> int:
         return self.end_ns - self.start_ns
 
+    @property
+    def sequence_tokens(self) -> int | None:
+        """Tokens of the batch's sequences after this step: cached context plus the tokens fed.
+
+        Equal to ``context_tokens + 1`` per request in a healthy decode; an architecture that
+        re-feeds the whole sequence shows ``context_tokens`` 0 and large ``input_tokens``.
+        """
+        return None if self.context_tokens is None else self.context_tokens + self.input_tokens
+
 
 class PhaseStats(msgspec.Struct, frozen=True):
     """Step-time statistics of one phase (milliseconds)."""
@@ -146,7 +155,7 @@ class StepSummary(msgspec.Struct, frozen=True, tag=True):
     phases: list[PhaseStats]
     decode_tokens_per_s: float | None
     decode_step_growth_ms_per_100_ctx: float | None = None
-    """Least-squares slope of decode step time against context length (ms per 100 tokens)."""
+    """Slope of decode step time against sequence length (ms per 100 tokens of context)."""
 
 
 # --------------------------------------------------------------------------------------------

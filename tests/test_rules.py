@@ -72,6 +72,26 @@ def test_kv_cache_rule_silent_on_flat_decode() -> None:
     assert "kv-cache-broken" not in ids(build_report(big()))
 
 
+def _refed(inputs_per_step: list[int], ctx0: int = 16) -> RawCapture:
+    raw = synthetic([5.0] + [1.0] * len(inputs_per_step), [DENSE] * (len(inputs_per_step) + 1), ctx0=ctx0)
+    steps = [raw.steps[0]] + [msgspec.structs.replace(s, input_tokens=n, context_tokens=0) for s, n in zip(raw.steps[1:], inputs_per_step, strict=True)]
+    return msgspec.structs.replace(raw, steps=steps)
+
+
+def test_kv_cache_broken_fires_on_refed_sequence_with_flat_times() -> None:
+    # Decode steps that feed the whole sequence again (MAX sees nothing cached), even before time grows.
+    r = build_report(_refed([17 + i for i in range(64)]))
+    f = next(f for f in r.findings if f.id == "kv-cache-broken")
+    assert f.evidence["signals"] == "re-fed tokens" and f.evidence["decode_input_tokens_per_request_last"] > 60
+
+
+def test_kv_cache_rule_silent_on_speculative_decoding() -> None:
+    # Speculative decoding feeds a constant 1 + draft tokens per request: not a re-feed.
+    raw = _refed([4] * 64)
+    steps = [raw.steps[0]] + [msgspec.structs.replace(s, context_tokens=16 + 3 * i) for i, s in enumerate(raw.steps[1:])]
+    assert "kv-cache-broken" not in ids(build_report(msgspec.structs.replace(raw, steps=steps)))
+
+
 def test_kv_cache_rule_needs_enough_steps() -> None:
     short = synthetic([5.0] + [1.0 + 0.2 * i for i in range(10)], [DENSE] * 11)
     assert "kv-cache-broken" not in ids(build_report(short))

@@ -300,50 +300,92 @@ def rule_unfused(report: Report, th: Thresholds) -> list[Finding]:
 
 
 def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
-    """Decode step time growing ~linearly with context, and/or a prefill-like kernel mix every decode step."""
-    steps = [s for s in report.steps if s.phase == "decode" and s.batch_size > 0 and s.context_tokens is not None]
+    """Decode work growing ~linearly with the sequence: the KV cache is missing or not used.
+
+    Three signals, any of which fires: decode step time grows with the sequence length (and
+    correlates with it); decode kernel time per step grows the same way; decode steps feed the
+    whole sequence again (input tokens per request > 1 and growing; speculative decoding feeds a
+    constant 1 + draft tokens). A prefill-like kernel mix in decode is reported as evidence.
+    """
+    steps = [s for s in report.steps if s.phase == "decode" and s.batch_size > 0 and s.sequence_tokens is not None]
     s = _steps(report)
     if len(steps) < th.kv_min_decode_steps or not s:
         return []
     import numpy as np
 
-    ctx = np.array([st.context_tokens for st in steps], dtype=float)
+    seq = np.array([st.sequence_tokens for st in steps], dtype=float)
     ms = np.array([st.duration_ns / 1e6 for st in steps])
-    if ctx.max() - ctx.min() < th.kv_min_context_growth:
+    fed = np.array([st.input_tokens / st.batch_size for st in steps])
+    if seq.max() - seq.min() < th.kv_min_context_growth:
         return []
     third = max(len(ms) // 3, 1)
     first, last = float(np.median(ms[:third])), float(np.median(ms[-third:]))
     ratio = last / first if first > 0 else 0.0
-    corr = float(np.corrcoef(ctx, ms)[0, 1]) if ms.std() > 0 else 0.0
+    corr = float(np.corrcoef(seq, ms)[0, 1]) if ms.std() > 0 else 0.0
+    fed_first, fed_last = float(np.median(fed[:third])), float(np.median(fed[-third:]))
     evidence: dict[str, float | int | str | None] = {
         "decode_steps": len(steps),
-        "context_from": int(ctx.min()),
-        "context_to": int(ctx.max()),
+        "sequence_from": int(seq.min()),
+        "sequence_to": int(seq.max()),
         "first_third_median_ms": round(first, 3),
         "last_third_median_ms": round(last, 3),
         "growth_ratio": round(ratio, 2),
-        "time_vs_context_correlation": round(corr, 3),
-        "growth_ms_per_100_ctx": round(s.decode_step_growth_ms_per_100_ctx or 0.0, 4),
+        "time_vs_sequence_correlation": round(corr, 3),
+        "growth_ms_per_100_tokens": round(s.decode_step_growth_ms_per_100_ctx or 0.0, 4),
+        "decode_input_tokens_per_request_first": round(fed_first, 1),
+        "decode_input_tokens_per_request_last": round(fed_last, 1),
     }
     kernel_growth = _per_step_kernel_growth(report)
     if kernel_growth is not None:
         evidence["decode_kernel_ms_growth_ratio"] = round(kernel_growth, 2)
-    grows = ratio >= th.kv_growth_ratio and corr >= 0.8
-    if kernel_growth is not None and kernel_growth >= th.kv_growth_ratio:
-        grows = grows or corr >= 0.8
-    if not grows:
+    evidence.update(_decode_vs_prefill_mix(report))
+    time_grows = ratio >= th.kv_growth_ratio and corr >= 0.8
+    kernels_grow = kernel_growth is not None and kernel_growth >= th.kv_growth_ratio and corr >= 0.8
+    refeeds = bool((fed >= 2).mean() >= 0.9) and fed_last >= fed_first + th.kv_min_context_growth / 2
+    if not (time_grows or kernels_grow or refeeds):
         return []
+    signals = [name for name, on in (("step time", time_grows), ("kernel time", kernels_grow), ("re-fed tokens", refeeds)) if on]
+    evidence["signals"] = ", ".join(signals)
+    confidence = 0.95 if refeeds else 0.85 if kernels_grow or kernel_growth is not None else 0.7
     return [
         Finding(
             id="kv-cache-broken",
             severity="error",
-            title="Decode work grows with the context at every step: the KV cache is missing or not used (O(n²) re-prefill)",
+            title="Decode work grows with the sequence at every step: the KV cache is missing or not used (O(n²) re-prefill)",
             evidence=evidence,
-            confidence=0.85 if kernel_growth is not None else 0.7,
+            confidence=confidence,
             next_step="A correctness bug, not only slowness: check the architecture writes K/V into MAX's KV cache and "
             "attends over it in decode (paged attention), instead of re-encoding the whole sequence.",
         )
     ]
+
+
+def _decode_vs_prefill_mix(report: Report) -> dict[str, float | int | str | None]:
+    """How much decode's kernel mix looks like prefill's (cosine similarity of family time shares).
+
+    Healthy decode on a GPU is matrix-vector work (gemv) while prefill is matrix-matrix (gemm);
+    a decode that re-encodes the sequence runs the prefill mix again. On a CPU both phases run
+    the same ops, so this is evidence, not a trigger.
+    """
+    k = _kern(report)
+    if not k:
+        return {}
+    pre, dec = _phase(k, "prefill"), _phase(k, "decode")
+    if not pre or not dec or not pre.families or not dec.families:
+        return {}
+    import numpy as np
+
+    fams = sorted({r.family for r in pre.families} | {r.family for r in dec.families})
+    a = np.array([_fam_ms(pre.families, f) for f in fams])
+    b = np.array([_fam_ms(dec.families, f) for f in fams])
+    norm = float(np.linalg.norm(a) * np.linalg.norm(b))
+    out: dict[str, float | int | str | None] = {"decode_top_family": dec.families[0].family}
+    if norm > 0:
+        out["decode_vs_prefill_mix_similarity"] = round(float(a @ b) / norm, 3)
+    total = float(b.sum())
+    if total > 0:
+        out["decode_gemm_share_pct"] = round(100.0 * _fam_ms(dec.families, "gemm") / total, 1)
+    return out
 
 
 def _per_step_kernel_growth(report: Report) -> float | None:

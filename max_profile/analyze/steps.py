@@ -76,7 +76,7 @@ def decode_growth(decode: Sequence[Step]) -> float | None:
     A working KV cache keeps decode steps nearly flat; re-encoding the whole sequence every
     step makes them grow about linearly with the context. Needs >= 8 decode steps.
     """
-    pts = [(s.context_tokens, s.duration_ns / 1e6) for s in decode if s.context_tokens is not None]
+    pts = [(s.sequence_tokens, s.duration_ns / 1e6) for s in decode if s.sequence_tokens is not None]
     if len(pts) < 8:
         return None
     x = np.array([p[0] for p in pts], dtype=float)

@@ -1,0 +1,129 @@
+"""The three custom architectures in custom_archs/, run for real on the CPU with MAX 26.7.
+
+(a) llama_custom — a correct Llama copy: no error finding over 69 decode steps.
+(b) llama_unfused_attention — attention from matmul / softmax ops: the unfused-attention finding,
+    and the same greedy tokens as (a) on the same weights (it is a correct model, only slow).
+(c) llama_no_kv_cache — re-encodes the whole sequence every step: the broken-KV-cache error from
+    step-time growth, per-step op-time growth and re-fed tokens. It needs a shape whose compute
+    outweighs MAX's per-step host cost on a CPU (hidden 1024), or the growth hides in overhead.
+
+Each run goes through the CLI with MAX's op ranges (``--kernels nvtx-log``), as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from max_profile.model import KernelBreakdown, Report
+from max_profile.preflight import check_architecture
+from max_profile.tinymodel import ModelShape, build_tiny_llama
+
+from .conftest import REPO, run_cli
+
+ARCHS = REPO / "custom_archs"
+CORRECT, UNFUSED, NO_KV = ARCHS / "llama_custom", ARCHS / "llama_unfused_attention", ARCHS / "llama_no_kv_cache"
+NAMES = {
+    CORRECT: "MaxProfileLlamaForCausalLM",
+    UNFUSED: "MaxProfileUnfusedAttentionLlamaForCausalLM",
+    NO_KV: "MaxProfileNoKVCacheLlamaForCausalLM",
+}
+COMPUTE_BOUND_SHAPE = ModelShape(hidden=1024, layers=2, heads=8, kv_heads=2, intermediate=4096)
+
+
+def _profile(tmp: Path, package: Path, tokens: int, shape: ModelShape | None = None) -> Report:
+    model = build_tiny_llama(tmp / "model", architecture=NAMES[package], shape=shape)
+    res = run_cli("run", "--model-path", str(model), "--devices", "cpu", "--custom-architectures", str(package),
+                  "--prompt", "hi", "--max-new-tokens", str(tokens), "--kernels", "nvtx-log", "--json", str(tmp / "report.json"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    return Report.load(str(tmp / "report.json"))
+
+
+@pytest.fixture(scope="module")
+def correct_report(tmp_path_factory: pytest.TempPathFactory) -> Report:
+    return _profile(tmp_path_factory.mktemp("arch_a"), CORRECT, 70)
+
+
+@pytest.fixture(scope="module")
+def unfused_report(tmp_path_factory: pytest.TempPathFactory) -> Report:
+    return _profile(tmp_path_factory.mktemp("arch_b"), UNFUSED, 70)
+
+
+def _decode_steps(report: Report) -> int:
+    return sum(1 for s in report.steps if s.phase == "decode")
+
+
+def _family_share(report: Report, family: str) -> float:
+    k = report.kernels
+    assert isinstance(k, KernelBreakdown)
+    total = sum(r.total_ms for r in k.families)
+    return 100.0 * sum(r.total_ms for r in k.families if r.family == family) / total
+
+
+@pytest.mark.parametrize("package", [UNFUSED, NO_KV])
+def test_pathological_packages_pass_preflight(package: Path) -> None:
+    result = check_architecture(str(package))
+    assert result.ok, result.checks
+    assert result.architectures == [NAMES[package]]
+
+
+def test_correct_arch_gets_no_error(correct_report: Report) -> None:
+    assert _decode_steps(correct_report) >= 64
+    ids = {f.id for f in correct_report.findings}
+    assert not [f for f in correct_report.findings if f.severity == "error"], correct_report.findings
+    assert "unfused-attention" not in ids and "kv-cache-broken" not in ids
+    assert _family_share(correct_report, "attention") > 1.0  # MAX's fused mha op
+
+
+def test_unfused_attention_arch(unfused_report: Report, correct_report: Report) -> None:
+    assert _decode_steps(unfused_report) >= 64
+    f = next(f for f in unfused_report.findings if f.id == "unfused-attention")
+    assert f.severity == "warning" and f.evidence["attention_share_pct"] == 0.0
+    assert "kv-cache-broken" not in {x.id for x in unfused_report.findings}  # it does use the cache
+    k = unfused_report.kernels
+    assert isinstance(k, KernelBreakdown)
+    names = " ".join(r.name for r in k.top_kernels)
+    assert "kv_cache_gather_rows_ragged" in names and "batched_matmul" in names
+    assert _family_share(unfused_report, "attention") == 0.0 < _family_share(correct_report, "attention")
+
+
+GENERATE = """
+import json, sys
+from max_profile.runner import generate, load_model
+out = []
+for model, package in json.loads(sys.argv[1]):
+    loaded = load_model(model, devices="cpu", custom_architectures=[package])
+    out.append(generate(loaded, ["hi"], 16)[0])
+    loaded.close()
+print(json.dumps(out))
+"""
+
+
+def test_unfused_attention_is_still_a_correct_model(tmp_path: Path, correct_report: Report, unfused_report: Report) -> None:
+    """Same weights, greedy decoding: the generic-op attention must produce (a)'s tokens."""
+    pairs = [(str(build_tiny_llama(tmp_path / p.name, architecture=NAMES[p])), str(p)) for p in (CORRECT, UNFUSED)]
+    env = {**os.environ, "MODULAR_ENABLE_PROFILING": "on"}  # the variant the CLI runs compiled
+    res = subprocess.run([sys.executable, "-c", GENERATE, json.dumps(pairs)], capture_output=True, text=True, timeout=900,
+                         env=env, cwd=str(REPO))
+    assert res.returncode == 0, res.stderr[-3000:]
+    reference, unfused = json.loads(res.stdout.strip().splitlines()[-1])
+    assert len(reference) == 16 and unfused == reference
+
+
+def test_no_kv_cache_arch(tmp_path: Path) -> None:
+    report = _profile(tmp_path, NO_KV, 80, COMPUTE_BOUND_SHAPE)
+    assert _decode_steps(report) >= 64
+    f = next(f for f in report.findings if f.id == "kv-cache-broken")
+    assert report.findings[0] is f and f.severity == "error"
+    ev = f.evidence
+    assert "step time" in str(ev["signals"]) and "re-fed tokens" in str(ev["signals"])
+    assert float(ev["growth_ratio"] or 0) >= 1.6 and float(ev["time_vs_sequence_correlation"] or 0) >= 0.8
+    assert float(ev["decode_kernel_ms_growth_ratio"] or 0) >= 1.6  # MAX's op ranges grow step by step too
+    assert float(ev["decode_input_tokens_per_request_last"] or 0) > 60  # the whole sequence fed again
+    decode = [s for s in report.steps if s.phase == "decode"]
+    assert all(s.context_tokens == 0 for s in decode)  # MAX saw nothing cached
