@@ -45,17 +45,23 @@ from max_profile.collect.gpu_sampling import GpuSampler
 from max_profile.model import Capture, Report, ServeSummary, Unavailable
 from max_profile.procs import kill_group
 
-MODES = ("utilization", "kernels")
+MODES = ("utilization", "kernels", "nsys", "rocprof")
+KERNEL_MODES = ("kernels", "nsys", "rocprof")
+"""Modes that want every kernel: device graph capture off, MAX's NVTX / roctx ranges on."""
 EARLY_ERRORS = re.compile(
     r"(Error: No such option|Error: Invalid value|No such file or directory|does not exist|is not a valid|"
     r"Address already in use|address already in use|out of memory|OutOfMemory|CUDA_ERROR|No architecture found|"
-    r"Failed to import custom model|Traceback \(most recent call last\)|Worker crashed|ValueError:|RuntimeError:|ModuleNotFoundError:)"
+    r"Process launch is not allowed in this state|Failed to import custom model|Traceback \(most recent call last\)|Worker crashed|ValueError:|RuntimeError:|ModuleNotFoundError:)"
 )
 READY_TIMEOUT_S = 900.0
 
 
 class ServeError(RuntimeError):
     """A serve capture that could not go on; the message says why (with the server's log lines)."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def free_port() -> int:
@@ -105,7 +111,7 @@ class ServePlan:
         cmd = [*max_command(), "serve", "--model-path", self.model_path, "--devices", self.devices, "--host", "127.0.0.1", "--port", str(self.port)]
         for c in self.custom_architectures:
             cmd += ["--custom-architectures", c]
-        if self.mode == "kernels" and "--device-graph-capture" not in self.extra_args:
+        if self.mode in KERNEL_MODES and "--device-graph-capture" not in self.extra_args:
             cmd.append("--no-device-graph-capture")
         return cmd + list(self.extra_args)
 
@@ -123,7 +129,15 @@ class ServePlan:
         ]
         if self.warm:
             lines.append("warm pass    " + " ".join(self.warm_command()))
-        lines.append("server       " + " ".join(self.serve_command()))
+        if self.mode == "nsys":
+            lines.append("server       nsys launch --session-new=max-profile-<pid>-<random> --trace=cuda,nvtx " + " ".join(self.serve_command()))
+            lines.append("window       nsys start --session=… -o <artifacts>/serve  …  nsys stop; nsys export --type sqlite; nsys shutdown")
+        elif self.mode == "rocprof":
+            lines.append("pass 2       " + " ".join(self.serve_command()) + "   (measures R2 = launch → /health 200, then stops)")
+            lines.append("pass 3       rocprofv3 --kernel-trace --marker-trace -f csv --collection-period (R2+10):"
+                         f"{self.duration_s:g}:1 -- " + " ".join(self.serve_command()))
+        else:
+            lines.append("server       " + " ".join(self.serve_command()))
         lines.append("cost         a cold compile takes minutes (about 2 min per shape on 2 CPU cores, 3.5 min on an H200); warm: ~10 s to /health, "
                      f"then {self.duration_s:g} s of capture")
         return "\n".join(lines)
@@ -257,7 +271,7 @@ def _server_env(plan: ServePlan, tmpdir: Path, extra: dict[str, str]) -> dict[st
             "MAX_SERVE_METRICS_ENDPOINT_PORT": str(plan.metrics_port),
             "OTEL_SDK_DISABLED": "true",
             "HF_HUB_OFFLINE": "1",
-            "MODULAR_ENABLE_PROFILING": plan.profiling_mode if plan.mode == "kernels" else os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
+            "MODULAR_ENABLE_PROFILING": plan.profiling_mode if plan.mode in KERNEL_MODES else os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
         }
     )
     env.update(extra)
@@ -287,6 +301,8 @@ def run_serve_capture(plan: ServePlan, *, confirm: bool | Callable[[ServePlan], 
     for port in (plan.port, plan.metrics_port):
         if port_in_use(port):
             raise ServeError(f"port {port} is already in use on 127.0.0.1: pick another --port (or leave it out for a free one)")
+    env = detect_environment(check_tools=False)
+    profiler = _profiler_for(plan.mode, env.vendor)
     ok = confirm(plan) if callable(confirm) else confirm
     if not ok:
         raise ServeError("not confirmed: nothing was started (pass --yes, or confirm=True in the API)")
@@ -299,72 +315,248 @@ def run_serve_capture(plan: ServePlan, *, confirm: bool | Callable[[ServePlan], 
         if not result.ok:
             bad = next(c for c in result.checks if not c.ok and c.severity == "error")
             raise ServeError(f"custom architecture {spec} fails preflight: {bad.message}")
-    env = detect_environment(check_tools=False)
     with _own_tmpdir() as tmp:
         if plan.warm:
-            progress("warm pass (fills the compile cache): " + " ".join(plan.warm_command()))
-            warm = subprocess.Popen(plan.warm_command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                    env=_server_env(plan, tmp, {}), start_new_session=True)
-            try:
-                _, err = warm.communicate(timeout=ready_timeout_s)
-            except BaseException:
-                kill_group(warm)
-                raise
-            if warm.returncode != 0:
-                tail = [ln for ln in err.decode(errors="replace").strip().splitlines() if ln.strip()][-3:]
-                raise ServeError(f"the warm pass failed (exit {warm.returncode}): " + " | ".join(tail))
-        extra_env: dict[str, str] = {}
-        nvtx_template = None
-        cupti_dir = tmp / "cupti"
-        if plan.mode == "kernels":
-            from max_profile.collect.nvtx_log import NvtxInjectionUnavailable, build_injection_library
+            _warm_pass(plan, tmp, ready_timeout_s, progress)
+        if plan.mode == "nsys":
+            assert profiler is not None
+            return _capture_nsys(plan, env, preflight, tmp, profiler, ready_timeout_s, progress, artifacts_dir)
+        if plan.mode == "rocprof":
+            assert profiler is not None
+            return _capture_rocprof(plan, env, preflight, tmp, profiler, ready_timeout_s, progress, artifacts_dir)
+        return _capture_in_worker(plan, env, preflight, tmp, ready_timeout_s, progress, artifacts_dir)
 
-            try:
-                nvtx_template = str(tmp / "nvtx-%p.log")
-                extra_env.update({"NVTX_INJECTION64_PATH": build_injection_library(), "MAX_PROFILE_NVTX_LOG": nvtx_template})
-            except NvtxInjectionUnavailable as exc:
-                progress(f"no NVTX log ({exc})")
-            if env.vendor == "nvidia":
-                cupti_dir.mkdir()
-                hook = str(Path(__file__).parent / "collect" / "worker_hook")
-                extra_env.update({"MAX_PROFILE_WORKER_CUPTI_DIR": str(cupti_dir), "PYTHONPATH": hook + os.pathsep + os.environ.get("PYTHONPATH", "")})
-        cmd = plan.serve_command()
-        progress("starting: " + " ".join(cmd))
-        server = ServerProcess(cmd, _server_env(plan, tmp, extra_env), tmp)
-        sampler = None
-        load = None
+
+def _profiler_for(mode: str, vendor: str) -> str | None:
+    """The profiler binary a mode needs, checked before anything starts (wrong vendor, missing tool)."""
+    from max_profile.collect.environment import tool_status
+
+    need = {"nsys": ("nsys", "nvidia", "NVIDIA"), "rocprof": ("rocprofv3", "amd", "AMD")}.get(mode)
+    if need is None:
+        return None
+    tool, want, label = need
+    if vendor != want:
+        other = "--mode rocprof" if want == "nvidia" else "--mode nsys"
+        raise ServeError(f"--mode {mode} needs an {label} GPU; this machine has {vendor if vendor != 'none' else 'no GPU'} "
+                         f"(use --mode kernels for MAX's op ranges on any device{', or ' + other if vendor in ('nvidia', 'amd') else ''})")
+    st = tool_status(tool)
+    if not st.usable or not st.path:
+        raise ServeError(f"{tool} is needed for --mode {mode}: {st.problem}. Install: {st.install_hint}", exit_code=3)
+    return st.path
+
+
+def _warm_pass(plan: ServePlan, tmp: Path, timeout_s: float, progress: Callable[[str], None]) -> None:
+    progress("warm pass (fills the compile cache): " + " ".join(plan.warm_command()))
+    warm = subprocess.Popen(plan.warm_command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            env=_server_env(plan, tmp, {}), start_new_session=True)
+    try:
+        _, err = warm.communicate(timeout=timeout_s)
+    except BaseException:
+        kill_group(warm)
+        raise
+    if warm.returncode != 0:
+        tail = [ln for ln in err.decode(errors="replace").strip().splitlines() if ln.strip()][-3:]
+        raise ServeError(f"the warm pass failed (exit {warm.returncode}): " + " | ".join(tail))
+
+
+def _watch_window(server: ServerProcess, until: float) -> None:
+    """Sleep until ``until`` (monotonic), failing at once if the server dies."""
+    while time.monotonic() < until:
+        if not server.alive():
+            raise ServeError(f"the server died during the capture window (exit {server.proc.returncode}): "
+                             + " | ".join(server.early_errors() or server.log_text().strip().splitlines()[-3:]))
+        time.sleep(0.1)
+
+
+class _Window:
+    """Load + GPU sampling around a capture window; always torn down."""
+
+    def __init__(self, plan: ServePlan) -> None:
+        self.plan = plan
+        self.load = LoadGenerator(plan.port, plan.model_path, plan.prompt, plan.max_tokens, deadline_s=plan.duration_s + 120)
+        self.sampler: GpuSampler | None = None
+
+    def start_load(self) -> None:
+        self.load.start()
+
+    def start_sampling(self) -> None:
+        self.sampler = GpuSampler(0.1)
+        self.sampler.start()
+
+    def finish(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
+        self.load.stop_event.set()
+        self.load.join(timeout=70)
+
+    def abort(self) -> None:
+        self.load.stop_event.set()
+        if self.sampler is not None and self.sampler._recorder is not None:
+            self.sampler.stop(failed=True)
+
+
+def _capture_in_worker(plan: ServePlan, env: Any, preflight: list[Any], tmp: Path, ready_timeout_s: float, progress: Callable[[str], None],
+                       artifacts_dir: str | None) -> Report:
+    """utilization / kernels: the window is bounded by max_profile itself (and the worker hook)."""
+    extra_env: dict[str, str] = {}
+    nvtx_template = None
+    cupti_dir = tmp / "cupti"
+    if plan.mode == "kernels":
+        from max_profile.collect.nvtx_log import NvtxInjectionUnavailable, build_injection_library
+
         try:
-            ready_s = wait_ready(server, plan.port, ready_timeout_s, progress)
-            progress(f"/health 200 after {ready_s:.1f} s; load and {plan.duration_s:g} s capture window")
-            load = LoadGenerator(plan.port, plan.model_path, plan.prompt, plan.max_tokens, deadline_s=plan.duration_s + 60)
-            load.start()
-            time.sleep(min(2.0, plan.duration_s / 4))  # the load runs before the window opens
-            sampler = GpuSampler(0.1)
-            sampler.start()
-            if cupti_dir.exists():
-                (cupti_dir / "start").touch()
-            w0 = time.perf_counter_ns()
-            deadline = time.monotonic() + plan.duration_s
-            while time.monotonic() < deadline:
-                if not server.alive():
-                    raise ServeError(f"the server died during the capture window (exit {server.proc.returncode}): " + " | ".join(server.early_errors() or server.log_text().strip().splitlines()[-3:]))
-                time.sleep(0.1)
-            w1 = time.perf_counter_ns()
-            if cupti_dir.exists():
-                (cupti_dir / "stop").touch()
-            sampler.stop()
-            load.stop_event.set()
-            load.join(timeout=70)
-            kernels_raw = _collect_worker_kernels(tmp, nvtx_template, cupti_dir, (w0, w1), server)
-            saved = _keep_artifacts(tmp, artifacts_dir)
-            log_copy = saved.get("server.log")
-        finally:
-            if load is not None:
-                load.stop_event.set()
-            if sampler is not None and sampler._recorder is not None:
-                sampler.stop(failed=True)
-            server.stop()
-    return _report(plan, env, preflight, load.records, ready_s, (w0, w1), sampler, kernels_raw, cmd, log_copy, list(saved.values()))
+            nvtx_template = str(tmp / "nvtx-%p.log")
+            extra_env.update({"NVTX_INJECTION64_PATH": build_injection_library(), "MAX_PROFILE_NVTX_LOG": nvtx_template})
+        except NvtxInjectionUnavailable as exc:
+            progress(f"no NVTX log ({exc})")
+        if env.vendor == "nvidia":
+            cupti_dir.mkdir()
+            hook = str(Path(__file__).parent / "collect" / "worker_hook")
+            extra_env.update({"MAX_PROFILE_WORKER_CUPTI_DIR": str(cupti_dir), "PYTHONPATH": hook + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    cmd = plan.serve_command()
+    progress("starting: " + " ".join(cmd))
+    server = ServerProcess(cmd, _server_env(plan, tmp, extra_env), tmp)
+    window = _Window(plan)
+    try:
+        ready_s = wait_ready(server, plan.port, ready_timeout_s, progress)
+        progress(f"/health 200 after {ready_s:.1f} s; load and {plan.duration_s:g} s capture window")
+        window.start_load()
+        time.sleep(min(2.0, plan.duration_s / 4))  # the load runs before the window opens
+        window.start_sampling()
+        if cupti_dir.exists():
+            (cupti_dir / "start").touch()
+        w0 = time.perf_counter_ns()
+        _watch_window(server, time.monotonic() + plan.duration_s)
+        w1 = time.perf_counter_ns()
+        if cupti_dir.exists():
+            (cupti_dir / "stop").touch()
+        window.finish()
+        kernels_raw = _collect_worker_kernels(tmp, nvtx_template, cupti_dir, (w0, w1), server)
+        saved = _keep_artifacts(tmp, artifacts_dir)
+    finally:
+        window.abort()
+        server.stop()
+    return _report(plan, env, preflight, window.load.records, ready_s, (w0, w1), window.sampler, kernels_raw, cmd, saved.get("server.log"), list(saved.values()))
+
+
+def _artifacts_folder(artifacts_dir: str | None, name: str) -> Path:
+    dest = Path(artifacts_dir) if artifacts_dir else Path.cwd() / name
+    dest.mkdir(parents=True, exist_ok=True)
+    return dest
+
+
+def _capture_nsys(plan: ServePlan, env: Any, preflight: list[Any], tmp: Path, nsys: str, ready_timeout_s: float, progress: Callable[[str], None],
+                  artifacts_dir: str | None) -> Report:
+    """nsys launch / start / stop / shutdown with a unique session; the report is kept and read back."""
+    from max_profile.analyze.breakdown import build_breakdown
+    from max_profile.collect import serve_profilers as sp
+    from max_profile.collect.nsys import NsysFormatError, read_nsys_sqlite
+
+    tool_env = _server_env(plan, tmp, {})
+    stale = sp.clean_stale_nsys_sessions(nsys, tool_env)
+    if stale:
+        progress("shut down stale max-profile nsys sessions: " + ", ".join(stale))
+    session = sp.nsys_session_name()
+    dest = _artifacts_folder(artifacts_dir, session)
+    rep_base = str(dest / "serve")
+    cmd = sp.nsys_launch_command(nsys, session, plan.serve_command())
+    progress("starting: " + " ".join(cmd))
+    server = ServerProcess(cmd, tool_env, tmp)
+    window = _Window(plan)
+    collecting = False
+    try:
+        ready_s = wait_ready(server, plan.port, ready_timeout_s, progress)
+        progress(f"/health 200 after {ready_s:.1f} s; load, then nsys start for {plan.duration_s:g} s")
+        window.start_load()
+        time.sleep(min(2.0, plan.duration_s / 4))
+        rc, out = sp.run_bounded(sp.nsys_start_command(nsys, session, rep_base), tool_env, timeout_s=120)
+        if rc != 0:
+            raise ServeError(f"`nsys start --session={session}` failed (exit {rc}): {out.strip()[-300:]}")
+        collecting = True
+        window.start_sampling()
+        w0 = time.perf_counter_ns()
+        _watch_window(server, time.monotonic() + plan.duration_s)
+        w1 = time.perf_counter_ns()
+        progress("nsys stop (writes the report; can take a minute)")
+        rc, out = sp.run_bounded(sp.nsys_stop_command(nsys, session), tool_env)
+        collecting = False
+        window.finish()
+        if rc != 0:
+            raise ServeError(f"`nsys stop --session={session}` failed (exit {rc}): {out.strip()[-300:]}")
+    finally:
+        window.abort()
+        if collecting:
+            sp.run_bounded(sp.nsys_stop_command(nsys, session), tool_env, timeout_s=120)
+        sp.run_bounded(sp.nsys_shutdown_command(nsys, session), tool_env, timeout_s=60)
+        server.stop()
+        _keep_artifacts(tmp, str(dest))
+    rep = rep_base + ".nsys-rep"
+    why = sp.verify_artifact(rep, "nsys-rep")
+    if why:
+        raise ServeError(f"nsys wrote no usable report: {why}")
+    sqlite_path = rep_base + ".sqlite"
+    rc, out = sp.run_bounded([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", sqlite_path, rep], tool_env, timeout_s=600)
+    why = sp.verify_artifact(sqlite_path, "sqlite") if rc == 0 else f"`nsys export` failed (exit {rc}): {out.strip()[-300:]}"
+    kernels: Any
+    if why:
+        kernels = Unavailable(f"the nsys report could not be read back: {why}")
+    else:
+        try:
+            trace = read_nsys_sqlite(sqlite_path)
+            kernels = build_breakdown(trace.kernels, source="nsys (max serve)", ranges=trace.ranges)
+        except NsysFormatError as exc:
+            kernels = Unavailable(f"the nsys report could not be read back: {exc}")
+    artifacts = [f"{rep}  (open with: nsys-ui {rep})", sqlite_path, str(dest / "server.log")]
+    return _report(plan, env, preflight, window.load.records, ready_s, (w0, w1), window.sampler, kernels, cmd, str(dest / "server.log"), artifacts)
+
+
+def _capture_rocprof(plan: ServePlan, env: Any, preflight: list[Any], tmp: Path, rocprof: str, ready_timeout_s: float,
+                     progress: Callable[[str], None], artifacts_dir: str | None) -> Report:
+    """The three-pass rocprofv3 routine: (warm done) → R2 = launch to /health → profile with the window at R2 + 10 s."""
+    from max_profile.collect import serve_profilers as sp
+    from max_profile.collect.imports import ImportFormatError, import_trace
+
+    plain = plan.serve_command()
+    progress("pass 2: measuring launch → /health (R2): " + " ".join(plain))
+    probe = ServerProcess(plain, _server_env(plan, tmp, {}), tmp)
+    try:
+        r2 = wait_ready(probe, plan.port, ready_timeout_s, progress)
+    finally:
+        probe.stop()
+    delay = r2 + sp.ROCPROF_WINDOW_DELAY_S
+    dest = _artifacts_folder(artifacts_dir, f"max-profile-rocprof-{os.getpid()}-{int(time.time())}")
+    out_dir = dest / "rocprof"
+    cmd = sp.rocprof_command(rocprof, str(out_dir), delay, plan.duration_s, plain)
+    progress(f"pass 3: R2 = {r2:.1f} s, window {delay:.1f}–{delay + plan.duration_s:.1f} s after launch: " + " ".join(cmd))
+    server = ServerProcess(cmd, _server_env(plan, tmp, {}), tmp)
+    launched = time.monotonic()
+    window = _Window(plan)
+    try:
+        ready_s = wait_ready(server, plan.port, ready_timeout_s, progress)
+        window.start_load()
+        _watch_window(server, launched + delay)
+        window.start_sampling()
+        w0 = time.perf_counter_ns()
+        _watch_window(server, launched + delay + plan.duration_s)
+        w1 = time.perf_counter_ns()
+        _watch_window(server, time.monotonic() + 1.0)  # let the collection period close
+        window.finish()
+    finally:
+        window.abort()
+        server.stop()  # SIGTERM to the group: rocprofv3's tool writes its files at exit
+        _keep_artifacts(tmp, str(dest))
+    csv_path = sp.find_rocprof_kernel_csv(out_dir)
+    why = sp.verify_artifact(csv_path, "rocprof-csv", min_bytes=64) if csv_path else f"no *kernel_trace.csv under {out_dir}"
+    kernels: Any
+    if why:
+        kernels = Unavailable(f"rocprofv3 wrote no usable kernel trace: {why}")
+    else:
+        try:
+            kernels = import_trace(str(csv_path)).kernels
+        except ImportFormatError as exc:
+            kernels = Unavailable(f"the rocprofv3 kernel trace could not be read: {exc}")
+    artifacts = [str(csv_path or out_dir), str(dest / "server.log")]
+    return _report(plan, env, preflight, window.load.records, ready_s, (w0, w1), window.sampler, kernels, cmd, str(dest / "server.log"), artifacts)
 
 
 def _collect_worker_kernels(tmp: Path, nvtx_template: str | None, cupti_dir: Path, window: tuple[int, int], server: ServerProcess) -> Any:
@@ -437,8 +629,8 @@ def _report(plan: ServePlan, env: Any, preflight: list[Any], records: list[Reque
         tokens_per_s=(1e3 / itl_p50) if itl_p50 else None, time_to_ready_s=ready_s, commands=[cmd], server_log=log_copy,
     )
     capture = Capture(started_unix_s=time.time() - window_s, ended_unix_s=time.time(), target="max serve", model_path=plan.model_path, devices=plan.devices,
-                      device_graph_capture="--device-graph-capture" in plan.extra_args, profiling_mode=plan.profiling_mode if plan.mode == "kernels" else None,
-                      collectors=[f"serve:{plan.mode}"], phase_markers="MAX scheduler ranges" if plan.mode == "kernels" else None)
+                      device_graph_capture="--device-graph-capture" in plan.extra_args, profiling_mode=plan.profiling_mode if plan.mode in KERNEL_MODES else None,
+                      collectors=[f"serve:{plan.mode}"], phase_markers="MAX scheduler ranges" if plan.mode in KERNEL_MODES else None)
     report = Report(environment=env, capture=capture, preflight=preflight, serve=summary, tool_version=__version__, artifacts=artifacts)
     if sampler.unavailable is not None:
         report.utilization = sampler.unavailable
@@ -479,7 +671,7 @@ def cmd_serve(args: argparse.Namespace, progress: Any) -> int:
     try:
         report = run_serve_capture(plan, confirm=confirm, progress=progress, ready_timeout_s=args.ready_timeout, artifacts_dir=args.artifacts_dir)
     except ServeError as exc:
-        raise CliError(str(exc)) from exc
+        raise CliError(str(exc), exc.exit_code) from exc
     _print(report)
     _write_json(report, args.json, progress)
     return 0

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# H200 runs of the custom architectures (custom_archs/) and of `max-profile serve`, from the
+# repository root on the device machine after the MAX runtime is staged (../shared/device/README.md):
+#     bash benchmarks/h200/archs_and_serve.sh archs1|archs2|serve
+# archs1: (a) llama_custom, then (c) llama_no_kv_cache (the same graph: one compile), CUPTI kernels.
+# archs2: (b) llama_unfused_attention (its own graph: a second compile), CUPTI kernels.
+# serve:  `max-profile serve` on the built-in Llama with the same weights: --mode kernels, then --mode nsys.
+# Model: bf16, hidden 4096, 8 layers, 32 heads / 8 KV heads, intermediate 14336 (Llama-3-8B layers).
+set -u
+MODE=${1:?archs1|archs2|serve}
+OUTDIR=/tmp/mp_out_$MODE
+mkdir -p "$OUTDIR"
+source .maxrt/env.sh
+export PYTHONPATH="$PWD:$PYTHONPATH" MAX_PROFILE_CACHE=/tmp/mpc PYTHONUNBUFFERED=1
+mkdir -p /tmp/dw && for f in .gpu/debs/*.deb; do dpkg -x "$f" /tmp/dw; done
+export LD_LIBRARY_PATH="/tmp/dw/usr/lib/x86_64-linux-gnu:/tmp/dw/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+export PATH="/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64:$PATH"   # nsys
+snap() { tar czf "$OUT/h200_$MODE.tgz" -C "$OUTDIR" . 2>/dev/null; echo "== $(date +%T) $1 (rc $2)"; }
+step() { local name=$1; shift; local t0=$(date +%s); "$@" >"$OUTDIR/$name.out" 2>"$OUTDIR/$name.err"; local rc=$?; echo "$name: rc=$rc $(( $(date +%s) - t0 ))s" >> "$OUTDIR/steps.txt"; tail -4 "$OUTDIR/$name.err"; snap "$name" $rc; }
+
+BASE=/tmp/m8
+if [ ! -f "$BASE/model.safetensors" ]; then
+  step make_model python3 -m max_profile make-model "$BASE" --dtype bfloat16 --hidden 4096 --layers 8 --heads 32 --kv-heads 8 --intermediate 14336
+fi
+variant() {  # same weights, another architecture name in config.json
+  local dir=$1 arch=$2
+  mkdir -p "$dir"
+  for f in "$BASE"/*; do [ "$(basename "$f")" = config.json ] || ln -sf "$f" "$dir/"; done
+  python3 -c "import json,sys; c=json.load(open('$BASE/config.json')); c['architectures']=['$arch']; json.dump(c, open('$dir/config.json','w'))"
+}
+variant /tmp/m8_a MaxProfileLlamaForCausalLM
+variant /tmp/m8_b MaxProfileUnfusedAttentionLlamaForCausalLM
+variant /tmp/m8_c MaxProfileNoKVCacheLlamaForCausalLM
+RUN=(python3 -m max_profile run --devices gpu --prompt "hi" --max-new-tokens 256 --kernels cupti)
+
+case "$MODE" in
+archs1)
+  step arch_a "${RUN[@]}" --model-path /tmp/m8_a --custom-architectures custom_archs/llama_custom --json "$OUTDIR/arch_a.json" --raw "$OUTDIR/arch_a_raw.json.gz"
+  step arch_c "${RUN[@]}" --model-path /tmp/m8_c --custom-architectures custom_archs/llama_no_kv_cache --json "$OUTDIR/arch_c.json" --raw "$OUTDIR/arch_c_raw.json.gz"
+  ;;
+archs2)
+  step arch_b "${RUN[@]}" --model-path /tmp/m8_b --custom-architectures custom_archs/llama_unfused_attention --json "$OUTDIR/arch_b.json" --raw "$OUTDIR/arch_b_raw.json.gz"
+  ;;
+serve)
+  step serve_kernels python3 -m max_profile serve --model-path "$BASE" --devices gpu --mode kernels --duration 10 --yes \
+    --artifacts-dir "$OUTDIR/serve_kernels" --json "$OUTDIR/serve_kernels.json"
+  step serve_nsys python3 -m max_profile serve --model-path "$BASE" --devices gpu --mode nsys --duration 10 --yes --no-warm \
+    --artifacts-dir "$OUTDIR/serve_nsys" --json "$OUTDIR/serve_nsys.json"
+  rm -f "$OUTDIR"/serve_nsys/serve.nsys-rep; ls -la "$OUTDIR"/serve_* > "$OUTDIR/serve_listing.txt" 2>&1
+  ;;
+esac
+ps -eo pid,pgid,cmd | grep -E "max|nsys" | grep -v grep > "$OUTDIR/leftover_processes.txt"
+snap done 0
