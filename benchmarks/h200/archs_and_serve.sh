@@ -46,7 +46,10 @@ serve)
     --artifacts-dir "$OUTDIR/serve_kernels" --json "$OUTDIR/serve_kernels.json"
   step serve_nsys python3 -m max_profile serve --model-path "$BASE" --devices gpu --mode nsys --duration 10 --yes --no-warm \
     --artifacts-dir "$OUTDIR/serve_nsys" --json "$OUTDIR/serve_nsys.json"
-  rm -f "$OUTDIR"/serve_nsys/serve.nsys-rep; ls -la "$OUTDIR"/serve_* > "$OUTDIR/serve_listing.txt" 2>&1
+  rm -f "$OUTDIR"/serve_nsys/serve.nsys-rep
+  gzip -9 "$OUTDIR"/serve_nsys/serve.sqlite 2>/dev/null
+  [ "$(stat -c %s "$OUTDIR"/serve_nsys/serve.sqlite.gz 2>/dev/null || echo 0)" -lt 20000000 ] || rm -f "$OUTDIR"/serve_nsys/serve.sqlite.gz
+  ls -la "$OUTDIR"/serve_* > "$OUTDIR/serve_listing.txt" 2>&1
   ;;
 esac
 ps -eo pid,pgid,cmd | grep -E "max|nsys" | grep -v grep > "$OUTDIR/leftover_processes.txt"
