@@ -104,7 +104,11 @@ def _ensure_nvtx_log_env(args: argparse.Namespace, progress: Progress) -> None:
     """--kernels nvtx-log needs the injection library loaded at process start: re-exec once."""
     if os.environ.get("MAX_PROFILE_NVTX_LOG") and "libmax_profile_nvtx" in os.environ.get("NVTX_INJECTION64_PATH", ""):
         return
-    from max_profile.collect.nvtx_log import NvtxInjectionUnavailable, injection_env
+    from max_profile.collect.nvtx_log import MAX_GPU_NVTX_PROBLEM, NvtxInjectionUnavailable, injection_env, max_profiling_usable
+
+    devices = getattr(args, "devices", None) or "cpu"
+    if not max_profiling_usable(devices):
+        raise CliError(f"--kernels nvtx-log on {devices}: {MAX_GPU_NVTX_PROBLEM}. Use --kernels cupti on NVIDIA GPUs", EXIT_TOOL_MISSING)
 
     try:
         _cache_root().mkdir(parents=True, exist_ok=True)

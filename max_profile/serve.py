@@ -51,7 +51,7 @@ KERNEL_MODES = ("kernels", "nsys", "rocprof")
 EARLY_ERRORS = re.compile(
     r"(Error: No such option|Error: Invalid value|No such file or directory|does not exist|is not a valid|"
     r"Address already in use|address already in use|out of memory|OutOfMemory|CUDA_ERROR|No architecture found|"
-    r"Process launch is not allowed in this state|Failed to import custom model|Traceback \(most recent call last\)|Worker crashed|ValueError:|RuntimeError:|ModuleNotFoundError:)"
+    r"ABORT: |Process launch is not allowed in this state|Failed to import custom model|Traceback \(most recent call last\)|Worker crashed|ValueError:|RuntimeError:|ModuleNotFoundError:)"
 )
 READY_TIMEOUT_S = 900.0
 
@@ -103,9 +103,17 @@ class ServePlan:
     warm: bool = True
     prompt: str = "I believe the meaning of life is"
     max_tokens: int = 64
-    profiling_mode: str = "on"
-    """MODULAR_ENABLE_PROFILING in kernels mode: ``on`` already carries MAX's scheduler ranges (and shares
-    the compile cache with ``max-profile run --kernels nvtx-log``); ``detailed`` adds Python spans (another compile)."""
+    profiling_mode: str = "auto"
+    """MODULAR_ENABLE_PROFILING in the kernel modes: ``on`` carries MAX's scheduler ranges (the phases; it shares
+    the compile cache with ``max-profile run --kernels nvtx-log``); ``detailed`` adds Python spans (another compile);
+    ``off`` has no ranges (kernels are not split by phase). ``auto``: ``on`` where MAX can use it, else ``off``."""
+
+    def resolved_profiling_mode(self) -> str:
+        from max_profile.collect.nvtx_log import max_profiling_usable
+
+        if self.profiling_mode != "auto":
+            return self.profiling_mode
+        return "on" if max_profiling_usable(self.devices) else "off"
 
     def serve_command(self) -> list[str]:
         cmd = [*max_command(), "serve", "--model-path", self.model_path, "--devices", self.devices, "--host", "127.0.0.1", "--port", str(self.port)]
@@ -271,7 +279,7 @@ def _server_env(plan: ServePlan, tmpdir: Path, extra: dict[str, str]) -> dict[st
             "MAX_SERVE_METRICS_ENDPOINT_PORT": str(plan.metrics_port),
             "OTEL_SDK_DISABLED": "true",
             "HF_HUB_OFFLINE": "1",
-            "MODULAR_ENABLE_PROFILING": plan.profiling_mode if plan.mode in KERNEL_MODES else os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
+            "MODULAR_ENABLE_PROFILING": plan.resolved_profiling_mode() if plan.mode in KERNEL_MODES else os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
         }
     )
     env.update(extra)
@@ -303,6 +311,10 @@ def run_serve_capture(plan: ServePlan, *, confirm: bool | Callable[[ServePlan], 
             raise ServeError(f"port {port} is already in use on 127.0.0.1: pick another --port (or leave it out for a free one)")
     env = detect_environment(check_tools=False)
     profiler = _profiler_for(plan.mode, env.vendor)
+    if plan.mode in KERNEL_MODES and plan.profiling_mode == "auto" and plan.resolved_profiling_mode() == "off":
+        from max_profile.collect.nvtx_log import MAX_GPU_NVTX_PROBLEM
+
+        progress(f"MODULAR_ENABLE_PROFILING=off: {MAX_GPU_NVTX_PROBLEM}; kernels are recorded but not split by phase")
     ok = confirm(plan) if callable(confirm) else confirm
     if not ok:
         raise ServeError("not confirmed: nothing was started (pass --yes, or confirm=True in the API)")
@@ -355,7 +367,8 @@ def _warm_pass(plan: ServePlan, tmp: Path, timeout_s: float, progress: Callable[
         kill_group(warm)
         raise
     if warm.returncode != 0:
-        tail = [ln for ln in err.decode(errors="replace").strip().splitlines() if ln.strip()][-3:]
+        lines = [ln for ln in err.decode(errors="replace").strip().splitlines() if ln.strip()]
+        tail = [ln for ln in lines if EARLY_ERRORS.search(ln)][-3:] or lines[-3:]
         raise ServeError(f"the warm pass failed (exit {warm.returncode}): " + " | ".join(tail))
 
 
@@ -401,7 +414,7 @@ def _capture_in_worker(plan: ServePlan, env: Any, preflight: list[Any], tmp: Pat
     extra_env: dict[str, str] = {}
     nvtx_template = None
     cupti_dir = tmp / "cupti"
-    if plan.mode == "kernels":
+    if plan.mode == "kernels" and plan.resolved_profiling_mode() != "off":
         from max_profile.collect.nvtx_log import NvtxInjectionUnavailable, build_injection_library
 
         try:
@@ -409,10 +422,10 @@ def _capture_in_worker(plan: ServePlan, env: Any, preflight: list[Any], tmp: Pat
             extra_env.update({"NVTX_INJECTION64_PATH": build_injection_library(), "MAX_PROFILE_NVTX_LOG": nvtx_template})
         except NvtxInjectionUnavailable as exc:
             progress(f"no NVTX log ({exc})")
-        if env.vendor == "nvidia":
-            cupti_dir.mkdir()
-            hook = str(Path(__file__).parent / "collect" / "worker_hook")
-            extra_env.update({"MAX_PROFILE_WORKER_CUPTI_DIR": str(cupti_dir), "PYTHONPATH": hook + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    if plan.mode == "kernels" and env.vendor == "nvidia":
+        cupti_dir.mkdir()
+        hook = str(Path(__file__).parent / "collect" / "worker_hook")
+        extra_env.update({"MAX_PROFILE_WORKER_CUPTI_DIR": str(cupti_dir), "PYTHONPATH": hook + os.pathsep + os.environ.get("PYTHONPATH", "")})
     cmd = plan.serve_command()
     progress("starting: " + " ".join(cmd))
     server = ServerProcess(cmd, _server_env(plan, tmp, extra_env), tmp)
@@ -629,7 +642,7 @@ def _report(plan: ServePlan, env: Any, preflight: list[Any], records: list[Reque
         tokens_per_s=(1e3 / itl_p50) if itl_p50 else None, time_to_ready_s=ready_s, commands=[cmd], server_log=log_copy,
     )
     capture = Capture(started_unix_s=time.time() - window_s, ended_unix_s=time.time(), target="max serve", model_path=plan.model_path, devices=plan.devices,
-                      device_graph_capture="--device-graph-capture" in plan.extra_args, profiling_mode=plan.profiling_mode if plan.mode in KERNEL_MODES else None,
+                      device_graph_capture="--device-graph-capture" in plan.extra_args, profiling_mode=plan.resolved_profiling_mode() if plan.mode in KERNEL_MODES else None,
                       collectors=[f"serve:{plan.mode}"], phase_markers="MAX scheduler ranges" if plan.mode in KERNEL_MODES else None)
     report = Report(environment=env, capture=capture, preflight=preflight, serve=summary, tool_version=__version__, artifacts=artifacts)
     if sampler.unavailable is not None:
@@ -687,7 +700,8 @@ def register_cli(sub: Any) -> None:
     p.add_argument("--metrics-port", type=int, help="Prometheus metrics port (default: a free one; MAX's own default is a fixed 8001)")
     p.add_argument("--custom-architectures", action="append", metavar="DIR")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens per load request")
-    p.add_argument("--profiling-mode", choices=["on", "detailed"], default="on", help="MODULAR_ENABLE_PROFILING for --mode kernels")
+    p.add_argument("--profiling-mode", choices=["auto", "on", "detailed", "off"], default="auto",
+                   help="MODULAR_ENABLE_PROFILING for the kernel modes (auto: on, unless MAX cannot use NVTX on this GPU)")
     p.add_argument("--no-warm", action="store_true", help="skip the warm pass (the compile cache is already filled)")
     p.add_argument("--ready-timeout", type=float, default=READY_TIMEOUT_S, help="seconds allowed until /health answers 200")
     p.add_argument("--artifacts-dir", help="keep the server log (and captures) here")

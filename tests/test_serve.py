@@ -173,3 +173,71 @@ def test_ctrl_c(tiny_model_dir: Path, stage: str, foreign_max_process: subproces
     assert rc == 130, "".join(lines) + proc.stderr.read()
     assert "interrupted" in proc.stderr.read()
     _assert_clean(port, before)
+
+
+# --- out-of-process profilers: nsys sessions (pure parts) and rocprofv3's three passes (fake tool) ---------
+
+
+def test_nsys_session_names_and_stale_cleanup_touch_only_ours() -> None:
+    from max_profile.collect import serve_profilers as sp
+
+    listing = (  # `nsys sessions list -p false` as nsys 2025.3.1 prints it (research/formats.md §1.7)
+        "         10850        00:04                                   Launched      1 s1\n"
+        "         10851        01:10                                 Collection      1 max-profile-999999-0a1b2c3d\n"
+        f"         10852        00:01                                   Launched      1 max-profile-{os.getpid()}-deadbeef\n"
+    )
+    sessions = sp.parse_nsys_sessions(listing)
+    assert [(s[1], s[2]) for s in sessions] == [("Launched", "s1"), ("Collection", "max-profile-999999-0a1b2c3d"),
+                                                ("Launched", f"max-profile-{os.getpid()}-deadbeef")]
+    # pid 999999 is gone: stale; ours (alive) and a foreign name are kept
+    assert sp.stale_sessions(sessions, alive=lambda pid: pid != 999999) == ["max-profile-999999-0a1b2c3d"]
+    a, b = sp.nsys_session_name(), sp.nsys_session_name()
+    assert a != b and a.startswith(f"max-profile-{os.getpid()}-")
+    cmd = sp.nsys_launch_command("/x/nsys", a, ["max", "serve", "--model-path", "m; rm -rf /"])
+    assert cmd[:3] == ["/x/nsys", "launch", f"--session-new={a}"] and cmd[-1] == "m; rm -rf /"  # an argument, never a shell string
+
+
+def _fake_env(monkeypatch: pytest.MonkeyPatch, vendor: str) -> None:
+    import msgspec
+
+    from max_profile.collect import environment
+    from max_profile.model import Environment
+
+    real = environment.detect_environment(check_tools=False)
+    fake: Environment = msgspec.structs.replace(real, vendor=vendor, vendor_reason=f"FAKE for this test: {vendor}")
+    monkeypatch.setattr(environment, "detect_environment", lambda check_tools=True: fake)
+
+
+def test_wrong_vendor_and_missing_tool_start_nothing(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ServeError, match="--mode nsys needs an NVIDIA GPU; this machine has no GPU") as e:
+        run_serve_capture(_plan(tiny_model_dir, mode="nsys"), confirm=True)
+    assert e.value.exit_code == 2
+    _fake_env(monkeypatch, "nvidia")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    with pytest.raises(ServeError, match=r"nsys is needed for --mode nsys: .*Install: ") as e:
+        run_serve_capture(_plan(tiny_model_dir, mode="nsys"), confirm=True)
+    assert e.value.exit_code == 3
+    with pytest.raises(ServeError, match="--mode rocprof needs an AMD GPU; this machine has nvidia"):
+        run_serve_capture(_plan(tiny_model_dir, mode="rocprof"), confirm=True)
+
+
+def test_rocprof_three_passes_with_fake_rocprofv3(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                  foreign_max_process: subprocess.Popen[bytes]) -> None:
+    import json
+
+    _fake_env(monkeypatch, "amd")  # FAKE: no AMD GPU on CI; tests/fakes/rocprofv3 stands in for the tool
+    monkeypatch.setenv("PATH", f"{REPO / 'tests' / 'fakes'}{os.pathsep}{os.environ['PATH']}")
+    before = serve_tmpdirs()
+    plan = _plan(tiny_model_dir, mode="rocprof", duration_s=3.0)
+    report = run_serve_capture(plan, confirm=True, artifacts_dir=str(tmp_path / "art"))
+    args = json.loads(next((tmp_path / "art" / "rocprof").glob("fake_rocprofv3_args.json")).read_text())["argv"]
+    delay, duration, repeat = (float(x) for x in args[args.index("--collection-period") + 1].split(":"))
+    assert ["--kernel-trace", "--marker-trace", "--output-format", "csv"] == args[1:5]
+    assert duration == 3.0 and repeat == 1 and 10.0 < delay < 10.0 + 120  # R2 + 10 s
+    assert args[args.index("--") + 1 :] == plan.serve_command()
+    k = report.kernels
+    assert isinstance(k, KernelBreakdown) and k.kernels > 1000  # ~1 per ms over the 3 s window
+    assert {r.family for r in k.families} == {"gemv", "attention", "norm"}
+    assert report.serve is not None and report.serve.requests > 0 and report.serve.mode == "rocprof"
+    assert any(a.endswith("_kernel_trace.csv") for a in report.artifacts)
+    _assert_clean(plan.port, before)

@@ -226,3 +226,26 @@ def read_nvtx_log(path: str | os.PathLike[str]) -> NvtxLog:
     log.unclosed = len(open_by_id) + sum(len(s) for s in stacks.values())
     log.ranges.sort(key=lambda r: r.start_ns)
     return log
+
+
+MAX_GPU_NVTX_PROBLEM = (
+    "MAX 26.7 on a GPU with MODULAR_ENABLE_PROFILING=on resolves NVTX v2 symbols (nvtxRangeStartEx) from "
+    "libnvToolsExt.so, which CUDA 13 no longer ships; without it the model worker aborts "
+    "('symbol not found: nvtxRangeStartEx', seen on the H200)"
+)
+
+
+def max_profiling_usable(devices: str) -> bool:
+    """Whether MAX can run with MODULAR_ENABLE_PROFILING=on on these devices (see MAX_GPU_NVTX_PROBLEM)."""
+    if devices.strip().lower().startswith("cpu"):
+        return True
+    import ctypes
+    import ctypes.util
+
+    for name in filter(None, (ctypes.util.find_library("nvToolsExt"), "libnvToolsExt.so.1", "libnvToolsExt.so")):
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            continue
+    return False
