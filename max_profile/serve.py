@@ -643,7 +643,7 @@ def _report(plan: ServePlan, env: Any, preflight: list[Any], records: list[Reque
     )
     capture = Capture(started_unix_s=time.time() - window_s, ended_unix_s=time.time(), target="max serve", model_path=plan.model_path, devices=plan.devices,
                       device_graph_capture="--device-graph-capture" in plan.extra_args, profiling_mode=plan.resolved_profiling_mode() if plan.mode in KERNEL_MODES else None,
-                      collectors=[f"serve:{plan.mode}"], phase_markers="MAX scheduler ranges" if plan.mode in KERNEL_MODES else None)
+                      collectors=[f"serve:{plan.mode}"], phase_markers="MAX scheduler ranges" if plan.mode in KERNEL_MODES and plan.resolved_profiling_mode() != "off" else None)
     report = Report(environment=env, capture=capture, preflight=preflight, serve=summary, tool_version=__version__, artifacts=artifacts)
     if sampler.unavailable is not None:
         report.utilization = sampler.unavailable

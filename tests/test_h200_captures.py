@@ -129,3 +129,47 @@ def test_nsys_alignment_needs_one_range_per_step(nsys_sqlite: str) -> None:
     trace = read_nsys_sqlite(nsys_sqlite)
     raw, _ = _load("small")
     assert align_steps_to_ranges(raw.steps, trace.ranges) is None  # 65 steps vs 42 ranges: refused
+
+
+# --- custom architectures on the H200 (benchmarks/h200/archs_and_serve.sh archs1 / archs2) -----------------
+# bf16, hidden 4096, 8 layers, 32 / 8 heads, 256 tokens, CUPTI; (a), (b), (c) share weights.
+
+
+def _arch(name: str) -> Report:
+    return build_report(RawCapture.load(str(H200 / f"arch_{name}_raw.json.gz")))
+
+
+def _ids(report: Report) -> dict[str, str]:
+    return {f.id: f.severity for f in report.findings}
+
+
+def test_h200_correct_arch_no_error() -> None:
+    r = _arch("a")
+    assert "error" not in _ids(r).values()
+    assert _ids(r).get("healthy-dense-decode") == "info"  # GEMV-dominated decode
+    decode = next(p for p in r.kernels.phases if p.phase == "decode")  # type: ignore[union-attr]
+    assert decode.families[0].family == "gemv" and decode.kernels_per_step == 86
+
+
+def test_h200_unfused_attention_arch() -> None:
+    r = _arch("b")
+    ids = _ids(r)
+    assert ids.get("unfused-attention") == "warning" and "kv-cache-broken" not in ids
+    assert "healthy-dense-decode" not in ids  # superseded: its decode is not the healthy mix
+    decode = next(p for p in r.kernels.phases if p.phase == "decode")  # type: ignore[union-attr]
+    fams = {f.family for f in decode.families}
+    assert "attention" not in fams and {"gemv", "gemm", "kv_cache", "elementwise"} <= fams
+    assert decode.kernels_per_step == 200  # vs 86 with MAX's fused attention
+
+
+def test_h200_no_kv_cache_arch() -> None:
+    r = _arch("c")
+    f = r.findings[0]
+    assert f.id == "kv-cache-broken" and f.severity == "error"
+    # the overlap pipeline keeps host step time flat on the GPU; the evidence is the re-fed sequence and the kernel mix
+    assert "re-fed tokens" in str(f.evidence["signals"])
+    assert f.evidence["decode_top_family"] == "gemm" and float(f.evidence["decode_gemm_share_pct"] or 0) > 80
+    assert float(f.evidence["decode_vs_prefill_mix_similarity"] or 0) > 0.99
+    ids = _ids(r)
+    assert "decode-bandwidth-low" not in ids and "healthy-dense-decode" not in ids
+    assert ids.get("throttled") == "info"  # sw_power_cap reported at 99.7 % of the max SM clock

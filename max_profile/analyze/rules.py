@@ -48,6 +48,8 @@ class Thresholds:
     """Multi-GPU: collectives above this % of a device's decode kernel time → communication dominates."""
     min_attention_share_pct: float = 0.5
     """Attention family share below this in a decoder's kernels → attention is not fused."""
+    throttle_clock_pct: float = 97.0
+    """A throttle reason with the mean SM clock below this % of its max → throttled (warning); at or above → info only."""
 
 
 Rule = Callable[[Report, Thresholds], list[Finding]]
@@ -121,20 +123,31 @@ def rule_host_bound(report: Report, th: Thresholds) -> list[Finding]:
 
 
 def rule_throttled(report: Report, th: Thresholds) -> list[Finding]:
+    """Hardware / power throttle reasons while steps ran; a warning only when the SM clock actually dropped.
+
+    NVML reports ``sw_power_cap`` on an H200 running at 99.7 % of its max SM clock; that is no
+    reason to distrust the numbers, so it stays an info finding.
+    """
     u = _util(report)
     out = []
     for g in u.gpus if u else []:
-        if g.hardware_throttle_reasons:
-            out.append(
-                Finding(
-                    id="throttled",
-                    severity="warning",
-                    title=f"{g.gpu} was clock-throttled by hardware: the numbers are not representative",
-                    evidence={"gpu": g.gpu, "reasons": ",".join(g.hardware_throttle_reasons), "mean_sm_clock_mhz": g.mean_sm_clock_mhz, "max_sm_clock_mhz": g.max_sm_clock_mhz},
-                    confidence=0.9,
-                    next_step="Check cooling / power limits (nvidia-smi -q -d PERFORMANCE) and re-run when the GPU is not throttled.",
-                )
+        if not g.hardware_throttle_reasons:
+            continue
+        clock_pct = 100.0 * g.mean_sm_clock_mhz / g.max_sm_clock_mhz if g.mean_sm_clock_mhz and g.max_sm_clock_mhz else None
+        slowed = clock_pct is None or clock_pct < th.throttle_clock_pct
+        out.append(
+            Finding(
+                id="throttled",
+                severity="warning" if slowed else "info",
+                title=f"{g.gpu} was clock-throttled: the numbers are not representative" if slowed
+                else f"{g.gpu} reported throttle reasons but ran at {clock_pct:.1f} % of its max SM clock",
+                evidence={"gpu": g.gpu, "reasons": ",".join(g.hardware_throttle_reasons), "mean_sm_clock_mhz": g.mean_sm_clock_mhz,
+                          "max_sm_clock_mhz": g.max_sm_clock_mhz, "clock_pct_of_max": round(clock_pct, 1) if clock_pct is not None else None},
+                confidence=0.9 if slowed else 0.5,
+                next_step="Check cooling / power limits (nvidia-smi -q -d PERFORMANCE) and re-run when the GPU is not throttled." if slowed
+                else "None needed: the clock held; watch it if later runs slow down.",
             )
+        )
     return out
 
 
@@ -481,11 +494,23 @@ RULES: tuple[tuple[str, Rule], ...] = (
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
+SUPERSEDED_BY: dict[str, frozenset[str]] = {
+    # a decode that re-encodes the sequence, or runs attention as generic ops, is not a healthy decode,
+    # and its bytes-per-step model (weights + KV cache once) does not apply
+    "healthy-dense-decode": frozenset({"kv-cache-broken", "unfused-attention"}),
+    "decode-bandwidth": frozenset({"kv-cache-broken"}),
+    "decode-bandwidth-low": frozenset({"kv-cache-broken"}),
+}
+"""Findings dropped when a finding that explains the same numbers better fired."""
+
+
 def evaluate(report: Report, thresholds: Thresholds | None = None, rules: tuple[tuple[str, Rule], ...] = RULES) -> list[Finding]:
     """Run every rule; findings ordered by severity (errors first), each with its evidence."""
     th = thresholds or Thresholds()
     found: list[Finding] = []
     for _, rule in rules:
         found.extend(rule(report, th))
+    fired = {f.id for f in found}
+    found = [f for f in found if not (SUPERSEDED_BY.get(f.id, frozenset()) & fired)]
     found.sort(key=lambda f: _SEVERITY_ORDER[f.severity])
     return found
