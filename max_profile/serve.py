@@ -602,10 +602,25 @@ def _collect_worker_kernels(tmp: Path, nvtx_template: str | None, cupti_dir: Pat
 
         kernels = [k for p in dumps for k in msgspec.json.decode(p.read_bytes(), type=list[KernelRecord]) if lo <= (k.launch_ns or k.start_ns) <= hi]
         if kernels:
-            return build_breakdown(kernels, source="cupti (model worker)", ranges=ranges)
+            return build_breakdown(kernels, source="cupti (model worker" + _coverage(cupti_dir, window) + ")", ranges=ranges)
     if ops:
         return build_breakdown(ops, source="nvtx-log (model worker ops, host time)", ranges=ranges)
     return Unavailable("the model worker recorded no kernels or op ranges in the window (MODULAR_ENABLE_PROFILING must reach the worker)")
+
+
+def _coverage(cupti_dir: Path, window: tuple[int, int]) -> str:
+    """How much of the window the worker's CUPTI recording covered, and kernel records it dropped."""
+    import json
+
+    for path in cupti_dir.glob("coverage-*.json"):
+        try:
+            c = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        covered = (min(c["stopped_ns"], window[1]) - max(c["started_ns"], window[0])) / 1e9
+        dropped = f", {c['dropped']} dropped" if c.get("dropped") else ""
+        return f", recorded {covered:.1f} of {(window[1] - window[0]) / 1e9:.1f} s{dropped}"
+    return ""
 
 
 def _keep_artifacts(tmp: Path, artifacts_dir: str | None) -> dict[str, str]:
