@@ -173,3 +173,26 @@ def test_h200_no_kv_cache_arch() -> None:
     ids = _ids(r)
     assert "decode-bandwidth-low" not in ids and "healthy-dense-decode" not in ids
     assert ids.get("throttled") == "info"  # sw_power_cap reported at 99.7 % of the max SM clock
+
+
+def test_nsys_reader_wide_values_and_pid_filter(nsys_sqlite: str, tmp_path: Path) -> None:
+    """A kernel longer than the packed 31-bit duration re-reads the columns unpacked; --pid keeps one process."""
+    import sqlite3
+
+    base = read_nsys_sqlite(nsys_sqlite)
+    wide = tmp_path / "wide.sqlite"
+    shutil.copy(nsys_sqlite, wide)
+    con = sqlite3.connect(wide)
+    rowid, start = con.execute("SELECT rowid, start FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid LIMIT 1 OFFSET 7").fetchone()
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = ? WHERE rowid = ?", (start + 3_000_000_000, rowid))
+    gpid = con.execute("SELECT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()[0]
+    con.commit()
+    con.close()
+    t = read_nsys_sqlite(str(wide))
+    k, b = t.kernels, base.kernels
+    assert len(k) == len(b) and int((k.end - k.start).max()) == 3_000_000_000
+    same = (k.end - k.start) != 3_000_000_000
+    assert (k.name_idx == b.name_idx).all() and ((k.end - k.start)[same] == (b.end - b.start)[same]).all()
+    assert (k.launch == b.launch).all() and (k.tid == b.tid).all()
+    assert len(read_nsys_sqlite(nsys_sqlite, pid=(gpid >> 24) & 0xFFFFFF).kernels) == len(b)
+    assert len(read_nsys_sqlite(nsys_sqlite, pid=((gpid >> 24) & 0xFFFFFF) + 1).kernels) == 0

@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,11 +66,15 @@ def check_sqlite_file(path: str) -> None:
         raise NsysFormatError(f"{path}: not an SQLite database (an nsys export is made with `nsys export --type sqlite REPORT.nsys-rep`)")
 
 
+def _connect_ro(path: str) -> sqlite3.Connection:
+    return sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False)
+
+
 def read_nsys_sqlite(path: str, *, pid: int | None = None) -> NsysTrace:
     """Kernels (with launch time/thread), our phase ranges and MAX's scheduler ranges from an nsys export."""
     check_sqlite_file(path)
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con = _connect_ro(path)
         tables = _tables(con)
     except sqlite3.DatabaseError as exc:
         raise NsysFormatError(f"{path}: corrupt or truncated SQLite file ({exc})") from exc
@@ -92,40 +97,44 @@ def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None)
         raise NsysFormatError(f"{path}: CUPTI_ACTIVITY_KIND_KERNEL lacks the expected columns (start, end, correlationId, demangledName)")
     graph_col = "graphNodeId" if "graphNodeId" in kcols else "NULL"
     pid_col = "globalPid" if "globalPid" in kcols else "0"
-    # Three integers per kernel, packed in SQL: materializing Python values is the dominant cost
-    # (a million kernels x 7 columns took 2.2 s and 500 MB as tuples). Durations fit 31 bits
-    # (2 s), string ids 20 bits, devices 8 bits; longer kernels or more names use the wide query.
-    wide = con.execute(f"SELECT max(end - start) >= 2147483648 OR max({name_col}) >= 1048576 FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    # Three integers per kernel, packed in SQL: durations fit 31 bits (2 s), string ids 20 bits,
+    # devices 8 bits; longer kernels or more names re-read the columns one by one.
+    narrow = ["start", f"((end - start) << 32) | ({name_col} << 12) | ((deviceId & 255) << 4) | (coalesce({graph_col}, 0) != 0)", "correlationId"]
+    if pid is not None:
+        narrow.append(pid_col)
+    kernel_jobs = [("CUPTI_ACTIVITY_KIND_KERNEL", c, "1") for c in narrow]
+    # whether the packing holds (checked in parallel with the reads; rare traces re-read wide)
+    check = ("CUPTI_ACTIVITY_KIND_KERNEL", f"max(end - start) >= 2147483648 OR max({name_col}) >= 1048576", "1")
+    api_jobs = []
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+        # only launch calls (cuLaunchKernel*, cudaLaunch*, graph launches): real traces hold ~3x more other API rows
+        launch_names = "(SELECT id FROM StringIds WHERE value LIKE 'cu%Launch%' OR value LIKE 'cuda%Launch%' OR value LIKE 'hip%Launch%')"
+        api_jobs = [("CUPTI_ACTIVITY_KIND_RUNTIME", c, f"correlationId IS NOT NULL AND nameId IN {launch_names}") for c in ("correlationId", "start", "globalTid")]
+    cols = _fetch_int64_columns(path, [*kernel_jobs, *api_jobs, check])
+    wide = bool(cols[-1].size and cols[-1].max())
+    api_corr, api_start, api_tid = cols[len(kernel_jobs) : len(kernel_jobs) + 3] if api_jobs else (np.zeros(0, np.int64),) * 3
+    gpid = cols[len(narrow) - 1] if pid is not None else None
     if wide:
-        k = _fetch_int64(con, ["start", "end - start", name_col, "deviceId", f"coalesce({graph_col}, 0) != 0", "correlationId", pid_col], "CUPTI_ACTIVITY_KIND_KERNEL")
-        start, dur, name, dev, graph, corr, gpid = (k[:, i] for i in range(7))
+        wide_exprs = ["start", "end - start", name_col, "deviceId", f"coalesce({graph_col}, 0) != 0", "correlationId"]
+        start, dur, name, dev, graph, corr = _fetch_int64_columns(path, [("CUPTI_ACTIVITY_KIND_KERNEL", c, "1") for c in wide_exprs])
     else:
-        k = _fetch_int64(
-            con,
-            ["start", f"((end - start) << 32) | ({name_col} << 12) | ((deviceId & 255) << 4) | (coalesce({graph_col}, 0) != 0)", "correlationId", pid_col],
-            "CUPTI_ACTIVITY_KIND_KERNEL",
-        )
-        start, packed, corr, gpid = k[:, 0], k[:, 1], k[:, 2], k[:, 3]
+        start, packed, corr = cols[:3]
         dur, name, dev, graph = packed >> 32, (packed >> 12) & 0xFFFFF, (packed >> 4) & 0xFF, packed & 1
-    if pid is not None and k.size:
+    if gpid is not None and start.size:
         keep = ((gpid >> 24) & 0xFFFFFF) == pid
         start, dur, name, dev, graph, corr = start[keep], dur[keep], name[keep], dev[keep], graph[keep], corr[keep]
     name_ids, name_idx = np.unique(name, return_inverse=True)
     names = _strings(con, [int(i) for i in name_ids])
     launch = np.full(start.shape[0], -1, dtype=np.int64)
     tid = np.full(start.shape[0], -1, dtype=np.int64)
-    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables and start.size:
-        # only launch calls (cuLaunchKernel*, cudaLaunch*, graph launches): real traces hold ~3x more other API rows
-        launch_names = "(SELECT id FROM StringIds WHERE value LIKE 'cu%Launch%' OR value LIKE 'cuda%Launch%' OR value LIKE 'hip%Launch%')"
-        api = _fetch_int64(con, ["correlationId", "start", "globalTid"], "CUPTI_ACTIVITY_KIND_RUNTIME", f"correlationId IS NOT NULL AND nameId IN {launch_names}")
-        if api.size:
-            # correlation ids are unique per process; join kernels to launches by sorted search
-            order = np.argsort(api[:, 0], kind="stable")
-            ids = api[order, 0]
-            pos = np.minimum(np.searchsorted(ids, corr), ids.size - 1)
-            hit = ids[pos] == corr
-            launch = np.where(hit, api[order, 1][pos], -1)
-            tid = np.where(hit, api[order, 2][pos], -1)
+    if api_corr.size and start.size:
+        # correlation ids are unique per process; join kernels to launches by sorted search
+        order = np.argsort(api_corr, kind="stable")
+        ids = api_corr[order]
+        pos = np.minimum(np.searchsorted(ids, corr), ids.size - 1)
+        hit = ids[pos] == corr
+        launch = np.where(hit, api_start[order][pos], -1)
+        tid = np.where(hit, api_tid[order][pos], -1)
     kernels = KernelArrays(
         names=[names.get(int(i), f"<string {int(i)}>") for i in name_ids],
         name_idx=name_idx.astype(np.int32),
@@ -164,26 +173,45 @@ def align_steps_to_ranges(steps: list[Step], ranges: list[PhaseRange]) -> list[S
     return out
 
 
-def _fetch_int64(con: sqlite3.Connection, columns: list[str], table: str, where: str = "1", chunk: int = 262144) -> np.ndarray:
-    """Integer columns of ``table`` as an (n, len(columns)) int64 array, without Python int objects.
+def _fetch_int64_columns(path: str, jobs: list[tuple[str, str, str]], window: int = 4_000_000) -> list[np.ndarray]:
+    """Integer columns as int64 arrays, one ``(table, expression, where)`` job each, run in parallel.
 
-    SQLite formats each row as fixed-width hex inside one ``group_concat`` per rowid window, and
-    numpy decodes the bytes: creating a Python value per cell was the dominant cost (a million
-    kernels took 2.2 s as tuples). NULLs read as 0; rowid windows bound the memory.
+    Each column comes out of SQLite as one ``group_concat`` text per rowid window and numpy parses
+    it: a Python value per cell was the dominant cost (a million kernels took 2.2 s as tuples), and
+    a ``group_concat`` runs inside one ``sqlite3_step`` call, which releases the GIL, so columns on
+    separate read-only connections use every core. All jobs on one table scan it in rowid order, so
+    their rows line up. NULLs read as 0.
     """
-    ncol = len(columns)
-    fmt = "%016x" * ncol
-    args = ", ".join(f"coalesce({c}, 0)" for c in columns)
-    lo, hi = con.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
-    if lo is None:
-        return np.zeros((0, ncol), dtype=np.int64)
-    query = f"SELECT group_concat(printf('{fmt}', {args}), '') FROM {table} WHERE rowid >= ? AND rowid < ? AND ({where})"
-    parts = []
-    for first in range(int(lo), int(hi) + 1, chunk):
-        text = con.execute(query, (first, first + chunk)).fetchone()[0]
-        if text:
-            parts.append(np.frombuffer(bytes.fromhex(text), dtype=">i8").astype(np.int64).reshape(-1, ncol))
-    return np.concatenate(parts) if parts else np.zeros((0, ncol), dtype=np.int64)
+    from concurrent.futures import ThreadPoolExecutor
+
+    local = threading.local()
+    opened: list[sqlite3.Connection] = []
+
+    def run(job: tuple[str, str, str]) -> np.ndarray:
+        table, expr, where = job
+        con = getattr(local, "con", None)
+        if con is None:
+            con = local.con = _connect_ro(path)
+            opened.append(con)
+        lo, hi = con.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+        if lo is None:
+            return np.zeros(0, dtype=np.int64)
+        if expr.startswith("max("):  # an aggregate: one value
+            return np.array([int(con.execute(f"SELECT {expr} FROM {table} WHERE {where}").fetchone()[0] or 0)], dtype=np.int64)
+        query = f"SELECT group_concat(v) FROM (SELECT coalesce({expr}, 0) AS v FROM {table} WHERE rowid >= ? AND rowid < ? AND ({where}) ORDER BY rowid)"
+        parts = []
+        for first in range(int(lo), int(hi) + 1, window):
+            text = con.execute(query, (first, first + window)).fetchone()[0]
+            if text:
+                parts.append(np.fromstring(text, dtype=np.int64, sep=","))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 2))) as pool:
+            return list(pool.map(run, jobs))
+    finally:
+        for con in opened:
+            con.close()
 
 
 def _strings(con: sqlite3.Connection, ids: list[int]) -> dict[int, str]:
