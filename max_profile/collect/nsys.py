@@ -173,7 +173,7 @@ def align_steps_to_ranges(steps: list[Step], ranges: list[PhaseRange]) -> list[S
     return out
 
 
-def _fetch_int64_columns(path: str, jobs: list[tuple[str, str, str]], window: int = 4_000_000) -> list[np.ndarray]:
+def _fetch_int64_columns(path: str, jobs: list[tuple[str, str, str]], window: int = 500_000) -> list[np.ndarray]:
     """Integer columns as int64 arrays, one ``(table, expression, where)`` job each, run in parallel.
 
     Each column comes out of SQLite as one ``group_concat`` text per rowid window and numpy parses
