@@ -158,6 +158,9 @@ class RequestRecord:
     tokens: int
     ok: bool
     error: str | None = None
+    started_ns: int = 0
+    """perf_counter_ns when the request was sent, and when its stream ended (the window keeps overlapping ones)."""
+    ended_ns: int = 0
 
 
 class LoadGenerator(threading.Thread):
@@ -178,6 +181,12 @@ class LoadGenerator(threading.Thread):
                 time.sleep(0.2)
 
     def one_request(self) -> RequestRecord:
+        t_sent = time.perf_counter_ns()
+        record = self._request()
+        record.started_ns, record.ended_ns = t_sent, time.perf_counter_ns()
+        return record
+
+    def _request(self) -> RequestRecord:
         body = json.dumps({"model": self.model, "prompt": self.prompt, "max_tokens": self.max_tokens, "temperature": 0, "stream": True, "ignore_eos": True})
         try:
             conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
@@ -645,6 +654,8 @@ def _report(plan: ServePlan, env: Any, preflight: list[Any], records: list[Reque
     from max_profile.analyze.utilization import summarize_gpus, window_samples
     from max_profile.model import UtilizationSection
 
+    # the load runs longer than the window (warm-up, profiler start / stop): keep what overlapped it
+    records = [r for r in records if r.ended_ns >= window[0] and r.started_ns <= window[1]] or records
     good = [r for r in records if r.ok]
     ttft = [r.ttft_ms for r in good if r.ttft_ms is not None]
     itl = [g for r in good for g in r.itl_ms]

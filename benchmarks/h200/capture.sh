@@ -8,15 +8,8 @@
 # Every step is independent; results are re-packed into $OUT/h200_<mode>.tgz after each step.
 set -u
 MODE=${1:-small}
-OUTDIR=/tmp/mp_out_$MODE
-mkdir -p "$OUTDIR"
-source .maxrt/env.sh
-export PYTHONPATH="$PWD:$PYTHONPATH" MAX_PROFILE_CACHE=/tmp/mpc PYTHONUNBUFFERED=1
-mkdir -p /tmp/dw && for f in .gpu/debs/*.deb; do dpkg -x "$f" /tmp/dw; done
-export LD_LIBRARY_PATH="/tmp/dw/usr/lib/x86_64-linux-gnu:/tmp/dw/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+source benchmarks/h200/common.sh
 NCU=/usr/local/cuda/bin/ncu
-snap() { tar czf "$OUT/h200_$MODE.tgz" -C "$OUTDIR" . 2>/dev/null; echo "== $(date +%T) $1 (rc $2)"; }
-step() { local name=$1; shift; local t0=$(date +%s); "$@" >"$OUTDIR/$name.out" 2>"$OUTDIR/$name.err"; local rc=$?; echo "$name: rc=$rc $(( $(date +%s) - t0 ))s" >> "$OUTDIR/steps.txt"; tail -3 "$OUTDIR/$name.err"; snap "$name" $rc; }
 
 if [ "$MODE" = small ]; then
   MODEL=/tmp/small; SHAPE=(--hidden 2048 --layers 4 --heads 16 --kv-heads 4 --intermediate 5632)
