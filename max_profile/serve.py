@@ -401,6 +401,11 @@ class _Window:
     def start_load(self) -> None:
         self.load.start()
 
+    def start_load_ahead(self) -> None:
+        """Start the load and let it run a moment, so the window opens on a server already busy."""
+        self.load.start()
+        time.sleep(min(2.0, self.plan.duration_s / 4))
+
     def start_sampling(self) -> None:
         self.sampler = GpuSampler(0.1)
         self.sampler.start()
@@ -442,8 +447,7 @@ def _capture_in_worker(plan: ServePlan, env: Any, preflight: list[Any], tmp: Pat
     try:
         ready_s = wait_ready(server, plan.port, ready_timeout_s, progress)
         progress(f"/health 200 after {ready_s:.1f} s; load and {plan.duration_s:g} s capture window")
-        window.start_load()
-        time.sleep(min(2.0, plan.duration_s / 4))  # the load runs before the window opens
+        window.start_load_ahead()
         window.start_sampling()
         if cupti_dir.exists():
             (cupti_dir / "start").touch()
@@ -489,8 +493,7 @@ def _capture_nsys(plan: ServePlan, env: Any, preflight: list[Any], tmp: Path, ns
     try:
         ready_s = wait_ready(server, plan.port, ready_timeout_s, progress)
         progress(f"/health 200 after {ready_s:.1f} s; load, then nsys start for {plan.duration_s:g} s")
-        window.start_load()
-        time.sleep(min(2.0, plan.duration_s / 4))
+        window.start_load_ahead()
         rc, out = sp.run_bounded(sp.nsys_start_command(nsys, session, rep_base), tool_env, timeout_s=120)
         if rc != 0:
             raise ServeError(f"`nsys start --session={session}` failed (exit {rc}): {out.strip()[-300:]}")

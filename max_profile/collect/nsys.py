@@ -19,7 +19,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
@@ -102,21 +102,21 @@ def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None)
     narrow = ["start", f"((end - start) << 32) | ({name_col} << 12) | ((deviceId & 255) << 4) | (coalesce({graph_col}, 0) != 0)", "correlationId"]
     if pid is not None:
         narrow.append(pid_col)
-    kernel_jobs = [("CUPTI_ACTIVITY_KIND_KERNEL", c, "1") for c in narrow]
+    kernel_jobs = [ColumnRead("CUPTI_ACTIVITY_KIND_KERNEL", c) for c in narrow]
     # whether the packing holds (checked in parallel with the reads; rare traces re-read wide)
-    check = ("CUPTI_ACTIVITY_KIND_KERNEL", f"max(end - start) >= 2147483648 OR max({name_col}) >= 1048576", "1")
-    api_jobs = []
+    check = ColumnRead("CUPTI_ACTIVITY_KIND_KERNEL", f"max(end - start) >= 2147483648 OR max({name_col}) >= 1048576", aggregate=True)
+    api_jobs: list[ColumnRead] = []
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         # only launch calls (cuLaunchKernel*, cudaLaunch*, graph launches): real traces hold ~3x more other API rows
         launch_names = "(SELECT id FROM StringIds WHERE value LIKE 'cu%Launch%' OR value LIKE 'cuda%Launch%' OR value LIKE 'hip%Launch%')"
-        api_jobs = [("CUPTI_ACTIVITY_KIND_RUNTIME", c, f"correlationId IS NOT NULL AND nameId IN {launch_names}") for c in ("correlationId", "start", "globalTid")]
+        api_jobs = [ColumnRead("CUPTI_ACTIVITY_KIND_RUNTIME", c, f"correlationId IS NOT NULL AND nameId IN {launch_names}") for c in ("correlationId", "start", "globalTid")]
     cols = _fetch_int64_columns(path, [*kernel_jobs, *api_jobs, check])
     wide = bool(cols[-1].size and cols[-1].max())
     api_corr, api_start, api_tid = cols[len(kernel_jobs) : len(kernel_jobs) + 3] if api_jobs else (np.zeros(0, np.int64),) * 3
     gpid = cols[len(narrow) - 1] if pid is not None else None
     if wide:
         wide_exprs = ["start", "end - start", name_col, "deviceId", f"coalesce({graph_col}, 0) != 0", "correlationId"]
-        start, dur, name, dev, graph, corr = _fetch_int64_columns(path, [("CUPTI_ACTIVITY_KIND_KERNEL", c, "1") for c in wide_exprs])
+        start, dur, name, dev, graph, corr = _fetch_int64_columns(path, [ColumnRead("CUPTI_ACTIVITY_KIND_KERNEL", c) for c in wide_exprs])
     else:
         start, packed, corr = cols[:3]
         dur, name, dev, graph = packed >> 32, (packed >> 12) & 0xFFFFF, (packed >> 4) & 0xFF, packed & 1
@@ -173,8 +173,17 @@ def align_steps_to_ranges(steps: list[Step], ranges: list[PhaseRange]) -> list[S
     return out
 
 
-def _fetch_int64_columns(path: str, jobs: list[tuple[str, str, str]], window: int = 500_000) -> list[np.ndarray]:
-    """Integer columns as int64 arrays, one ``(table, expression, where)`` job each, run in parallel.
+class ColumnRead(NamedTuple):
+    """One integer expression over the rows of ``table`` matching ``where``; ``aggregate``: a single value."""
+
+    table: str
+    expr: str
+    where: str = "1"
+    aggregate: bool = False
+
+
+def _fetch_int64_columns(path: str, jobs: list[ColumnRead], window: int = 500_000) -> list[np.ndarray]:
+    """Integer columns as int64 arrays (an aggregate: a one-element array), one job each, run in parallel.
 
     Each column comes out of SQLite as one ``group_concat`` text per rowid window and numpy parses
     it: a Python value per cell was the dominant cost (a million kernels took 2.2 s as tuples), and
@@ -186,17 +195,17 @@ def _fetch_int64_columns(path: str, jobs: list[tuple[str, str, str]], window: in
     local = threading.local()
     opened: list[sqlite3.Connection] = []
 
-    def run(job: tuple[str, str, str]) -> np.ndarray:
-        table, expr, where = job
+    def run(job: ColumnRead) -> np.ndarray:
+        table, expr, where = job.table, job.expr, job.where
         con = getattr(local, "con", None)
         if con is None:
             con = local.con = _connect_ro(path)
             opened.append(con)
+        if job.aggregate:
+            return np.array([int(con.execute(f"SELECT {expr} FROM {table} WHERE {where}").fetchone()[0] or 0)], dtype=np.int64)
         lo, hi = con.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
         if lo is None:
             return np.zeros(0, dtype=np.int64)
-        if expr.startswith("max("):  # an aggregate: one value
-            return np.array([int(con.execute(f"SELECT {expr} FROM {table} WHERE {where}").fetchone()[0] or 0)], dtype=np.int64)
         # Same WHERE, same plan (a rowid range scan) for every column of a table: the rows line up.
         query = f"SELECT group_concat(coalesce({expr}, 0)) FROM {table} WHERE rowid >= ? AND rowid < ? AND ({where})"
         parts = []

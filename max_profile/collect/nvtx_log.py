@@ -14,6 +14,7 @@ Equivalent tool: ``nsys profile --trace=nvtx`` then ``nsys stats --report nvtx_s
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import hashlib
 import os
@@ -235,11 +236,14 @@ MAX_GPU_NVTX_PROBLEM = (
 )
 
 
+@functools.cache
 def max_profiling_usable(devices: str) -> bool:
-    """Whether MAX can run with MODULAR_ENABLE_PROFILING=on on these devices (see MAX_GPU_NVTX_PROBLEM)."""
+    """Whether MAX can run with MODULAR_ENABLE_PROFILING=on on these devices (see MAX_GPU_NVTX_PROBLEM).
+
+    Cached: ``find_library`` runs ``ldconfig`` / the compiler, and a serve plan asks several times.
+    """
     if devices.strip().lower().startswith("cpu"):
         return True
-    import ctypes
     import ctypes.util
 
     for name in filter(None, (ctypes.util.find_library("nvToolsExt"), "libnvToolsExt.so.1", "libnvToolsExt.so")):

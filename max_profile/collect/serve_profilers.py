@@ -28,9 +28,6 @@ NSYS_TIMEOUT_S = 300.0
 ROCPROF_WINDOW_DELAY_S = 10.0
 """The rocprofv3 window opens this long after /health first answered in pass 2 (R2 + 10 s)."""
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
 def nsys_session_name(pid: int | None = None) -> str:
     """A session name no other run uses: our prefix, this process id, 8 random hex digits."""
     return f"{SESSION_PREFIX}{pid or os.getpid()}-{secrets.token_hex(4)}"
@@ -126,10 +123,13 @@ def verify_artifact(path: str | Path, kind: str, min_bytes: int = 1024) -> str |
     size = p.stat().st_size
     if size < min_bytes:
         return f"{p} is only {size} bytes (an empty capture?)"
-    head = p.read_bytes()[:64]
+    from max_profile.collect.nsys import SQLITE_MAGIC
+
+    with open(p, "rb") as fh:
+        head = fh.read(4096)
     if kind == "sqlite" and not head.startswith(SQLITE_MAGIC):
         return f"{p} is not an SQLite database"
-    if kind == "rocprof-csv" and b"Kernel_Name" not in p.read_bytes()[:4096]:
+    if kind == "rocprof-csv" and b"Kernel_Name" not in head:
         return f"{p} has no rocprofv3 kernel-trace header (Kernel_Name)"
     return None
 
