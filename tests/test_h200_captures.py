@@ -6,6 +6,7 @@ import gzip
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from max_profile.analyze.breakdown import build_breakdown
@@ -176,7 +177,7 @@ def test_h200_no_kv_cache_arch() -> None:
 
 
 def test_nsys_reader_wide_values_and_pid_filter(nsys_sqlite: str, tmp_path: Path) -> None:
-    """A kernel longer than the packed 31-bit duration re-reads the columns unpacked; --pid keeps one process."""
+    """A kernel longer than 2^31 ns keeps its duration (the old packing truncated it); --pid keeps one process."""
     import sqlite3
 
     base = read_nsys_sqlite(nsys_sqlite)
@@ -196,3 +197,59 @@ def test_nsys_reader_wide_values_and_pid_filter(nsys_sqlite: str, tmp_path: Path
     assert (k.launch == b.launch).all() and (k.tid == b.tid).all()
     assert len(read_nsys_sqlite(nsys_sqlite, pid=(gpid >> 24) & 0xFFFFFF).kernels) == len(b)
     assert len(read_nsys_sqlite(nsys_sqlite, pid=((gpid >> 24) & 0xFFFFFF) + 1).kernels) == 0
+
+
+def test_nsys_reader_windows_match_plain_sqlite(nsys_sqlite: str, tmp_path: Path) -> None:
+    """Rowid windows (with gaps from deleted rows) read in parallel give the rows SQLite gives, in order."""
+    import sqlite3
+
+    from max_profile.collect.nsys import TableRead, _read_int64_columns
+
+    gappy = tmp_path / "gappy.sqlite"
+    shutil.copy(nsys_sqlite, gappy)
+    con = sqlite3.connect(gappy)
+    con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 7 = 3 OR rowid BETWEEN 300 AND 520")
+    con.commit()
+    want_kernels = np.array(con.execute("SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid").fetchall(), dtype=np.int64)
+    want_api = np.array(con.execute("SELECT correlationId, coalesce(globalTid, 0) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId > 100 ORDER BY rowid").fetchall(), dtype=np.int64)
+    con.close()
+    reads = [TableRead("CUPTI_ACTIVITY_KIND_KERNEL", ("start", "end", "correlationId")),
+             TableRead("CUPTI_ACTIVITY_KIND_RUNTIME", ("correlationId", "globalTid"), "correlationId > 100")]
+    kernels, api = _read_int64_columns(str(gappy), reads, window=97)
+    assert len(kernels[0]) == len(want_kernels) > 1000
+    for i in range(3):
+        assert (kernels[i] == want_kernels[:, i]).all()
+    assert len(api[0]) == len(want_api) > 0 and (api[0] == want_api[:, 0]).all() and (api[1] == want_api[:, 1]).all()
+    whole = read_nsys_sqlite(str(gappy))
+    assert len(whole.kernels) == len(want_kernels)
+
+
+def test_nsys_reader_non_integer_column_is_a_format_error(nsys_sqlite: str, tmp_path: Path) -> None:
+    import sqlite3
+
+    from max_profile.collect.nsys import NsysFormatError
+
+    bad = tmp_path / "text in start.sqlite"
+    shutil.copy(nsys_sqlite, bad)
+    con = sqlite3.connect(bad)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon' WHERE rowid = 5")
+    con.commit()
+    con.close()
+    with pytest.raises(NsysFormatError, match=r"text in start\.sqlite.*not integers"):
+        read_nsys_sqlite(str(bad))
+
+
+@pytest.mark.parametrize("spread", [1, 10**12])
+def test_join_helpers_agree_with_numpy(spread: int) -> None:
+    """Table lookups (dense ids) and the sorted-search fallback (sparse ids) give np.unique's answer."""
+    from max_profile.collect.nsys import _dense_codes, _positions_of
+
+    rng = np.random.default_rng(7)
+    ids = rng.integers(0, 5000, 20_000) * spread
+    uniq, codes = _dense_codes(ids)
+    want_uniq, want_codes = np.unique(ids, return_inverse=True)
+    assert (uniq == want_uniq).all() and (codes == want_codes).all()
+    keys = rng.permutation(np.arange(1, 30_001) * spread)
+    wanted = np.concatenate([keys[:5000], np.array([0, -3, 30_001 * spread + 1])])
+    pos = _positions_of(keys, wanted)
+    assert (keys[pos[:5000]] == wanted[:5000]).all() and (pos[5000:] == -1).all()

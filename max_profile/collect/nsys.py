@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -97,49 +98,38 @@ def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None)
         raise NsysFormatError(f"{path}: CUPTI_ACTIVITY_KIND_KERNEL lacks the expected columns (start, end, correlationId, demangledName)")
     graph_col = "graphNodeId" if "graphNodeId" in kcols else "NULL"
     pid_col = "globalPid" if "globalPid" in kcols else "0"
-    # Three integers per kernel, packed in SQL: durations fit 31 bits (2 s), string ids 20 bits,
-    # devices 8 bits; longer kernels or more names re-read the columns one by one.
-    narrow = ["start", f"((end - start) << 32) | ({name_col} << 12) | ((deviceId & 255) << 4) | (coalesce({graph_col}, 0) != 0)", "correlationId"]
-    if pid is not None:
-        narrow.append(pid_col)
-    kernel_jobs = [ColumnRead("CUPTI_ACTIVITY_KIND_KERNEL", c) for c in narrow]
-    # whether the packing holds (checked in parallel with the reads; rare traces re-read wide)
-    check = ColumnRead("CUPTI_ACTIVITY_KIND_KERNEL", f"max(end - start) >= 2147483648 OR max({name_col}) >= 1048576", aggregate=True)
-    api_jobs: list[ColumnRead] = []
+    # String id, device and "is a graph node" packed in SQL into one integer (string ids are row
+    # numbers of StringIds, devices are ordinals): one column fewer to materialize per kernel.
+    packed_expr = f"({name_col} << 16) | ((deviceId & 32767) << 1) | (coalesce({graph_col}, 0) != 0)"
+    kernel_exprs = ["start", "end", packed_expr, "correlationId"] + ([pid_col] if pid is not None else [])
+    reads = [TableRead("CUPTI_ACTIVITY_KIND_KERNEL", tuple(kernel_exprs))]
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         # only launch calls (cuLaunchKernel*, cudaLaunch*, graph launches): real traces hold ~3x more other API rows
         launch_names = "(SELECT id FROM StringIds WHERE value LIKE 'cu%Launch%' OR value LIKE 'cuda%Launch%' OR value LIKE 'hip%Launch%')"
-        api_jobs = [ColumnRead("CUPTI_ACTIVITY_KIND_RUNTIME", c, f"correlationId IS NOT NULL AND nameId IN {launch_names}") for c in ("correlationId", "start", "globalTid")]
-    cols = _fetch_int64_columns(path, [*kernel_jobs, *api_jobs, check])
-    wide = bool(cols[-1].size and cols[-1].max())
-    api_corr, api_start, api_tid = cols[len(kernel_jobs) : len(kernel_jobs) + 3] if api_jobs else (np.zeros(0, np.int64),) * 3
-    gpid = cols[len(narrow) - 1] if pid is not None else None
-    if wide:
-        wide_exprs = ["start", "end - start", name_col, "deviceId", f"coalesce({graph_col}, 0) != 0", "correlationId"]
-        start, dur, name, dev, graph, corr = _fetch_int64_columns(path, [ColumnRead("CUPTI_ACTIVITY_KIND_KERNEL", c) for c in wide_exprs])
-    else:
-        start, packed, corr = cols[:3]
-        dur, name, dev, graph = packed >> 32, (packed >> 12) & 0xFFFFF, (packed >> 4) & 0xFF, packed & 1
+        reads.append(TableRead("CUPTI_ACTIVITY_KIND_RUNTIME", ("correlationId", "start", "globalTid"), f"correlationId IS NOT NULL AND nameId IN {launch_names}"))
+    columns = _read_int64_columns(path, reads)
+    start, end, packed, corr = columns[0][:4]
+    gpid = columns[0][4] if pid is not None else None
+    api_corr, api_start, api_tid = columns[1] if len(columns) > 1 else (np.zeros(0, np.int64),) * 3
+    name, dev, graph = packed >> 16, (packed >> 1) & 32767, packed & 1
     if gpid is not None and start.size:
         keep = ((gpid >> 24) & 0xFFFFFF) == pid
-        start, dur, name, dev, graph, corr = start[keep], dur[keep], name[keep], dev[keep], graph[keep], corr[keep]
-    name_ids, name_idx = np.unique(name, return_inverse=True)
+        start, end, name, dev, graph, corr = start[keep], end[keep], name[keep], dev[keep], graph[keep], corr[keep]
+    name_ids, name_idx = _dense_codes(name)
     names = _strings(con, [int(i) for i in name_ids])
     launch = np.full(start.shape[0], -1, dtype=np.int64)
     tid = np.full(start.shape[0], -1, dtype=np.int64)
     if api_corr.size and start.size:
-        # correlation ids are unique per process; join kernels to launches by sorted search
-        order = np.argsort(api_corr, kind="stable")
-        ids = api_corr[order]
-        pos = np.minimum(np.searchsorted(ids, corr), ids.size - 1)
-        hit = ids[pos] == corr
-        launch = np.where(hit, api_start[order][pos], -1)
-        tid = np.where(hit, api_tid[order][pos], -1)
+        # correlation ids are unique per process: each kernel's launch row, by id
+        pos = _positions_of(api_corr, corr)
+        hit = pos >= 0
+        launch = np.where(hit, api_start[pos], -1)
+        tid = np.where(hit, api_tid[pos], -1)
     kernels = KernelArrays(
         names=[names.get(int(i), f"<string {int(i)}>") for i in name_ids],
         name_idx=name_idx.astype(np.int32),
         start=np.ascontiguousarray(start),
-        end=start + dur,
+        end=np.ascontiguousarray(end),
         launch=launch,
         tid=tid,
         device=dev.astype(np.int32),
@@ -154,6 +144,35 @@ def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None)
         row = con.execute("SELECT value FROM META_DATA_EXPORT WHERE name='EXPORT_PRODUCT_VERSION'").fetchone()
         version = row[0] if row else None
     return NsysTrace(kernels=kernels, ranges=ranges, all_range_names=counts, gpu_names=gpus, product_version=version, graph_kernels=int(kernels.graph.sum()))
+
+
+def _dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` for small non-negative ids (string ids), by table lookup."""
+    if values.size == 0 or values.min() < 0 or values.max() > 4 * values.size + 1_000_000:
+        uniq, inverse = np.unique(values, return_inverse=True)
+        return uniq, inverse.reshape(-1)
+    present = np.bincount(values) > 0
+    uniq = np.flatnonzero(present)
+    code = np.cumsum(present) - 1
+    return uniq, code[values]
+
+
+def _positions_of(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Index in ``keys`` of each wanted value, -1 where absent (a duplicated key: one of its rows).
+
+    Correlation ids are dense counters, so a direct table is used when their span is small; else a
+    sorted search.
+    """
+    lo, hi = int(keys.min()), int(keys.max())
+    if lo >= 0 and hi - lo <= 4 * keys.size + 1_000_000:
+        table = np.full(hi - lo + 1, -1, dtype=np.int64)
+        table[keys - lo] = np.arange(keys.size)
+        inside = (wanted >= lo) & (wanted <= hi)
+        return np.where(inside, table[np.clip(wanted - lo, 0, hi - lo)], -1)
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    pos = np.minimum(np.searchsorted(sorted_keys, wanted), keys.size - 1)
+    return np.where(sorted_keys[pos] == wanted, order[pos], -1)
 
 
 def align_steps_to_ranges(steps: list[Step], ranges: list[PhaseRange]) -> list[Step] | None:
@@ -173,54 +192,77 @@ def align_steps_to_ranges(steps: list[Step], ranges: list[PhaseRange]) -> list[S
     return out
 
 
-class ColumnRead(NamedTuple):
-    """One integer expression over the rows of ``table`` matching ``where``; ``aggregate``: a single value."""
+class TableRead(NamedTuple):
+    """Integer expressions over the rows of ``table`` that match ``where`` (each NULL reads as 0)."""
 
     table: str
-    expr: str
+    exprs: tuple[str, ...]
     where: str = "1"
-    aggregate: bool = False
 
 
-def _fetch_int64_columns(path: str, jobs: list[ColumnRead], window: int = 500_000) -> list[np.ndarray]:
-    """Integer columns as int64 arrays (an aggregate: a one-element array), one job each, run in parallel.
+def _read_int64_columns(path: str, reads: list[TableRead], window: int = 250_000) -> list[list[np.ndarray]]:
+    """Per read, one int64 array per expression, in rowid order; rowid windows read in parallel.
 
-    Each column comes out of SQLite as one ``group_concat`` text per rowid window and numpy parses
-    it: a Python value per cell was the dominant cost (a million kernels took 2.2 s as tuples), and
-    a ``group_concat`` runs inside one ``sqlite3_step`` call, which releases the GIL, so columns on
-    separate read-only connections use every core. NULLs read as 0.
+    Rows are read by the Arrow ADBC SQLite driver (C; ``adbc-driver-sqlite``) into Arrow arrays that
+    numpy views without a Python value per cell (a million kernels as Python tuples took 2.2 s).
+    Each window is one Arrow batch, filled inside ``execute_query``, which releases the GIL, so the
+    windows of both tables keep every core busy.
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    local = threading.local()
-    opened: list[sqlite3.Connection] = []
+    import adbc_driver_manager
+    import adbc_driver_sqlite
+    import nanoarrow
 
-    def run(job: ColumnRead) -> np.ndarray:
-        table, expr, where = job.table, job.expr, job.where
-        con = getattr(local, "con", None)
-        if con is None:
-            con = local.con = _connect_ro(path)
-            opened.append(con)
-        if job.aggregate:
-            return np.array([int(con.execute(f"SELECT {expr} FROM {table} WHERE {where}").fetchone()[0] or 0)], dtype=np.int64)
-        lo, hi = con.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
-        if lo is None:
-            return np.zeros(0, dtype=np.int64)
-        # Same WHERE, same plan (a rowid range scan) for every column of a table: the rows line up.
-        query = f"SELECT group_concat(coalesce({expr}, 0)) FROM {table} WHERE rowid >= ? AND rowid < ? AND ({where})"
-        parts = []
-        for first in range(int(lo), int(hi) + 1, window):
-            text = con.execute(query, (first, first + window)).fetchone()[0]
-            if text:
-                parts.append(np.fromstring(text, dtype=np.int64, sep=","))
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    jobs: list[tuple[int, str]] = []
+    with closing(_connect_ro(path)) as con:
+        for index, read in enumerate(reads):
+            # two queries: each is one b-tree descent, while min() and max() together scan the table
+            lo = con.execute(f"SELECT min(rowid) FROM {read.table}").fetchone()[0]
+            hi = con.execute(f"SELECT max(rowid) FROM {read.table}").fetchone()[0]
+            if lo is None:
+                continue
+            exprs = ", ".join(f"coalesce({e}, 0)" for e in read.exprs)
+            for first in range(int(lo), int(hi) + 1, window):
+                jobs.append((index, f"SELECT {exprs} FROM {read.table} WHERE rowid >= {first} AND rowid < {first + window} AND ({read.where})"))
+    local = threading.local()
+    opened: list[Any] = []
+
+    def run(job: tuple[int, str]) -> list[np.ndarray]:
+        index, query = job
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            database = adbc_driver_sqlite.connect(uri)
+            conn = local.conn = adbc_driver_manager.AdbcConnection(database)
+            opened.extend((conn, database))
+        with adbc_driver_manager.AdbcStatement(conn) as statement:
+            statement.set_options(**{"adbc.sqlite.query.batch_rows": str(window + 1)})
+            statement.set_sql_query(query)
+            handle, _ = statement.execute_query()
+            stream = nanoarrow.ArrayStream(handle)
+            out = [[] for _ in reads[index].exprs]  # type: list[list[np.ndarray]]
+            for batch in stream:
+                for i, column in enumerate(out):
+                    child = batch.child(i)
+                    if child.schema.type != nanoarrow.Type.INT64:
+                        raise NsysFormatError(f"{path}: {reads[index].table}.{reads[index].exprs[i]} holds {child.schema.type.name.lower()} values, not integers")
+                    column.append(np.frombuffer(child.buffer(1), dtype=np.int64)[child.offset : child.offset + len(child)].copy())
+            return [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in out]
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 2))) as pool:
-            return list(pool.map(run, jobs))
+            parts = list(pool.map(run, jobs))
+    except adbc_driver_manager.Error as exc:
+        raise sqlite3.DatabaseError(str(exc).splitlines()[0]) from exc
     finally:
-        for con in opened:
-            con.close()
+        for obj in opened:
+            obj.close()
+    result: list[list[np.ndarray]] = []
+    for index, read in enumerate(reads):
+        mine = [p for (i, _), p in zip(jobs, parts, strict=True) if i == index]
+        result.append([np.concatenate([p[c] for p in mine]) if mine else np.zeros(0, dtype=np.int64) for c in range(len(read.exprs))])
+    return result
 
 
 def _strings(con: sqlite3.Connection, ids: list[int]) -> dict[int, str]:
