@@ -253,3 +253,29 @@ def test_join_helpers_agree_with_numpy(spread: int) -> None:
     wanted = np.concatenate([keys[:5000], np.array([0, -3, 30_001 * spread + 1])])
     pos = _positions_of(keys, wanted)
     assert (keys[pos[:5000]] == wanted[:5000]).all() and (pos[5000:] == -1).all()
+
+
+def test_nsys_ranges_filtered_in_sqlite_among_many_op_ranges(nsys_sqlite: str, tmp_path: Path) -> None:
+    """Per-op ranges of another domain (MAX with profiling on) are counted, not returned; MAX's
+    scheduler ranges and ours are returned, in time order."""
+    import sqlite3
+
+    base = read_nsys_sqlite(nsys_sqlite)
+    busy = tmp_path / "ops.sqlite"
+    shutil.copy(nsys_sqlite, busy)
+    con = sqlite3.connect(busy)
+    gtid, t0 = con.execute("SELECT globalTid, min(start) FROM NVTX_EVENTS WHERE eventType = 59").fetchone()
+    con.execute("INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) VALUES (0, 75, 'max', ?, 2)", (gtid,))
+    con.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?, ?, 59, ?, ?, 2)",
+                    [(t0 + i, t0 + i + 5, "mo.matmul" if i % 2 else "mo.rms_norm", gtid) for i in range(60_000)])
+    sched = "_schedule(TextGenerationInputs(batch_size=1, batch_type=TG))"
+    con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?, ?, 59, ?, ?, 0)", (t0 - 10, t0 - 5, sched, gtid))
+    con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?, ?, 59, 'x_schedule(y)', ?, 0)", (t0 - 9, t0 - 6, gtid))
+    con.commit()
+    con.close()
+    t = read_nsys_sqlite(str(busy))
+    assert t.all_range_names["max:mo.matmul"] == 30_000 and t.all_range_names["max:mo.rms_norm"] == 30_000
+    assert t.all_range_names[":" + sched] == 1
+    assert [r.name for r in t.ranges] == [sched] + [r.name for r in base.ranges]
+    assert [r.start_ns for r in t.ranges] == sorted(r.start_ns for r in t.ranges)
+    assert {k: v for k, v in t.all_range_names.items() if k.startswith("max_profile:")} == base.all_range_names

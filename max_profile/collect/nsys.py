@@ -274,30 +274,46 @@ def _strings(con: sqlite3.Connection, ids: list[int]) -> dict[int, str]:
     return out
 
 
+PHASE_RANGE_TEXTS = ("prefill", "decode", "mixed")
+
+
 def _ranges(con: sqlite3.Connection, tables: set[str]) -> tuple[list[PhaseRange], dict[str, int]]:
+    """Our phase ranges and MAX's scheduler ranges; plus a count of every range name, by domain.
+
+    A MAX trace with profiling on holds a range per op (millions): SQLite filters and counts them,
+    and Python sees only the phase and scheduler ranges.
+    """
     if "NVTX_EVENTS" not in tables:
         return [], {}
     cols = _columns(con, "NVTX_EVENTS")
-    text_id = "textId" if "textId" in cols else "NULL"
-    domain_col = "domainId" if "domainId" in cols else "0"
+    domain_col = "e.domainId" if "domainId" in cols else "0"
+    text = "coalesce(s.value, e.text, '')" if "StringIds" in tables and "textId" in cols else "coalesce(e.text, '')"
+    source = "NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId" if "StringIds" in tables and "textId" in cols else "NVTX_EVENTS e"
+    ranges_only = f"e.eventType IN {NVTX_RANGE_TYPES}"
     domains: dict[tuple[int, int], str] = {}
-    for text, gtid, dom in con.execute(f"SELECT text, globalTid, {domain_col} FROM NVTX_EVENTS WHERE eventType = {NVTX_DOMAIN_CREATE}"):
-        domains[((gtid or 0) >> 24 & 0xFFFFFF, dom or 0)] = text or ""
-    rows = con.execute(
-        f"SELECT e.start, e.end, coalesce(s.value, e.text, ''), e.globalTid, {domain_col} FROM NVTX_EVENTS e "
-        f"LEFT JOIN StringIds s ON s.id = e.{text_id} WHERE e.eventType IN {NVTX_RANGE_TYPES}"
-    ).fetchall() if "StringIds" in tables else con.execute(
-        f"SELECT start, end, coalesce(text, ''), globalTid, {domain_col} FROM NVTX_EVENTS WHERE eventType IN {NVTX_RANGE_TYPES}"
-    ).fetchall()
-    last = max((r[1] or r[0] for r in rows), default=0)
-    ranges: list[PhaseRange] = []
+    for name, gtid, dom in con.execute(f"SELECT e.text, e.globalTid, {domain_col} FROM NVTX_EVENTS e WHERE e.eventType = {NVTX_DOMAIN_CREATE}"):
+        domains[((gtid or 0) >> 24 & 0xFFFFFF, dom or 0)] = name or ""
+
+    def domain_of(gtid: int | None, dom: int | None) -> str:
+        return domains.get(((gtid or 0) >> 24 & 0xFFFFFF, dom or 0), "") if dom else ""
+
     counts: dict[str, int] = {}
-    for start, end, text, gtid, dom in rows:
-        domain = domains.get(((gtid or 0) >> 24 & 0xFFFFFF, dom or 0), "") if dom else ""
-        full = f"{domain}:{text}"
-        counts[full] = counts.get(full, 0) + 1
-        if domain == "max_profile" or text.startswith("_schedule(") or text in ("prefill", "decode", "mixed"):
-            ranges.append(PhaseRange(name=full if domain else text, start_ns=int(start), end_ns=int(end if end is not None else last), tid=int(gtid) if gtid is not None else None, domain=domain or None))
+    for pid, dom, name, n in con.execute(
+        f"SELECT (coalesce(e.globalTid, 0) >> 24) & 16777215, {domain_col}, {text}, count(*) FROM {source} WHERE {ranges_only} GROUP BY 1, 2, 3"
+    ):
+        full = f"{domain_of(pid << 24, dom)}:{name}"
+        counts[full] = counts.get(full, 0) + n
+    last = con.execute(f"SELECT max(coalesce(e.end, e.start)) FROM NVTX_EVENTS e WHERE {ranges_only}").fetchone()[0] or 0
+    ours = sorted({dom for (_, dom), name in domains.items() if name == "max_profile"})
+    wanted = [f"{text} LIKE '\\_schedule(%' ESCAPE '\\'", f"{text} IN {PHASE_RANGE_TEXTS}"]
+    if ours:
+        wanted.append(f"{domain_col} IN ({', '.join(str(d) for d in ours)})")
+    ranges: list[PhaseRange] = []
+    for start, end, name, gtid, dom in con.execute(f"SELECT e.start, e.end, {text}, e.globalTid, {domain_col} FROM {source} WHERE {ranges_only} AND ({' OR '.join(wanted)})"):
+        domain = domain_of(gtid, dom)
+        if domain == "max_profile" or name.startswith("_schedule(") or name in PHASE_RANGE_TEXTS:
+            ranges.append(PhaseRange(name=f"{domain}:{name}" if domain else name, start_ns=int(start), end_ns=int(end if end is not None else last),
+                                     tid=int(gtid) if gtid is not None else None, domain=domain or None))
     ranges.sort(key=lambda r: r.start_ns)
     return ranges, counts
 
