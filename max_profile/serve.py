@@ -447,6 +447,8 @@ def _capture_in_worker(plan: ServePlan, env: Any, preflight: list[Any], tmp: Pat
     try:
         ready_s = wait_ready(server, plan.port, ready_timeout_s, progress)
         progress(f"/health 200 after {ready_s:.1f} s; load and {plan.duration_s:g} s capture window")
+        if cupti_dir.exists():
+            progress(_prepare_worker_hook(cupti_dir, server))
         window.start_load_ahead()
         window.start_sampling()
         if cupti_dir.exists():
@@ -620,6 +622,26 @@ def _collect_worker_kernels(tmp: Path, nvtx_template: str | None, cupti_dir: Pat
     return Unavailable("the model worker recorded no kernels or op ranges in the window (MODULAR_ENABLE_PROFILING must reach the worker)")
 
 
+def _prepare_worker_hook(cupti_dir: Path, server: ServerProcess, timeout_s: float = 30.0) -> str:
+    """Ask the worker hooks to import CUPTI now (before the window) and wait for one to be ready.
+
+    Processes without the CUDA driver loaded (API server, metrics worker) skip; the answer is a
+    progress line: which process is ready, or why none is.
+    """
+    (cupti_dir / "prepare").touch()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and server.alive():
+        ready = sorted(p.name.removeprefix("ready-") for p in cupti_dir.glob("ready-*"))
+        if ready:
+            return f"CUPTI ready in model worker process {', '.join(ready)}"
+        failed = list(cupti_dir.glob("unavailable-*.txt"))
+        if failed:
+            return f"CUPTI unavailable in the model worker ({failed[0].read_text().strip()}); kernels will be missing"
+        time.sleep(0.05)
+    skipped = len(list(cupti_dir.glob("skipped-*.txt")))
+    return f"no process answered as CUPTI-ready within {timeout_s:g} s ({skipped} without the CUDA driver skipped); kernels may be missing"
+
+
 def _coverage(cupti_dir: Path, window: tuple[int, int]) -> str:
     """How much of the window the worker's CUPTI recording covered, and kernel records it dropped."""
     import json
@@ -631,7 +653,8 @@ def _coverage(cupti_dir: Path, window: tuple[int, int]) -> str:
             continue
         covered = (min(c["stopped_ns"], window[1]) - max(c["started_ns"], window[0])) / 1e9
         dropped = f", {c['dropped']} dropped" if c.get("dropped") else ""
-        return f", recorded {covered:.1f} of {(window[1] - window[0]) / 1e9:.1f} s{dropped}"
+        cost = f", {c['callback_s']:.2f} s in CUPTI callbacks for {c.get('api_records', 0)} API records" if "callback_s" in c else ""
+        return f", recorded {covered:.1f} of {(window[1] - window[0]) / 1e9:.1f} s{dropped}{cost}"
     return ""
 
 

@@ -241,3 +241,55 @@ def test_rocprof_three_passes_with_fake_rocprofv3(tiny_model_dir: Path, monkeypa
     assert report.serve is not None and report.serve.requests > 0 and report.serve.mode == "rocprof"
     assert any(a.endswith("_kernel_trace.csv") for a in report.artifacts)
     _assert_clean(plan.port, before)
+
+
+class _Child:
+    """A stand-in for the served model's processes: any Python process with the hook on PYTHONPATH."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+@pytest.mark.parametrize("loads_driver", [False, True])
+def test_worker_hook_prepares_before_the_window(tmp_path: Path, loads_driver: bool) -> None:
+    """The sitecustomize hook answers `prepare`: a process without libcuda skips; one with it imports
+    CUPTI up front (here a stand-in libcuda.so.1 and no usable CUPTI: it says why, before `start`)."""
+    import shutil
+
+    from max_profile.serve import _prepare_worker_hook
+
+    folder = tmp_path / "cupti"
+    folder.mkdir()
+    script = "import time\nwhile True: time.sleep(0.05)\n"
+    if loads_driver:
+        if shutil.which("gcc") is None:
+            pytest.skip("gcc is needed to build the stand-in libcuda.so.1")
+        (tmp_path / "empty.c").write_text("int max_profile_stand_in(void) { return 0; }\n")
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(tmp_path / "empty.c")], check=True)
+        script = f"import ctypes\nctypes.CDLL({str(tmp_path / 'libcuda.so.1')!r})\n" + script
+    hook = str(REPO / "max_profile" / "collect" / "worker_hook")
+    env = clean_child_env({"MAX_PROFILE_WORKER_CUPTI_DIR": str(folder), "PYTHONPATH": hook + os.pathsep + str(REPO)})
+    if not loads_driver:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True)
+    try:
+        time.sleep(0.5)
+        assert not any(folder.iterdir()), "the hook must wait for `prepare`"
+        line = _prepare_worker_hook(folder, _Child(proc), timeout_s=3 if not loads_driver else 60)  # type: ignore[arg-type]
+        names = sorted(p.name for p in folder.iterdir())
+        if loads_driver:
+            assert f"unavailable-{proc.pid}.txt" in names and "CUPTI unavailable in the model worker" in line, (names, line)
+        else:
+            deadline = time.monotonic() + 10
+            while f"skipped-{proc.pid}.txt" not in names and time.monotonic() < deadline:
+                time.sleep(0.05)
+                names = sorted(p.name for p in folder.iterdir())
+            assert f"skipped-{proc.pid}.txt" in names and not any(n.startswith(("ready-", "unavailable-")) for n in names), names
+            assert "no process answered as CUPTI-ready" in line
+    finally:
+        (folder / "stop").touch()
+        proc.kill()
+        proc.wait()

@@ -4,6 +4,11 @@ OUTDIR=/tmp/mp_out_$MODE
 mkdir -p "$OUTDIR"
 source .maxrt/env.sh
 export PYTHONPATH="$PWD:$PYTHONPATH" MAX_PROFILE_CACHE=/tmp/mpc PYTHONUNBUFFERED=1
+# wheels the bundle lacks (carried in .whl/: adbc-driver-sqlite, nanoarrow), after the bundle on sys.path
+if ls .whl/*.whl > /dev/null 2>&1; then
+  mkdir -p /tmp/extra && for w in .whl/*.whl; do python3 -m zipfile -e "$w" /tmp/extra; done
+  export PYTHONPATH="$PYTHONPATH:/tmp/extra"
+fi
 mkdir -p /tmp/dw && for f in .gpu/debs/*.deb; do dpkg -x "$f" /tmp/dw; done
 export LD_LIBRARY_PATH="/tmp/dw/usr/lib/x86_64-linux-gnu:/tmp/dw/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 export PATH="/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64:$PATH"   # nsys

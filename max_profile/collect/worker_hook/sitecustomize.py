@@ -1,9 +1,15 @@
 """max_profile worker hook: CUPTI kernel recording inside `max serve`'s model worker (NVIDIA).
 
 Python imports this ``sitecustomize`` at start-up in every process that has this folder on
-PYTHONPATH. It does nothing unless MAX_PROFILE_WORKER_CUPTI_DIR is set; then a daemon thread waits
-for the file ``start`` in that folder, records kernels with CUPTI until ``stop`` appears, and writes
-``kernels-<pid>.json`` (msgspec KernelRecord list, host perf_counter clock) when it recorded any.
+PYTHONPATH. It does nothing unless MAX_PROFILE_WORKER_CUPTI_DIR is set; then a daemon thread
+follows files that max_profile creates in that folder:
+
+- ``prepare`` (after /health answers): a process without the CUDA driver loaded writes
+  ``skipped-<pid>.txt`` and ends the hook; the others import CUPTI and write ``ready-<pid>``
+  (or ``unavailable-<pid>.txt`` with the reason), so the import is done before the window;
+- ``start`` / ``stop``: kernels are recorded in between, then written as ``kernels-<pid>.json``
+  (msgspec KernelRecord list, host perf_counter clock) with ``coverage-<pid>.json`` (when the
+  recording really ran, and records CUPTI dropped).
 """
 
 from __future__ import annotations
@@ -13,26 +19,49 @@ import threading
 import time
 
 
-def _watch(folder: str) -> None:
-    start, stop = os.path.join(folder, "start"), os.path.join(folder, "stop")
+def _cuda_driver_loaded() -> bool:
+    """Whether this process has mapped libcuda (the model worker has, after /health)."""
     try:
-        # Import before the window opens: importing cupti + max_profile inside the window (while the
-        # worker holds the GIL) cost seconds of the first H200 capture.
+        with open("/proc/self/maps") as fh:
+            return any("libcuda.so" in line for line in fh)
+    except OSError:
+        return True  # cannot tell: try CUPTI
+
+
+def _wait_for(path: str, give_up: str | None, poll_s: float) -> bool:
+    while not os.path.exists(path):
+        if give_up is not None and os.path.exists(give_up):
+            return False
+        time.sleep(poll_s)
+    return True
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def _watch(folder: str) -> None:
+    pid = os.getpid()
+    prepare, start, stop = (os.path.join(folder, name) for name in ("prepare", "start", "stop"))
+    if not _wait_for(prepare, stop, 0.05):
+        return
+    if not _cuda_driver_loaded():
+        _write(os.path.join(folder, f"skipped-{pid}.txt"), "no libcuda in this process\n")
+        return
+    try:
         from max_profile.collect.cupti_kernels import CuptiKernelCollector
 
         collector = CuptiKernelCollector()
     except Exception as exc:  # noqa: BLE001 - no CUPTI in this process: say so once
-        with open(os.path.join(folder, f"unavailable-{os.getpid()}.txt"), "w") as fh:
-            fh.write(f"{type(exc).__name__}: {exc}\n")
+        _write(os.path.join(folder, f"unavailable-{pid}.txt"), f"{type(exc).__name__}: {exc}\n")
         return
-    while not os.path.exists(start):
-        if os.path.exists(stop):
-            return
-        time.sleep(0.02)
+    _write(os.path.join(folder, f"ready-{pid}"), "")
+    if not _wait_for(start, stop, 0.01):
+        return
     collector.start()
     started = time.perf_counter_ns()
-    while not os.path.exists(stop):
-        time.sleep(0.02)
+    _wait_for(stop, None, 0.02)
     stopped = time.perf_counter_ns()
     kernels = collector.stop()
     if kernels:
@@ -40,12 +69,13 @@ def _watch(folder: str) -> None:
 
         import msgspec
 
-        tmp = os.path.join(folder, f".kernels-{os.getpid()}.json")
+        tmp = os.path.join(folder, f".kernels-{pid}.json")
         with open(tmp, "wb") as fh:
             fh.write(msgspec.json.encode(kernels))
-        with open(os.path.join(folder, f"coverage-{os.getpid()}.json"), "w") as fh:
-            json.dump({"started_ns": started, "stopped_ns": stopped, "dropped": collector.dropped}, fh)
-        os.replace(tmp, os.path.join(folder, f"kernels-{os.getpid()}.json"))
+        _write(os.path.join(folder, f"coverage-{pid}.json"), json.dumps({"started_ns": started, "stopped_ns": stopped, "dropped": collector.dropped,
+                                                                             "callback_s": collector.callback_s, "api_records": collector.api_records,
+                                                                             "api_filter": collector.api_filter}))
+        os.replace(tmp, os.path.join(folder, f"kernels-{pid}.json"))
 
 
 _folder = os.environ.get("MAX_PROFILE_WORKER_CUPTI_DIR")
