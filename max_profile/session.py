@@ -217,6 +217,9 @@ class ProfileSession:
         dropped = int(getattr(self._cupti, "dropped", 0))
         if dropped:
             raw.notes.append(f"CUPTI: {dropped} kernel records dropped beyond the buffer cap")
+        if self._cupti is not None:
+            raw.notes.append(f"CUPTI cost: {self._cupti.callback_s:.2f} s in buffer callbacks, {self._cupti.api_records} API records "
+                             f"({self._cupti.api_filter})")
         if not self.kernels:
             raw.kernels_unavailable = "the kernel tracer recorded no kernel launches in the profiled block"
 

@@ -140,3 +140,38 @@ def test_report_schema_version_guard() -> None:
     data["schema_version"] = 999
     with pytest.raises(ValueError, match="schema version 999"):
         Report.from_json(json.dumps(data))
+
+
+class _FakeCupti:
+    """Stand-in for cupti-python's module (no NVIDIA GPU in CI): a callback-name table and the
+    per-call activity switches of CUPTI 12.5+, recording what was switched."""
+
+    class CallbackDomain:
+        DRIVER_API = 1
+        RUNTIME_API = 2
+
+    def __init__(self, names: dict[int, dict[int, str]], with_switches: bool = True) -> None:
+        self.names = names
+        self.switched: dict[tuple[int, int], int] = {}
+        if with_switches:
+            self.activity_enable_driver_api = lambda cbid, on: self.switched.__setitem__((1, cbid), on)
+            self.activity_enable_runtime_api = lambda cbid, on: self.switched.__setitem__((2, cbid), on)
+
+    def get_callback_name(self, domain: int, cbid: int) -> str:
+        return self.names[domain][cbid]  # KeyError past the table, as CUPTI errors there
+
+
+def test_cupti_api_records_kept_for_launch_calls_only() -> None:
+    from max_profile.collect.cupti_kernels import _keep_only_launch_records
+
+    names = {1: {307: "cuLaunchKernel", 652: "cuLaunchKernelEx", 514: "cuGraphLaunch", 17: "cuEventQuery", 18: "cuStreamQuery"},
+             2: {211: "cudaLaunchKernel_v7000", 31: "cudaEventQuery_v3020"}}
+    fake = _FakeCupti(names)
+    said = _keep_only_launch_records(fake, max_cbid=1000)
+    assert said == "launch calls only (4 kept, 3 other driver/runtime calls off)"
+    assert fake.switched == {(1, 307): 1, (1, 652): 1, (1, 514): 1, (1, 17): 0, (1, 18): 0, (2, 211): 1, (2, 31): 0}
+    # no launch call recognized: nothing is switched off (the launch join needs those records)
+    fake = _FakeCupti({1: {17: "cuEventQuery"}, 2: {}})
+    assert _keep_only_launch_records(fake, max_cbid=100) is None and fake.switched == {}
+    # a CUPTI without per-call switches (before CUDA 12.5) records everything
+    assert _keep_only_launch_records(_FakeCupti(names, with_switches=False), max_cbid=1000) is None

@@ -5,9 +5,10 @@
 # archs1: (a) llama_custom, then (c) llama_no_kv_cache (the same graph: one compile), CUPTI kernels.
 # archs2: (b) llama_unfused_attention (its own graph: a second compile), CUPTI kernels.
 # serve:  `max-profile serve` on the built-in Llama with the same weights: --mode kernels, then --mode nsys.
+# servek: --mode kernels, --mode utilization (no tracer: the baseline), then `run --kernels cupti` (CUPTI's cost).
 # Model: bf16, hidden 4096, 8 layers, 32 heads / 8 KV heads, intermediate 14336 (Llama-3-8B layers).
 set -u
-MODE=${1:?archs1|archs2|serve}
+MODE=${1:?archs1|archs2|serve|servek}
 source benchmarks/h200/common.sh
 
 BASE=/tmp/m8
@@ -39,9 +40,17 @@ serve)
   step serve_nsys python3 -m max_profile serve --model-path "$BASE" --devices gpu --mode nsys --duration 10 --yes --no-warm \
     --artifacts-dir "$OUTDIR/serve_nsys" --json "$OUTDIR/serve_nsys.json"
   rm -f "$OUTDIR"/serve_nsys/serve.nsys-rep
+  [ -f "$OUTDIR"/serve_nsys/serve.sqlite ] && step time_nsys_read python3 benchmarks/h200/time_nsys_read.py "$OUTDIR"/serve_nsys/serve.sqlite
   gzip -9 "$OUTDIR"/serve_nsys/serve.sqlite 2>/dev/null
   [ "$(stat -c %s "$OUTDIR"/serve_nsys/serve.sqlite.gz 2>/dev/null || echo 0)" -lt 20000000 ] || rm -f "$OUTDIR"/serve_nsys/serve.sqlite.gz
   ls -la "$OUTDIR"/serve_* > "$OUTDIR/serve_listing.txt" 2>&1
+  ;;
+servek)
+  step serve_kernels python3 -m max_profile serve --model-path "$BASE" --devices gpu --mode kernels --duration 10 --yes \
+    --artifacts-dir "$OUTDIR/serve_kernels" --json "$OUTDIR/serve_kernels.json"
+  step serve_util python3 -m max_profile serve --model-path "$BASE" --devices gpu --mode utilization --duration 10 --yes --no-warm \
+    --json "$OUTDIR/serve_util.json"
+  step run_cupti "${RUN[@]}" --model-path "$BASE" --json "$OUTDIR/run_cupti.json"
   ;;
 esac
 ps -eo pid,pgid,cmd | grep -E "max|nsys" | grep -v grep > "$OUTDIR/leftover_processes.txt"
