@@ -5,7 +5,8 @@ and the same trace as Kineto JSON through HTA's ``get_gpu_kernel_breakdown``, si
 
 Goal: <= 2 s and <= 300 MB for max_profile on 2 cores; >= 5x faster than HTA (``pip install
 holistictraceanalysis`` to include it). The kernel names and per-step mix come from the real H200
-capture of a 7B-shaped model (tests/data/h200/big_cupti_raw.json.gz): 302 kernels per decode step.
+capture of a 7B-shaped model (tests/data/h200/big_cupti_raw.json.gz): 302 kernels per decode step;
+the API table holds 3.3 other driver calls per launch, as MAX's real nsys export does.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sqlite3
 import subprocess
 import sys
@@ -54,7 +54,9 @@ def make_sqlite(path: Path, n_kernels: int) -> int:
         INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_PRODUCT_VERSION', 'synthetic (max_profile benchmark)');
         """
     )
-    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, n) for n, i in sid.items()] + [(len(sid) + 1, "cuLaunchKernelEx"), (len(sid) + 2, "decode"), (len(sid) + 3, "prefill")])
+    other_calls = ["cuStreamIsCapturing", "cuEventRecord", "cuEventQuery", "cuTensorMapEncodeTiled"]
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, n) for n, i in sid.items()] + [(len(sid) + 1, "cuLaunchKernelEx"), (len(sid) + 2, "decode"), (len(sid) + 3, "prefill")]
+                    + [(len(sid) + 4 + i, n) for i, n in enumerate(other_calls)])
     pid = 4242 << 24
     main_tid, worker_tid = pid | 4242, pid | 4300
     con.execute("INSERT INTO NVTX_EVENTS VALUES (0, NULL, 75, NULL, NULL, NULL, 'max_profile', ?, NULL, NULL, 1)", (main_tid,))
@@ -68,6 +70,10 @@ def make_sqlite(path: Path, n_kernels: int) -> int:
                 break
             corr += 1
             count += 1
+            # other driver calls as in the real H200 export (tests/data/h200/small_nsys.sqlite.gz): 3.3 per launch
+            for j in range(3 if count % 3 else 4):
+                launches.append((k_t - 9_000 + j * 1_000, k_t - 8_500 + j * 1_000, 1, worker_tid, corr, len(sid) + 4 + j, 0))
+                corr += 1
             launches.append((k_t - 5_000, k_t - 3_000, 1, worker_tid, corr, len(sid) + 1, 0))
             kernels.append((k_t, k_t + dur, 0, 1, 13, corr, pid, sid[name], sid[name], 40, 1, 1024, 1, 128, 1, 1, None))
             k_t += dur + 300
@@ -105,7 +111,12 @@ def export_kineto(sqlite_path: Path, out_dir: Path) -> Path:
 
 
 MEASURE = r"""
-import json, resource, sys, time
+import json, sys, time
+def vm_hwm_mb():
+    # this process's own peak: VmHWM is reset by exec; ru_maxrss is not (Linux folds the forking
+    # parent's peak into it at exec, which made the generator's memory look like the reader's)
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024
 sys.path.insert(0, sys.argv[2])
 t0 = time.perf_counter()
 from max_profile.collect.nsys import read_nsys_sqlite
@@ -115,19 +126,24 @@ trace = read_nsys_sqlite(sys.argv[1])
 bd = build_breakdown(trace.kernels, source="nsys", ranges=trace.ranges)
 t1 = time.perf_counter()
 dec = next(p for p in bd.phases if p.phase == "decode")
-print(json.dumps({"seconds": t1 - t_import, "import_s": t_import - t0, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({"seconds": t1 - t_import, "import_s": t_import - t0, "peak_rss_mb": vm_hwm_mb(),
                   "kernels": bd.kernels, "decode_steps": dec.steps, "top_family": dec.families[0].family, "share": dec.families[0].share_pct}))
 """
 
 HTA = r"""
-import json, resource, sys, time
+import json, sys, time
+def vm_hwm_mb():
+    # this process's own peak: VmHWM is reset by exec; ru_maxrss is not (Linux folds the forking
+    # parent's peak into it at exec, which made the generator's memory look like the reader's)
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024
 t0 = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
 t_import = time.perf_counter()
 analyzer = TraceAnalysis(trace_dir=sys.argv[1])
 kernel_type_df, kernel_df = analyzer.get_gpu_kernel_breakdown(visualize=False)
 t1 = time.perf_counter()
-print(json.dumps({"seconds": t1 - t_import, "import_s": t_import - t0, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rows": len(kernel_df)}))
+print(json.dumps({"seconds": t1 - t_import, "import_s": t_import - t0, "peak_rss_mb": vm_hwm_mb(), "rows": len(kernel_df)}))
 """
 
 
@@ -163,5 +179,4 @@ def main() -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "2")
-    _ = resource
     sys.exit(main())

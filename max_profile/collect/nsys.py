@@ -103,15 +103,21 @@ def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None)
     packed_expr = f"({name_col} << 16) | ((deviceId & 32767) << 1) | (coalesce({graph_col}, 0) != 0)"
     kernel_exprs = ["start", "end", packed_expr, "correlationId"] + ([pid_col] if pid is not None else [])
     reads = [TableRead("CUPTI_ACTIVITY_KIND_KERNEL", tuple(kernel_exprs))]
-    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-        # only launch calls (cuLaunchKernel*, cudaLaunch*, graph launches): real traces hold ~3x more other API rows
-        launch_names = "(SELECT id FROM StringIds WHERE value LIKE 'cu%Launch%' OR value LIKE 'cuda%Launch%' OR value LIKE 'hip%Launch%')"
-        reads.append(TableRead("CUPTI_ACTIVITY_KIND_RUNTIME", ("correlationId", "start", "globalTid"), f"correlationId IS NOT NULL AND nameId IN {launch_names}"))
+    launch_ids: list[int] = []
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables and "StringIds" in tables:
+        # only launch calls (cuLaunchKernel*, cudaLaunch*, graph launches): MAX's traces hold 3.3 other API
+        # rows per launch; a literal id list filters them faster than a subquery
+        launch_ids = [int(r[0]) for r in con.execute(
+            "SELECT id FROM StringIds WHERE value LIKE 'cu%Launch%' OR value LIKE 'cuda%Launch%' OR value LIKE 'hip%Launch%'")]
+    if launch_ids:
+        where = f"nameId IN ({', '.join(map(str, launch_ids))}) AND correlationId IS NOT NULL"
+        reads.append(TableRead("CUPTI_ACTIVITY_KIND_RUNTIME", ("correlationId", "start", "globalTid"), where))
     columns = _read_int64_columns(path, reads)
     start, end, packed, corr = columns[0][:4]
     gpid = columns[0][4] if pid is not None else None
     api_corr, api_start, api_tid = columns[1] if len(columns) > 1 else (np.zeros(0, np.int64),) * 3
-    name, dev, graph = packed >> 16, (packed >> 1) & 32767, packed & 1
+    name, dev, graph = packed >> 16, ((packed >> 1) & 32767).astype(np.int32), (packed & 1).astype(bool)
+    del packed, columns
     if gpid is not None and start.size:
         keep = ((gpid >> 24) & 0xFFFFFF) == pid
         start, end, name, dev, graph, corr = start[keep], end[keep], name[keep], dev[keep], graph[keep], corr[keep]
@@ -132,8 +138,8 @@ def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None)
         end=np.ascontiguousarray(end),
         launch=launch,
         tid=tid,
-        device=dev.astype(np.int32),
-        graph=graph != 0,
+        device=dev,
+        graph=graph,
     )
     ranges, counts = _ranges(con, tables)
     gpus: list[str] = []
@@ -165,7 +171,7 @@ def _positions_of(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """
     lo, hi = int(keys.min()), int(keys.max())
     if lo >= 0 and hi - lo <= 4 * keys.size + 1_000_000:
-        table = np.full(hi - lo + 1, -1, dtype=np.int64)
+        table = np.full(hi - lo + 1, -1, dtype=np.int32 if keys.size < 2**31 else np.int64)
         table[keys - lo] = np.arange(keys.size)
         inside = (wanted >= lo) & (wanted <= hi)
         return np.where(inside, table[np.clip(wanted - lo, 0, hi - lo)], -1)
@@ -200,7 +206,7 @@ class TableRead(NamedTuple):
     where: str = "1"
 
 
-def _read_int64_columns(path: str, reads: list[TableRead], window: int = 250_000) -> list[list[np.ndarray]]:
+def _read_int64_columns(path: str, reads: list[TableRead], window: int = 500_000) -> list[list[np.ndarray]]:
     """Per read, one int64 array per expression, in rowid order; rowid windows read in parallel.
 
     Rows are read by the Arrow ADBC SQLite driver (C; ``adbc-driver-sqlite``) into Arrow arrays that
@@ -261,8 +267,16 @@ def _read_int64_columns(path: str, reads: list[TableRead], window: int = 250_000
     result: list[list[np.ndarray]] = []
     for index, read in enumerate(reads):
         mine = [p for (i, _), p in zip(jobs, parts, strict=True) if i == index]
-        result.append([np.concatenate([p[c] for p in mine]) if mine else np.zeros(0, dtype=np.int64) for c in range(len(read.exprs))])
+        columns = []
+        for c in range(len(read.exprs)):
+            columns.append(np.concatenate([p[c] for p in mine]) if mine else np.zeros(0, dtype=np.int64))
+            for p in mine:  # the windows' copy of this column goes as soon as it is joined
+                p[c] = _EMPTY
+        result.append(columns)
     return result
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 def _strings(con: sqlite3.Connection, ids: list[int]) -> dict[int, str]:
