@@ -279,3 +279,23 @@ def test_nsys_ranges_filtered_in_sqlite_among_many_op_ranges(nsys_sqlite: str, t
     assert [r.name for r in t.ranges] == [sched] + [r.name for r in base.ranges]
     assert [r.start_ns for r in t.ranges] == sorted(r.start_ns for r in t.ranges)
     assert {k: v for k, v in t.all_range_names.items() if k.startswith("max_profile:")} == base.all_range_names
+
+
+def test_nsys_reader_corrupt_kernel_pages_are_a_format_error(nsys_sqlite: str, tmp_path: Path) -> None:
+    """A file whose schema reads but whose kernel rows are damaged fails inside the Arrow reader:
+    still one NsysFormatError naming the file."""
+    import sqlite3
+
+    from max_profile.collect.nsys import NsysFormatError
+
+    con = sqlite3.connect(nsys_sqlite)
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL'").fetchone()[0]
+    page = con.execute("PRAGMA page_size").fetchone()[0]
+    con.close()
+    bad = tmp_path / "damaged.sqlite"
+    shutil.copy(nsys_sqlite, bad)
+    with open(bad, "r+b") as fh:
+        fh.seek((root + 2) * page)  # a leaf page of the kernel table, past its root
+        fh.write(b"\xff" * page)
+    with pytest.raises(NsysFormatError, match=r"damaged\.sqlite: corrupt or truncated SQLite file"):
+        read_nsys_sqlite(str(bad))
