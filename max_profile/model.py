@@ -303,6 +303,10 @@ class KernelBreakdown(msgspec.Struct, frozen=True, tag=True):
     """Decode steps in order: family -> ms, for spotting a prefill-like mix repeated every step."""
     per_device: list[DeviceBreakdown] = []
     """Filled when kernels ran on more than one device."""
+    tracer_overhead_pct: float | None = None
+    """Share of the capture window the in-process kernel tracer spent in its buffer callbacks (CUPTI
+    records turned into Python objects, holding the profiled process's GIL); None when the trace was
+    collected outside the process (nsys, rocprofv3, imports)."""
 
 
 class StallReason(msgspec.Struct, frozen=True):
@@ -456,6 +460,8 @@ class RawCapture(msgspec.Struct):
     kernel_source: str | None = None
     graph_launches: int = 0
     notes: list[str] = []
+    tracer_overhead_pct: float | None = None
+    """CUPTI buffer-callback time while recording, as % of the steps' wall time (in-process tracer)."""
     schema_version: int = SCHEMA_VERSION
 
     def save(self, path: str) -> None:

@@ -616,7 +616,9 @@ def _collect_worker_kernels(tmp: Path, nvtx_template: str | None, cupti_dir: Pat
 
         kernels = [k for p in dumps for k in msgspec.json.decode(p.read_bytes(), type=list[KernelRecord]) if lo <= (k.launch_ns or k.start_ns) <= hi]
         if kernels:
-            return build_breakdown(kernels, source="cupti (model worker" + _coverage(cupti_dir, window) + ")", ranges=ranges)
+            coverage, overhead_pct = _coverage(cupti_dir, window)
+            breakdown = build_breakdown(kernels, source="cupti (model worker" + coverage + ")", ranges=ranges)
+            return msgspec.structs.replace(breakdown, tracer_overhead_pct=overhead_pct)
     if ops:
         return build_breakdown(ops, source="nvtx-log (model worker ops, host time)", ranges=ranges)
     return Unavailable("the model worker recorded no kernels or op ranges in the window (MODULAR_ENABLE_PROFILING must reach the worker)")
@@ -642,8 +644,9 @@ def _prepare_worker_hook(cupti_dir: Path, server: ServerProcess, timeout_s: floa
     return f"no process answered as CUPTI-ready within {timeout_s:g} s ({skipped} without the CUDA driver skipped); kernels may be missing"
 
 
-def _coverage(cupti_dir: Path, window: tuple[int, int]) -> str:
-    """How much of the window the worker's CUPTI recording covered, and kernel records it dropped."""
+def _coverage(cupti_dir: Path, window: tuple[int, int]) -> tuple[str, float | None]:
+    """How much of the window the worker's CUPTI recording covered, records it dropped, and the
+    share of the window its buffer callbacks took (None when not reported)."""
     import json
 
     for path in cupti_dir.glob("coverage-*.json"):
@@ -651,11 +654,14 @@ def _coverage(cupti_dir: Path, window: tuple[int, int]) -> str:
             c = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
+        window_s = (window[1] - window[0]) / 1e9
         covered = (min(c["stopped_ns"], window[1]) - max(c["started_ns"], window[0])) / 1e9
         dropped = f", {c['dropped']} dropped" if c.get("dropped") else ""
-        cost = f", {c['callback_s']:.2f} s in CUPTI callbacks for {c.get('api_records', 0)} API records" if "callback_s" in c else ""
-        return f", recorded {covered:.1f} of {(window[1] - window[0]) / 1e9:.1f} s{dropped}{cost}"
-    return ""
+        if "callback_s" not in c:
+            return f", recorded {covered:.1f} of {window_s:.1f} s{dropped}", None
+        cost = f", {c['callback_s']:.2f} s in CUPTI callbacks for {c.get('api_records', 0)} API records"
+        return f", recorded {covered:.1f} of {window_s:.1f} s{dropped}{cost}", 100.0 * c["callback_s"] / max(window_s, 1e-9)
+    return "", None
 
 
 def _keep_artifacts(tmp: Path, artifacts_dir: str | None) -> dict[str, str]:

@@ -299,3 +299,35 @@ def test_nsys_reader_corrupt_kernel_pages_are_a_format_error(nsys_sqlite: str, t
         fh.write(b"\xff" * page)
     with pytest.raises(NsysFormatError, match=r"damaged\.sqlite: corrupt or truncated SQLite file"):
         read_nsys_sqlite(str(bad))
+
+
+def test_serve_tracer_overhead_explains_the_low_utilization_of_in_worker_cupti() -> None:
+    """Real H200 `max serve` reports of one model: in-worker CUPTI took 3.87 s of a 10 s window and the
+    utilization fell from 36-47 % to 8.8 %; with the tracer's share known, host-bound gives way to
+    tracer-overhead; the run with no tracer at all has no host-bound finding."""
+    import re
+
+    import msgspec
+
+    from max_profile.analyze.rules import evaluate
+
+    folder = H200 / "serve_s3"
+    traced = Report.load(str(folder / "serve_kernels_report.json"))
+    untraced = Report.load(str(folder / "serve_utilization_report.json"))
+    nsys = Report.load(str(folder / "serve_nsys_report.json"))
+    assert isinstance(traced.kernels, KernelBreakdown) and isinstance(traced.utilization, UtilizationSection)
+    assert {f.id for f in traced.findings} >= {"host-bound"}  # what the report said before the rule existed
+    seconds = float(re.search(r"([\d.]+) s in CUPTI callbacks", traced.kernels.source).group(1))  # type: ignore[union-attr]
+    assert seconds == pytest.approx(3.87)
+    traced.kernels = msgspec.structs.replace(traced.kernels, tracer_overhead_pct=100 * seconds / traced.serve.window_s)  # type: ignore[union-attr]
+    traced.findings = evaluate(traced)
+    ids = {f.id: f for f in traced.findings}
+    assert "tracer-overhead" in ids and "host-bound" not in ids
+    from max_profile.analyze.plan import next_measurement
+
+    assert (next_measurement(traced) or "").startswith("max-profile serve --model-path /tmp/m8 --devices gpu --mode utilization")
+    assert ids["tracer-overhead"].evidence["mean_utilization_pct_while_tracing"] == pytest.approx(8.8, abs=0.1)
+    for other in (untraced, nsys):
+        assert other.serve is not None and other.serve.output_tokens > 3 * traced.serve.output_tokens  # type: ignore[union-attr]
+        assert isinstance(other.utilization, UtilizationSection) and other.utilization.gpus[0].mean_utilization_pct > 4 * 8.8  # type: ignore[operator]
+    assert "host-bound" not in {f.id for f in evaluate(untraced)}  # 46.6 % with no tracer (nsys: 36.0 %, still host-bound)

@@ -187,3 +187,17 @@ def test_thresholds_are_overridable() -> None:
     report = build_report(RawCapture.load(str(H200 / "small_cupti_raw.json.gz")))
     assert "host-bound" in {f.id for f in evaluate(report)}
     assert "host-bound" not in {f.id for f in evaluate(report, Thresholds(host_bound_util_pct=1.0, host_bound_busy_pct=1.0))}
+
+
+def test_tracer_overhead_supersedes_host_bound() -> None:
+    """Low utilization measured while an in-process tracer stalled the process is the tracer's doing."""
+    low = synthetic([1.0] * 40, [[]] * 40, samples=_samples(5, 0.2, []))
+    low = msgspec.structs.replace(low, kernels=big().kernels[:50])
+    assert "host-bound" in ids(build_report(low)) and "tracer-overhead" not in ids(build_report(low))
+    slowed = build_report(msgspec.structs.replace(low, tracer_overhead_pct=38.7))
+    found = {f.id: f for f in slowed.findings}
+    assert "tracer-overhead" in found and "host-bound" not in found
+    assert found["tracer-overhead"].evidence["tracer_callbacks_pct_of_window"] == 38.7
+    assert (slowed.next_measurement or "").startswith("max-profile run --model-path") and slowed.next_measurement.endswith("--kernels off")  # type: ignore[union-attr]
+    light = build_report(msgspec.structs.replace(low, tracer_overhead_pct=1.0))
+    assert "tracer-overhead" not in ids(light) and "host-bound" in ids(light)

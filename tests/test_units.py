@@ -175,3 +175,15 @@ def test_cupti_api_records_kept_for_launch_calls_only() -> None:
     assert _keep_only_launch_records(fake, max_cbid=100) is None and fake.switched == {}
     # a CUPTI without per-call switches (before CUDA 12.5) records everything
     assert _keep_only_launch_records(_FakeCupti(names, with_switches=False), max_cbid=1000) is None
+
+
+def test_serve_coverage_reports_the_tracer_share_of_the_window(tmp_path: Path) -> None:
+    import json
+
+    from max_profile.serve import _coverage
+
+    assert _coverage(tmp_path, (0, 10_000_000_000)) == ("", None)
+    (tmp_path / "coverage-77.json").write_text(json.dumps({"started_ns": 100_000_000, "stopped_ns": 12_000_000_000, "dropped": 0,
+                                                           "callback_s": 3.87, "api_records": 72983, "api_filter": "launch calls only"}))
+    text, pct = _coverage(tmp_path, (0, 10_000_000_000))
+    assert text == ", recorded 9.9 of 10.0 s, 3.87 s in CUPTI callbacks for 72983 API records" and pct == pytest.approx(38.7)

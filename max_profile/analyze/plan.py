@@ -1,6 +1,7 @@
 """Escalation planning: the next, costlier measurement — or none, when the question is answered.
 
-1. Utilization first: host-bound → stop (a kernel trace adds nothing until the GPU is busy).
+1. Utilization first: host-bound → stop (a kernel trace adds nothing until the GPU is busy); when an
+   in-process tracer distorted the timing (tracer-overhead), utilization again without it.
 2. GPU busy, no kernel breakdown yet → the breakdown (CUPTI in-process / nsys / rocprofv3).
 3. Breakdown healthy → stop. A dominant suspicious kernel → one targeted Nsight Compute run.
 """
@@ -30,6 +31,11 @@ def next_measurement(report: Report) -> str | None:
     ids = {f.id for f in report.findings}
     if "kv-cache-broken" in ids:
         return None  # a correctness bug: fix it before measuring speed
+    if "tracer-overhead" in ids:
+        # the timing figures were distorted by the in-process tracer: measure utilization without it first
+        if report.serve is not None:
+            return f"max-profile serve {_model_args(report)} --mode utilization   # then --mode nsys for kernels with timing kept"
+        return f"max-profile run {_model_args(report)} --kernels off"
     if "host-bound" in ids:
         return None
     if report.environment.vendor == "none":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from max_profile.analyze.breakdown import build_breakdown
 from max_profile.analyze.plan import next_measurement
 from max_profile.analyze.rules import Thresholds, evaluate
@@ -41,6 +43,8 @@ def build_report(raw: RawCapture, *, tool_version: str = "", thresholds: Thresho
             device_graph_capture=raw.capture.device_graph_capture,
             graph_launches=raw.graph_launches,
         )
+        if raw.tracer_overhead_pct is not None:
+            kernels = msgspec.structs.replace(kernels, tracer_overhead_pct=raw.tracer_overhead_pct)
     report.kernels = kernels
     report.findings = evaluate(report, thresholds)
     report.next_measurement = next_measurement(report)

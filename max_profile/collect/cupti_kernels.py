@@ -97,6 +97,8 @@ class CuptiKernelCollector:
         self.graph_launches = 0
         self.api_records = 0
         self.callback_s = 0.0
+        self.callback_s_before_stop = 0.0
+        """Callback time while recording (the flush at ``stop`` runs after the profiled work)."""
         self.api_filter = "all API records (this CUPTI cannot filter by call)"
 
     def _pair(self) -> tuple[int, int]:
@@ -124,6 +126,7 @@ class CuptiKernelCollector:
     def stop(self) -> list[KernelRecord]:
         global _ACTIVE
         cupti = self._cupti
+        self.callback_s_before_stop = self.callback_s
         self._sync.append(self._pair())
         try:
             for k in self._kinds:

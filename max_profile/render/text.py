@@ -147,7 +147,8 @@ def kernels_section(report: Report) -> RenderableType | None:
         return Panel(_na(k.reason), title="Kernels", title_align="left")
     assert isinstance(k, KernelBreakdown)
     parts: list[RenderableType] = [
-        Text(f"{k.kernels} kernels, {k.kernel_ms:.3f} ms of kernel time, source {k.source}, attribution {k.attribution}")
+        Text(f"{k.kernels} kernels, {k.kernel_ms:.3f} ms of kernel time, source {k.source}, attribution {k.attribution}"
+             + (f", tracer callbacks {k.tracer_overhead_pct:.1f}% of the window" if k.tracer_overhead_pct is not None else ""))
     ]
     if k.unreliable:
         parts.append(Text(f"UNRELIABLE: {k.unreliable}", style="bold yellow"))

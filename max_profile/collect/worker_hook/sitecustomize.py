@@ -73,7 +73,7 @@ def _watch(folder: str) -> None:
         with open(tmp, "wb") as fh:
             fh.write(msgspec.json.encode(kernels))
         _write(os.path.join(folder, f"coverage-{pid}.json"), json.dumps({"started_ns": started, "stopped_ns": stopped, "dropped": collector.dropped,
-                                                                             "callback_s": collector.callback_s, "api_records": collector.api_records,
+                                                                             "callback_s": collector.callback_s_before_stop, "api_records": collector.api_records,
                                                                              "api_filter": collector.api_filter}))
         os.replace(tmp, os.path.join(folder, f"kernels-{pid}.json"))
 
