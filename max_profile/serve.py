@@ -439,7 +439,9 @@ def _capture_in_worker(plan: ServePlan, env: Any, preflight: list[Any], tmp: Pat
     if plan.mode == "kernels" and env.vendor == "nvidia":
         cupti_dir.mkdir()
         hook = str(Path(__file__).parent / "collect" / "worker_hook")
-        extra_env.update({"MAX_PROFILE_WORKER_CUPTI_DIR": str(cupti_dir), "PYTHONPATH": hook + os.pathsep + os.environ.get("PYTHONPATH", "")})
+        extra_env.update({"MAX_PROFILE_WORKER_CUPTI_DIR": str(cupti_dir), "PYTHONPATH": hook + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                          # launch records serve the attribution to MAX's scheduler ranges, which need profiling on
+                          "MAX_PROFILE_WORKER_CUPTI_LAUNCHES": "1" if plan.resolved_profiling_mode() != "off" else "0"})
     cmd = plan.serve_command()
     progress("starting: " + " ".join(cmd))
     server = ServerProcess(cmd, _server_env(plan, tmp, extra_env), tmp)

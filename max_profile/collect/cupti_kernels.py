@@ -77,7 +77,9 @@ def _keep_only_launch_records(cupti: Any, max_cbid: int = 4096) -> str | None:
 class CuptiKernelCollector:
     """Start/stop CUPTI activity collection; ``kernels`` holds the result after ``stop``."""
 
-    def __init__(self, buffer_bytes: int = 8 << 20, max_kernels: int = 5_000_000) -> None:
+    def __init__(self, buffer_bytes: int = 8 << 20, max_kernels: int = 5_000_000, launches: bool = True) -> None:
+        """``launches=False`` records kernels only (no launch time / thread): half the records, for
+        captures where nothing is attributed by launch (no phase ranges)."""
         try:
             from cupti import cupti  # type: ignore[import-not-found,import-untyped,unused-ignore]
         except Exception as exc:  # noqa: BLE001
@@ -86,6 +88,7 @@ class CuptiKernelCollector:
             ) from exc
         self._cupti = cupti
         self._buffer_bytes = buffer_bytes
+        self._record_launches = launches
         self._max_kernels = max_kernels
         self._kernels: list[tuple[Any, ...]] = []
         self._launches: dict[int, tuple[int, int, int]] = {}
@@ -113,14 +116,17 @@ class CuptiKernelCollector:
             raise RuntimeError("another CUPTI kernel collection is active in this process")
         cupti = self._cupti
         kinds = cupti.ActivityKind
-        self._kinds = [kinds.CONCURRENT_KERNEL, kinds.DRIVER, kinds.RUNTIME]
+        self._kinds = [kinds.CONCURRENT_KERNEL] + ([kinds.DRIVER, kinds.RUNTIME] if self._record_launches else [])
         _ACTIVE = self
         if not _REGISTERED:
             cupti.activity_register_callbacks(_requested, _completed)
             _REGISTERED = True
         for k in self._kinds:
             cupti.activity_enable(k)
-        self.api_filter = _keep_only_launch_records(cupti) or self.api_filter
+        if self._record_launches:
+            self.api_filter = _keep_only_launch_records(cupti) or self.api_filter
+        else:
+            self.api_filter = "no API records (kernels only)"
         self._sync.append(self._pair())
 
     def stop(self) -> list[KernelRecord]:

@@ -52,7 +52,8 @@ def _watch(folder: str) -> None:
     try:
         from max_profile.collect.cupti_kernels import CuptiKernelCollector
 
-        collector = CuptiKernelCollector()
+        # launch records only where phase ranges will need them (MAX_PROFILE_WORKER_CUPTI_LAUNCHES=1)
+        collector = CuptiKernelCollector(launches=os.environ.get("MAX_PROFILE_WORKER_CUPTI_LAUNCHES", "1") == "1")
     except Exception as exc:  # noqa: BLE001 - no CUPTI in this process: say so once
         _write(os.path.join(folder, f"unavailable-{pid}.txt"), f"{type(exc).__name__}: {exc}\n")
         return
