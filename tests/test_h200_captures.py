@@ -199,17 +199,27 @@ def test_nsys_reader_wide_values_and_pid_filter(nsys_sqlite: str, tmp_path: Path
     assert len(read_nsys_sqlite(nsys_sqlite, pid=((gpid >> 24) & 0xFFFFFF) + 1).kernels) == 0
 
 
+def _edited_copy(nsys_sqlite: str, dst: Path, *statements: str) -> Path:
+    """A copy of the real export with SQL statements applied (damage, gaps, odd values)."""
+    import sqlite3
+
+    shutil.copy(nsys_sqlite, dst)
+    con = sqlite3.connect(dst)
+    for sql in statements:
+        con.execute(sql)
+    con.commit()
+    con.close()
+    return dst
+
+
 def test_nsys_reader_windows_match_plain_sqlite(nsys_sqlite: str, tmp_path: Path) -> None:
     """Rowid windows (with gaps from deleted rows) read in parallel give the rows SQLite gives, in order."""
     import sqlite3
 
     from max_profile.collect.nsys import TableRead, _read_int64_columns
 
-    gappy = tmp_path / "gappy.sqlite"
-    shutil.copy(nsys_sqlite, gappy)
+    gappy = _edited_copy(nsys_sqlite, tmp_path / "gappy.sqlite", "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 7 = 3 OR rowid BETWEEN 300 AND 520")
     con = sqlite3.connect(gappy)
-    con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 7 = 3 OR rowid BETWEEN 300 AND 520")
-    con.commit()
     want_kernels = np.array(con.execute("SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid").fetchall(), dtype=np.int64)
     want_api = np.array(con.execute("SELECT correlationId, coalesce(globalTid, 0) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId > 100 ORDER BY rowid").fetchall(), dtype=np.int64)
     con.close()
@@ -225,16 +235,9 @@ def test_nsys_reader_windows_match_plain_sqlite(nsys_sqlite: str, tmp_path: Path
 
 
 def test_nsys_reader_non_integer_column_is_a_format_error(nsys_sqlite: str, tmp_path: Path) -> None:
-    import sqlite3
-
     from max_profile.collect.nsys import NsysFormatError
 
-    bad = tmp_path / "text in start.sqlite"
-    shutil.copy(nsys_sqlite, bad)
-    con = sqlite3.connect(bad)
-    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon' WHERE rowid = 5")
-    con.commit()
-    con.close()
+    bad = _edited_copy(nsys_sqlite, tmp_path / "text in start.sqlite", "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon' WHERE rowid = 5")
     with pytest.raises(NsysFormatError, match=r"text in start\.sqlite.*not integers"):
         read_nsys_sqlite(str(bad))
 
