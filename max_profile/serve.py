@@ -637,7 +637,7 @@ def _prepare_worker_hook(cupti_dir: Path, server: ServerProcess, timeout_s: floa
     while time.monotonic() < deadline and server.alive():
         ready = sorted(p.name.removeprefix("ready-") for p in cupti_dir.glob("ready-*"))
         if ready:
-            return f"CUPTI ready in model worker process {', '.join(ready)}"
+            return f"CUPTI ready in process {', '.join(ready)} (the ones with the CUDA driver loaded)"
         failed = list(cupti_dir.glob("unavailable-*.txt"))
         if failed:
             return f"CUPTI unavailable in the model worker ({failed[0].read_text().strip()}); kernels will be missing"

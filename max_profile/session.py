@@ -213,7 +213,6 @@ class ProfileSession:
             return
         raw.kernels = self.kernels
         raw.kernel_source = "cupti"
-        steps = raw.steps
         if self._cupti is not None and steps:
             window_s = (max(s.end_ns for s in steps) - min(s.start_ns for s in steps)) / 1e9
             raw.tracer_overhead_pct = 100.0 * self._cupti.callback_s_before_stop / max(window_s, 1e-9)

@@ -9,9 +9,9 @@ pipeline where a step's kernels run while the host prepares the next step.
 CUPTI timestamps are on CUPTI's clock; they are mapped to the host ``perf_counter_ns`` clock
 by a linear fit through (host, ``cupti.get_timestamp()``) pairs taken at start and stop.
 Buffers are bounded (``buffer_bytes`` each, CUPTI reuses them) and flushed on stop.
-Only launch calls are kept among the API records where CUPTI allows it (``cuptiActivityEnable
-DriverApi`` / ``RuntimeApi``, CUDA 12.5+): a served model's worker makes many more other driver
-calls (event and stream queries) than launches, and each record costs Python time in the buffer
+Only launch calls are kept among the API records where CUPTI allows it
+(``cuptiActivityEnableDriverApi`` / ``RuntimeApi``, CUDA 12.5+): MAX makes 3.3 other driver calls
+(stream and event queries...) per launch, and each record costs Python time in the buffer
 callback. ``callback_s`` and ``api_records`` say what the recording cost.
 Equivalent CLI: ``nsys profile --trace=cuda`` then ``nsys stats --report cuda_gpu_kern_sum``.
 """
