@@ -162,19 +162,19 @@ class _FakeCupti:
 
 
 def test_cupti_api_records_kept_for_launch_calls_only() -> None:
-    from max_profile.collect.cupti_kernels import _keep_only_launch_records
+    from max_profile.collect.cupti_kernels import _keep_only_launch_records, _launch_switch_table
 
     names = {1: {307: "cuLaunchKernel", 652: "cuLaunchKernelEx", 514: "cuGraphLaunch", 17: "cuEventQuery", 18: "cuStreamQuery"},
              2: {211: "cudaLaunchKernel_v7000", 31: "cudaEventQuery_v3020"}}
     fake = _FakeCupti(names)
-    said = _keep_only_launch_records(fake, max_cbid=1000)
+    said = _keep_only_launch_records(_launch_switch_table(fake, max_cbid=1000))
     assert said == "launch calls only (4 kept, 3 other driver/runtime calls off)"
     assert fake.switched == {(1, 307): 1, (1, 652): 1, (1, 514): 1, (1, 17): 0, (1, 18): 0, (2, 211): 1, (2, 31): 0}
     # no launch call recognized: nothing is switched off (the launch join needs those records)
     fake = _FakeCupti({1: {17: "cuEventQuery"}, 2: {}})
-    assert _keep_only_launch_records(fake, max_cbid=100) is None and fake.switched == {}
+    assert _keep_only_launch_records(_launch_switch_table(fake, max_cbid=100)) is None and fake.switched == {}
     # a CUPTI without per-call switches (before CUDA 12.5) records everything
-    assert _keep_only_launch_records(_FakeCupti(names, with_switches=False), max_cbid=1000) is None
+    assert _keep_only_launch_records(_launch_switch_table(_FakeCupti(names, with_switches=False), max_cbid=1000)) is None
 
 
 def test_serve_coverage_reports_the_tracer_share_of_the_window(tmp_path: Path) -> None:

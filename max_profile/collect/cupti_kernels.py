@@ -43,10 +43,12 @@ def _completed(activities: Any) -> None:
         _ACTIVE._buffer_completed(activities)
 
 
-def _keep_only_launch_records(cupti: Any, max_cbid: int = 4096) -> str | None:
-    """Switch off DRIVER / RUNTIME activity records for every call but kernel and graph launches.
+def _launch_switch_table(cupti: Any, max_cbid: int = 4096) -> list[tuple[Any, int, bool]] | None:
+    """Every driver / runtime call id with its per-call activity switch and whether it launches.
 
-    Returns what was kept, or None where this CUPTI has no per-call switch (before CUDA 12.5).
+    None where this CUPTI has no per-call switch (before CUDA 12.5) or no launch call is recognized
+    (switching the others off would then lose the kernel-to-launch join). Thousands of name lookups:
+    built when the collector is made, not when recording starts.
     """
     domains = cupti.CallbackDomain
     switches = [(domains.DRIVER_API, getattr(cupti, "activity_enable_driver_api", None)),
@@ -61,9 +63,17 @@ def _keep_only_launch_records(cupti: Any, max_cbid: int = 4096) -> str | None:
             except Exception:  # noqa: BLE001 - ids past the table or reserved
                 continue
             calls.append((switch, cbid, name.startswith(_LAUNCH_PREFIXES)))
+    return calls if any(launch for _, _, launch in calls) else None
+
+
+def _keep_only_launch_records(calls: list[tuple[Any, int, bool]] | None) -> str | None:
+    """Switch off DRIVER / RUNTIME activity records for every call but kernel and graph launches.
+
+    Returns what was kept, or None when there is nothing to switch (see :func:`_launch_switch_table`).
+    """
+    if not calls:
+        return None
     kept = sum(launch for _, _, launch in calls)
-    if not kept:
-        return None  # no launch call recognized: switching the others off would lose the join
     off = 0
     for switch, cbid, launch in calls:
         try:
@@ -89,6 +99,7 @@ class CuptiKernelCollector:
         self._cupti = cupti
         self._buffer_bytes = buffer_bytes
         self._record_launches = launches
+        self._launch_switches = _launch_switch_table(cupti) if launches else None
         self._max_kernels = max_kernels
         self._kernels: list[tuple[Any, ...]] = []
         self._launches: dict[int, tuple[int, int, int]] = {}
@@ -124,7 +135,7 @@ class CuptiKernelCollector:
         for k in self._kinds:
             cupti.activity_enable(k)
         if self._record_launches:
-            self.api_filter = _keep_only_launch_records(cupti) or self.api_filter
+            self.api_filter = _keep_only_launch_records(self._launch_switches) or self.api_filter
         else:
             self.api_filter = "no API records (kernels only)"
         self._sync.append(self._pair())
