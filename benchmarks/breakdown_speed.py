@@ -110,33 +110,10 @@ def export_kineto(sqlite_path: Path, out_dir: Path) -> Path:
     return path
 
 
-MEASURE = r"""
-import json, sys, time
-def vm_hwm_mb():
-    # this process's own peak: VmHWM is reset by exec; ru_maxrss is not (Linux folds the forking
-    # parent's peak into it at exec, which made the generator's memory look like the reader's)
-    with open("/proc/self/status") as fh:
-        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024
-sys.path.insert(0, sys.argv[2])
-t0 = time.perf_counter()
-from max_profile.collect.nsys import read_nsys_sqlite
-from max_profile.analyze.breakdown import build_breakdown
-t_import = time.perf_counter()
-trace = read_nsys_sqlite(sys.argv[1])
-bd = build_breakdown(trace.kernels, source="nsys", ranges=trace.ranges)
-t1 = time.perf_counter()
-dec = next(p for p in bd.phases if p.phase == "decode")
-print(json.dumps({"seconds": t1 - t_import, "import_s": t_import - t0, "peak_rss_mb": vm_hwm_mb(),
-                  "kernels": bd.kernels, "decode_steps": dec.steps, "top_family": dec.families[0].family, "share": dec.families[0].share_pct}))
-"""
-
 HTA = r"""
 import json, sys, time
-def vm_hwm_mb():
-    # this process's own peak: VmHWM is reset by exec; ru_maxrss is not (Linux folds the forking
-    # parent's peak into it at exec, which made the generator's memory look like the reader's)
-    with open("/proc/self/status") as fh:
-        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024
+sys.path.insert(0, sys.argv[2])
+from time_nsys_read import vm_hwm_mb
 t0 = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
 t_import = time.perf_counter()
@@ -158,7 +135,8 @@ def main() -> int:
         t = time.perf_counter()
         steps = make_sqlite(db, args.kernels)
         print(f"generated {args.kernels} kernels in {steps} steps ({db.stat().st_size / 2**20:.0f} MiB SQLite) in {time.perf_counter() - t:.1f} s")
-        ours = json.loads(subprocess.run([sys.executable, "-c", MEASURE, str(db), str(REPO)], capture_output=True, text=True, check=True).stdout)
+        measure = str(REPO / "benchmarks" / "time_nsys_read.py")
+        ours = json.loads(subprocess.run([sys.executable, measure, str(db)], capture_output=True, text=True, check=True).stdout)
         print(f"max_profile: read + per-phase family table {ours['seconds']:.2f} s (imports {ours['import_s']:.2f} s), peak RSS {ours['peak_rss_mb']:.0f} MB, "
               f"{ours['kernels']} kernels, {ours['decode_steps']} decode steps, top decode family {ours['top_family']} {ours['share']:.1f}%")
         print(f"goal <= 2 s and <= 300 MB: {'met' if ours['seconds'] <= 2 and ours['peak_rss_mb'] <= 300 else 'NOT met'}")
@@ -167,7 +145,7 @@ def main() -> int:
         trace_dir = Path(tmp) / "kineto"
         export_kineto(db, trace_dir)
         print(f"kineto json: {(trace_dir / 'rank-0.json').stat().st_size / 2**20:.0f} MiB")
-        res = subprocess.run([args.hta_python, "-c", HTA, str(trace_dir)], capture_output=True, text=True, check=False)
+        res = subprocess.run([args.hta_python, "-c", HTA, str(trace_dir), str(REPO / "benchmarks")], capture_output=True, text=True, check=False)
         if res.returncode != 0:
             print("HTA failed or is not installed (pip install holistictraceanalysis):", res.stderr.strip().splitlines()[-1:] if res.stderr else "")
             return 0

@@ -40,7 +40,7 @@ serve)
   step serve_nsys python3 -m max_profile serve --model-path "$BASE" --devices gpu --mode nsys --duration 10 --yes --no-warm \
     --artifacts-dir "$OUTDIR/serve_nsys" --json "$OUTDIR/serve_nsys.json"
   rm -f "$OUTDIR"/serve_nsys/serve.nsys-rep
-  [ -f "$OUTDIR"/serve_nsys/serve.sqlite ] && step time_nsys_read python3 benchmarks/h200/time_nsys_read.py "$OUTDIR"/serve_nsys/serve.sqlite
+  [ -f "$OUTDIR"/serve_nsys/serve.sqlite ] && step time_nsys_read python3 benchmarks/time_nsys_read.py "$OUTDIR"/serve_nsys/serve.sqlite
   gzip -9 "$OUTDIR"/serve_nsys/serve.sqlite 2>/dev/null
   [ "$(stat -c %s "$OUTDIR"/serve_nsys/serve.sqlite.gz 2>/dev/null || echo 0)" -lt 20000000 ] || rm -f "$OUTDIR"/serve_nsys/serve.sqlite.gz
   ls -la "$OUTDIR"/serve_* > "$OUTDIR/serve_listing.txt" 2>&1
