@@ -31,7 +31,8 @@ def step_mix() -> list[tuple[str, int]]:
     raw = RawCapture.load(str(REPO / "tests" / "data" / "h200" / "big_cupti_raw.json.gz"))
     step = next(s for s in raw.steps if s.phase == "decode")
     nxt = next(s for s in raw.steps if s.index == step.index + 1)
-    return [(k.name, k.end_ns - k.start_ns) for k in raw.kernels if k.launch_ns is not None and step.start_ns <= k.launch_ns < nxt.start_ns]
+    return [(k.name, k.end_ns - k.start_ns) for k in raw.kernels.records() if k.launch_ns is not None and step.start_ns <= k.launch_ns < nxt.start_ns
+            and k.start_ns >= 0]
 
 
 def make_sqlite(path: Path, n_kernels: int) -> int:

@@ -1,4 +1,4 @@
-"""Time max_profile's nsys reader + per-phase breakdown on one export; prints one JSON line.
+"""Time max_profile's nsys reader + build_report (breakdown, rules) on one export; prints one JSON line.
 
     python3 benchmarks/time_nsys_read.py REPORT.sqlite
 
@@ -24,17 +24,20 @@ def vm_hwm_mb() -> float:
 def main(path: str) -> dict[str, object]:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     t0 = time.perf_counter()
-    from max_profile.analyze.breakdown import build_breakdown
-    from max_profile.collect.nsys import read_nsys_sqlite
+    from max_profile.analyze.report import build_report
+    from max_profile.collect.nsys import nsys_capture
+    from max_profile.model import KernelBreakdown
 
     t_import = time.perf_counter()
-    trace = read_nsys_sqlite(path)
+    raw = nsys_capture(path)
     t_read = time.perf_counter()
-    bd = build_breakdown(trace.kernels, source="nsys", ranges=trace.ranges)
+    report = build_report(raw)  # the one pipeline: steps, attribution, breakdown, rules, plan
     t_done = time.perf_counter()
+    bd = report.kernels
+    assert isinstance(bd, KernelBreakdown), bd
     dec = next((p for p in bd.phases if p.phase == "decode" and p.families), None)
     return {"seconds": t_done - t_import, "read_s": round(t_read - t_import, 3), "breakdown_s": round(t_done - t_read, 3),
-            "import_s": t_import - t0, "peak_rss_mb": vm_hwm_mb(), "kernels": bd.kernels, "ranges": len(trace.ranges),
+            "import_s": t_import - t0, "peak_rss_mb": vm_hwm_mb(), "kernels": bd.kernels, "ranges": len(raw.ranges),
             "decode_steps": dec.steps if dec else None, "top_family": dec.families[0].family if dec else None,
             "share": dec.families[0].share_pct if dec else None}
 

@@ -7,12 +7,17 @@
 
 Questions, cheapest first: is the GPU used (utilization), where does the time go (kernels by
 family and phase), why is one kernel slow (Nsight Compute). See ``max-profile --help``.
+
+Every capture is a :class:`RawCapture`; :func:`build_report` turns one into a :class:`Report`;
+:func:`load` reads a saved capture, report, or any supported trace file.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from max_profile import model as _model  # noqa: E402
+from max_profile.errors import CaptureError, InputError, MaxProfileError, ToolMissingError, TraceFormatError  # noqa: E402
 from max_profile.model import (  # noqa: E402
     SCHEMA_VERSION,
     Capture,
@@ -21,11 +26,16 @@ from max_profile.model import (  # noqa: E402
     KernelAnalysis,
     KernelBreakdown,
     KernelRecord,
+    KernelTable,
+    RawCapture,
     Report,
     Step,
     Unavailable,
     UtilizationSample,
 )
+from max_profile.render.text import render_text  # noqa: E402
+
+_model.set_text_renderer(render_text)
 
 
 def __getattr__(name: str) -> object:
@@ -38,22 +48,40 @@ def __getattr__(name: str) -> object:
         from max_profile.preflight import check_architecture
 
         return check_architecture
+    if name == "build_report":
+        from max_profile.analyze.report import build_report
+
+        return build_report
+    if name == "load":
+        from max_profile.collect.imports import load_any
+
+        return load_any
     raise AttributeError(name)
 
 
 __all__ = [
     "SCHEMA_VERSION",
     "Capture",
+    "CaptureError",
     "Environment",
     "Finding",
+    "InputError",
     "KernelAnalysis",
     "KernelBreakdown",
     "KernelRecord",
+    "KernelTable",
+    "MaxProfileError",
     "ProfileSession",
+    "RawCapture",
     "Report",
     "Step",
+    "ToolMissingError",
+    "TraceFormatError",
     "Unavailable",
     "UtilizationSample",
+    "build_report",
     "check_architecture",
+    "load",
     "profile",
+    "render_text",
 ]

@@ -1,8 +1,10 @@
-"""``max-profile``: the command-line tool.
+"""``max-profile``: the command-line tool (the only module that parses arguments).
 
-Verbs: doctor, make-model, demo, run, kernels, kernel, check-arch, serve. Every verb accepts
-``--json PATH``. Exit 0 on success; on any error one line ``max-profile: error: ...`` and a
-non-zero exit (2 bad input, 3 tool missing, 130 interrupted).
+Verbs: doctor, make-model, demo, run, kernels, kernel, check-arch, serve, report. Every verb that
+captures writes ``--json PATH`` (the analysed report) and ``--raw PATH`` (the raw capture it came
+from; ``max-profile report RAW`` rebuilds the report). On error: one line ``max-profile: error: ...``
+and the exit code of :mod:`max_profile.errors` (2 bad input, 3 tool missing, 4 capture failed,
+130 interrupted, 1 a bug).
 """
 
 from __future__ import annotations
@@ -12,18 +14,9 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
-EXIT_BAD_INPUT = 2
-EXIT_TOOL_MISSING = 3
-EXIT_INTERRUPTED = 130
-
-
-class CliError(Exception):
-    def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
-        super().__init__(message)
-        self.code = code
+from max_profile.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, InputError, MaxProfileError, ToolMissingError
 
 
 class Progress:
@@ -38,153 +31,284 @@ class Progress:
             print(f"[max-profile {time.perf_counter() - self.t0:6.1f}s] {message}", file=sys.stderr, flush=True)
 
 
-def _cache_root() -> Path:
-    return Path(os.environ.get("MAX_PROFILE_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "max_profile")))
+class _Parser(argparse.ArgumentParser):
+    """argparse with the project's error line and exit code for bad flags."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        raise InputError(f"{self.prog}: {message}")
 
 
-def _write_json(report: Any, path: str | None, progress: Progress) -> None:
-    if path:
-        report.save(path)
-        progress(f"report written to {path}")
-
-
-def _print(report: Any) -> None:
+def _emit(raw: Any, args: argparse.Namespace, progress: Progress) -> int:
+    """Analyse a raw capture, print the report, write --json / --raw. Returns the exit code."""
+    from max_profile import __version__
+    from max_profile.analyze.report import build_report
     from max_profile.render.text import print_report
 
+    if getattr(args, "raw", None):
+        raw.save(args.raw)
+        progress(f"raw capture (steps, kernels, samples) written to {args.raw}")
+    report = build_report(raw, tool_version=__version__)
     print_report(report)
+    _write_report(report, args, progress)
+    return 0
+
+
+def _write_report(report: Any, args: argparse.Namespace, progress: Progress) -> None:
+    if getattr(args, "json", None):
+        report.save(args.json)
+        progress(f"report written to {args.json}")
 
 
 # ---------------------------------------------------------------------------------------------
 def cmd_doctor(args: argparse.Namespace, progress: Progress) -> int:
+    from max_profile import __version__
     from max_profile.collect.environment import detect_environment
     from max_profile.model import Capture, Report
+    from max_profile.render.text import print_report
 
-    env = detect_environment(check_tools=True)
-    report = Report(environment=env, capture=Capture(started_unix_s=time.time(), target="doctor"))
-    from max_profile import __version__
-
-    report.tool_version = __version__
-    _print(report)
-    _write_json(report, args.json, progress)
+    report = Report(environment=detect_environment(check_tools=True), capture=Capture(started_unix_s=time.time(), target="doctor"),
+                    tool_version=__version__)
+    print_report(report)
+    _write_report(report, args, progress)
     return 0
 
 
 def cmd_make_model(args: argparse.Namespace, progress: Progress) -> int:
-    from max_profile.tinymodel import ModelShape, build_tiny_llama
+    from max_profile.tinymodel import DEFAULT_CHAT_TEMPLATE, ModelShape, build_tiny_llama
 
     shape = ModelShape(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads, intermediate=args.intermediate, vocab=args.vocab)
     progress(f"building a random-weight Llama ({args.dtype}, hidden {args.hidden}, {args.layers} layers) in {args.dir}")
     try:
         path = build_tiny_llama(args.dir, dtype=args.dtype, shape=shape, architecture=args.architecture,
-                                chat_template=None if args.no_chat_template else _default_template())
+                                chat_template=None if args.no_chat_template else DEFAULT_CHAT_TEMPLATE)
     except ValueError as exc:
-        raise CliError(str(exc)) from exc
+        raise InputError(str(exc)) from exc
     print(path)
     return 0
 
 
-def _default_template() -> str:
-    from max_profile.tinymodel import DEFAULT_CHAT_TEMPLATE
-
-    return DEFAULT_CHAT_TEMPLATE
-
-
-def _pick_devices(requested: str | None, vendor: str) -> str:
-    if requested:
-        text = requested.lower()
-        if text.startswith("gpu") and vendor == "none":
-            raise CliError(f"unsupported device {requested!r}: no GPU is visible here (NVML / ROCm SMI found none); use --devices cpu")
-        if text != "cpu" and not text.startswith("gpu"):
-            raise CliError(f"unsupported device {requested!r}: use cpu, gpu, gpu:N, gpu:N,M or gpu:all")
-        return requested
-    return "gpu" if vendor in ("nvidia", "amd") else "cpu"
-
-
-def _ensure_nvtx_log_env(args: argparse.Namespace, progress: Progress) -> None:
+def _ensure_nvtx_log_env(devices: str, progress: Progress) -> None:
     """--kernels nvtx-log needs the injection library loaded at process start: re-exec once."""
-    if os.environ.get("MAX_PROFILE_NVTX_LOG") and "libmax_profile_nvtx" in os.environ.get("NVTX_INJECTION64_PATH", ""):
+    from max_profile.session import attached_nvtx_log
+
+    if attached_nvtx_log():
         return
-    from max_profile.collect.nvtx_log import MAX_GPU_NVTX_PROBLEM, NvtxInjectionUnavailable, injection_env, max_profiling_usable
+    from max_profile.collect.nvtx_log import MAX_GPU_NVTX_PROBLEM, injection_env, max_profiling_usable
+    from max_profile.util.files import cache_dir
 
-    devices = getattr(args, "devices", None) or "cpu"
     if not max_profiling_usable(devices):
-        raise CliError(f"--kernels nvtx-log on {devices}: {MAX_GPU_NVTX_PROBLEM}. Use --kernels cupti on NVIDIA GPUs", EXIT_TOOL_MISSING)
-
-    try:
-        _cache_root().mkdir(parents=True, exist_ok=True)
-        lib_env = injection_env(str(_cache_root() / "nvtx-%p.log"))
-    except NvtxInjectionUnavailable as exc:
-        raise CliError(str(exc), EXIT_TOOL_MISSING) from exc
+        raise ToolMissingError(f"--kernels nvtx-log on {devices}: {MAX_GPU_NVTX_PROBLEM}. Use --kernels cupti on NVIDIA GPUs")
+    lib_env = injection_env(str(cache_dir() / "nvtx-%p.log"))
     progress("restarting with the NVTX log library (MODULAR_ENABLE_PROFILING=on: first run of a shape recompiles)")
     env = {**os.environ, **lib_env}
     os.execve(sys.executable, [sys.executable, "-m", "max_profile", *sys.argv[1:]], env)
 
 
-def _profile_generation(
-    args: argparse.Namespace,
-    progress: Progress,
-    model_path: str,
-    devices: str,
-    env: Any,
-) -> Any:
+def _profile_generation(args: argparse.Namespace, progress: Progress, model_path: str, devices: str, env: Any) -> Any:
+    """Preflight, load, warm up, profile one generation: the raw capture."""
+    from max_profile.preflight import preflight_gate
     from max_profile.runner import generate, load_model
     from max_profile.session import profile
 
     custom = list(args.custom_architectures or [])
-    preflight = []
-    for spec in custom:
-        from max_profile.preflight import check_architecture
-
-        progress(f"preflight of custom architecture {spec}")
-        result = check_architecture(spec, model_path=model_path)
-        preflight.append(result)
-        if not result.ok:
-            from rich.console import Console
-
-            from max_profile.render.text import preflight_section
-
-            Console(stderr=True).print(preflight_section([result]))
-            failed = next(c for c in result.checks if not c.ok and c.severity == "error")
-            raise CliError(f"custom architecture {spec} fails preflight: {failed.message}")
+    preflight = preflight_gate(custom, model_path, progress=progress)
     progress(f"loading {model_path} on {devices} (a first run of a model shape compiles for minutes)")
     t = time.perf_counter()
-    model = load_model(
-        model_path,
-        devices=devices,
-        max_length=args.max_length,
-        max_batch_size=max(args.batch_size, 1),
-        custom_architectures=custom,
-        quantization_encoding=args.quantization_encoding,
-        device_graph_capture=args.device_graph_capture,
-    )
+    model = load_model(model_path, devices=devices, max_length=args.max_length, max_batch_size=args.batch_size, custom_architectures=custom,
+                       quantization_encoding=args.quantization_encoding, device_graph_capture=args.device_graph_capture)
     progress(f"loaded in {time.perf_counter() - t:.1f} s ({type(model.pipeline).__name__})")
     try:
-        prompts = [args.prompt] * max(args.batch_size, 1)
+        prompts = [args.prompt] * args.batch_size
         if args.warmup > 0:
             progress(f"warm-up: {args.warmup} token(s), not profiled")
             generate(model, prompts, args.warmup)
-        kernels = args.kernels
-        nvtx_log = None
-        if kernels == "nvtx-log" and os.environ.get("MAX_PROFILE_NVTX_LOG"):
-            from max_profile.collect.nvtx_log import log_path_for
-
-            nvtx_log = log_path_for(os.environ["MAX_PROFILE_NVTX_LOG"])
-        progress(f"profiling a generation of {args.max_new_tokens} tokens (kernels: {kernels})")
-        with profile(model.pipeline, kernels=kernels, sample_interval_s=args.interval, model_path=model_path,
-                     devices=devices, environment=env, nvtx_log=nvtx_log) as prof:
+        progress(f"profiling a generation of {args.max_new_tokens} tokens (kernels: {args.kernels})")
+        with profile(model.pipeline, kernels=args.kernels, sample_interval_s=args.interval, model_path=model_path, devices=devices,
+                     environment=env) as prof:
             generate(model, prompts, args.max_new_tokens)
-        report = prof.report
-        report.preflight = preflight
-        if getattr(args, "raw", None):
-            prof.raw_capture.save(args.raw)
-            progress(f"raw capture (steps, kernels, samples) written to {args.raw}")
-        return report
+        raw = prof.raw_capture
+        raw.preflight = preflight
+        return raw
     finally:
         model.close()
 
 
+def _check_generation_args(args: argparse.Namespace) -> None:
+    if args.max_new_tokens < 1:
+        raise InputError("--max-new-tokens must be >= 1")
+    if not args.interval > 0:
+        raise InputError("--interval must be > 0 seconds (0 makes the GPU recorder busy-loop)")
+    if args.batch_size < 1:
+        raise InputError("--batch-size must be >= 1")
+    if args.warmup < 0:
+        raise InputError("--warmup must be >= 0")
+
+
+def _prepare_run(args: argparse.Namespace, progress: Progress) -> tuple[Any, str]:
+    """Checks shared by demo and run: flags, environment, devices, the kernel mode (auto resolved once)."""
+    from max_profile.collect.environment import detect_environment
+    from max_profile.session import attached_nvtx_log, resolve_kernel_mode
+    from max_profile.util.devices import resolve_devices
+
+    _check_generation_args(args)
+    env = detect_environment(check_tools=True)
+    devices = resolve_devices(args.devices, env.vendor)
+    if args.kernels == "nvtx-log":
+        _ensure_nvtx_log_env(devices, progress)
+    args.kernels = resolve_kernel_mode(args.kernels, env.vendor, attached_nvtx_log() is not None)
+    return env, devices
+
+
+def cmd_run(args: argparse.Namespace, progress: Progress) -> int:
+    from max_profile.util.models import check_model_folder
+
+    check_model_folder(args.model_path)
+    env, devices = _prepare_run(args, progress)
+    return _emit(_profile_generation(args, progress, args.model_path, devices, env), args, progress)
+
+
+def cmd_demo(args: argparse.Namespace, progress: Progress) -> int:
+    from max_profile.tinymodel import ModelShape, build_tiny_llama
+    from max_profile.util.files import cache_dir
+
+    env, devices = _prepare_run(args, progress)
+    on_gpu = devices.startswith("gpu")
+    dtype: Literal["float32", "bfloat16"] = "bfloat16" if on_gpu else "float32"
+    if on_gpu:
+        hidden = args.hidden or 2048
+        heads = max(hidden // 128, 1)
+        shape = ModelShape(hidden=hidden, layers=args.layers or 4, heads=heads, kv_heads=max(heads // 4, 1), intermediate=int(hidden * 2.75))
+    else:
+        shape = ModelShape(hidden=args.hidden or 64, layers=args.layers or 2)
+    folder = cache_dir("models") / f"demo-llama-{dtype}-h{shape.hidden}-l{shape.layers}"
+    if not (folder / "model.safetensors").exists():
+        progress(f"building the demo model ({dtype}, hidden {shape.hidden}, {shape.layers} layers) in {folder}")
+        build_tiny_llama(folder, dtype=dtype, shape=shape)
+    return _emit(_profile_generation(args, progress, str(folder), devices, env), args, progress)
+
+
+def cmd_kernels(args: argparse.Namespace, progress: Progress) -> int:
+    if args.import_file:
+        from max_profile.collect.imports import import_trace
+
+        return _emit(import_trace(args.import_file), args, progress)
+    if not args.model_path:
+        raise InputError("kernels needs --model-path P (run a generation) or --import FILE (read an existing trace)")
+    if args.backend == "nsys":
+        from max_profile.collect.environment import detect_environment
+        from max_profile.nsys_run import NsysRun, profile_generation_with_nsys
+        from max_profile.util.devices import resolve_devices
+
+        _check_generation_args(args)
+        devices = resolve_devices(args.devices, detect_environment(check_tools=False).vendor)
+        run = NsysRun(model_path=args.model_path, devices=devices, batch_size=args.batch_size, prompt=args.prompt, warmup=args.warmup,
+                      max_new_tokens=args.max_new_tokens, custom_architectures=list(args.custom_architectures or []))
+        return _emit(profile_generation_with_nsys(run, progress), args, progress)
+    if args.backend == "rocprof":
+        raise InputError("run the generation under rocprofv3 yourself (rocprofv3 --kernel-trace --marker-trace --output-format csv -d OUT -- "
+                         "max-profile run --model-path P --kernels off) and read it with `max-profile kernels --import OUT/<host>/<pid>_kernel_trace.csv`")
+    args.kernels = "cupti" if args.backend == "cupti" else "nvtx-log"
+    return cmd_run(args, progress)
+
+
+def cmd_kernel(args: argparse.Namespace, progress: Progress) -> int:
+    from max_profile.collect.environment import detect_environment
+    from max_profile.ncu_run import KernelRun, profile_kernel
+
+    if args.import_file:
+        from max_profile.collect.ncu import ncu_capture
+
+        raw = ncu_capture(args.import_file, args.import_raw, target=f"ncu:{args.name or 'import'}")
+        return _emit(raw, args, progress)
+    if not args.name:
+        raise InputError("kernel needs a kernel NAME (or regex:...) to profile; or --import CSV to read existing ncu output")
+    if not args.model_path:
+        raise InputError("kernel needs --model-path P (run a short generation under ncu) or --import CSV")
+    from max_profile.util.devices import resolve_devices
+
+    devices = resolve_devices(args.devices, detect_environment(check_tools=False).vendor)
+    run = KernelRun(name=args.name, model_path=args.model_path, devices=devices, launches=args.launches, launch_skip=args.launch_skip,
+                    section_set=args.set, max_new_tokens=args.max_new_tokens, timeout_s=args.timeout, output_dir=args.output_dir,
+                    suggest_from=args.suggest_from)
+    return _emit(profile_kernel(run, progress), args, progress)
+
+
+def cmd_check_arch(args: argparse.Namespace, progress: Progress) -> int:
+    import msgspec
+    from rich.console import Console
+
+    from max_profile.preflight import check_architecture
+    from max_profile.render.text import preflight_section
+    from max_profile.util.files import write_output
+
+    results = []
+    for spec in args.spec:
+        progress(f"preflight of {spec}")
+        results.append(check_architecture(spec, model_path=args.model_path, serve=args.serve, max_length=args.max_length, timeout_s=args.timeout))
+    section = preflight_section(results)
+    if section is not None:
+        Console(highlight=False).print(section)
+    if args.json:
+        write_output(args.json, msgspec.json.format(msgspec.json.encode(results), indent=2))
+    failed = [r for r in results if not r.ok]
+    if failed:
+        first = next(c for c in failed[0].checks if not c.ok and c.severity == "error")
+        raise InputError(f"{failed[0].spec}: {first.message}" + (f" — fix: {first.fix}" if first.fix else ""))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace, progress: Progress) -> int:
+    from max_profile.collect.environment import detect_environment
+    from max_profile.serve import ServePlan, free_port, run_serve_capture
+    from max_profile.util.devices import resolve_devices
+
+    extra = list(args.extra or [])
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    if not args.duration > 0:
+        raise InputError("--duration must be > 0 seconds")
+    devices = resolve_devices(args.devices, detect_environment(check_tools=False).vendor)
+    plan = ServePlan(model_path=args.model_path, devices=devices, mode=args.mode, duration_s=args.duration,
+                     port=args.port or free_port(), metrics_port=args.metrics_port or free_port(),
+                     custom_architectures=list(args.custom_architectures or []), extra_args=extra, warm=not args.no_warm, max_tokens=args.max_tokens,
+                     profiling_mode=args.profiling_mode)
+    print("max-profile serve plan:\n" + plan.describe(), file=sys.stderr)
+
+    def confirm(p: ServePlan) -> bool:
+        if args.yes:
+            return True
+        if sys.stdin.isatty():
+            return input("Proceed? [y/N] ").strip().lower() in ("y", "yes")
+        return False
+
+    raw = run_serve_capture(plan, confirm=confirm, progress=progress, ready_timeout_s=args.ready_timeout, artifacts_dir=args.artifacts_dir)
+    return _emit(raw, args, progress)
+
+
+def cmd_report(args: argparse.Namespace, progress: Progress) -> int:
+    """Re-analyse a saved raw capture, re-render a saved report, or import any supported trace."""
+    from max_profile.collect.imports import load_any
+    from max_profile.model import Report
+    from max_profile.render.text import print_report
+
+    loaded = load_any(args.file)
+    if isinstance(loaded, Report):
+        progress(f"{args.file} is an analysed report (schema {loaded.schema_version}): shown as saved; pass its raw capture to re-analyse")
+        print_report(loaded)
+        _write_report(loaded, args, progress)
+        return 0
+    return _emit(loaded, args, progress)
+
+
+# ---------------------------------------------------------------------------------------------
+def _add_output_flags(p: argparse.ArgumentParser, raw: bool = True) -> None:
+    p.add_argument("--json", metavar="PATH", help="write the analysed report as JSON")
+    if raw:
+        p.add_argument("--raw", metavar="PATH", help="also write the raw capture (.gz to compress); `max-profile report PATH` rebuilds the report")
+
+
 def _add_generation_flags(p: argparse.ArgumentParser, default_tokens: int = 64) -> None:
-    p.add_argument("--devices", help="cpu, gpu, gpu:N or gpu:N,M (default: gpu when one is visible, else cpu)")
+    p.add_argument("--devices", help="cpu, gpu, gpu:N, gpu:N,M or gpu:all (default: gpu when one is visible, else cpu)")
     p.add_argument("--prompt", default="I believe the meaning of life is", help="prompt text")
     p.add_argument("--max-new-tokens", type=int, default=default_tokens, help="tokens to generate in the profiled run")
     p.add_argument("--batch-size", type=int, default=1, help="prompts in the batch")
@@ -196,100 +320,16 @@ def _add_generation_flags(p: argparse.ArgumentParser, default_tokens: int = 64) 
     p.add_argument("--quantization-encoding", default=None, help="MAX --quantization-encoding (e.g. float32, bfloat16)")
     p.add_argument("--device-graph-capture", action="store_true", help="turn device graph capture on (hides kernels)")
     p.add_argument("--custom-architectures", action="append", metavar="DIR", help="custom architecture package (repeatable)")
-    p.add_argument("--json", metavar="PATH", help="write the report as JSON")
-    p.add_argument("--raw", metavar="PATH", help="also write the raw capture (steps, kernels, samples; .gz to compress)")
-
-
-def _check_generation_args(args: argparse.Namespace) -> None:
-    if args.max_new_tokens < 1:
-        raise CliError("--max-new-tokens must be >= 1")
-    if not args.interval > 0:
-        raise CliError("--interval must be > 0 seconds (0 makes the GPU recorder busy-loop)")
-    if args.batch_size < 1:
-        raise CliError("--batch-size must be >= 1")
-
-
-def cmd_run(args: argparse.Namespace, progress: Progress) -> int:
-    from max_profile.collect.environment import detect_environment
-    from max_profile.tinymodel import is_model_folder
-
-    _check_generation_args(args)
-    problem = is_model_folder(args.model_path)
-    if problem:
-        raise CliError(problem)
-    env = detect_environment(check_tools=True)
-    devices = _pick_devices(args.devices, env.vendor)
-    if args.kernels == "nvtx-log":
-        _ensure_nvtx_log_env(args, progress)
-    if args.kernels == "auto":
-        args.kernels = "cupti" if env.vendor == "nvidia" else "off"
-    report = _profile_generation(args, progress, args.model_path, devices, env)
-    _print(report)
-    _write_json(report, args.json, progress)
-    return 0
-
-
-def cmd_demo(args: argparse.Namespace, progress: Progress) -> int:
-    from max_profile.collect.environment import detect_environment
-    from max_profile.tinymodel import ModelShape, build_tiny_llama
-
-    _check_generation_args(args)
-    env = detect_environment(check_tools=True)
-    devices = _pick_devices(args.devices, env.vendor)
-    on_gpu = devices.startswith("gpu")
-    if args.kernels == "nvtx-log":
-        _ensure_nvtx_log_env(args, progress)
-    if args.kernels == "auto":
-        args.kernels = "cupti" if env.vendor == "nvidia" else "off"
-    dtype: Literal["float32", "bfloat16"] = "bfloat16" if on_gpu else "float32"
-    if on_gpu:
-        hidden = args.hidden or 2048
-        heads = max(hidden // 128, 1)
-        shape = ModelShape(hidden=hidden, layers=args.layers or 4, heads=heads, kv_heads=max(heads // 4, 1), intermediate=int(hidden * 2.75))
-    else:
-        shape = ModelShape(hidden=args.hidden or 64, layers=args.layers or 2)
-    folder = _cache_root() / "models" / f"demo-llama-{dtype}-h{shape.hidden}-l{shape.layers}"
-    if not (folder / "model.safetensors").exists():
-        progress(f"building the demo model ({dtype}, hidden {shape.hidden}, {shape.layers} layers) in {folder}")
-        build_tiny_llama(folder, dtype=dtype, shape=shape)
-    report = _profile_generation(args, progress, str(folder), devices, env)
-    _print(report)
-    _write_json(report, args.json, progress)
-    return 0
-
-
-def cmd_kernels(args: argparse.Namespace, progress: Progress) -> int:
-    if args.import_file:
-        from max_profile.collect import imports
-
-        try:
-            report = imports.import_trace(args.import_file)
-        except imports.ImportFormatError as exc:
-            raise CliError(str(exc)) from exc
-        _print(report)
-        _write_json(report, args.json, progress)
-        return 0
-    if not args.model_path:
-        raise CliError("kernels needs --model-path P (run a generation) or --import FILE (read an existing trace)")
-    if args.backend == "nsys":
-        from max_profile.collect import nsys
-
-        report = nsys.profile_generation_with_nsys(args, progress)
-        _print(report)
-        _write_json(report, args.json, progress)
-        return 0
-    if args.backend == "rocprof":
-        raise CliError("run the generation under rocprofv3 yourself (rocprofv3 --kernel-trace --marker-trace --output-format csv -d OUT -- "
-                       "max-profile run --model-path P --kernels off) and read it with `max-profile kernels --import OUT/<host>/<pid>_kernel_trace.csv`",
-                       EXIT_BAD_INPUT)
-    args.kernels = "cupti" if args.backend == "cupti" else "nvtx-log"
-    return cmd_run(args, progress)
+    _add_output_flags(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="max-profile", description="Profile models run with Modular's MAX: utilization, kernels by phase, single-kernel deep dives.")
+    from max_profile.preflight import DEFAULT_TIMEOUT_S
+    from max_profile.serve import MODES, READY_TIMEOUT_S
+
+    parser = _Parser(prog="max-profile", description="Profile models run with Modular's MAX: utilization, kernels by phase, single-kernel deep dives.")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
-    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=_Parser)
 
     p = sub.add_parser("doctor", help="what this machine has: GPU vendor, profilers (with install commands), MAX version")
     p.add_argument("--json", metavar="PATH")
@@ -306,7 +346,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab", type=int, default=320)
     p.add_argument("--architecture", default="LlamaForCausalLM", help="config.json architectures[0]")
     p.add_argument("--no-chat-template", action="store_true")
-    p.add_argument("--json", metavar="PATH", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_make_model)
 
     p = sub.add_parser("demo", help="build a tiny model, warm up, profile a generation on the best device, print the report")
@@ -323,47 +362,87 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("kernels", help="kernel breakdown by family and phase (run a generation, or --import a trace)")
     p.add_argument("--model-path")
     p.add_argument("--backend", choices=["cupti", "nsys", "nvtx-log", "rocprof"], default="cupti")
-    p.add_argument("--import", dest="import_file", metavar="FILE", help="nsys .sqlite/.nsys-rep/stats CSV, rocprofv3 CSV/rocpd db, Kineto JSON, or `max generate --profile` output")
+    p.add_argument("--import", dest="import_file", metavar="FILE",
+                   help="nsys .sqlite/.nsys-rep/stats CSV, rocprofv3 CSV/rocpd db, Kineto JSON, `max generate --profile` output, or a raw capture")
     _add_generation_flags(p)
     p.set_defaults(func=cmd_kernels)
 
-    _add_optional_verbs(sub)
+    p = sub.add_parser("kernel", help="why is this kernel slow: a targeted Nsight Compute run (or --import an ncu CSV)")
+    p.add_argument("name", nargs="?", help="kernel name (hash suffix ignored) or regex (regex:...) — required for a run: ncu never profiles every kernel here")
+    p.add_argument("--model-path")
+    p.add_argument("--devices", default=None, help="default: gpu")
+    p.add_argument("--launches", "-c", type=int, default=3, help="launches to profile (1..20)")
+    p.add_argument("--launch-skip", type=int, default=16, help="matching launches to skip first (past prefill into decode)")
+    p.add_argument("--set", default="full", choices=["basic", "full"], help="ncu section set")
+    p.add_argument("--max-new-tokens", type=int, default=24, help="tokens of the generation run under ncu")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds before the ncu run is stopped")
+    p.add_argument("--output-dir", help="where the .ncu-rep and CSVs go (default: a temp folder)")
+    p.add_argument("--suggest-from", metavar="REPORT_JSON", help="a kernels report whose names are suggested when the regex matches nothing")
+    p.add_argument("--import", dest="import_file", metavar="CSV", help="an existing `ncu --csv --page details` output (no NAME needed)")
+    p.add_argument("--import-raw", metavar="CSV", help="the matching `--page raw` output (stall reasons, roofline)")
+    _add_output_flags(p)
+    p.set_defaults(func=cmd_kernel)
+
+    p = sub.add_parser("check-arch", help="preflight a --custom-architectures package before the long load")
+    p.add_argument("spec", nargs="+", help="package folder or IMPORT_PATH:MODULE, as given to --custom-architectures")
+    p.add_argument("--model-path", help="the model folder that will use it (checks config.json and the tokenizer)")
+    p.add_argument("--serve", action="store_true", help="also check what `max serve` needs (chat template, embeddings)")
+    p.add_argument("--max-length", type=int, help="--max-length that will be used (predicts PromptTooLongError)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds allowed for the package import")
+    p.add_argument("--json", metavar="PATH")
+    p.set_defaults(func=cmd_check_arch)
+
+    p = sub.add_parser("serve", help="profile `max serve`: plan, confirm, warm, capture under a concurrency-1 load, clean up")
+    p.add_argument("--model-path", required=True)
+    p.add_argument("--devices", help="cpu, gpu, gpu:N ... (default: gpu when one is visible, else cpu)")
+    p.add_argument("--mode", choices=MODES, default="utilization")
+    p.add_argument("--duration", type=float, default=10.0, help="capture window in seconds (about 10 s shows the kernel mix)")
+    p.add_argument("--port", type=int, help="API port (default: a free one)")
+    p.add_argument("--metrics-port", type=int, help="Prometheus metrics port (default: a free one; MAX's own default is a fixed 8001)")
+    p.add_argument("--custom-architectures", action="append", metavar="DIR")
+    p.add_argument("--max-tokens", type=int, default=64, help="tokens per load request")
+    p.add_argument("--profiling-mode", choices=["auto", "on", "detailed", "off"], default="auto",
+                   help="MODULAR_ENABLE_PROFILING for the kernel modes (auto: on, unless MAX cannot use NVTX on this GPU)")
+    p.add_argument("--no-warm", action="store_true", help="skip the warm pass (the compile cache is already filled)")
+    p.add_argument("--ready-timeout", type=float, default=READY_TIMEOUT_S, help="seconds allowed until /health answers 200")
+    p.add_argument("--artifacts-dir", help="keep the server log (and captures) here")
+    p.add_argument("--yes", "-y", action="store_true", help="start without asking")
+    _add_output_flags(p)
+    p.add_argument("extra", nargs=argparse.REMAINDER, help="-- then extra `max serve` flags")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("report", help="re-analyse a saved raw capture (.json/.json.gz), show a saved report, or import any supported trace")
+    p.add_argument("file", help="a --raw capture, a --json report, or an nsys / rocprofv3 / Kineto / ncu / `max generate --profile` file")
+    _add_output_flags(p)
+    p.set_defaults(func=cmd_report)
     return parser
 
 
-def _add_optional_verbs(sub: Any) -> None:
-    """Verbs whose modules register themselves (kernel deep dive, preflight, serve)."""
-    for module in ("max_profile.collect.ncu", "max_profile.preflight", "max_profile.serve"):
-        try:
-            mod = __import__(module, fromlist=["register_cli"])
-        except ImportError:
-            continue
-        register: Callable[[Any], None] | None = getattr(mod, "register_cli", None)
-        if register is not None:
-            register(sub)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    progress = Progress(quiet=args.quiet)
+    progress = Progress(quiet=bool(argv is not None and ("-q" in argv or "--quiet" in argv)))
     try:
-        return int(args.func(args, progress) or 0)
-    except CliError as exc:
-        print(f"max-profile: error: {exc}", file=sys.stderr)
-        return exc.code
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        progress.quiet = args.quiet
+        func: Callable[[argparse.Namespace, Progress], int] = args.func
+        return int(func(args, progress) or 0)
+    except MaxProfileError as exc:
+        print(f"max-profile: error: {_one_line(exc)}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("max-profile: interrupted (Ctrl-C); everything this command started was stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
-        from max_profile.runner import RunnerError
-
-        name = "" if isinstance(exc, (RunnerError, ValueError, OSError)) else f"{type(exc).__name__}: "
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"max-profile: error: {name}{msg}", file=sys.stderr)
         if os.environ.get("MAX_PROFILE_DEBUG"):
             raise
-        return 1
+        print(f"max-profile: error: unexpected {type(exc).__name__}: {_one_line(exc)} (a bug in max_profile: re-run with MAX_PROFILE_DEBUG=1 "
+              "for the traceback and report it)", file=sys.stderr)
+        return EXIT_UNEXPECTED
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return " ".join(text.split()) if text else type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -1,20 +1,38 @@
-"""The report model: plain, versioned, serializable records shared by every part of max_profile.
+"""The model: plain, versioned, serializable records shared by every part of max_profile.
 
-Collectors produce these records, analysis functions read them and return new ones, renderers
-print them. Nothing here knows how a number was measured; each record says where it came from.
+Two top-level records:
 
-A number that could not be measured is never 0: it is ``None`` beside a ``*_unavailable``
-reason, or a whole section is replaced by :class:`Unavailable` with the reason.
+* :class:`RawCapture` — everything a capture recorded, before analysis. Every collector and
+  importer returns one (in-process profiling, nsys, rocprofv3, Kineto JSON, nsys CSVs, ``max
+  serve`` in every mode, Nsight Compute). Saved with ``.save(path)``; ``max-profile report FILE``
+  re-analyses it.
+* :class:`Report` — what ``max_profile.analyze.report.build_report(raw)`` makes of it: summaries,
+  the kernel breakdown, findings and the next measurement. Renderers print it.
+
+Nothing here knows how a number was measured or analysed. A number that could not be measured
+is never 0: it is ``None`` beside a reason, or a whole section is :class:`Unavailable`.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal
 
 import msgspec
+import numpy as np
 
-SCHEMA_VERSION = 1
-"""Bumped whenever a field changes meaning or is removed (adding optional fields keeps it)."""
+from max_profile.errors import TraceFormatError
+from max_profile.util.files import read_input, write_output
+
+SCHEMA_VERSION = 2
+"""Bumped whenever a field changes meaning or is removed (adding optional fields keeps it).
+
+2: kernels stored as columns (:class:`KernelTable`); serve requests, ncu launches, preflight and
+artifacts are part of the raw capture; the breakdown says which step source and attribution it used."""
+READABLE_RAW_VERSIONS = (1, 2)
+"""Raw captures of these versions load (version 1 is converted on load)."""
+READABLE_REPORT_VERSIONS = (1, 2)
+"""Reports of these versions load as saved (a version-1 report keeps its older analysis; re-analyse its raw capture)."""
 
 Phase = Literal["prefill", "decode", "mixed", "unknown"]
 Severity = Literal["info", "warning", "error"]
@@ -22,11 +40,24 @@ Vendor = Literal["nvidia", "amd", "none"]
 
 
 def _enc_hook(obj: object) -> object:
-    """numpy scalars (from analysis) encode as plain numbers."""
+    """numpy arrays and scalars (collection and analysis use them) encode as plain JSON values."""
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
     item = getattr(obj, "item", None)
     if callable(item):
         return item()
     raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+def _dec_hook(tp: type, obj: object) -> object:
+    if tp is np.ndarray:
+        try:
+            return np.asarray(obj)
+        except (ValueError, TypeError) as exc:
+            raise msgspec.ValidationError(f"not a numeric array ({exc})") from exc
+    if tp is object:
+        return obj
+    raise NotImplementedError(f"cannot decode {tp}")
 
 
 class Unavailable(msgspec.Struct, frozen=True, tag="unavailable"):
@@ -85,7 +116,7 @@ class Environment(msgspec.Struct, frozen=True):
 
 
 class Capture(msgspec.Struct):
-    """How the data in a report was captured."""
+    """How the data was captured."""
 
     started_unix_s: float
     ended_unix_s: float | None = None
@@ -115,10 +146,16 @@ class Step(msgspec.Struct, frozen=True):
     phase: Phase
     batch_size: int
     input_tokens: int
+    """Tokens the scheduler fed this step (``TextGenerationInputs.input_tokens``)."""
     context_tokens: int | None
+    """Tokens already in the KV cache, as the scheduler counts them."""
     start_ns: int
     end_ns: int
     output_tokens: int = 0
+    model_input_tokens: int | None = None
+    """Tokens in the model's own input tensor this step (the ragged ``tokens`` the pipeline model
+    executed), when the hook could read it. Equals ``input_tokens`` unless the architecture feeds
+    its model something else (e.g. re-encodes the whole sequence behind the scheduler's back)."""
 
     @property
     def duration_ns(self) -> int:
@@ -156,6 +193,8 @@ class StepSummary(msgspec.Struct, frozen=True, tag=True):
     decode_tokens_per_s: float | None
     decode_step_growth_ms_per_100_ctx: float | None = None
     """Slope of decode step time against sequence length (ms per 100 tokens of context)."""
+    source: str = "host steps"
+    """Where the step times come from: ``host steps`` (the pipeline hook) or the trace's ranges."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,7 +221,7 @@ class UtilizationSample(msgspec.Struct, frozen=True):
 
 
 class GpuUtilization(msgspec.Struct, frozen=True):
-    """Summary of one GPU's samples over the steps' window."""
+    """Summary of one GPU's samples over the capture window."""
 
     gpu: str
     samples: int
@@ -207,12 +246,12 @@ class UtilizationSection(msgspec.Struct, frozen=True, tag=True):
 
 
 # --------------------------------------------------------------------------------------------
-# Kernels
+# Kernels (raw)
 # --------------------------------------------------------------------------------------------
 
 
 class KernelRecord(msgspec.Struct, frozen=True, array_like=True):
-    """One kernel execution on a GPU, as any tracer reports it (CUPTI, nsys, rocprofv3...)."""
+    """One kernel execution on a GPU, as any tracer reports it: the per-record view of a :class:`KernelTable`."""
 
     name: str
     start_ns: int
@@ -227,6 +266,194 @@ class KernelRecord(msgspec.Struct, frozen=True, array_like=True):
     launch_tid: int | None = None
     launch_ns: int | None = None
     """Start of the launching API call (same clock as start_ns), when known."""
+    graph_node_id: int | None = None
+
+
+_INT64_COLUMNS = ("start_ns", "end_ns")
+_OPTIONAL_INT64 = ("launch_ns", "launch_tid", "stream", "correlation_id", "graph_id", "graph_node_id")
+
+
+class KernelTable(msgspec.Struct):
+    """Every kernel of a capture as columns, one entry per kernel (a million kernels stay numpy arrays).
+
+    ``names`` holds each distinct name once; ``name_idx`` points into it. Optional columns are
+    None when the source does not record them; inside a column ``-1`` means "not known for this
+    kernel" (``launch_ns``, ``launch_tid``) and ``0`` means "not in a graph" (``graph_id``).
+    Times are nanoseconds on the clock named by :attr:`RawCapture.kernel_clock`.
+    """
+
+    names: list[str]
+    name_idx: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    device: np.ndarray
+    launch_ns: np.ndarray | None = None
+    launch_tid: np.ndarray | None = None
+    stream: np.ndarray | None = None
+    correlation_id: np.ndarray | None = None
+    graph_id: np.ndarray | None = None
+    graph_node_id: np.ndarray | None = None
+    grid: np.ndarray | None = None
+    """(n, 3) int32 grid dimensions."""
+    block: np.ndarray | None = None
+    """(n, 3) int32 block dimensions."""
+    registers: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        n = int(np.asarray(self.start_ns).size)
+        self.name_idx = np.asarray(self.name_idx, dtype=np.int32).reshape(-1)
+        for col in _INT64_COLUMNS:
+            setattr(self, col, np.asarray(getattr(self, col), dtype=np.int64).reshape(-1))
+        self.device = np.asarray(self.device, dtype=np.int32).reshape(-1)
+        for col in _OPTIONAL_INT64:
+            value = getattr(self, col)
+            if value is not None:
+                setattr(self, col, np.asarray(value, dtype=np.int64).reshape(-1))
+        for col in ("grid", "block"):
+            value = getattr(self, col)
+            if value is not None:
+                setattr(self, col, np.asarray(value, dtype=np.int32).reshape(-1, 3))
+        if self.registers is not None:
+            self.registers = np.asarray(self.registers, dtype=np.int32).reshape(-1)
+        for col in ("name_idx", "end_ns", "device", *_OPTIONAL_INT64, "grid", "block", "registers"):
+            value = getattr(self, col)
+            if value is not None and len(value) != n:
+                raise TraceFormatError(f"kernel table column {col} has {len(value)} entries for {n} kernels")
+        if n and (int(self.name_idx.min()) < 0 or int(self.name_idx.max()) >= len(self.names)):
+            raise TraceFormatError(f"kernel table name index out of range (0..{len(self.names) - 1})")
+
+    def __len__(self) -> int:
+        return int(self.start_ns.size)
+
+    @classmethod
+    def empty(cls) -> KernelTable:
+        z = np.zeros(0, dtype=np.int64)
+        return cls(names=[], name_idx=z, start_ns=z, end_ns=z, device=z)
+
+    @classmethod
+    def from_records(cls, kernels: Sequence[KernelRecord]) -> KernelTable:
+        index: dict[str, int] = {}
+        n = len(kernels)
+
+        def col(get: Callable[[KernelRecord], int | None], missing: int) -> np.ndarray | None:
+            values = [get(k) for k in kernels]
+            if all(v is None for v in values):
+                return None
+            return np.fromiter((missing if v is None else v for v in values), dtype=np.int64, count=n)
+
+        grids = [k.grid for k in kernels]
+        blocks = [k.block for k in kernels]
+        regs = [k.registers for k in kernels]
+        name_idx = np.fromiter((index.setdefault(k.name, len(index)) for k in kernels), dtype=np.int32, count=n)
+        return cls(
+            names=list(index),
+            name_idx=name_idx,
+            start_ns=np.fromiter((k.start_ns for k in kernels), dtype=np.int64, count=n),
+            end_ns=np.fromiter((k.end_ns for k in kernels), dtype=np.int64, count=n),
+            device=np.fromiter((k.device for k in kernels), dtype=np.int32, count=n),
+            launch_ns=col(lambda k: k.launch_ns, -1),
+            launch_tid=col(lambda k: k.launch_tid, -1),
+            stream=col(lambda k: k.stream, 0),
+            correlation_id=col(lambda k: k.correlation_id, 0),
+            graph_id=col(lambda k: k.graph_id, 0),
+            graph_node_id=col(lambda k: k.graph_node_id, 0),
+            grid=None if all(g is None for g in grids) else np.array([g or (0, 0, 0) for g in grids], dtype=np.int32).reshape(-1, 3),
+            block=None if all(b is None for b in blocks) else np.array([b or (0, 0, 0) for b in blocks], dtype=np.int32).reshape(-1, 3),
+            registers=None if all(r is None for r in regs) else np.array([r or 0 for r in regs], dtype=np.int32),
+        )
+
+    def records(self) -> list[KernelRecord]:
+        """Per-kernel records (slow for millions of kernels: analysis works on the columns)."""
+        def opt(col: np.ndarray | None, i: int, missing: int = -1) -> int | None:
+            if col is None or int(col[i]) == missing:
+                return None
+            return int(col[i])
+
+        out = []
+        for i in range(len(self)):
+            out.append(KernelRecord(
+                name=self.names[int(self.name_idx[i])], start_ns=int(self.start_ns[i]), end_ns=int(self.end_ns[i]), device=int(self.device[i]),
+                stream=int(self.stream[i]) if self.stream is not None else 0,
+                correlation_id=int(self.correlation_id[i]) if self.correlation_id is not None else 0,
+                grid=tuple(int(x) for x in self.grid[i]) if self.grid is not None else None,  # type: ignore[arg-type]
+                block=tuple(int(x) for x in self.block[i]) if self.block is not None else None,  # type: ignore[arg-type]
+                registers=int(self.registers[i]) if self.registers is not None else None,
+                graph_id=opt(self.graph_id, i, 0), launch_tid=opt(self.launch_tid, i), launch_ns=opt(self.launch_ns, i),
+                graph_node_id=opt(self.graph_node_id, i, 0),
+            ))
+        return out
+
+    def name_of(self, i: int) -> str:
+        return self.names[int(self.name_idx[i])]
+
+    def attribution_time(self) -> np.ndarray:
+        """When each kernel was asked for: its launch call's start where recorded, else its own start."""
+        if self.launch_ns is None:
+            return self.start_ns
+        return np.where(self.launch_ns >= 0, self.launch_ns, self.start_ns)
+
+    def select(self, mask: np.ndarray) -> KernelTable:
+        """The kernels where ``mask`` is True (names kept as they are)."""
+
+        def pick(col: np.ndarray | None) -> np.ndarray | None:
+            return None if col is None else col[mask]
+
+        return KernelTable(
+            names=self.names, name_idx=self.name_idx[mask], start_ns=self.start_ns[mask], end_ns=self.end_ns[mask], device=self.device[mask],
+            launch_ns=pick(self.launch_ns), launch_tid=pick(self.launch_tid), stream=pick(self.stream), correlation_id=pick(self.correlation_id),
+            graph_id=pick(self.graph_id), graph_node_id=pick(self.graph_node_id), grid=pick(self.grid), block=pick(self.block),
+            registers=pick(self.registers),
+        )
+
+    def within(self, window: tuple[int, int] | None) -> KernelTable:
+        """Kernels asked for inside ``window`` (launch time, else start time; both ends included)."""
+        if window is None or not len(self):
+            return self
+        t = self.attribution_time()
+        return self.select((t >= window[0]) & (t <= window[1]))
+
+    def to_json(self) -> bytes:
+        return _encode(self)
+
+    @classmethod
+    def from_json(cls, data: bytes, path: str = "<kernel table>") -> KernelTable:
+        return _validated(data, cls, path)  # type: ignore[no-any-return]
+
+    @classmethod
+    def concat(cls, tables: Iterable[KernelTable]) -> KernelTable:
+        parts = [t for t in tables if len(t)]
+        if not parts:
+            return cls.empty()
+        if len(parts) == 1:
+            return parts[0]
+        names: dict[str, int] = {}
+        idx = []
+        for t in parts:
+            remap = np.array([names.setdefault(nm, len(names)) for nm in t.names] or [0], dtype=np.int32)
+            idx.append(remap[t.name_idx])
+
+        def cat(col: str, missing: int, width: int = 0) -> np.ndarray | None:
+            cols = [getattr(t, col) for t in parts]
+            if all(c is None for c in cols):
+                return None
+            filled = [c if c is not None else np.full((len(t), width) if width else len(t), missing) for c, t in zip(cols, parts, strict=True)]
+            return np.concatenate(filled)
+
+        return cls(
+            names=list(names), name_idx=np.concatenate(idx), start_ns=np.concatenate([t.start_ns for t in parts]),
+            end_ns=np.concatenate([t.end_ns for t in parts]), device=np.concatenate([t.device for t in parts]),
+            launch_ns=cat("launch_ns", -1), launch_tid=cat("launch_tid", -1), stream=cat("stream", 0), correlation_id=cat("correlation_id", 0),
+            graph_id=cat("graph_id", 0), graph_node_id=cat("graph_node_id", 0), grid=cat("grid", 0, 3), block=cat("block", 0, 3),
+            registers=cat("registers", 0),
+        )
+
+
+class KernelTotal(msgspec.Struct, frozen=True):
+    """A kernel name's totals from a summary-only source (``nsys stats --report cuda_gpu_kern_sum``)."""
+
+    name: str
+    count: int
+    total_ns: int
 
 
 class PhaseRange(msgspec.Struct, frozen=True, array_like=True):
@@ -237,6 +464,61 @@ class PhaseRange(msgspec.Struct, frozen=True, array_like=True):
     end_ns: int
     tid: int | None = None
     domain: str | None = None
+
+
+def ranges_within(ranges: Iterable[PhaseRange], window: tuple[int, int] | None) -> list[PhaseRange]:
+    """Ranges that overlap ``window`` (a range pushed a moment before the window opened still counts)."""
+    if window is None:
+        return list(ranges)
+    return [r for r in ranges if r.end_ns >= window[0] and r.start_ns <= window[1]]
+
+
+# --------------------------------------------------------------------------------------------
+# Serving and Nsight Compute (raw)
+# --------------------------------------------------------------------------------------------
+
+
+class RequestRecord(msgspec.Struct, frozen=True):
+    """One streamed request of the serve load, as the client saw it."""
+
+    started_ns: int
+    """Host ``perf_counter_ns`` when the request was sent and when its stream ended."""
+    ended_ns: int
+    ok: bool
+    tokens: int = 0
+    ttft_ms: float | None = None
+    itl_ms: list[float] = []
+    error: str | None = None
+
+
+class ServeRun(msgspec.Struct, frozen=True):
+    """How a ``max serve`` capture ran: mode, port, readiness, the commands and the log."""
+
+    mode: str
+    port: int
+    time_to_ready_s: float | None = None
+    commands: list[list[str]] = []
+    server_log: str | None = None
+
+
+class NcuLaunch(msgspec.Struct, frozen=True):
+    """One launch profiled by Nsight Compute, as its CSV pages give it (values in base units)."""
+
+    launch_id: str
+    name: str
+    grid: str | None = None
+    block: str | None = None
+    device: str | None = None
+    metrics: dict[str, float] = {}
+    """Details-page labels (``DRAM Throughput``) and raw-page metric names (``dram__bytes.sum``)."""
+    sections: dict[str, float] = {}
+    """``Section/Label`` for labels that repeat across sections (``Memory Throughput``)."""
+    rules: list[str] = []
+
+
+# --------------------------------------------------------------------------------------------
+# Analysis results
+# --------------------------------------------------------------------------------------------
 
 
 class FamilyRow(msgspec.Struct, frozen=True):
@@ -271,6 +553,17 @@ class PhaseBreakdown(msgspec.Struct, frozen=True):
     top_kernels: list[KernelRow]
 
 
+class StepKernels(msgspec.Struct, frozen=True):
+    """The kernels one step asked for: count, time, and time by family (ms)."""
+
+    index: int
+    """Index into the report's steps."""
+    phase: Phase
+    kernels: int
+    kernel_ms: float
+    families: dict[str, float]
+
+
 class DeviceBreakdown(msgspec.Struct, frozen=True):
     """One GPU's share of the kernels (multi-GPU runs: tensor / expert parallel)."""
 
@@ -278,35 +571,48 @@ class DeviceBreakdown(msgspec.Struct, frozen=True):
     kernels: int
     kernel_ms: float
     gpu_busy_pct: float | None
-    """Union of this device's kernel intervals over the profiled steps' wall time."""
+    """Union of this device's kernel intervals over the capture window."""
     collective_ms_per_decode_step: float | None
     collective_share_of_decode_pct: float | None
     families: list[FamilyRow]
 
 
 class KernelBreakdown(msgspec.Struct, frozen=True, tag=True):
-    """Where the GPU time went: families and kernels, overall and per phase."""
+    """Where the GPU time went: families and kernels, overall, per phase and per step."""
 
     source: str
     kernels: int
     kernel_ms: float
     attribution: str
-    """How kernels were tied to phases: ``launch-thread``, ``time-overlap``, ``host-steps`` or ``none``."""
+    """How kernels were tied to steps: ``launch time`` (any thread), ``start time`` (no launch
+    records), ``launch time, else start time``, ``none`` (no steps), ``totals only``."""
     families: list[FamilyRow]
     top_kernels: list[KernelRow]
     phases: list[PhaseBreakdown]
+    step_source: str = "none"
+    """Which intervals were the steps: ``max_profile ranges``, ``max_profile ranges + host steps``,
+    ``MAX scheduler ranges``, ``host steps`` or ``none``."""
+    window_ms: float | None = None
+    """The capture window the busy figure is measured over."""
+    gpu_busy_pct: float | None = None
+    """Union of all kernel intervals over the capture window (phases or not)."""
+    unattributed_kernels: int = 0
+    """Valid kernels asked for outside every step (between steps, or no steps at all)."""
+    invalid_kernels: int = 0
+    """Records dropped for invalid timestamps (negative, or end before start)."""
     unknown_kernel_names: list[str] = []
     devices: list[int] = []
     unreliable: str | None = None
     """Why per-kernel numbers cannot be trusted (device graphs hid kernels...), else None."""
-    per_step_families: list[dict[str, float]] = []
-    """Decode steps in order: family -> ms, for spotting a prefill-like mix repeated every step."""
+    graph_kernels: int = 0
+    """Kernels recorded inside device graphs (each one seen, tied to the step that launched its graph)."""
+    per_step: list[StepKernels] = []
+    """Steps in time order (at most PER_STEP_LIMIT): what each asked of the GPU."""
     per_device: list[DeviceBreakdown] = []
     """Filled when kernels ran on more than one device."""
     tracer_overhead_pct: float | None = None
-    """Share of the capture window the in-process kernel tracer spent in its buffer callbacks (CUPTI
-    records turned into Python objects, holding the profiled process's GIL); None when the trace was
-    collected outside the process (nsys, rocprofv3, imports)."""
+    """Share of the capture window the in-process kernel tracer spent in its buffer callbacks
+    (holding the profiled process's GIL); None when the trace was collected outside the process."""
 
 
 class StallReason(msgspec.Struct, frozen=True):
@@ -339,11 +645,6 @@ class KernelAnalysis(msgspec.Struct, frozen=True):
     ncu_rules: list[str] = []
     metrics: dict[str, float] = {}
     device: str | None = None
-
-
-# --------------------------------------------------------------------------------------------
-# Findings and the report
-# --------------------------------------------------------------------------------------------
 
 
 class Finding(msgspec.Struct, frozen=True):
@@ -396,10 +697,39 @@ class ServeSummary(msgspec.Struct, frozen=True):
     time_to_ready_s: float | None
     commands: list[list[str]] = []
     server_log: str | None = None
+    first_error: str | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Saving and loading
+# --------------------------------------------------------------------------------------------
+
+
+def _encode(obj: object) -> bytes:
+    return msgspec.json.encode(obj, enc_hook=_enc_hook)
+
+
+def _decode_doc(data: bytes, path: str) -> dict[str, Any]:
+    try:
+        doc = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise TraceFormatError(f"{path}: not valid JSON ({exc}); truncated?") from exc
+    if not isinstance(doc, dict):
+        raise TraceFormatError(f"{path}: a JSON {type(doc).__name__}, not a max_profile capture or report")
+    return doc
+
+
+def _validated(data: bytes, tp: type, path: str) -> Any:
+    try:
+        return msgspec.json.decode(data, type=tp, dec_hook=_dec_hook)
+    except msgspec.ValidationError as exc:
+        raise TraceFormatError(f"{path}: not a valid max_profile {tp.__name__}: {exc}") from exc
+    except TraceFormatError as exc:
+        raise TraceFormatError(f"{path}: {exc}") from exc
 
 
 class Report(msgspec.Struct):
-    """Everything one profiling run produced. ``schema_version`` guards readers."""
+    """Everything one profiling run produced, analysed. ``schema_version`` guards readers."""
 
     environment: Environment
     capture: Capture
@@ -414,39 +744,124 @@ class Report(msgspec.Struct):
     next_measurement: str | None = None
     """The next, costlier measurement the escalation plan proposes (exact command), if any."""
     artifacts: list[str] = []
+    notes: list[str] = []
+    """What the collection and analysis left out or assumed (dropped records, clock alignment...)."""
     schema_version: int = SCHEMA_VERSION
     tool_version: str = ""
 
     def to_json(self) -> bytes:
-        return msgspec.json.encode(self, enc_hook=_enc_hook)
+        return _encode(self)
 
     @classmethod
-    def from_json(cls, data: bytes | str) -> Report:
-        raw = msgspec.json.decode(data)
-        version = raw.get("schema_version") if isinstance(raw, dict) else None
-        if version != SCHEMA_VERSION:
-            raise ValueError(
-                f"report schema version {version!r} is not supported (this max_profile reads {SCHEMA_VERSION})"
+    def from_json(cls, data: bytes | str, path: str = "<report>") -> Report:
+        raw = data.encode() if isinstance(data, str) else data
+        doc = _decode_doc(raw, path)
+        version = doc.get("schema_version")
+        if version not in READABLE_REPORT_VERSIONS:
+            raise TraceFormatError(
+                f"{path}: report schema version {version!r} is not supported (this max_profile reads "
+                f"{', '.join(map(str, READABLE_REPORT_VERSIONS))}); re-analyse its raw capture with `max-profile report RAW.json.gz`"
             )
-        return msgspec.json.decode(data, type=cls)
+        if "findings" not in doc and "kernels" in doc and isinstance(doc.get("kernels"), dict) and "names" in doc["kernels"]:
+            raise TraceFormatError(f"{path}: this is a raw capture, not a report: load it with RawCapture.load")
+        return _validated(raw, cls, path)  # type: ignore[no-any-return]
 
     def save(self, path: str) -> None:
-        with open(path, "wb") as fh:
-            fh.write(msgspec.json.format(self.to_json(), indent=2))
+        write_output(path, msgspec.json.format(self.to_json(), indent=2))
 
     @classmethod
     def load(cls, path: str) -> Report:
-        with open(path, "rb") as fh:
-            return cls.from_json(fh.read())
+        return cls.from_json(read_input(path), path)
 
     def __str__(self) -> str:
-        from max_profile.render.text import render_text
+        if _TEXT_RENDERER is None:  # only when max_profile.model is used without the package root
+            return f"Report({self.capture.target}, {len(self.findings)} findings)"
+        return _TEXT_RENDERER(self)
 
-        return render_text(self)
+
+_TEXT_RENDERER: Callable[[Report], str] | None = None
+
+
+def set_text_renderer(renderer: Callable[[Report], str]) -> None:
+    """Called once by the package root: ``str(report)`` renders with it (the model imports no renderer)."""
+    global _TEXT_RENDERER
+    _TEXT_RENDERER = renderer
 
 
 class RawCapture(msgspec.Struct):
-    """Everything a capture recorded, before analysis: what fixtures store and reports are rebuilt from."""
+    """Everything a capture recorded, before analysis: what every collector returns and reports are rebuilt from."""
+
+    environment: Environment
+    capture: Capture
+    steps: list[Step] = []
+    """Host steps from the pipeline hook (host clock)."""
+    kernels: KernelTable = msgspec.field(default_factory=KernelTable.empty)
+    kernel_clock: Literal["host", "trace"] = "host"
+    """``host``: kernel times are host ``perf_counter_ns`` (in-process CUPTI, NVTX log, the serve worker),
+    comparable with steps, samples and the window. ``trace``: the trace's own clock (nsys, rocprofv3,
+    Kineto imports); only its ranges share it."""
+    kernel_totals: list[KernelTotal] = []
+    """Summary-only sources (no timeline): totals per kernel name."""
+    ranges: list[PhaseRange] = []
+    """Phase ranges of ours and MAX's scheduler ranges, on the kernels' clock."""
+    range_names: dict[str, int] = {}
+    """Every range name the trace holds, counted (evidence when no phase range is among them)."""
+    samples: list[UtilizationSample] = []
+    sample_interval_s: float = 0.1
+    sample_source: str = "max.profiler.gpu.BackgroundRecorder (sample times interpolated)"
+    window_ns: tuple[int, int] | None = None
+    """The capture window on the host clock (serve: the load window); None: the steps' span."""
+    trace_window_ns: tuple[int, int] | None = None
+    """The capture window on the trace's clock when kernels are on it (a Kineto trace: all its events);
+    None: from the first launch to the last kernel end."""
+    utilization_unavailable: str | None = None
+    kernels_unavailable: str | None = None
+    kernel_source: str | None = None
+    graph_launches: int = 0
+    tracer_callback_s: float | None = None
+    """Seconds the in-process kernel tracer spent in its buffer callbacks while recording."""
+    requests: list[RequestRecord] = []
+    serve: ServeRun | None = None
+    ncu_launches: list[NcuLaunch] = []
+    preflight: list[PreflightResult] = []
+    artifacts: list[str] = []
+    notes: list[str] = []
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if isinstance(self.kernels, list):  # convenience: a list of KernelRecord
+            self.kernels = KernelTable.from_records(self.kernels)
+
+    def to_json(self) -> bytes:
+        return _encode(self)
+
+    def save(self, path: str) -> None:
+        """JSON (gzip when the name ends in .gz); written whole or not at all."""
+        write_output(path, self.to_json())
+
+    @classmethod
+    def from_json(cls, data: bytes, path: str = "<raw capture>") -> RawCapture:
+        doc = _decode_doc(data, path)
+        version = doc.get("schema_version")
+        if version not in READABLE_RAW_VERSIONS:
+            raise TraceFormatError(f"{path}: raw capture schema version {version!r} is not supported "
+                                   f"(this max_profile reads {', '.join(map(str, READABLE_RAW_VERSIONS))})")
+        if "capture" not in doc or "environment" not in doc:
+            raise TraceFormatError(f"{path}: not a max_profile raw capture (no capture / environment)")
+        if "findings" in doc:
+            raise TraceFormatError(f"{path}: this is an analysed report, not a raw capture: load it with Report.load")
+        if version == 1:
+            return _validated(data, _RawCaptureV1, path).upgrade()  # type: ignore[no-any-return]
+        return _validated(data, cls, path)  # type: ignore[no-any-return]
+
+    @classmethod
+    def load(cls, path: str) -> RawCapture:
+        """Read a saved raw capture (``.json`` or ``.json.gz``), checking its schema version."""
+        return cls.from_json(read_input(path), path)
+
+
+class _RawCaptureV1(msgspec.Struct):
+    """Schema version 1 (sessions 1-3): kernels as a list of array-like records, tracer cost as a %."""
 
     environment: Environment
     capture: Capture
@@ -461,28 +876,25 @@ class RawCapture(msgspec.Struct):
     graph_launches: int = 0
     notes: list[str] = []
     tracer_overhead_pct: float | None = None
-    """CUPTI buffer-callback time while recording, as % of the steps' wall time (in-process tracer)."""
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = 1
 
-    def save(self, path: str) -> None:
-        data = msgspec.json.encode(self, enc_hook=_enc_hook)
-        if path.endswith(".gz"):
-            import gzip
+    def upgrade(self) -> RawCapture:
+        callback_s = None
+        work = [s for s in self.steps if s.batch_size > 0] or self.steps
+        if self.tracer_overhead_pct is not None and work:
+            callback_s = self.tracer_overhead_pct / 100.0 * (max(s.end_ns for s in work) - min(s.start_ns for s in work)) / 1e9
+        return RawCapture(
+            environment=self.environment, capture=self.capture, steps=self.steps, kernels=KernelTable.from_records(self.kernels),
+            ranges=self.ranges, samples=self.samples, sample_interval_s=self.sample_interval_s,
+            utilization_unavailable=self.utilization_unavailable, kernels_unavailable=self.kernels_unavailable,
+            kernel_source=self.kernel_source, graph_launches=self.graph_launches, notes=list(self.notes), tracer_callback_s=callback_s,
+        )
 
-            with gzip.open(path, "wb", compresslevel=9) as fh:
-                fh.write(data)
-        else:
-            with open(path, "wb") as fh:
-                fh.write(data)
 
-    @classmethod
-    def load(cls, path: str) -> RawCapture:
-        if path.endswith(".gz"):
-            import gzip
-
-            with gzip.open(path, "rb") as fh:
-                data = fh.read()
-        else:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        return msgspec.json.decode(data, type=cls)
+def load_saved(path: str) -> RawCapture | Report:
+    """A saved raw capture or report, told apart by content (a report has findings)."""
+    data = read_input(path)
+    doc = _decode_doc(data, path)
+    if "findings" in doc:
+        return Report.from_json(data, path)
+    return RawCapture.from_json(data, path)

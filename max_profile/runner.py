@@ -14,13 +14,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from max_profile.errors import InputError, ToolMissingError
+from max_profile.util.devices import parse_devices
+from max_profile.util.models import check_model_folder
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 Progress = Callable[[str], None]
-
-
-class RunnerError(RuntimeError):
-    """A model could not be loaded or run; the message says why and what to do."""
 
 
 @dataclass
@@ -54,16 +54,12 @@ def load_model(
     extra: dict[str, Any] | None = None,
 ) -> LoadedModel:
     """Compile (or load from the compile cache) and return a ready pipeline."""
-    from max_profile.tinymodel import is_model_folder
-
-    problem = is_model_folder(model_path)
-    if problem:
-        raise RunnerError(problem)
+    check_model_folder(model_path)
     try:
         from max.pipelines import PIPELINE_REGISTRY
         from max.pipelines.lib import PipelineArgs, PipelineConfig
     except ImportError as exc:
-        raise RunnerError(f"MAX pipelines are not importable ({exc}); install them: pip install 'max[serve]==26.7.*'") from exc
+        raise ToolMissingError(f"MAX pipelines are not importable ({exc}); install them: pip install 'max[serve]==26.7.*'") from exc
 
     kwargs: dict[str, Any] = {
         "model_path": model_path,
@@ -85,29 +81,21 @@ def load_model(
         retrieved = PIPELINE_REGISTRY.retrieve_factory(config)
         pipeline = retrieved.factory()
     except Exception as exc:  # MAX raises ValueError / RuntimeError / pydantic errors
-        raise RunnerError(_explain_load_error(exc, model_path, devices, custom_architectures)) from exc
+        raise InputError(_explain_load_error(exc, model_path, devices, custom_architectures)) from exc
     return LoadedModel(pipeline, retrieved.tokenizer, config, device_graph_capture, model_path, devices)
 
 
 def _device_specs(devices: str) -> Any:
     from max.driver import DeviceSpec
 
-    text = devices.strip().lower()
-    if text == "cpu":
+    choice = parse_devices(devices)
+    if choice.kind == "cpu":
         return [DeviceSpec.cpu()]
-    if text in ("gpu", "gpu:0"):
-        return [DeviceSpec.accelerator(0)]
-    if text.startswith("gpu:"):
-        ids = text[4:]
-        if ids == "all":
-            from max.driver import accelerator_count
+    if choice.ids is None:
+        from max.driver import accelerator_count
 
-            return [DeviceSpec.accelerator(i) for i in range(accelerator_count())]
-        try:
-            return [DeviceSpec.accelerator(int(i)) for i in ids.split(",")]
-        except ValueError:
-            pass
-    raise RunnerError(f"unsupported --devices {devices!r}: use cpu, gpu, gpu:N, gpu:N,M or gpu:all")
+        return [DeviceSpec.accelerator(i) for i in range(accelerator_count())]
+    return [DeviceSpec.accelerator(i) for i in choice.ids]
 
 
 def custom_call_site(exc: BaseException, custom_architectures: Sequence[str]) -> str | None:

@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import http.client
 import json
@@ -34,16 +33,26 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from max_profile.collect.gpu_sampling import GpuSampler
-from max_profile.model import Capture, Report, ServeSummary, Unavailable
-from max_profile.procs import kill_group
+from max_profile.collect.environment import detect_environment, require_tool
+from max_profile.collect.gpu_sampling import GpuSampler, clean_child_env
+from max_profile.errors import CaptureError, InputError
+from max_profile.model import (
+    Capture,
+    Environment,
+    KernelTable,
+    PhaseRange,
+    PreflightResult,
+    RawCapture,
+    RequestRecord,
+    ServeRun,
+    ranges_within,
+)
+from max_profile.util.models import check_model_folder
+from max_profile.util.procs import kill_group, run_bounded
 
 MODES = ("utilization", "kernels", "nsys", "rocprof")
 KERNEL_MODES = ("kernels", "nsys", "rocprof")
@@ -54,14 +63,6 @@ EARLY_ERRORS = re.compile(
     r"ABORT: |Process launch is not allowed in this state|Failed to import custom model|Traceback \(most recent call last\)|Worker crashed|ValueError:|RuntimeError:|ModuleNotFoundError:)"
 )
 READY_TIMEOUT_S = 900.0
-
-
-class ServeError(RuntimeError):
-    """A serve capture that could not go on; the message says why (with the server's log lines)."""
-
-    def __init__(self, message: str, exit_code: int = 2) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 def free_port() -> int:
@@ -151,18 +152,6 @@ class ServePlan:
         return "\n".join(lines)
 
 
-@dataclass
-class RequestRecord:
-    ttft_ms: float | None
-    itl_ms: list[float]
-    tokens: int
-    ok: bool
-    error: str | None = None
-    started_ns: int = 0
-    """perf_counter_ns when the request was sent, and when its stream ended (the window keeps overlapping ones)."""
-    ended_ns: int = 0
-
-
 class LoadGenerator(threading.Thread):
     """Concurrency-1 streaming completions until stopped (bounded: ``max_requests`` and a deadline)."""
 
@@ -182,11 +171,10 @@ class LoadGenerator(threading.Thread):
 
     def one_request(self) -> RequestRecord:
         t_sent = time.perf_counter_ns()
-        record = self._request()
-        record.started_ns, record.ended_ns = t_sent, time.perf_counter_ns()
-        return record
+        ok, tokens, ttft, gaps, error = self._request()
+        return RequestRecord(started_ns=t_sent, ended_ns=time.perf_counter_ns(), ok=ok, tokens=tokens, ttft_ms=ttft, itl_ms=gaps, error=error)
 
-    def _request(self) -> RequestRecord:
+    def _request(self) -> tuple[bool, int, float | None, list[float], str | None]:
         body = json.dumps({"model": self.model, "prompt": self.prompt, "max_tokens": self.max_tokens, "temperature": 0, "stream": True, "ignore_eos": True})
         try:
             conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
@@ -194,7 +182,7 @@ class LoadGenerator(threading.Thread):
             conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
             if resp.status != 200:
-                return RequestRecord(None, [], 0, False, f"HTTP {resp.status}: {resp.read(300).decode(errors='replace')}")
+                return False, 0, None, [], f"HTTP {resp.status}: {resp.read(300).decode(errors='replace')}"
             first: float | None = None
             last = t0
             gaps: list[float] = []
@@ -213,9 +201,9 @@ class LoadGenerator(threading.Thread):
                 if self.stop_event.is_set() and time.monotonic() > self.deadline:
                     break
             conn.close()
-            return RequestRecord((first - t0) * 1e3 if first else None, gaps, tokens, True)
+            return True, tokens, (first - t0) * 1e3 if first else None, gaps, None
         except (OSError, http.client.HTTPException) as exc:
-            return RequestRecord(None, [], 0, False, f"{type(exc).__name__}: {exc}")
+            return False, 0, None, [], f"{type(exc).__name__}: {exc}"
 
 
 class ServerProcess:
@@ -254,11 +242,11 @@ def wait_ready(server: ServerProcess, port: int, timeout_s: float, progress: Cal
     while True:
         if not server.alive():
             lines = server.early_errors() or server.log_text().strip().splitlines()[-5:]
-            raise ServeError(f"the server exited (code {server.proc.returncode}) before it was ready: " + " | ".join(lines))
+            raise CaptureError(f"the server exited (code {server.proc.returncode}) before it was ready: " + " | ".join(lines))
         errors = [ln for ln in server.early_errors() if "Traceback" not in ln or len(server.early_errors()) == 1]
         if errors and time.monotonic() - t0 > 1.0:
             time.sleep(1.0)  # let the traceback's last line reach the log
-            raise ServeError("the server log shows an error before it was ready: " + " | ".join(server.early_errors()))
+            raise CaptureError("the server log shows an error before it was ready: " + " | ".join(server.early_errors()))
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
             conn.request("GET", "/health")
@@ -268,20 +256,14 @@ def wait_ready(server: ServerProcess, port: int, timeout_s: float, progress: Cal
             pass
         elapsed = time.monotonic() - t0
         if elapsed > timeout_s:
-            raise ServeError(f"/health did not answer 200 within {timeout_s:.0f} s (server still starting: a cold compile?)")
+            raise CaptureError(f"/health did not answer 200 within {timeout_s:.0f} s (server still starting: a cold compile?)")
         if elapsed - announced > 15:
             announced = elapsed
             progress(f"waiting for /health ({elapsed:.0f} s)")
         time.sleep(0.25)
 
 
-def _pct(values: Sequence[float], q: float) -> float | None:
-    return float(np.percentile(np.asarray(values), q)) if len(values) else None
-
-
 def _server_env(plan: ServePlan, tmpdir: Path, extra: dict[str, str]) -> dict[str, str]:
-    from max_profile.collect.gpu_sampling import clean_child_env
-
     env = clean_child_env(
         {
             "TMPDIR": str(tmpdir),
@@ -305,19 +287,22 @@ def _own_tmpdir() -> Iterator[Path]:
 
 
 def run_serve_capture(plan: ServePlan, *, confirm: bool | Callable[[ServePlan], bool], progress: Callable[[str], None] = lambda m: None,
-                      ready_timeout_s: float = READY_TIMEOUT_S, artifacts_dir: str | None = None) -> Report:
-    """Run the plan (see the module docstring); raises :class:`ServeError` with the reason on any failure."""
-    from max_profile.collect.environment import detect_environment
-    from max_profile.tinymodel import is_model_folder
+                      ready_timeout_s: float = READY_TIMEOUT_S, artifacts_dir: str | None = None) -> RawCapture:
+    """Run the plan (see the module docstring) and return what it recorded.
 
-    problem = is_model_folder(plan.model_path)
-    if problem:
-        raise ServeError(problem)
+    Bad plans raise :class:`InputError`, a missing profiler :class:`ToolMissingError`, a server or
+    profiler that fails :class:`CaptureError`; nothing is left running in any case.
+    """
+    from max_profile.preflight import preflight_gate
+
+    check_model_folder(plan.model_path)
     if plan.mode not in MODES:
-        raise ServeError(f"unknown --mode {plan.mode!r}: use {' or '.join(MODES)}")
+        raise InputError(f"unknown --mode {plan.mode!r}: use {' or '.join(MODES)}")
+    if not plan.duration_s > 0:
+        raise InputError("--duration must be > 0 seconds")
     for port in (plan.port, plan.metrics_port):
         if port_in_use(port):
-            raise ServeError(f"port {port} is already in use on 127.0.0.1: pick another --port (or leave it out for a free one)")
+            raise InputError(f"port {port} is already in use on 127.0.0.1: pick another --port (or leave it out for a free one)")
     env = detect_environment(check_tools=False)
     profiler = _profiler_for(plan.mode, env.vendor)
     if plan.mode in KERNEL_MODES and plan.profiling_mode == "auto" and plan.resolved_profiling_mode() == "off":
@@ -326,16 +311,8 @@ def run_serve_capture(plan: ServePlan, *, confirm: bool | Callable[[ServePlan], 
         progress(f"MODULAR_ENABLE_PROFILING=off: {MAX_GPU_NVTX_PROBLEM}; kernels are recorded but not split by phase")
     ok = confirm(plan) if callable(confirm) else confirm
     if not ok:
-        raise ServeError("not confirmed: nothing was started (pass --yes, or confirm=True in the API)")
-    preflight = []
-    for spec in plan.custom_architectures:
-        from max_profile.preflight import check_architecture
-
-        result = check_architecture(spec, model_path=plan.model_path, serve=True)
-        preflight.append(result)
-        if not result.ok:
-            bad = next(c for c in result.checks if not c.ok and c.severity == "error")
-            raise ServeError(f"custom architecture {spec} fails preflight: {bad.message}")
+        raise InputError("not confirmed: nothing was started (pass --yes, or confirm=True in the API)")
+    preflight = preflight_gate(plan.custom_architectures, plan.model_path, serve=True, progress=progress)
     with _own_tmpdir() as tmp:
         if plan.warm:
             _warm_pass(plan, tmp, ready_timeout_s, progress)
@@ -350,20 +327,15 @@ def run_serve_capture(plan: ServePlan, *, confirm: bool | Callable[[ServePlan], 
 
 def _profiler_for(mode: str, vendor: str) -> str | None:
     """The profiler binary a mode needs, checked before anything starts (wrong vendor, missing tool)."""
-    from max_profile.collect.environment import tool_status
-
     need = {"nsys": ("nsys", "nvidia", "NVIDIA"), "rocprof": ("rocprofv3", "amd", "AMD")}.get(mode)
     if need is None:
         return None
     tool, want, label = need
     if vendor != want:
         other = "--mode rocprof" if want == "nvidia" else "--mode nsys"
-        raise ServeError(f"--mode {mode} needs an {label} GPU; this machine has {vendor if vendor != 'none' else 'no GPU'} "
+        raise InputError(f"--mode {mode} needs an {label} GPU; this machine has {vendor if vendor != 'none' else 'no GPU'} "
                          f"(use --mode kernels for MAX's op ranges on any device{', or ' + other if vendor in ('nvidia', 'amd') else ''})")
-    st = tool_status(tool)
-    if not st.usable or not st.path:
-        raise ServeError(f"{tool} is needed for --mode {mode}: {st.problem}. Install: {st.install_hint}", exit_code=3)
-    return st.path
+    return require_tool(tool, f"--mode {mode}")
 
 
 def _warm_pass(plan: ServePlan, tmp: Path, timeout_s: float, progress: Callable[[str], None]) -> None:
@@ -378,14 +350,14 @@ def _warm_pass(plan: ServePlan, tmp: Path, timeout_s: float, progress: Callable[
     if warm.returncode != 0:
         lines = [ln for ln in err.decode(errors="replace").strip().splitlines() if ln.strip()]
         tail = [ln for ln in lines if EARLY_ERRORS.search(ln)][-3:] or lines[-3:]
-        raise ServeError(f"the warm pass failed (exit {warm.returncode}): " + " | ".join(tail))
+        raise CaptureError(f"the warm pass failed (exit {warm.returncode}): " + " | ".join(tail))
 
 
 def _watch_window(server: ServerProcess, until: float) -> None:
     """Sleep until ``until`` (monotonic), failing at once if the server dies."""
     while time.monotonic() < until:
         if not server.alive():
-            raise ServeError(f"the server died during the capture window (exit {server.proc.returncode}): "
+            raise CaptureError(f"the server died during the capture window (exit {server.proc.returncode}): "
                              + " | ".join(server.early_errors() or server.log_text().strip().splitlines()[-3:]))
         time.sleep(0.1)
 
@@ -422,22 +394,30 @@ class _Window:
             self.sampler.stop(failed=True)
 
 
-def _capture_in_worker(plan: ServePlan, env: Any, preflight: list[Any], tmp: Path, ready_timeout_s: float, progress: Callable[[str], None],
-                       artifacts_dir: str | None) -> Report:
+def _capture_in_worker(plan: ServePlan, env: Environment, preflight: list[PreflightResult], tmp: Path, ready_timeout_s: float,
+                       progress: Callable[[str], None], artifacts_dir: str | None) -> RawCapture:
     """utilization / kernels: the window is bounded by max_profile itself (and the worker hook)."""
     extra_env: dict[str, str] = {}
     nvtx_template = None
     cupti_dir = tmp / "cupti"
     if plan.mode == "kernels" and plan.resolved_profiling_mode() != "off":
-        from max_profile.collect.nvtx_log import NvtxInjectionUnavailable, build_injection_library
+        from max_profile.collect.nvtx_log import build_injection_library
+        from max_profile.errors import ToolMissingError
 
         try:
             nvtx_template = str(tmp / "nvtx-%p.log")
             extra_env.update({"NVTX_INJECTION64_PATH": build_injection_library(), "MAX_PROFILE_NVTX_LOG": nvtx_template})
-        except NvtxInjectionUnavailable as exc:
+        except ToolMissingError as exc:
             progress(f"no NVTX log ({exc})")
     if plan.mode == "kernels" and env.vendor == "nvidia":
         cupti_dir.mkdir()
+        from max_profile.collect.cupti_native import build_cupti_library
+        from max_profile.errors import MaxProfileError
+
+        try:  # built here, once, so the worker's prepare step only loads it
+            extra_env["MAX_PROFILE_CUPTI_RING_LIB"] = build_cupti_library()
+        except MaxProfileError as exc:
+            progress(f"the C CUPTI recorder is unavailable ({exc}); the worker falls back to cupti-python (slower, said in the report)")
         hook = str(Path(__file__).parent / "collect" / "worker_hook")
         extra_env.update({"MAX_PROFILE_WORKER_CUPTI_DIR": str(cupti_dir), "PYTHONPATH": hook + os.pathsep + os.environ.get("PYTHONPATH", ""),
                           # launch records serve the attribution to MAX's scheduler ranges, which need profiling on
@@ -446,6 +426,7 @@ def _capture_in_worker(plan: ServePlan, env: Any, preflight: list[Any], tmp: Pat
     progress("starting: " + " ".join(cmd))
     server = ServerProcess(cmd, _server_env(plan, tmp, extra_env), tmp)
     window = _Window(plan)
+    raw = _new_raw(plan, env, preflight, cmd)
     try:
         ready_s = wait_ready(server, plan.port, ready_timeout_s, progress)
         progress(f"/health 200 after {ready_s:.1f} s; load and {plan.duration_s:g} s capture window")
@@ -461,12 +442,40 @@ def _capture_in_worker(plan: ServePlan, env: Any, preflight: list[Any], tmp: Pat
         if cupti_dir.exists():
             (cupti_dir / "stop").touch()
         window.finish()
-        kernels_raw = _collect_worker_kernels(tmp, nvtx_template, cupti_dir, (w0, w1), server)
+        if plan.mode == "kernels":
+            _collect_worker_kernels(raw, tmp, nvtx_template, cupti_dir, (w0, w1), server)
         saved = _keep_artifacts(tmp, artifacts_dir)
     finally:
         window.abort()
         server.stop()
-    return _report(plan, env, preflight, window.load.records, ready_s, (w0, w1), window.sampler, kernels_raw, cmd, saved.get("server.log"), list(saved.values()))
+    return _finish_raw(raw, plan, window, ready_s, (w0, w1), saved.get("server.log"), list(saved.values()))
+
+
+def _new_raw(plan: ServePlan, env: Environment, preflight: list[PreflightResult], cmd: list[str]) -> RawCapture:
+    profiling = plan.resolved_profiling_mode() if plan.mode in KERNEL_MODES else None
+    capture = Capture(started_unix_s=time.time(), target="max serve", model_path=plan.model_path, devices=plan.devices,
+                      device_graph_capture="--device-graph-capture" in plan.extra_args if plan.mode in KERNEL_MODES else True,
+                      profiling_mode=profiling, collectors=[f"serve:{plan.mode}"],
+                      phase_markers="MAX scheduler ranges" if profiling not in (None, "off") else None)
+    return RawCapture(environment=env, capture=capture, preflight=list(preflight), serve=ServeRun(mode=plan.mode, port=plan.port, commands=[cmd]),
+                      sample_source="max.profiler.gpu.BackgroundRecorder (serve window)")
+
+
+def _finish_raw(raw: RawCapture, plan: ServePlan, window: _Window, ready_s: float, span: tuple[int, int], log_copy: str | None,
+                artifacts: list[str]) -> RawCapture:
+    assert raw.serve is not None
+    raw.serve = ServeRun(mode=raw.serve.mode, port=raw.serve.port, time_to_ready_s=ready_s, commands=raw.serve.commands, server_log=log_copy)
+    raw.capture.ended_unix_s = time.time()
+    raw.window_ns = span
+    raw.requests = list(window.load.records)
+    raw.artifacts = [*raw.artifacts, *artifacts]
+    sampler = window.sampler
+    if sampler is None or sampler.unavailable is not None:
+        raw.utilization_unavailable = sampler.unavailable.reason if sampler and sampler.unavailable else "GPU sampling did not run"
+    else:
+        raw.samples = sampler.samples
+        raw.sample_interval_s = sampler.interval_s
+    return raw
 
 
 def _artifacts_folder(artifacts_dir: str | None, name: str) -> Path:
@@ -475,12 +484,12 @@ def _artifacts_folder(artifacts_dir: str | None, name: str) -> Path:
     return dest
 
 
-def _capture_nsys(plan: ServePlan, env: Any, preflight: list[Any], tmp: Path, nsys: str, ready_timeout_s: float, progress: Callable[[str], None],
-                  artifacts_dir: str | None) -> Report:
+def _capture_nsys(plan: ServePlan, env: Environment, preflight: list[PreflightResult], tmp: Path, nsys: str, ready_timeout_s: float,
+                  progress: Callable[[str], None], artifacts_dir: str | None) -> RawCapture:
     """nsys launch / start / stop / shutdown with a unique session; the report is kept and read back."""
-    from max_profile.analyze.breakdown import build_breakdown
     from max_profile.collect import serve_profilers as sp
-    from max_profile.collect.nsys import NsysFormatError, read_nsys_sqlite
+    from max_profile.collect.nsys import export_sqlite, read_nsys_sqlite
+    from max_profile.errors import TraceFormatError
 
     tool_env = _server_env(plan, tmp, {})
     stale = sp.clean_stale_nsys_sessions(nsys, tool_env)
@@ -493,57 +502,59 @@ def _capture_nsys(plan: ServePlan, env: Any, preflight: list[Any], tmp: Path, ns
     progress("starting: " + " ".join(cmd))
     server = ServerProcess(cmd, tool_env, tmp)
     window = _Window(plan)
+    raw = _new_raw(plan, env, preflight, cmd)
     collecting = False
     try:
         ready_s = wait_ready(server, plan.port, ready_timeout_s, progress)
         progress(f"/health 200 after {ready_s:.1f} s; load, then nsys start for {plan.duration_s:g} s")
         window.start_load_ahead()
-        rc, out = sp.run_bounded(sp.nsys_start_command(nsys, session, rep_base), tool_env, timeout_s=120)
+        rc, out = run_bounded(sp.nsys_start_command(nsys, session, rep_base), tool_env, timeout_s=120)
         if rc != 0:
-            raise ServeError(f"`nsys start --session={session}` failed (exit {rc}): {out.strip()[-300:]}")
+            raise CaptureError(f"`nsys start --session={session}` failed (exit {rc}): {out.strip()[-300:]}")
         collecting = True
         window.start_sampling()
         w0 = time.perf_counter_ns()
         _watch_window(server, time.monotonic() + plan.duration_s)
         w1 = time.perf_counter_ns()
         progress("nsys stop (writes the report; can take a minute)")
-        rc, out = sp.run_bounded(sp.nsys_stop_command(nsys, session), tool_env)
+        rc, out = run_bounded(sp.nsys_stop_command(nsys, session), tool_env)
         collecting = False
         window.finish()
         if rc != 0:
-            raise ServeError(f"`nsys stop --session={session}` failed (exit {rc}): {out.strip()[-300:]}")
+            raise CaptureError(f"`nsys stop --session={session}` failed (exit {rc}): {out.strip()[-300:]}")
     finally:
         window.abort()
         if collecting:
-            sp.run_bounded(sp.nsys_stop_command(nsys, session), tool_env, timeout_s=120)
-        sp.run_bounded(sp.nsys_shutdown_command(nsys, session), tool_env, timeout_s=60)
+            run_bounded(sp.nsys_stop_command(nsys, session), tool_env, timeout_s=120)
+        run_bounded(sp.nsys_shutdown_command(nsys, session), tool_env, timeout_s=60)
         server.stop()
         _keep_artifacts(tmp, str(dest))
     rep = rep_base + ".nsys-rep"
     why = sp.verify_artifact(rep, "nsys-rep")
     if why:
-        raise ServeError(f"nsys wrote no usable report: {why}")
+        raise CaptureError(f"nsys wrote no usable report: {why}")
     sqlite_path = rep_base + ".sqlite"
-    rc, out = sp.run_bounded([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", sqlite_path, rep], tool_env, timeout_s=600)
-    why = sp.verify_artifact(sqlite_path, "sqlite") if rc == 0 else f"`nsys export` failed (exit {rc}): {out.strip()[-300:]}"
-    kernels: Any
+    why = export_sqlite(nsys, rep, sqlite_path, env=tool_env) or sp.verify_artifact(sqlite_path, "sqlite")
     if why:
-        kernels = Unavailable(f"the nsys report could not be read back: {why}")
+        raw.kernels_unavailable = f"the nsys report could not be read back: {why}"
     else:
         try:
             trace = read_nsys_sqlite(sqlite_path)
-            kernels = build_breakdown(trace.kernels, source="nsys (max serve)", ranges=trace.ranges)
-        except NsysFormatError as exc:
-            kernels = Unavailable(f"the nsys report could not be read back: {exc}")
+            raw.kernels, raw.ranges, raw.range_names = trace.kernels, trace.ranges, trace.all_range_names
+            raw.kernel_clock = "trace"
+            raw.kernel_source = "nsys (max serve)"
+        except TraceFormatError as exc:
+            raw.kernels_unavailable = f"the nsys report could not be read back: {exc}"
     artifacts = [f"{rep}  (open with: nsys-ui {rep})", sqlite_path, str(dest / "server.log")]
-    return _report(plan, env, preflight, window.load.records, ready_s, (w0, w1), window.sampler, kernels, cmd, str(dest / "server.log"), artifacts)
+    return _finish_raw(raw, plan, window, ready_s, (w0, w1), str(dest / "server.log"), artifacts)
 
 
-def _capture_rocprof(plan: ServePlan, env: Any, preflight: list[Any], tmp: Path, rocprof: str, ready_timeout_s: float,
-                     progress: Callable[[str], None], artifacts_dir: str | None) -> Report:
+def _capture_rocprof(plan: ServePlan, env: Environment, preflight: list[PreflightResult], tmp: Path, rocprof: str, ready_timeout_s: float,
+                     progress: Callable[[str], None], artifacts_dir: str | None) -> RawCapture:
     """The three-pass rocprofv3 routine: (warm done) → R2 = launch to /health → profile with the window at R2 + 10 s."""
     from max_profile.collect import serve_profilers as sp
-    from max_profile.collect.imports import ImportFormatError, import_trace
+    from max_profile.collect.rocprof import rocprof_csv_capture
+    from max_profile.errors import TraceFormatError
 
     plain = plan.serve_command()
     progress("pass 2: measuring launch → /health (R2): " + " ".join(plain))
@@ -560,6 +571,7 @@ def _capture_rocprof(plan: ServePlan, env: Any, preflight: list[Any], tmp: Path,
     server = ServerProcess(cmd, _server_env(plan, tmp, {}), tmp)
     launched = time.monotonic()
     window = _Window(plan)
+    raw = _new_raw(plan, env, preflight, cmd)
     try:
         ready_s = wait_ready(server, plan.port, ready_timeout_s, progress)
         window.start_load()
@@ -576,54 +588,54 @@ def _capture_rocprof(plan: ServePlan, env: Any, preflight: list[Any], tmp: Path,
         _keep_artifacts(tmp, str(dest))
     csv_path = sp.find_rocprof_kernel_csv(out_dir)
     why = sp.verify_artifact(csv_path, "rocprof-csv", min_bytes=64) if csv_path else f"no *kernel_trace.csv under {out_dir}"
-    kernels: Any
     if why:
-        kernels = Unavailable(f"rocprofv3 wrote no usable kernel trace: {why}")
+        raw.kernels_unavailable = f"rocprofv3 wrote no usable kernel trace: {why}"
     else:
         try:
-            kernels = import_trace(str(csv_path)).kernels
-        except ImportFormatError as exc:
-            kernels = Unavailable(f"the rocprofv3 kernel trace could not be read: {exc}")
+            trace = rocprof_csv_capture(str(csv_path))
+            raw.kernels, raw.ranges, raw.kernel_clock, raw.kernel_source = trace.kernels, trace.ranges, "trace", "rocprofv3 (max serve)"
+            raw.notes += trace.notes
+        except TraceFormatError as exc:
+            raw.kernels_unavailable = f"the rocprofv3 kernel trace could not be read: {exc}"
     artifacts = [str(csv_path or out_dir), str(dest / "server.log")]
-    return _report(plan, env, preflight, window.load.records, ready_s, (w0, w1), window.sampler, kernels, cmd, str(dest / "server.log"), artifacts)
+    return _finish_raw(raw, plan, window, ready_s, (w0, w1), str(dest / "server.log"), artifacts)
 
 
-def _collect_worker_kernels(tmp: Path, nvtx_template: str | None, cupti_dir: Path, window: tuple[int, int], server: ServerProcess) -> Any:
-    """Kernels (or ops) the model worker ran in the window, with MAX's scheduler ranges as phases."""
-    from max_profile.analyze.breakdown import build_breakdown
-    from max_profile.model import KernelRecord
+def _collect_worker_kernels(raw: RawCapture, tmp: Path, nvtx_template: str | None, cupti_dir: Path, window: tuple[int, int],
+                            server: ServerProcess) -> None:
+    """Kernels (or ops) the model worker ran in the window, with MAX's scheduler ranges as phases, into ``raw``."""
+    from max_profile.collect.nvtx_log import read_nvtx_log
 
-    lo, hi = window
     deadline = time.monotonic() + 20
     dumps: list[Path] = []
     if cupti_dir.exists():
         while time.monotonic() < deadline and not list(cupti_dir.glob("kernels-*.json")) and server.alive():
             time.sleep(0.2)
         dumps = list(cupti_dir.glob("kernels-*.json"))
-    if nvtx_template is None and not dumps:
-        return None
-    from max_profile.collect.nvtx_log import read_nvtx_log
-
-    ranges = []
-    ops: list[KernelRecord] = []
+    ranges: list[PhaseRange] = []
+    ops: list[KernelTable] = []
     for path in tmp.glob("nvtx-*.log"):
         try:
             log = read_nvtx_log(path)
         except (OSError, ValueError):
             continue
-        ranges += [r for r in log.phase_ranges() if lo <= r.start_ns <= hi]
-        ops += [k for k in log.op_records() if lo <= k.start_ns <= hi]
+        ranges += ranges_within(log.phase_ranges(), window)
+        ops.append(log.op_table().within(window))
+    raw.ranges = ranges
     if dumps:
-        import msgspec
-
-        kernels = [k for p in dumps for k in msgspec.json.decode(p.read_bytes(), type=list[KernelRecord]) if lo <= (k.launch_ns or k.start_ns) <= hi]
-        if kernels:
-            coverage, overhead_pct = _coverage(cupti_dir, window)
-            breakdown = build_breakdown(kernels, source="cupti (model worker" + coverage + ")", ranges=ranges)
-            return msgspec.structs.replace(breakdown, tracer_overhead_pct=overhead_pct)
-    if ops:
-        return build_breakdown(ops, source="nvtx-log (model worker ops, host time)", ranges=ranges)
-    return Unavailable("the model worker recorded no kernels or op ranges in the window (MODULAR_ENABLE_PROFILING must reach the worker)")
+        tables = [KernelTable.from_json(p.read_bytes(), str(p)).within(window) for p in dumps]
+        kernels = KernelTable.concat(tables)
+        if len(kernels):
+            coverage, callback_s = _coverage(cupti_dir, window)
+            raw.kernels, raw.kernel_source, raw.tracer_callback_s = kernels, "cupti (model worker" + coverage + ")", callback_s
+            return
+    op_table = KernelTable.concat(ops)
+    if len(op_table):
+        raw.kernels, raw.kernel_source = op_table, "nvtx-log (model worker ops, host time)"
+        return
+    if nvtx_template is None and not dumps:
+        return
+    raw.kernels_unavailable = "the model worker recorded no kernels or op ranges in the window (MODULAR_ENABLE_PROFILING must reach the worker)"
 
 
 def _prepare_worker_hook(cupti_dir: Path, server: ServerProcess, timeout_s: float = 30.0) -> str:
@@ -648,9 +660,7 @@ def _prepare_worker_hook(cupti_dir: Path, server: ServerProcess, timeout_s: floa
 
 def _coverage(cupti_dir: Path, window: tuple[int, int]) -> tuple[str, float | None]:
     """How much of the window the worker's CUPTI recording covered, records it dropped, and the
-    share of the window its buffer callbacks took (None when not reported)."""
-    import json
-
+    seconds its buffer callbacks took while recording (None when not reported)."""
     for path in cupti_dir.glob("coverage-*.json"):
         try:
             c = json.loads(path.read_text())
@@ -659,10 +669,12 @@ def _coverage(cupti_dir: Path, window: tuple[int, int]) -> tuple[str, float | No
         window_s = (window[1] - window[0]) / 1e9
         covered = (min(c["stopped_ns"], window[1]) - max(c["started_ns"], window[0])) / 1e9
         dropped = f", {c['dropped']} dropped" if c.get("dropped") else ""
+        if c.get("collector") == "CuptiKernelCollector":
+            dropped += ", cupti-python per-record callbacks"
         if "callback_s" not in c:
             return f", recorded {covered:.1f} of {window_s:.1f} s{dropped}", None
         cost = f", {c['callback_s']:.2f} s in CUPTI callbacks for {c.get('api_records', 0)} API records"
-        return f", recorded {covered:.1f} of {window_s:.1f} s{dropped}{cost}", 100.0 * c["callback_s"] / max(window_s, 1e-9)
+        return f", recorded {covered:.1f} of {window_s:.1f} s{dropped}{cost}", float(c["callback_s"])
     return "", None
 
 
@@ -678,94 +690,3 @@ def _keep_artifacts(tmp: Path, artifacts_dir: str | None) -> dict[str, str]:
             shutil.copy2(src, dest / name)
             out[name] = str(dest / name)
     return out
-
-
-def _report(plan: ServePlan, env: Any, preflight: list[Any], records: list[RequestRecord], ready_s: float, window: tuple[int, int],
-            sampler: Any, kernels: Any, cmd: list[str], log_copy: str | None, artifacts: list[str]) -> Report:
-    from max_profile import __version__
-    from max_profile.analyze.plan import next_measurement
-    from max_profile.analyze.rules import evaluate
-    from max_profile.analyze.utilization import summarize_gpus, window_samples
-    from max_profile.model import UtilizationSection
-
-    # the load runs longer than the window (warm-up, profiler start / stop): keep what overlapped it
-    records = [r for r in records if r.ended_ns >= window[0] and r.started_ns <= window[1]] or records
-    good = [r for r in records if r.ok]
-    ttft = [r.ttft_ms for r in good if r.ttft_ms is not None]
-    itl = [g for r in good for g in r.itl_ms]
-    window_s = (window[1] - window[0]) / 1e9
-    tokens = sum(r.tokens for r in good)
-    itl_p50 = _pct(itl, 50)
-    summary = ServeSummary(
-        mode=plan.mode, port=plan.port, window_s=window_s, requests=len(records), failed_requests=len(records) - len(good), output_tokens=tokens,
-        ttft_ms_p50=_pct(ttft, 50), ttft_ms_p90=_pct(ttft, 90), itl_ms_p50=itl_p50, itl_ms_p90=_pct(itl, 90),
-        tokens_per_s=(1e3 / itl_p50) if itl_p50 else None, time_to_ready_s=ready_s, commands=[cmd], server_log=log_copy,
-    )
-    capture = Capture(started_unix_s=time.time() - window_s, ended_unix_s=time.time(), target="max serve", model_path=plan.model_path, devices=plan.devices,
-                      device_graph_capture="--device-graph-capture" in plan.extra_args, profiling_mode=plan.resolved_profiling_mode() if plan.mode in KERNEL_MODES else None,
-                      collectors=[f"serve:{plan.mode}"], phase_markers="MAX scheduler ranges" if plan.mode in KERNEL_MODES and plan.resolved_profiling_mode() != "off" else None)
-    report = Report(environment=env, capture=capture, preflight=preflight, serve=summary, tool_version=__version__, artifacts=artifacts)
-    if sampler.unavailable is not None:
-        report.utilization = sampler.unavailable
-    else:
-        report.utilization = UtilizationSection(source="max.profiler.gpu.BackgroundRecorder (serve window)", interval_s=0.1,
-                                                gpus=summarize_gpus(window_samples(sampler.samples, window, 100_000_000)), samples=sampler.samples, window_ns=window)
-    report.kernels = kernels
-    if not good:
-        first_error = next((r.error for r in records if r.error), "no request completed")
-        report.kernels = report.kernels or Unavailable(f"no request completed in the window: {first_error}")
-    report.findings = evaluate(report)
-    report.next_measurement = next_measurement(report)
-    return report
-
-
-# ---------------------------------------------------------------------------------------------
-def cmd_serve(args: argparse.Namespace, progress: Any) -> int:
-    from max_profile.cli import CliError, _print, _write_json
-
-    extra = list(args.extra or [])
-    if extra and extra[0] == "--":
-        extra = extra[1:]
-    if not args.duration > 0:
-        raise CliError("--duration must be > 0 seconds")
-    plan = ServePlan(model_path=args.model_path, devices=args.devices or "cpu", mode=args.mode, duration_s=args.duration,
-                     port=args.port or free_port(), metrics_port=args.metrics_port or free_port(),
-                     custom_architectures=list(args.custom_architectures or []), extra_args=extra, warm=not args.no_warm, max_tokens=args.max_tokens,
-                     profiling_mode=args.profiling_mode)
-    print("max-profile serve plan:\n" + plan.describe(), file=sys.stderr)
-
-    def confirm(p: ServePlan) -> bool:
-        if args.yes:
-            return True
-        if sys.stdin.isatty():
-            return input("Proceed? [y/N] ").strip().lower() in ("y", "yes")
-        return False
-
-    try:
-        report = run_serve_capture(plan, confirm=confirm, progress=progress, ready_timeout_s=args.ready_timeout, artifacts_dir=args.artifacts_dir)
-    except ServeError as exc:
-        raise CliError(str(exc), exc.exit_code) from exc
-    _print(report)
-    _write_json(report, args.json, progress)
-    return 0
-
-
-def register_cli(sub: Any) -> None:
-    p = sub.add_parser("serve", help="profile `max serve`: plan, confirm, warm, capture under a concurrency-1 load, clean up")
-    p.add_argument("--model-path", required=True)
-    p.add_argument("--devices", help="cpu, gpu, gpu:N ... (default cpu)")
-    p.add_argument("--mode", choices=MODES, default="utilization")
-    p.add_argument("--duration", type=float, default=10.0, help="capture window in seconds (about 10 s shows the kernel mix)")
-    p.add_argument("--port", type=int, help="API port (default: a free one)")
-    p.add_argument("--metrics-port", type=int, help="Prometheus metrics port (default: a free one; MAX's own default is a fixed 8001)")
-    p.add_argument("--custom-architectures", action="append", metavar="DIR")
-    p.add_argument("--max-tokens", type=int, default=64, help="tokens per load request")
-    p.add_argument("--profiling-mode", choices=["auto", "on", "detailed", "off"], default="auto",
-                   help="MODULAR_ENABLE_PROFILING for the kernel modes (auto: on, unless MAX cannot use NVTX on this GPU)")
-    p.add_argument("--no-warm", action="store_true", help="skip the warm pass (the compile cache is already filled)")
-    p.add_argument("--ready-timeout", type=float, default=READY_TIMEOUT_S, help="seconds allowed until /health answers 200")
-    p.add_argument("--artifacts-dir", help="keep the server log (and captures) here")
-    p.add_argument("--yes", "-y", action="store_true", help="start without asking")
-    p.add_argument("--json", metavar="PATH")
-    p.add_argument("extra", nargs=argparse.REMAINDER, help="-- then extra `max serve` flags")
-    p.set_defaults(func=cmd_serve)

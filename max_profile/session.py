@@ -4,10 +4,11 @@
         ...generate...
     print(prof.report)
 
-While active it hooks the pipeline's per-step ``execute`` (phase ranges + step records),
-samples the GPU in the background, and optionally records kernels (CUPTI on NVIDIA, or the
-NVTX op ranges MAX emits on any device when an NVTX log is attached). On exit it restores
-the pipeline and builds the :class:`Report`.
+While active it hooks the pipeline's per-step ``execute`` (phase ranges + step records, and the
+token count of the model's own inputs), samples the GPU in the background, and optionally records
+kernels (CUPTI on NVIDIA, or the NVTX op ranges MAX emits on any device when an NVTX log is
+attached). On exit it restores the pipeline, returns what it recorded as a :class:`RawCapture`
+and builds the :class:`Report` from it with :func:`~max_profile.analyze.report.build_report`.
 """
 
 from __future__ import annotations
@@ -21,19 +22,45 @@ from typing import Any, Literal
 
 from max_profile import __version__
 from max_profile.analyze.report import build_report
+from max_profile.collect.cupti_native import make_cupti_collector
 from max_profile.collect.environment import detect_environment
 from max_profile.collect.gpu_sampling import DEFAULT_INTERVAL_S, GpuSampler
 from max_profile.collect.markers import make_marker
 from max_profile.collect.pipeline_hook import PipelineHook, resolve_pipeline
-from max_profile.model import Capture, Environment, KernelRecord, RawCapture, Report
+from max_profile.errors import InputError, MaxProfileError
+from max_profile.model import Capture, Environment, KernelTable, RawCapture, Report, ranges_within
 
 KernelMode = Literal["off", "cupti", "nvtx-log", "auto"]
+KERNEL_MODES: tuple[str, ...] = ("off", "cupti", "nvtx-log", "auto")
 
 _active_lock = threading.Lock()
 
 
+def resolve_kernel_mode(mode: KernelMode | bool, vendor: str, nvtx_log_attached: bool) -> KernelMode:
+    """``auto``: CUPTI on NVIDIA, MAX's op ranges when an NVTX log is attached, else off. True means CUPTI."""
+    if mode is True:
+        return "cupti"
+    if mode is False:
+        return "off"
+    if mode not in KERNEL_MODES:
+        raise InputError(f"kernels={mode!r}: use one of {', '.join(KERNEL_MODES)}")
+    if mode == "auto":
+        return "cupti" if vendor == "nvidia" else "nvtx-log" if nvtx_log_attached else "off"
+    return mode
+
+
+def attached_nvtx_log() -> str | None:
+    """The NVTX log this process writes, when it was started with the max_profile injection library."""
+    template = os.environ.get("MAX_PROFILE_NVTX_LOG")
+    if not template or "libmax_profile_nvtx" not in os.environ.get("NVTX_INJECTION64_PATH", ""):
+        return None
+    from max_profile.collect.nvtx_log import log_path_for
+
+    return log_path_for(template)
+
+
 class ProfileSession:
-    """The object ``profile()`` returns; ``report`` is ready after the ``with`` block."""
+    """The object ``profile()`` returns; ``report`` and ``raw_capture`` are ready after the ``with`` block."""
 
     def __init__(
         self,
@@ -51,18 +78,14 @@ class ProfileSession:
     ) -> None:
         self.pipeline = resolve_pipeline(target)
         if not sample_interval_s > 0:
-            raise ValueError(f"sample_interval_s must be > 0 (got {sample_interval_s}); 0 makes the GPU recorder busy-loop")
-        self.kernel_mode: KernelMode = "cupti" if kernels is True else "off" if kernels is False else kernels
+            raise InputError(f"sample_interval_s must be > 0 (got {sample_interval_s}); 0 makes the GPU recorder busy-loop")
         self.environment = environment or detect_environment(check_tools=False)
+        self.nvtx_log = nvtx_log or attached_nvtx_log()
+        self.kernel_mode: KernelMode = resolve_kernel_mode(kernels, self.environment.vendor, self.nvtx_log is not None)
         self.sample_interval_s = sample_interval_s
         self.gpu_sampling = gpu_sampling
         self.model_path = model_path
         self.devices = devices
-        if nvtx_log is None and os.environ.get("MAX_PROFILE_NVTX_LOG"):
-            from max_profile.collect.nvtx_log import log_path_for
-
-            nvtx_log = log_path_for(os.environ["MAX_PROFILE_NVTX_LOG"])
-        self.nvtx_log = nvtx_log
         marker, note = make_marker(self.environment.vendor, phase_markers)
         self.notes: list[str] = [note] if note else []
         self.hook = PipelineHook(self.pipeline, marker, on_step=on_step)
@@ -70,7 +93,7 @@ class ProfileSession:
         self._cupti: Any = None
         self._started = 0.0
         self._entered = False
-        self.kernels: list[KernelRecord] = []
+        self.kernels: KernelTable = KernelTable.empty()
         self.kernel_problem: str | None = None
         self._report: Report | None = None
         self._raw: RawCapture | None = None
@@ -78,25 +101,19 @@ class ProfileSession:
     # ------------------------------------------------------------------------------------------
     def __enter__(self) -> ProfileSession:
         if self._entered:
-            raise RuntimeError("a profile() session can be entered once; create a new one for another run")
+            raise InputError("a profile() session can be entered once; create a new one for another run")
         self._entered = True
         self.hook.install()  # raises on nested / concurrent use of one pipeline
         try:
             self._started = time.time()
-            mode = self.kernel_mode
-            if mode == "auto":
-                mode = "cupti" if self.environment.vendor == "nvidia" else "nvtx-log" if self.nvtx_log else "off"
-                self.kernel_mode = mode
-            if mode == "cupti":
-                from max_profile.collect.cupti_kernels import CuptiKernelCollector, CuptiUnavailable
-
+            if self.kernel_mode == "cupti":
                 try:
-                    self._cupti = CuptiKernelCollector()
+                    self._cupti = make_cupti_collector(self.notes)
                     self._cupti.start()
-                except CuptiUnavailable as exc:
+                except MaxProfileError as exc:
                     self._cupti = None
                     self.kernel_problem = str(exc)
-            elif mode == "nvtx-log" and not self.nvtx_log:
+            elif self.kernel_mode == "nvtx-log" and not self.nvtx_log:
                 self.kernel_problem = (
                     "kernels='nvtx-log' needs the process started with NVTX_INJECTION64_PATH=<libmax_profile_nvtx.so> "
                     "and MAX_PROFILE_NVTX_LOG=<file> (see max_profile.collect.nvtx_log)"
@@ -105,15 +122,18 @@ class ProfileSession:
                 self._sampler = GpuSampler(self.sample_interval_s)
                 self._sampler.start()
         except BaseException:
-            if self._cupti is not None:
-                try:
-                    self._cupti.stop()
-                except Exception:  # noqa: BLE001 - already failing; the original error matters
-                    pass
-                self._cupti = None
+            self._stop_cupti_quietly()
             self.hook.uninstall()
             raise
         return self
+
+    def _stop_cupti_quietly(self) -> None:
+        if self._cupti is not None:
+            try:
+                self._cupti.stop()
+            except Exception:  # noqa: BLE001 - already failing; the original error matters
+                pass
+            self._cupti = None
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         failed = exc is not None
@@ -121,14 +141,15 @@ class ProfileSession:
             if self._cupti is not None:
                 try:
                     self.kernels = self._cupti.stop()
-                except Exception as err:  # noqa: BLE001
+                except Exception as err:  # noqa: BLE001 - reported as the reason kernels are missing
                     self.kernel_problem = f"CUPTI flush failed: {err}"
             if self._sampler is not None:
                 self._sampler.stop(failed=failed)
         finally:
             self.hook.uninstall()
         if not failed:
-            self._report = self._build_report()
+            self._raw = self.raw()
+            self._report = build_report(self._raw, tool_version=__version__)
 
     # ------------------------------------------------------------------------------------------
     @property
@@ -138,13 +159,13 @@ class ProfileSession:
     @property
     def raw_capture(self) -> RawCapture:
         if self._raw is None:
-            raise RuntimeError("the raw capture exists when the `with profile(...)` block ends without an error")
+            raise InputError("the raw capture exists when the `with profile(...)` block ends without an error")
         return self._raw
 
     @property
     def report(self) -> Report:
         if self._report is None:
-            raise RuntimeError("the report is built when the `with profile(...)` block ends without an error")
+            raise InputError("the report is built when the `with profile(...)` block ends without an error")
         return self._report
 
     def _model_config(self) -> dict[str, object] | None:
@@ -157,14 +178,13 @@ class ProfileSession:
     def raw(self) -> RawCapture:
         """What this session recorded, before analysis (save it with ``.save(path)``; rebuild with ``build_report``)."""
         steps = self.steps
-        graphs = _device_graph_capture(self.pipeline)
         capture = Capture(
             started_unix_s=self._started,
             ended_unix_s=time.time(),
             target=type(self.pipeline).__name__,
             model_path=self.model_path,
             devices=self.devices,
-            device_graph_capture=graphs,
+            device_graph_capture=_device_graph_capture(self.pipeline),
             profiling_mode=os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
             collectors=["pipeline-hook"]
             + (["max.profiler.gpu"] if self.gpu_sampling else [])
@@ -173,6 +193,8 @@ class ProfileSession:
             model_config=self._model_config(),
         )
         raw = RawCapture(environment=self.environment, capture=capture, steps=steps, sample_interval_s=self.sample_interval_s, notes=list(self.notes))
+        # every call of execute, the overlap pipeline's empty drain call included: its range is one of ours
+        window = (min(s.start_ns for s in steps), max(s.end_ns for s in steps)) if steps else None
         sampler = self._sampler
         if sampler is None:
             raw.utilization_unavailable = "GPU sampling was turned off (gpu_sampling=False)"
@@ -180,55 +202,45 @@ class ProfileSession:
             raw.utilization_unavailable = sampler.unavailable.reason
         else:
             raw.samples = sampler.samples
-        self._fill_kernels(raw, steps)
+        self._fill_kernels(raw, window)
         return raw
 
-    def _fill_kernels(self, raw: RawCapture, steps: list[Any]) -> None:
+    def _fill_kernels(self, raw: RawCapture, window: tuple[int, int] | None) -> None:
         if self.kernel_mode == "off":
             return
+        if self.kernel_problem:
+            raw.kernels_unavailable = self.kernel_problem
+            return
         if self.kernel_mode == "nvtx-log":
-            if not self.nvtx_log:
-                raw.kernels_unavailable = self.kernel_problem or "no NVTX log"
-                return
             from max_profile.collect.nvtx_log import read_nvtx_log
 
+            assert self.nvtx_log is not None
             try:
                 log = read_nvtx_log(self.nvtx_log)
             except (OSError, ValueError) as exc:
                 raw.kernels_unavailable = f"NVTX log {self.nvtx_log!r} could not be read: {exc}"
                 return
-            lo = steps[0].start_ns if steps else 0
-            hi = steps[-1].end_ns if steps else 0
-            raw.kernels = [k for k in log.op_records() if lo <= k.start_ns <= hi]
-            raw.ranges = [r for r in log.phase_ranges() if lo <= r.start_ns <= hi]
+            raw.kernels = log.op_table().within(window)
+            raw.ranges = ranges_within(log.phase_ranges(), window)
             raw.kernel_source = "nvtx-log (MAX op ranges, host time)"
-            if not raw.kernels:
+            if not len(raw.kernels):
                 raw.kernels_unavailable = (
                     "the NVTX log has no MAX op ranges in the profiled window: MAX emits them only with "
                     "MODULAR_ENABLE_PROFILING=on (or detailed) set before the model is loaded"
                 )
             return
-        if self.kernel_problem:
-            raw.kernels_unavailable = self.kernel_problem
-            return
+        cupti = self._cupti
         raw.kernels = self.kernels
-        raw.kernel_source = "cupti"
-        if self._cupti is not None and steps:
-            window_s = (max(s.end_ns for s in steps) - min(s.start_ns for s in steps)) / 1e9
-            raw.tracer_overhead_pct = 100.0 * self._cupti.callback_s_before_stop / max(window_s, 1e-9)
-        raw.graph_launches = int(getattr(self._cupti, "graph_launches", 0))
-        dropped = int(getattr(self._cupti, "dropped", 0))
-        if dropped:
-            raw.notes.append(f"CUPTI: {dropped} kernel records dropped beyond the buffer cap")
-        if self._cupti is not None:
-            raw.notes.append(f"CUPTI cost: {self._cupti.callback_s:.2f} s in buffer callbacks, {self._cupti.api_records} API records "
-                             f"({self._cupti.api_filter})")
-        if not self.kernels:
+        raw.kernel_source = "cupti" if type(cupti).__name__ == "NativeCuptiCollector" else "cupti (cupti-python)"
+        if cupti is not None:
+            raw.tracer_callback_s = cupti.callback_s_before_stop
+            raw.graph_launches = int(cupti.graph_launches)
+            if cupti.dropped:
+                raw.notes.append(f"CUPTI: {cupti.dropped} kernel records dropped")
+            raw.notes.append(f"CUPTI cost: {cupti.callback_s:.3f} s in buffer callbacks, {cupti.api_records} API records ({cupti.api_filter})"
+                             + (f", {cupti.stop_s:.3f} s to stop and decode" if hasattr(cupti, "stop_s") else ""))
+        if not len(self.kernels):
             raw.kernels_unavailable = "the kernel tracer recorded no kernel launches in the profiled block"
-
-    def _build_report(self) -> Report:
-        self._raw = self.raw()
-        return build_report(self._raw, tool_version=__version__)
 
 
 def _device_graph_capture(pipeline: Any) -> bool | None:

@@ -21,8 +21,6 @@ import numpy as np
 
 Dtype = Literal["float32", "bfloat16"]
 
-PASS_THROUGH_CHAT_TEMPLATE = '{% for m in messages %}{{ m["content"] }}{% endfor %}'
-"""A chat template that sends the messages' text unchanged (for base models without one)."""
 
 DEFAULT_CHAT_TEMPLATE = (
     "{% for m in messages %}<|begin_of_text|>{{ m['role'] }}: {{ m['content'] }}<|eot_id|>"
@@ -222,17 +220,3 @@ def build_tiny_llama(
         json.dumps({"builder": "max_profile.tinymodel", "dtype": dtype, "shape": asdict(shape), "seed": seed})
     )
     return path
-
-
-def is_model_folder(path: str | os.PathLike[str]) -> str | None:
-    """Return None when ``path`` looks like a local HF model folder, else what is wrong."""
-    p = Path(path)
-    if not p.exists():
-        return f"model path {str(p)!r} does not exist"
-    if not p.is_dir():
-        return f"model path {str(p)!r} is a file, not a model folder (expected config.json and weights)"
-    if not (p / "config.json").is_file():
-        return f"{str(p)!r} is not a model folder: it has no config.json"
-    if not any(p.glob("*.safetensors")) and not any(p.glob("*.gguf")) and not any(p.glob("*.bin")):
-        return f"{str(p)!r} is not a model folder: no *.safetensors / *.gguf weights in it"
-    return None

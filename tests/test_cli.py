@@ -54,7 +54,7 @@ def test_make_model_bad_shape(tmp_path: Path) -> None:
         (["run", "--model-path", str(DATA)], "no config.json"),
         (["run", "--model-path", __file__], "is a file"),
         (["run", "--model-path", "MODEL", "--devices", "gpu"], "no GPU is visible"),
-        (["run", "--model-path", "MODEL", "--devices", "tpu"], "unsupported device"),
+        (["run", "--model-path", "MODEL", "--devices", "tpu"], "unsupported --devices"),
         (["run", "--model-path", "MODEL", "--interval", "0"], "--interval must be > 0"),
         (["kernels"], "needs --model-path"),
     ],

@@ -28,10 +28,12 @@ from .conftest import REPO, run_cli
 
 ARCHS = REPO / "custom_archs"
 CORRECT, UNFUSED, NO_KV = ARCHS / "llama_custom", ARCHS / "llama_unfused_attention", ARCHS / "llama_no_kv_cache"
+REENCODE = ARCHS / "llama_reencode"
 NAMES = {
     CORRECT: "MaxProfileLlamaForCausalLM",
     UNFUSED: "MaxProfileUnfusedAttentionLlamaForCausalLM",
     NO_KV: "MaxProfileNoKVCacheLlamaForCausalLM",
+    REENCODE: "MaxProfileReencodeLlamaForCausalLM",
 }
 COMPUTE_BOUND_SHAPE = ModelShape(hidden=1024, layers=2, heads=8, kv_heads=2, intermediate=4096)
 
@@ -65,7 +67,7 @@ def _family_share(report: Report, family: str) -> float:
     return 100.0 * sum(r.total_ms for r in k.families if r.family == family) / total
 
 
-@pytest.mark.parametrize("package", [UNFUSED, NO_KV])
+@pytest.mark.parametrize("package", [UNFUSED, NO_KV, REENCODE])
 def test_pathological_packages_pass_preflight(package: Path) -> None:
     result = check_architecture(str(package))
     assert result.ok, result.checks
@@ -97,7 +99,7 @@ import json, sys
 from max_profile.runner import generate, load_model
 out = []
 for model, package in json.loads(sys.argv[1]):
-    loaded = load_model(model, devices="cpu", custom_architectures=[package])
+    loaded = load_model(model, devices="cpu", custom_architectures=[package] if package else [])
     out.append(generate(loaded, ["hi"], 16)[0])
     loaded.close()
 print(json.dumps(out))
@@ -127,3 +129,35 @@ def test_no_kv_cache_arch(tmp_path: Path) -> None:
     assert float(ev["decode_input_tokens_per_request_last"] or 0) > 60  # the whole sequence fed again
     decode = [s for s in report.steps if s.phase == "decode"]
     assert all(s.context_tokens == 0 for s in decode)  # MAX saw nothing cached
+
+
+def test_reencoding_arch_gives_the_builtin_tokens(tmp_path: Path) -> None:
+    """(d) re-encodes the sequence inside the model but is a correct model: MAX's built-in Llama's greedy tokens."""
+    pairs = [(str(build_tiny_llama(tmp_path / "builtin")), ""), (str(build_tiny_llama(tmp_path / "reencode", architecture=NAMES[REENCODE])), str(REENCODE))]
+    env = {**os.environ, "MODULAR_ENABLE_PROFILING": "on"}
+    res = subprocess.run([sys.executable, "-c", GENERATE, json.dumps(pairs)], capture_output=True, text=True, timeout=900, env=env, cwd=str(REPO))
+    assert res.returncode == 0, res.stderr[-3000:]
+    builtin, reencoded = json.loads(res.stdout.strip().splitlines()[-1])
+    assert len(builtin) == 16 and reencoded == builtin
+
+
+def test_reencoding_arch_is_caught_from_what_the_model_computes(tmp_path: Path) -> None:
+    """The scheduler feeds 1 token per decode step with the context cached; the model's own input tensor
+    holds the whole sequence: the KV-cache error comes from the model's side."""
+    report = _profile(tmp_path, REENCODE, 70)
+    decode = [s for s in report.steps if s.phase == "decode"]
+    assert len(decode) >= 64
+    assert all(s.input_tokens == 1 for s in decode)  # the scheduler's view is untouched
+    assert [s.context_tokens for s in decode[:3]] == [decode[0].context_tokens, decode[0].context_tokens + 1, decode[0].context_tokens + 2]  # type: ignore[operator]
+    assert all(s.model_input_tokens == s.sequence_tokens for s in decode)  # the model ran the whole sequence each step
+    f = report.findings[0]
+    assert f.id == "kv-cache-broken" and f.severity == "error"
+    assert "model re-encodes the sequence" in str(f.evidence["signals"]) and "re-fed tokens" not in str(f.evidence["signals"])
+    assert float(f.evidence["decode_input_tokens_per_request_last"] or 0) == 1.0
+    assert float(f.evidence["model_input_tokens_per_request_last"] or 0) > 60
+    assert f.title.startswith("The model re-encodes the whole sequence at every decode step while the scheduler feeds one token")
+
+
+def test_correct_arch_model_tokens_match_the_scheduler(correct_report: Report) -> None:
+    decode = [s for s in correct_report.steps if s.phase == "decode"]
+    assert decode and all(s.model_input_tokens == s.input_tokens == 1 for s in decode)

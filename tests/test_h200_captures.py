@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from max_profile.analyze.breakdown import build_breakdown
 from max_profile.analyze.report import build_report
-from max_profile.collect.nsys import align_steps_to_ranges, read_nsys_sqlite
+from max_profile.analyze.timeline import align_steps_to_ranges
+from max_profile.collect.nsys import nsys_capture, read_nsys_sqlite
+from max_profile.errors import TraceFormatError
 from max_profile.model import KernelBreakdown, RawCapture, Report, UtilizationSection
 
 H200 = Path(__file__).parent / "data" / "h200"
@@ -32,18 +33,23 @@ def test_big_model_is_healthy_gemv_bound_decode() -> None:
     assert [s.phase for s in raw.steps if s.batch_size] == ["prefill"] + ["decode"] * 64
     k = report.kernels
     assert isinstance(k, KernelBreakdown)
-    assert k.kernels == 19626 and k.attribution == "host-steps"
+    # 46 of the 19,626 CUPTI records carry zero timestamps (start = end = 0 before the clock mapping): dropped and counted
+    assert len(raw.kernels) == 19626 and k.invalid_kernels == 46 and k.kernels == 19580
+    assert k.attribution == "launch time (any thread)" and k.step_source == "host steps" and k.unattributed_kernels == 0
+    assert any("46 of 19626 kernel records had invalid timestamps" in n for n in report.notes)
     dec = _phase(k, "decode")
-    assert dec.steps == 64 and dec.kernels == 19328
-    assert dec.kernels_per_step == pytest.approx(302.0)
+    assert dec.steps == 64 and dec.kernels == 19282  # 19,328 launched, 46 without valid timestamps
+    assert dec.kernels_per_step == pytest.approx(301.28, abs=0.01)
     assert [f.family for f in dec.families[:4]] == ["gemv", "norm", "elementwise", "attention"]
     assert dec.families[0].share_pct == pytest.approx(86.8, abs=0.1)
     assert dec.kernel_ms_per_step == pytest.approx(3.814, abs=0.001)
-    assert dec.gpu_busy_pct is not None and dec.gpu_busy_pct > 95
+    # was 100 % before: a zero-time record made a union block of -1.8e18 ns; the real figure is 85.8 %
+    assert dec.gpu_busy_pct == pytest.approx(85.8, abs=0.1)
+    assert k.gpu_busy_pct == pytest.approx(84.8, abs=0.1)
     pre = _phase(k, "prefill")
     assert pre.families[0].family == "gemm" and pre.families[0].share_pct == pytest.approx(91.8, abs=0.1)
     ids = [f.id for f in report.findings]
-    assert "healthy-dense-decode" in ids
+    assert "healthy-dense-decode" in ids and "gpu-bound" not in ids  # healthy decode already says where the busy GPU's time goes
     assert "host-bound" not in ids and "kv-cache-broken" not in ids
     assert all(f.severity == "info" for f in report.findings)
     bw = next(f for f in report.findings if f.id == "decode-bandwidth")
@@ -105,16 +111,18 @@ def test_nsys_sqlite_kernels_and_ranges(nsys_sqlite: str) -> None:
     names = [r.name for r in trace.ranges]
     assert names.count("max_profile:decode") == 40 and names.count("max_profile:prefill") == 1
     # every kernel's launch was found through CUPTI_ACTIVITY_KIND_RUNTIME
-    assert (trace.kernels.launch >= 0).all()
+    assert trace.kernels.launch_ns is not None and (trace.kernels.launch_ns >= 0).all()
     # MAX launches from a worker thread, not the thread that holds the NVTX ranges
     range_tids = {r.tid for r in trace.ranges}
-    assert not (set(trace.kernels.tid.tolist()) & range_tids)
+    assert trace.kernels.launch_tid is not None and not (set(trace.kernels.launch_tid.tolist()) & range_tids)
 
 
-def test_nsys_breakdown_by_time_overlap_matches_cupti(nsys_sqlite: str) -> None:
-    trace = read_nsys_sqlite(nsys_sqlite)
-    bd = build_breakdown(trace.kernels, source="nsys", ranges=trace.ranges)
-    assert bd.attribution == "time-overlap"  # same-thread attribution finds nothing for MAX
+def test_nsys_breakdown_by_launch_time_matches_cupti(nsys_sqlite: str) -> None:
+    report = build_report(nsys_capture(nsys_sqlite))
+    bd = report.kernels
+    assert isinstance(bd, KernelBreakdown)
+    assert bd.attribution == "launch time (any thread)" and bd.step_source == "max_profile ranges"
+    assert bd.unattributed_kernels == 0 and bd.gpu_busy_pct == pytest.approx(6.97, abs=0.01)
     dec = _phase(bd, "decode")
     assert dec.steps == 40 and dec.kernels == 2000
     assert dec.kernels_per_step == pytest.approx(50.0)
@@ -124,6 +132,8 @@ def test_nsys_breakdown_by_time_overlap_matches_cupti(nsys_sqlite: str) -> None:
     cupti_dec = _phase(cupti.kernels, "decode")
     # the two tracers agree on the per-token kernel time within 1 %
     assert dec.kernel_ms_per_step == pytest.approx(cupti_dec.kernel_ms_per_step, rel=0.01)
+    assert {f.id for f in report.findings} >= {"host-bound", "healthy-dense-decode"}
+    assert report.step_summary is not None and report.step_summary.source == "max_profile ranges"  # type: ignore[union-attr]
 
 
 def test_nsys_alignment_needs_one_range_per_step(nsys_sqlite: str) -> None:
@@ -191,10 +201,10 @@ def test_nsys_reader_wide_values_and_pid_filter(nsys_sqlite: str, tmp_path: Path
     con.close()
     t = read_nsys_sqlite(str(wide))
     k, b = t.kernels, base.kernels
-    assert len(k) == len(b) and int((k.end - k.start).max()) == 3_000_000_000
-    same = (k.end - k.start) != 3_000_000_000
-    assert (k.name_idx == b.name_idx).all() and ((k.end - k.start)[same] == (b.end - b.start)[same]).all()
-    assert (k.launch == b.launch).all() and (k.tid == b.tid).all()
+    assert len(k) == len(b) and int((k.end_ns - k.start_ns).max()) == 3_000_000_000
+    same = (k.end_ns - k.start_ns) != 3_000_000_000
+    assert (k.name_idx == b.name_idx).all() and ((k.end_ns - k.start_ns)[same] == (b.end_ns - b.start_ns)[same]).all()
+    assert (k.launch_ns == b.launch_ns).all() and (k.launch_tid == b.launch_tid).all()
     assert len(read_nsys_sqlite(nsys_sqlite, pid=(gpid >> 24) & 0xFFFFFF).kernels) == len(b)
     assert len(read_nsys_sqlite(nsys_sqlite, pid=((gpid >> 24) & 0xFFFFFF) + 1).kernels) == 0
 
@@ -235,10 +245,8 @@ def test_nsys_reader_windows_match_plain_sqlite(nsys_sqlite: str, tmp_path: Path
 
 
 def test_nsys_reader_non_integer_column_is_a_format_error(nsys_sqlite: str, tmp_path: Path) -> None:
-    from max_profile.collect.nsys import NsysFormatError
-
     bad = _edited_copy(nsys_sqlite, tmp_path / "text in start.sqlite", "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon' WHERE rowid = 5")
-    with pytest.raises(NsysFormatError, match=r"text in start\.sqlite.*not integers"):
+    with pytest.raises(TraceFormatError, match=r"text in start\.sqlite.*not integers"):
         read_nsys_sqlite(str(bad))
 
 
@@ -286,10 +294,8 @@ def test_nsys_ranges_filtered_in_sqlite_among_many_op_ranges(nsys_sqlite: str, t
 
 def test_nsys_reader_corrupt_kernel_pages_are_a_format_error(nsys_sqlite: str, tmp_path: Path) -> None:
     """A file whose schema reads but whose kernel rows are damaged fails inside the Arrow reader:
-    still one NsysFormatError naming the file."""
+    still one TraceFormatError naming the file."""
     import sqlite3
-
-    from max_profile.collect.nsys import NsysFormatError
 
     con = sqlite3.connect(nsys_sqlite)
     root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL'").fetchone()[0]
@@ -300,7 +306,7 @@ def test_nsys_reader_corrupt_kernel_pages_are_a_format_error(nsys_sqlite: str, t
     with open(bad, "r+b") as fh:
         fh.seek((root + 2) * page)  # a leaf page of the kernel table, past its root
         fh.write(b"\xff" * page)
-    with pytest.raises(NsysFormatError, match=r"damaged\.sqlite: corrupt or truncated SQLite file"):
+    with pytest.raises(TraceFormatError, match=r"damaged\.sqlite: corrupt or truncated SQLite file"):
         read_nsys_sqlite(str(bad))
 
 

@@ -10,8 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from max_profile.collect.imports import ImportFormatError, detect_format, import_trace
-from max_profile.model import KernelBreakdown
+from max_profile.analyze.report import build_report
+from max_profile.collect.imports import detect_format
+from max_profile.collect.imports import import_trace as import_raw
+from max_profile.errors import InputError as ImportFormatError
+from max_profile.model import KernelBreakdown, Report
+
+
+def import_trace(path: str) -> Report:
+    """Import through the one pipeline: trace -> RawCapture -> build_report."""
+    return build_report(import_raw(path))
 
 
 def _bd(path: Path) -> KernelBreakdown:

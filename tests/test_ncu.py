@@ -7,20 +7,26 @@ from pathlib import Path
 
 import pytest
 
-from max_profile.collect.ncu import (
-    NcuError,
-    analyze_launch,
-    kernel_findings,
-    name_filter,
-    ncu_command,
-    parse_ncu_csv,
-    read_ncu_files,
-    to_number,
-)
+from max_profile.analyze.ncu import analyze_launch, kernel_findings
+from max_profile.collect.ncu import parse_ncu_csv, to_number
+from max_profile.collect.ncu import read_ncu_files as read_launches
+from max_profile.errors import MaxProfileError as NcuError
+from max_profile.model import KernelAnalysis, NcuLaunch
+from max_profile.ncu_run import name_filter, ncu_command
 
 from .conftest import run_cli
 
 H200 = Path(__file__).parent / "data" / "h200"
+
+
+def read_ncu_files(details: str, raw: str | None = None) -> list[KernelAnalysis]:
+    """The pages' launches, analysed (collect/ncu parses, analyze/ncu analyses)."""
+    return [analyze_launch(launch) for launch in read_launches(details, raw)]
+
+
+def _launch(parsed: dict) -> NcuLaunch:  # type: ignore[type-arg]
+    return NcuLaunch(launch_id="0", name=parsed["name"], grid=parsed["grid"], block=parsed["block"], device=parsed["device"],
+                     metrics=parsed["metrics"], sections=parsed["sections"], rules=parsed["rules"])
 
 
 def test_decode_gemv_7b_is_memory_bound_near_peak() -> None:
@@ -67,7 +73,7 @@ def test_live_stdout_with_noise_before_header() -> None:
     assert text.splitlines()[0].startswith("==WARNING==")  # ncu lines and MAX's own output come first
     (launch,) = parse_ncu_csv(text).values()
     assert launch["name"].startswith("rms_norm_fused_residual_gpu_block_bfloat16")
-    assert analyze_launch("0", launch).bound == "latency"
+    assert analyze_launch(_launch(launch)).bound == "latency"
 
 
 def test_units_and_separators() -> None:
@@ -83,7 +89,7 @@ def test_auto_scaled_units_match_base_units() -> None:
     auto = base.replace('"Duration","ns","30,400"', '"Duration","us","30.40"')
     assert auto != base
     assert read_ncu_files.__name__  # same parser for both
-    a, b = analyze_launch("0", parse_ncu_csv(base)["0"]), analyze_launch("0", parse_ncu_csv(auto)["0"])
+    a, b = analyze_launch(_launch(parse_ncu_csv(base)["0"])), analyze_launch(_launch(parse_ncu_csv(auto)["0"]))
     assert a.duration_ns == pytest.approx(b.duration_ns or 0)
 
 
@@ -93,7 +99,7 @@ def test_ragged_metrics_only_csv() -> None:
         '"0","1481","app","127.0.0.1","fma_kernel(float *, const float *, int, int)","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","18,144"\n'
     )
     (k,) = parse_ncu_csv(text).values()
-    assert analyze_launch("0", k).duration_ns == 18144
+    assert analyze_launch(_launch(k)).duration_ns == 18144
 
 
 @pytest.mark.parametrize(

@@ -157,7 +157,8 @@ def test_check_arch_cli(tmp_path: Path) -> None:
 
 
 def test_signature_drift_reported_at_load_with_call_site(tmp_path: Path) -> None:
-    from max_profile.runner import RunnerError, load_model
+    from max_profile.errors import InputError as RunnerError
+    from max_profile.runner import load_model
 
     pkg = _copy(tmp_path, "sig_drift")
     model_py = pkg / "model.py"

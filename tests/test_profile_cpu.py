@@ -8,6 +8,7 @@ import pytest
 
 from max_profile import Report, profile
 from max_profile.collect.pipeline_hook import ProfileTargetError
+from max_profile.errors import MaxProfileError
 from max_profile.model import RawCapture, StepSummary, Unavailable
 from max_profile.runner import generate
 
@@ -76,7 +77,7 @@ def test_nested_profile_is_refused(loaded_model: Any) -> None:
 
 def test_report_unavailable_before_exit(loaded_model: Any) -> None:
     prof = profile(loaded_model.pipeline, gpu_sampling=False)
-    with pytest.raises(RuntimeError, match="built when"):
+    with pytest.raises(MaxProfileError, match="built when"):
         _ = prof.report
 
 

@@ -9,7 +9,18 @@ import pytest
 
 from max_profile.analyze.report import build_report
 from max_profile.analyze.rules import RULES, Thresholds, evaluate
-from max_profile.model import Capture, Environment, GpuInfo, KernelRecord, RawCapture, Report, Step, UtilizationSample
+from max_profile.model import (
+    Capture,
+    Environment,
+    GpuInfo,
+    KernelBreakdown,
+    KernelRecord,
+    KernelTable,
+    RawCapture,
+    Report,
+    Step,
+    UtilizationSample,
+)
 
 H200 = Path(__file__).parent / "data" / "h200"
 GPU_ENV = Environment(vendor="nvidia", vendor_reason="test", gpus=[GpuInfo(key="nv0", name="NVIDIA H200", memory_total_bytes=150754820096)])
@@ -100,7 +111,7 @@ def test_kv_cache_rule_needs_enough_steps() -> None:
 def test_unfused_attention() -> None:
     raw = big()
     assert "unfused-attention" not in ids(build_report(raw))
-    no_attn = msgspec.structs.replace(raw, kernels=[k for k in raw.kernels if "mha" not in k.name])
+    no_attn = msgspec.structs.replace(raw, kernels=KernelTable.from_records([k for k in raw.kernels.records() if "mha" not in k.name]))
     f = next(f for f in build_report(no_attn).findings if f.id == "unfused-attention")
     assert f.evidence["attention_share_pct"] == 0.0
 
@@ -108,7 +119,7 @@ def test_unfused_attention() -> None:
 def test_healthy_dense_decode_needs_gemv_on_top() -> None:
     raw = big()
     assert "healthy-dense-decode" in ids(build_report(raw))
-    no_gemv = msgspec.structs.replace(raw, kernels=[k for k in raw.kernels if "gemv" not in k.name])
+    no_gemv = msgspec.structs.replace(raw, kernels=KernelTable.from_records([k for k in raw.kernels.records() if "gemv" not in k.name]))
     assert "healthy-dense-decode" not in ids(build_report(no_gemv))
 
 
@@ -143,11 +154,20 @@ def test_host_bound_from_utilization_when_no_kernels() -> None:
     assert "host-bound" not in ids(build_report(busy))
 
 
-def test_device_graphs_make_breakdown_unreliable() -> None:
+def test_device_graphs_unreliable_only_where_kernels_stay_hidden() -> None:
     raw = big()
     assert "device-graphs" not in ids(build_report(raw))
-    graphed = msgspec.structs.replace(raw, kernels=[msgspec.structs.replace(k, graph_id=7) for k in raw.kernels])
-    r = build_report(graphed)
+    # each kernel of the graphs recorded (graph ids set, as the C CUPTI recorder does): per-step numbers hold
+    seen = msgspec.structs.replace(raw, graph_launches=64,
+                                   kernels=KernelTable.from_records([msgspec.structs.replace(k, graph_id=7) for k in raw.kernels.records()]))
+    seen.capture.device_graph_capture = True
+    r = build_report(seen)
+    assert "device-graphs" not in ids(r) and "healthy-dense-decode" in ids(r)
+    assert isinstance(r.kernels, KernelBreakdown) and r.kernels.graph_kernels == 19580 and r.kernels.unreliable is None
+    assert any("ran inside device graphs" in n for n in r.notes)
+    # graphs launched but no kernel record from inside one: the tracer saw replays only
+    hidden = msgspec.structs.replace(raw, graph_launches=64)
+    r = build_report(hidden)
     assert "device-graphs" in ids(r)
     assert "--no-device-graph-capture" in (r.next_measurement or "")
     assert "healthy-dense-decode" not in ids(r)  # no verdict on per-kernel numbers that cannot be trusted
@@ -192,12 +212,13 @@ def test_thresholds_are_overridable() -> None:
 def test_tracer_overhead_supersedes_host_bound() -> None:
     """Low utilization measured while an in-process tracer stalled the process is the tracer's doing."""
     low = synthetic([1.0] * 40, [[]] * 40, samples=_samples(5, 0.2, []))
-    low = msgspec.structs.replace(low, kernels=big().kernels[:50])
+    low = msgspec.structs.replace(low, kernels=KernelTable.from_records(big().kernels.records()[:50]))
     assert "host-bound" in ids(build_report(low)) and "tracer-overhead" not in ids(build_report(low))
-    slowed = build_report(msgspec.structs.replace(low, tracer_overhead_pct=38.7))
+    window_s = (low.steps[-1].end_ns - low.steps[0].start_ns) / 1e9
+    slowed = build_report(msgspec.structs.replace(low, tracer_callback_s=0.387 * window_s))
     found = {f.id: f for f in slowed.findings}
     assert "tracer-overhead" in found and "host-bound" not in found
     assert found["tracer-overhead"].evidence["tracer_callbacks_pct_of_window"] == 38.7
     assert (slowed.next_measurement or "").startswith("max-profile run --model-path") and slowed.next_measurement.endswith("--kernels off")  # type: ignore[union-attr]
-    light = build_report(msgspec.structs.replace(low, tracer_overhead_pct=1.0))
+    light = build_report(msgspec.structs.replace(low, tracer_callback_s=0.01 * window_s))
     assert "tracer-overhead" not in ids(light) and "host-bound" in ids(light)

@@ -18,11 +18,20 @@ from pathlib import Path
 
 import pytest
 
+from max_profile.analyze.report import build_report
 from max_profile.collect.gpu_sampling import clean_child_env
-from max_profile.model import KernelBreakdown, Unavailable
-from max_profile.serve import ServeError, ServePlan, free_port, run_serve_capture
+from max_profile.errors import MaxProfileError as ServeError
+from max_profile.model import KernelBreakdown, Report, Unavailable
+from max_profile.serve import ServePlan, free_port
+from max_profile.serve import run_serve_capture as capture_raw
 
 from .conftest import REPO
+
+
+def run_serve_capture(plan: ServePlan, **kw: object) -> Report:
+    """The serve capture through the one pipeline: RawCapture -> build_report."""
+    return build_report(capture_raw(plan, **kw))  # type: ignore[arg-type]
+
 
 pytestmark = pytest.mark.slow
 
@@ -206,6 +215,7 @@ def _fake_env(monkeypatch: pytest.MonkeyPatch, vendor: str) -> None:
     real = environment.detect_environment(check_tools=False)
     fake: Environment = msgspec.structs.replace(real, vendor=vendor, vendor_reason=f"FAKE for this test: {vendor}")
     monkeypatch.setattr(environment, "detect_environment", lambda check_tools=True: fake)
+    monkeypatch.setattr("max_profile.serve.detect_environment", lambda check_tools=True: fake)
 
 
 def test_wrong_vendor_and_missing_tool_start_nothing(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -271,7 +281,9 @@ def test_worker_hook_prepares_before_the_window(tmp_path: Path, loads_driver: bo
         subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(tmp_path / "empty.c")], check=True)
         script = f"import ctypes\nctypes.CDLL({str(tmp_path / 'libcuda.so.1')!r})\n" + script
     hook = str(REPO / "max_profile" / "collect" / "worker_hook")
-    env = clean_child_env({"MAX_PROFILE_WORKER_CUPTI_DIR": str(folder), "PYTHONPATH": hook + os.pathsep + str(REPO)})
+    # no libcupti for the C recorder (as on CI) and no cupti-python: nothing usable, said before `start`
+    env = clean_child_env({"MAX_PROFILE_WORKER_CUPTI_DIR": str(folder), "PYTHONPATH": hook + os.pathsep + str(REPO),
+                           "MAX_PROFILE_LIBCUPTI": str(tmp_path / "no-libcupti.so")})
     if not loads_driver:
         env["CUDA_VISIBLE_DEVICES"] = ""
     proc = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True)

@@ -9,10 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from max_profile.analyze.breakdown import _union_ns, build_breakdown, phase_of_range
+from max_profile.analyze.breakdown import build_breakdown, union_ns
 from max_profile.analyze.families import base_name, classify_kernel, distinctive_regex
-from max_profile.model import SCHEMA_VERSION, Capture, Environment, KernelRecord, PhaseRange, Report, Step
-from max_profile.tinymodel import ModelShape, _bf16_bytes, build_tiny_llama, is_model_folder
+from max_profile.analyze.timeline import phase_of_range
+from max_profile.model import SCHEMA_VERSION, Capture, Environment, KernelRecord, KernelTable, Report, Step
+from max_profile.tinymodel import ModelShape, _bf16_bytes, build_tiny_llama
+from max_profile.util.models import model_folder_problem as is_model_folder
 
 # Names MAX 26.7 launched on the H200 (hash suffixes as seen) and on the CPU (NVTX op ranges).
 NAMES = {
@@ -63,7 +65,9 @@ def test_mangled_names_are_classified() -> None:
 def test_union_counts_overlap_once() -> None:
     s = np.array([0, 5, 20], dtype=np.int64)
     e = np.array([10, 15, 30], dtype=np.int64)
-    assert _union_ns(s, e) == 25
+    assert union_ns(s, e) == 25
+    # negative times (a CUPTI zero timestamp after clock mapping) never make a huge block
+    assert union_ns(np.array([-10**18, 5]), np.array([-10**18, 15])) == 10
 
 
 def _steps() -> list[Step]:
@@ -77,26 +81,26 @@ def _steps() -> list[Step]:
 def test_attribution_uses_launch_time_not_execution_time() -> None:
     # overlap pipeline: a kernel launched in step 1 runs during step 2's host time
     k = [KernelRecord(name="gemv_a", start_ns=210, end_ns=260, launch_ns=150), KernelRecord(name="matmul_b", start_ns=10, end_ns=60)]
-    bd = build_breakdown(k, source="t", steps=_steps())
+    bd = build_breakdown(KernelTable.from_records(k), source="t", steps=_steps())
     by_phase = {p.phase: p for p in bd.phases}
     assert by_phase["decode"].kernels == 1 and by_phase["prefill"].kernels == 1
     assert by_phase["decode"].kernel_us_per_token == pytest.approx(0.05 / 2)
-    assert bd.per_step_families == [{"gemv": 0.00005}, {}]
-
-
-def test_attribution_by_ranges_prefers_launch_thread() -> None:
-    ranges = [PhaseRange("max_profile:prefill", 0, 100, tid=1, domain="max_profile"), PhaseRange("max_profile:decode", 100, 200, tid=1, domain="max_profile")]
-    same = [KernelRecord(name="gemv", start_ns=150, end_ns=160, launch_ns=120, launch_tid=1)]
-    assert build_breakdown(same, source="t", ranges=ranges).attribution == "launch-thread"
-    other = [KernelRecord(name="gemv", start_ns=150, end_ns=160, launch_ns=120, launch_tid=2)]
-    bd = build_breakdown(other, source="t", ranges=ranges)
-    assert bd.attribution == "time-overlap"
-    assert next(p for p in bd.phases if p.phase == "decode").kernels == 1
+    assert bd.attribution == "launch time (any thread), else start time"
+    assert [(p.index, p.phase, p.kernels, p.families) for p in bd.per_step] == [(0, "prefill", 1, {"gemm": 0.00005}), (1, "decode", 1, {"gemv": 0.00005}),
+                                                                                (2, "decode", 0, {})]
 
 
 def test_unknown_kernels_are_listed_not_dropped() -> None:
-    bd = build_breakdown([KernelRecord(name="weird_kernel_x", start_ns=0, end_ns=10)], source="t")
+    bd = build_breakdown(KernelTable.from_records([KernelRecord(name="weird_kernel_x", start_ns=0, end_ns=10)]), source="t")
     assert bd.kernels == 1 and bd.unknown_kernel_names == ["weird_kernel_x"] and bd.families[0].family == "other"
+    assert bd.attribution == "none" and bd.gpu_busy_pct == pytest.approx(100.0)
+
+
+def test_invalid_timestamps_are_dropped_and_counted() -> None:
+    k = [KernelRecord(name="gemv", start_ns=110, end_ns=130, launch_ns=105), KernelRecord(name="gemv", start_ns=-1, end_ns=-1, launch_ns=106),
+         KernelRecord(name="gemv", start_ns=150, end_ns=140, launch_ns=107)]
+    bd = build_breakdown(KernelTable.from_records(k), source="t", steps=_steps())
+    assert bd.kernels == 1 and bd.invalid_kernels == 2 and bd.kernel_ms == pytest.approx(20e-6)
 
 
 def test_phase_of_range_names() -> None:
@@ -185,5 +189,8 @@ def test_serve_coverage_reports_the_tracer_share_of_the_window(tmp_path: Path) -
     assert _coverage(tmp_path, (0, 10_000_000_000)) == ("", None)
     (tmp_path / "coverage-77.json").write_text(json.dumps({"started_ns": 100_000_000, "stopped_ns": 12_000_000_000, "dropped": 0,
                                                            "callback_s": 3.87, "api_records": 72983, "api_filter": "launch calls only"}))
-    text, pct = _coverage(tmp_path, (0, 10_000_000_000))
-    assert text == ", recorded 9.9 of 10.0 s, 3.87 s in CUPTI callbacks for 72983 API records" and pct == pytest.approx(38.7)
+    text, callback_s = _coverage(tmp_path, (0, 10_000_000_000))
+    assert text == ", recorded 9.9 of 10.0 s, 3.87 s in CUPTI callbacks for 72983 API records" and callback_s == pytest.approx(3.87)
+    from max_profile.analyze.report import tracer_overhead_pct
+
+    assert tracer_overhead_pct(callback_s, (0, 10_000_000_000)) == pytest.approx(38.7)

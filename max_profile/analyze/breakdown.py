@@ -1,21 +1,22 @@
 """Where the GPU time goes: kernels tied to steps and phases, aggregated by family and name.
 
-Attribution, in order of preference:
+Attribution (one rule for every source): a kernel belongs to the step whose interval holds the
+moment it was asked for — the start of its launch call on any thread of the process, or its own
+start when the trace has no launch record for it. MAX launches from runtime worker threads, not
+the thread that holds the phase ranges, so thread matching would drop those kernels. Records
+with invalid timestamps (negative, or ending before they start: CUPTI hands out zero timestamps
+now and then) are dropped and counted. The steps themselves come from
+:func:`max_profile.analyze.timeline.step_timeline`.
 
-* ``host-steps`` — our own step records (in-process CUPTI / NVTX log): a kernel belongs to the
-  step whose host interval contains its *launch* (or its start, when the launch is unknown).
-* ``launch-thread`` — phase ranges with thread ids (nsys): the launching API call must lie
-  inside a range on the same thread (nsys's own rule, ``nvtx_kern_sum``).
-* ``time-overlap`` — ranges without thread match (MAX may launch from worker threads): the
-  launch (or start) time inside a range on any thread.
+Without any step, the whole-capture figures still stand: families, top kernels, and GPU busy
+over the capture window (union of kernel intervals / window).
 
-Pure functions over arrays; vectorized with numpy so a million kernels take about a second.
+Pure functions over numpy columns: a million kernels take well under a second.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,53 +25,45 @@ from max_profile.model import (
     DeviceBreakdown,
     FamilyRow,
     KernelBreakdown,
-    KernelRecord,
     KernelRow,
+    KernelTable,
+    KernelTotal,
     Phase,
     PhaseBreakdown,
-    PhaseRange,
     Step,
+    StepKernels,
 )
 
 PHASES: tuple[Phase, ...] = ("prefill", "mixed", "decode", "unknown")
 TOP_N = 15
-PER_STEP_LIMIT = 512
+PER_STEP_LIMIT = 4096
+"""Steps whose per-step figures are kept in the report (the first ones, in time order)."""
 
 
-@dataclass
-class KernelArrays:
-    """Column form of a kernel list (what collectors for big traces produce directly)."""
+def valid_kernels(table: KernelTable) -> np.ndarray:
+    """Mask of records with usable timestamps: start >= 0 and end >= start."""
+    return (table.start_ns >= 0) & (table.end_ns >= table.start_ns)
 
-    names: list[str]
-    name_idx: np.ndarray  # int32 index into names, per kernel
-    start: np.ndarray  # int64 ns
-    end: np.ndarray  # int64 ns
-    launch: np.ndarray  # int64 ns, -1 when unknown
-    tid: np.ndarray  # int64, -1 when unknown
-    device: np.ndarray  # int32
-    graph: np.ndarray  # bool: kernel ran inside a device graph
 
-    @classmethod
-    def from_records(cls, kernels: Sequence[KernelRecord]) -> KernelArrays:
-        index: dict[str, int] = {}
-        name_idx = np.fromiter((index.setdefault(k.name, len(index)) for k in kernels), dtype=np.int32, count=len(kernels))
-        return cls(
-            names=list(index),
-            name_idx=name_idx,
-            start=np.fromiter((k.start_ns for k in kernels), dtype=np.int64, count=len(kernels)),
-            end=np.fromiter((k.end_ns for k in kernels), dtype=np.int64, count=len(kernels)),
-            launch=np.fromiter((k.launch_ns if k.launch_ns is not None else -1 for k in kernels), dtype=np.int64, count=len(kernels)),
-            tid=np.fromiter((k.launch_tid if k.launch_tid is not None else -1 for k in kernels), dtype=np.int64, count=len(kernels)),
-            device=np.fromiter((k.device for k in kernels), dtype=np.int32, count=len(kernels)),
-            graph=np.fromiter((bool(k.graph_id) for k in kernels), dtype=bool, count=len(kernels)),
-        )
-
-    def __len__(self) -> int:
-        return int(self.start.size)
+def union_ns(start: np.ndarray, end: np.ndarray) -> int:
+    """Total length of the union of intervals (busy time, overlapping kernels counted once)."""
+    if start.size == 0:
+        return 0
+    if start.size > 1 and not bool((start[1:] >= start[:-1]).all()):
+        order = np.argsort(start, kind="stable")
+        start, end = start[order], end[order]
+    run_end = np.maximum.accumulate(end)  # a block of overlapping intervals ends at its running maximum end
+    new_block = np.empty(start.size, dtype=bool)
+    new_block[0] = True
+    np.greater(start[1:], run_end[:-1], out=new_block[1:])
+    last_of_block = np.empty(start.size, dtype=bool)
+    last_of_block[:-1] = new_block[1:]
+    last_of_block[-1] = True
+    return int((run_end[last_of_block] - start[new_block]).sum())
 
 
 def _intervals_index(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Index of the interval containing each t (intervals sorted, non-overlapping), -1 if none."""
+    """Index of the interval (sorted by start) containing each t, -1 if none."""
     if starts.size == 0:
         return np.full(t.shape, -1, dtype=np.int64)
     idx = np.searchsorted(starts, t, side="right") - 1
@@ -80,27 +73,9 @@ def _intervals_index(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.
     return np.where(inside, idx, -1)
 
 
-def _union_ns(start: np.ndarray, end: np.ndarray) -> int:
-    """Total length of the union of intervals (busy time, overlapping kernels counted once)."""
-    if start.size == 0:
-        return 0
-    order = np.argsort(start, kind="stable")
-    s, e = start[order], end[order]
-    run_end = np.maximum.accumulate(e)
-    # a new block starts where start > max end so far of previous intervals
-    new_block = np.empty(s.size, dtype=bool)
-    new_block[0] = True
-    new_block[1:] = s[1:] > run_end[:-1]
-    block_id = np.cumsum(new_block) - 1
-    block_start = s[new_block]
-    block_end = np.zeros(block_start.size, dtype=np.int64)
-    np.maximum.at(block_end, block_id, e)
-    return int((block_end - block_start).sum())
-
-
-def _family_rows(fam_idx: np.ndarray, dur: np.ndarray) -> list[FamilyRow]:
+def _family_rows(fam_idx: np.ndarray, dur: np.ndarray, counts_override: np.ndarray | None = None) -> list[FamilyRow]:
     total = float(dur.sum())
-    counts = np.bincount(fam_idx, minlength=len(FAMILIES))
+    counts = np.bincount(fam_idx, weights=counts_override, minlength=len(FAMILIES)) if counts_override is not None else np.bincount(fam_idx, minlength=len(FAMILIES))
     sums = np.bincount(fam_idx, weights=dur, minlength=len(FAMILIES))
     rows = [
         FamilyRow(family=FAMILIES[i], kernels=int(counts[i]), total_ms=float(sums[i]) / 1e6, share_pct=100.0 * float(sums[i]) / total if total else 0.0)
@@ -111,208 +86,192 @@ def _family_rows(fam_idx: np.ndarray, dur: np.ndarray) -> list[FamilyRow]:
     return rows
 
 
-def _kernel_rows(base_idx: np.ndarray, bases: list[str], base_fam: list[str], dur: np.ndarray, top: int) -> list[KernelRow]:
+def _kernel_rows(base_idx: np.ndarray, bases: list[str], base_fam: list[str], dur: np.ndarray, top: int,
+                 counts_override: np.ndarray | None = None) -> list[KernelRow]:
     total = float(dur.sum())
-    counts = np.bincount(base_idx, minlength=len(bases))
+    counts = np.bincount(base_idx, weights=counts_override, minlength=len(bases)) if counts_override is not None else np.bincount(base_idx, minlength=len(bases))
     sums = np.bincount(base_idx, weights=dur, minlength=len(bases))
-    order = np.argsort(-sums)[:top]
+    order = np.argsort(-sums, kind="stable")[:top]
     return [
-        KernelRow(
-            name=bases[i],
-            family=base_fam[i],
-            count=int(counts[i]),
-            total_ms=float(sums[i]) / 1e6,
-            mean_us=float(sums[i]) / counts[i] / 1e3,
-            share_pct=100.0 * float(sums[i]) / total if total else 0.0,
-        )
+        KernelRow(name=bases[i], family=base_fam[i], count=int(counts[i]), total_ms=float(sums[i]) / 1e6,
+                  mean_us=float(sums[i]) / counts[i] / 1e3, share_pct=100.0 * float(sums[i]) / total if total else 0.0)
         for i in order
         if counts[i]
     ]
 
 
+class _Names:
+    """Per distinct name: base name index, family index (classified once per name)."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        base_index: dict[str, int] = {}
+        self.to_base = np.array([base_index.setdefault(base_name(nm), len(base_index)) for nm in names] or [0], dtype=np.int32)
+        self.bases = list(base_index)
+        self.family = np.array([FAMILIES.index(classify_kernel(nm)) for nm in names] or [0], dtype=np.int32)
+        self.base_family = [""] * len(self.bases)
+        for i in range(len(names)):
+            self.base_family[self.to_base[i]] = FAMILIES[self.family[i]]
+
+
+def _unknown_names(fam_idx: np.ndarray, base_idx: np.ndarray, dur: np.ndarray, names: _Names) -> list[str]:
+    other = fam_idx == FAMILIES.index("other")
+    if not other.any():
+        return []
+    sums = np.bincount(base_idx[other], weights=dur[other], minlength=len(names.bases))
+    return [names.bases[i] for i in np.argsort(-sums, kind="stable")[:25] if sums[i] > 0]
+
+
 def build_breakdown(
-    kernels: KernelArrays | Sequence[KernelRecord],
+    table: KernelTable,
     *,
     source: str,
     steps: Sequence[Step] = (),
-    ranges: Sequence[PhaseRange] = (),
+    step_source: str = "none",
+    window: tuple[int, int] | None = None,
     top: int = TOP_N,
     device_graph_capture: bool | None = None,
     graph_launches: int = 0,
 ) -> KernelBreakdown:
-    """Aggregate kernels by family and name, overall and per phase.
+    """Aggregate kernels by family and name: overall, per phase, per step and per device.
 
-    ``steps`` (host step records) are preferred for attribution; else ``ranges`` (phase
-    ranges from a trace: names ``prefill`` / ``decode`` / ``mixed``, or MAX's scheduler
-    ranges ``_schedule(TextGenerationInputs(... batch_type=CE|TG))``).
+    ``steps`` are the timeline's steps on the kernels' clock (requests only, any order);
+    ``window`` is the capture window on that clock (default: from the first launch or step start
+    to the last kernel end or step end).
     """
-    arr = kernels if isinstance(kernels, KernelArrays) else KernelArrays.from_records(kernels)
-    n = len(arr)
-    dur = (arr.end - arr.start).astype(np.float64)
-    # name -> base name -> family, computed once per unique name
-    bases_of_names = [base_name(nm) for nm in arr.names]
-    base_index: dict[str, int] = {}
-    name_to_base = np.array([base_index.setdefault(b, len(base_index)) for b in bases_of_names] or [0], dtype=np.int32)
-    bases = list(base_index)
-    fam_of_name = np.array([FAMILIES.index(classify_kernel(nm)) for nm in arr.names] or [0], dtype=np.int32)
-    base_fam = [""] * len(bases)
-    for i in range(len(arr.names)):
-        base_fam[name_to_base[i]] = FAMILIES[fam_of_name[i]]
-    fam_idx = fam_of_name[arr.name_idx] if n else np.zeros(0, dtype=np.int32)
-    base_idx = name_to_base[arr.name_idx] if n else np.zeros(0, dtype=np.int32)
-    t_attr = np.where(arr.launch >= 0, arr.launch, arr.start)
+    valid = valid_kernels(table)
+    invalid = int((~valid).sum())
+    if invalid:
+        table = table.select(valid)
+    n = len(table)
+    dur = (table.end_ns - table.start_ns).astype(np.float64)
+    names = _Names(table.names)
+    fam_idx = names.family[table.name_idx] if n else np.zeros(0, dtype=np.int32)
+    base_idx = names.to_base[table.name_idx] if n else np.zeros(0, dtype=np.int32)
+    t_attr = table.attribution_time()
 
-    # ---- attribution to intervals (steps or ranges) -------------------------------------
-    interval_phase: list[Phase] = []
-    interval_tokens: list[int] = []
-    attribution = "none"
-    if steps:
-        st = sorted((s for s in steps if s.batch_size > 0), key=lambda s: s.start_ns)
-        starts = np.array([s.start_ns for s in st], dtype=np.int64)
-        ends = np.array([s.end_ns for s in st], dtype=np.int64)
-        interval_phase = [s.phase for s in st]
-        interval_tokens = [s.input_tokens if s.phase != "decode" else s.batch_size for s in st]
-        step_of = _intervals_index(starts, ends, t_attr)
-        attribution = "host-steps"
-    elif ranges:
-        rs = sorted((r for r in ranges if phase_of_range(r.name) is not None), key=lambda r: r.start_ns)
-        starts = np.array([r.start_ns for r in rs], dtype=np.int64)
-        ends = np.array([r.end_ns for r in rs], dtype=np.int64)
-        interval_phase = [phase_of_range(r.name) or "unknown" for r in rs]
-        interval_tokens = [batch_of_range(r.name) if p == "decode" else 0 for r, p in zip(rs, interval_phase, strict=True)]
-        step_of = _intervals_index(starts, ends, t_attr)
-        attribution = "time-overlap"
-        tids = np.array([r.tid if r.tid is not None else -1 for r in rs], dtype=np.int64)
-        if rs and (arr.tid >= 0).any() and (tids >= 0).any():
-            ok = step_of >= 0
-            same = np.zeros(n, dtype=bool)
-            same[ok] = (tids[step_of[ok]] == arr.tid[ok]) | (arr.tid[ok] < 0)
-            if same[ok].mean() > 0.5 if ok.any() else False:
-                step_of = np.where(same, step_of, -1)
-                attribution = "launch-thread"
-    else:
-        starts = ends = np.zeros(0, dtype=np.int64)
-        step_of = np.full(n, -1, dtype=np.int64)
+    ordered = sorted(steps, key=lambda s: s.start_ns)
+    starts = np.array([s.start_ns for s in ordered], dtype=np.int64)
+    ends = np.array([s.end_ns for s in ordered], dtype=np.int64)
+    step_of = _intervals_index(starts, ends, t_attr) if n else np.zeros(0, dtype=np.int64)
+    attribution = _attribution(table, bool(ordered))
 
-    phase_codes = np.array([PHASES.index(p) for p in interval_phase] or [0], dtype=np.int32)
+    lo_candidates = [int(t_attr.min())] if n else []
+    hi_candidates = [int(table.end_ns.max())] if n else []
+    if ordered:
+        lo_candidates.append(int(starts.min()))
+        hi_candidates.append(int(ends.max()))
+    if window is None and lo_candidates:
+        window = (min(lo_candidates), max(hi_candidates))
+    window_ns = (window[1] - window[0]) if window else 0
+    busy_all = 0
+    if n and window is not None:  # kernels clipped to the window (the last step's kernels may run past it)
+        outside = int(table.start_ns.min()) < window[0] or int(table.end_ns.max()) > window[1]
+        s, e = (np.clip(table.start_ns, window[0], window[1]), np.clip(table.end_ns, window[0], window[1])) if outside else (table.start_ns, table.end_ns)
+        busy_all = union_ns(s, e)
+
+    phase_codes = np.array([PHASES.index(s.phase) for s in ordered] or [0], dtype=np.int32)
     kernel_phase = np.where(step_of >= 0, phase_codes[np.maximum(step_of, 0)], -1) if n else np.zeros(0, dtype=np.int32)
 
     phases: list[PhaseBreakdown] = []
     for code, phase in enumerate(PHASES):
-        sel_steps = [i for i, p in enumerate(interval_phase) if p == phase]
-        if not sel_steps:
+        sel = [i for i, s in enumerate(ordered) if s.phase == phase]
+        if not sel:
             continue
         mask = kernel_phase == code
-        wall_ns = int(sum(int(ends[i] - starts[i]) for i in sel_steps))
-        busy = _union_ns(arr.start[mask], arr.end[mask])
+        wall_ns = int(sum(int(ends[i] - starts[i]) for i in sel))
+        busy = union_ns(table.start_ns[mask], table.end_ns[mask])
         k_ns = float(dur[mask].sum())
-        tokens = sum(interval_tokens[i] for i in sel_steps)
-        phases.append(
-            PhaseBreakdown(
-                phase=phase,
-                steps=len(sel_steps),
-                kernels=int(mask.sum()),
-                kernel_ms=k_ns / 1e6,
-                wall_ms=wall_ns / 1e6 if wall_ns else None,
-                gpu_busy_pct=min(100.0, 100.0 * busy / wall_ns) if wall_ns else None,
-                kernels_per_step=float(mask.sum()) / len(sel_steps),
-                kernel_ms_per_step=k_ns / 1e6 / len(sel_steps),
-                kernel_us_per_token=k_ns / 1e3 / tokens if tokens else None,
-                families=_family_rows(fam_idx[mask], dur[mask]),
-                top_kernels=_kernel_rows(base_idx[mask], bases, base_fam, dur[mask], top),
-            )
-        )
+        tokens = sum(ordered[i].batch_size if phase == "decode" else ordered[i].input_tokens for i in sel)
+        phases.append(PhaseBreakdown(
+            phase=phase, steps=len(sel), kernels=int(mask.sum()), kernel_ms=k_ns / 1e6, wall_ms=wall_ns / 1e6 if wall_ns else None,
+            gpu_busy_pct=min(100.0, 100.0 * busy / wall_ns) if wall_ns else None,
+            kernels_per_step=float(mask.sum()) / len(sel), kernel_ms_per_step=k_ns / 1e6 / len(sel),
+            kernel_us_per_token=k_ns / 1e3 / tokens if tokens else None,
+            families=_family_rows(fam_idx[mask], dur[mask]), top_kernels=_kernel_rows(base_idx[mask], names.bases, names.base_family, dur[mask], top),
+        ))
 
-    per_step: list[dict[str, float]] = []
-    decode_ids = [i for i, p in enumerate(interval_phase) if p == "decode"][:PER_STEP_LIMIT]
-    if decode_ids and n:
-        sel = np.isin(step_of, decode_ids)
-        sums = np.zeros((len(interval_phase), len(FAMILIES)))
-        np.add.at(sums, (step_of[sel], fam_idx[sel]), dur[sel])
-        for i in decode_ids:
-            per_step.append({FAMILIES[f]: round(float(sums[i, f]) / 1e6, 6) for f in np.nonzero(sums[i])[0]})
-
-    other_code = FAMILIES.index("other")
-    other_mask = fam_idx == other_code
-    unknown = []
-    if other_mask.any():
-        sums_other = np.bincount(base_idx[other_mask], weights=dur[other_mask], minlength=len(bases))
-        unknown = [bases[i] for i in np.argsort(-sums_other)[:25] if sums_other[i] > 0]
-
-    per_device = _per_device(arr, fam_idx, dur, kernel_phase, interval_phase, starts, ends) if n and np.unique(arr.device).size > 1 else []
-
+    per_step = _per_step(ordered, step_of, fam_idx, dur) if ordered else []
+    graph_kernels = int((table.graph_id > 0).sum()) if n and table.graph_id is not None else 0
     unreliable = None
-    graph_share = float(arr.graph.mean()) if n else 0.0
-    if device_graph_capture or graph_share > 0.2 or (graph_launches and n and graph_launches * 5 > n):
-        unreliable = (
-            "device graph capture was on: kernels ran as graph replays, so per-step attribution and per-kernel "
-            "counts are unreliable; re-run with --no-device-graph-capture (max serve / max generate) to see each kernel"
-        )
+    if (device_graph_capture or graph_launches) and not graph_kernels:
+        # graphs ran but no kernel record says it ran inside one: the tracer saw graph replays, not their kernels
+        unreliable = ("device graph capture was on and the trace holds no kernel of a graph: kernels ran as graph replays the tracer "
+                      "did not open, so per-step attribution and per-kernel counts are unreliable; record with max_profile's CUPTI "
+                      "recorder (it records each kernel of a graph) or nsys --cuda-graph-trace=node, or re-run with --no-device-graph-capture")
+    devices = sorted(int(d) for d in np.unique(table.device)) if n else []
     return KernelBreakdown(
-        source=source,
-        kernels=n,
-        kernel_ms=float(dur.sum()) / 1e6,
-        attribution=attribution,
-        families=_family_rows(fam_idx, dur),
-        top_kernels=_kernel_rows(base_idx, bases, base_fam, dur, top),
-        phases=phases,
-        unknown_kernel_names=unknown,
-        devices=sorted(int(d) for d in np.unique(arr.device)) if n else [],
-        unreliable=unreliable,
-        per_step_families=per_step,
-        per_device=per_device,
+        source=source, kernels=n, kernel_ms=float(dur.sum()) / 1e6, attribution=attribution,
+        families=_family_rows(fam_idx, dur), top_kernels=_kernel_rows(base_idx, names.bases, names.base_family, dur, top),
+        phases=phases, step_source=step_source if ordered else "none",
+        window_ms=window_ns / 1e6 if window_ns > 0 else None,
+        gpu_busy_pct=min(100.0, 100.0 * busy_all / window_ns) if window_ns > 0 else None,
+        unattributed_kernels=int((step_of < 0).sum()) if ordered else n, invalid_kernels=invalid,
+        unknown_kernel_names=_unknown_names(fam_idx, base_idx, dur, names), devices=devices, unreliable=unreliable,
+        per_step=per_step, graph_kernels=graph_kernels,
+        per_device=_per_device(table, fam_idx, dur, kernel_phase, ordered, window_ns) if len(devices) > 1 else [],
     )
 
 
-def _per_device(
-    arr: KernelArrays,
-    fam_idx: np.ndarray,
-    dur: np.ndarray,
-    kernel_phase: np.ndarray,
-    interval_phase: list[Phase],
-    starts: np.ndarray,
-    ends: np.ndarray,
-) -> list[DeviceBreakdown]:
-    """Per-GPU tables: kernels, busy fraction, families, collective time per decode step."""
-    wall = int((ends - starts).sum()) if starts.size else 0
-    decode_code = PHASES.index("decode")
-    decode_steps = sum(1 for p in interval_phase if p == "decode")
-    coll = FAMILIES.index("collective")
+def _attribution(table: KernelTable, has_steps: bool) -> str:
+    if not has_steps:
+        return "none"
+    if table.launch_ns is None or not len(table):
+        return "start time (no launch records)"
+    known = table.launch_ns >= 0
+    if known.all():
+        return "launch time (any thread)"
+    if not known.any():
+        return "start time (no launch records)"
+    return "launch time (any thread), else start time"
+
+
+def _per_step(ordered: Sequence[Step], step_of: np.ndarray, fam_idx: np.ndarray, dur: np.ndarray) -> list[StepKernels]:
+    n_steps = min(len(ordered), PER_STEP_LIMIT)
+    sel = (step_of >= 0) & (step_of < n_steps)
+    f = len(FAMILIES)
+    flat = step_of[sel] * f + fam_idx[sel]
+    sums = np.bincount(flat, weights=dur[sel], minlength=n_steps * f).reshape(n_steps, f)
+    counts = np.bincount(step_of[sel], minlength=n_steps)
     out = []
-    for dev in sorted(int(d) for d in np.unique(arr.device)):
-        m = arr.device == dev
-        dm = m & (kernel_phase == decode_code)
-        dec_ms = float(dur[dm].sum()) / 1e6
-        coll_ms = float(dur[dm & (fam_idx == coll)].sum()) / 1e6
-        out.append(
-            DeviceBreakdown(
-                device=dev,
-                kernels=int(m.sum()),
-                kernel_ms=float(dur[m].sum()) / 1e6,
-                gpu_busy_pct=min(100.0, 100.0 * _union_ns(arr.start[m], arr.end[m]) / wall) if wall else None,
-                collective_ms_per_decode_step=coll_ms / decode_steps if decode_steps else None,
-                collective_share_of_decode_pct=100.0 * coll_ms / dec_ms if dec_ms else None,
-                families=_family_rows(fam_idx[m], dur[m]),
-            )
-        )
+    for i in range(n_steps):
+        row = sums[i]
+        out.append(StepKernels(index=i, phase=ordered[i].phase, kernels=int(counts[i]), kernel_ms=round(float(row.sum()) / 1e6, 6),
+                               families={FAMILIES[j]: round(float(row[j]) / 1e6, 6) for j in np.nonzero(row)[0]}))
     return out
 
 
-def phase_of_range(name: str) -> Phase | None:
-    """Phase named by a range: ours (``prefill``, ``max_profile:decode``) or MAX's scheduler ranges."""
-    text = name.rsplit(":", 1)[-1] if name.startswith(("max_profile:", ":")) else name
-    text = text.rsplit("/", 1)[-1] if text.startswith("max_profile/") else text
-    if text in ("prefill", "decode", "mixed"):
-        return text  # type: ignore[return-value]
-    if "batch_type=CE" in name:
-        return "prefill"
-    if "batch_type=TG" in name:
-        return "decode"
-    return None
+def _per_device(table: KernelTable, fam_idx: np.ndarray, dur: np.ndarray, kernel_phase: np.ndarray, ordered: Sequence[Step],
+                window_ns: int) -> list[DeviceBreakdown]:
+    """Per-GPU tables: kernels, busy fraction over the window, families, collective time per decode step."""
+    decode_code = PHASES.index("decode")
+    decode_steps = sum(1 for s in ordered if s.phase == "decode")
+    coll = FAMILIES.index("collective")
+    out = []
+    for dev in sorted(int(d) for d in np.unique(table.device)):
+        m = table.device == dev
+        dm = m & (kernel_phase == decode_code)
+        dec_ms = float(dur[dm].sum()) / 1e6
+        coll_ms = float(dur[dm & (fam_idx == coll)].sum()) / 1e6
+        out.append(DeviceBreakdown(
+            device=dev, kernels=int(m.sum()), kernel_ms=float(dur[m].sum()) / 1e6,
+            gpu_busy_pct=min(100.0, 100.0 * union_ns(table.start_ns[m], table.end_ns[m]) / window_ns) if window_ns > 0 else None,
+            collective_ms_per_decode_step=coll_ms / decode_steps if decode_steps else None,
+            collective_share_of_decode_pct=100.0 * coll_ms / dec_ms if dec_ms else None,
+            families=_family_rows(fam_idx[m], dur[m]),
+        ))
+    return out
 
 
-def batch_of_range(name: str) -> int:
-    import re
-
-    m = re.search(r"batch_size=(\d+)", name)
-    return int(m.group(1)) if m else 1
+def breakdown_from_totals(totals: Sequence[KernelTotal], *, source: str, top: int = TOP_N) -> KernelBreakdown:
+    """Families and top kernels from per-name totals (no timeline: no phases, no busy figure)."""
+    names = _Names([t.name for t in totals])
+    idx = np.arange(len(totals), dtype=np.int64)
+    dur = np.array([float(t.total_ns) for t in totals], dtype=np.float64)
+    counts = np.array([float(t.count) for t in totals], dtype=np.float64)
+    fam_idx = names.family[idx] if len(totals) else np.zeros(0, dtype=np.int32)
+    base_idx = names.to_base[idx] if len(totals) else np.zeros(0, dtype=np.int32)
+    return KernelBreakdown(
+        source=source, kernels=int(counts.sum()), kernel_ms=float(dur.sum()) / 1e6, attribution="totals only",
+        families=_family_rows(fam_idx, dur, counts), top_kernels=_kernel_rows(base_idx, names.bases, names.base_family, dur, top, counts),
+        phases=[], unknown_kernel_names=_unknown_names(fam_idx, base_idx, dur, names),
+    )

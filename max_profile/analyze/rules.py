@@ -52,6 +52,12 @@ class Thresholds:
     """In-process tracer callbacks above this % of the capture window → timing figures are distorted."""
     throttle_clock_pct: float = 97.0
     """A throttle reason with the mean SM clock below this % of its max → throttled (warning); at or above → info only."""
+    gpu_bound_busy_pct: float = 85.0
+    """GPU busy (union of kernel time over the window) at or above this → GPU-bound."""
+    kv_model_refeed_corr: float = 0.9
+    """Model input tokens per request growing with the sequence at this correlation or more → the model re-encodes it."""
+    no_phase_confidence_scale: float = 0.75
+    """Confidence of a verdict drawn from a whole capture without phase ranges, relative to the per-phase one."""
 
 
 Rule = Callable[[Report, Thresholds], list[Finding]]
@@ -82,7 +88,22 @@ def _gpu_kernels(k: KernelBreakdown) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
+def _busy_scope(k: KernelBreakdown) -> tuple[float | None, str]:
+    """GPU busy in decode when phases are known, else over the whole capture window (and which)."""
+    d = _phase(k, "decode")
+    if d is not None and d.gpu_busy_pct is not None:
+        return d.gpu_busy_pct, "decode"
+    if not k.phases and k.gpu_busy_pct is not None:
+        return k.gpu_busy_pct, "capture"
+    return None, ""
+
+
 def rule_host_bound(report: Report, th: Thresholds) -> list[Finding]:
+    """The GPU idles while the workload runs: NVML utilization low, or the kernel timeline mostly empty.
+
+    The kernel timeline is exact and wins over NVML samples (0.1 s, they can miss a short run). Without
+    phase ranges the busy figure covers the whole capture window, and the verdict says so with lower confidence.
+    """
     u, k = _util(report), _kern(report)
     evidence: dict[str, float | int | str | None] = {}
     low_util = False
@@ -91,18 +112,17 @@ def rule_host_bound(report: Report, th: Thresholds) -> list[Finding]:
         if g.mean_utilization_pct is not None and g.mean_utilization_pct < th.host_bound_util_pct:
             low_util = True
             evidence.update({"gpu": g.gpu, "mean_utilization_pct": round(g.mean_utilization_pct, 1), "peak_utilization_pct": g.peak_utilization_pct, "samples": g.samples})
-    busy_low = False
-    busy_known = False
-    if k and _gpu_kernels(k):
-        d = _phase(k, "decode")
-        if d and d.gpu_busy_pct is not None:
-            busy_known = True
-            if d.gpu_busy_pct < th.host_bound_busy_pct:
-                busy_low = True
-                evidence.update({"decode_gpu_busy_pct": round(d.gpu_busy_pct, 1), "decode_kernel_ms_per_step": round(d.kernel_ms_per_step or 0, 4)})
-    # The kernel timeline is exact; NVML samples are coarse (0.1 s) and can miss a short run.
-    if busy_known and not busy_low:
+    busy, scope = _busy_scope(k) if k and _gpu_kernels(k) else (None, "")
+    if busy is not None and busy >= th.host_bound_busy_pct:
         return []
+    busy_low = busy is not None
+    if busy is not None and k is not None:
+        if scope == "decode":
+            d = _phase(k, "decode")
+            evidence.update({"decode_gpu_busy_pct": round(busy, 1), "decode_kernel_ms_per_step": round((d.kernel_ms_per_step if d else None) or 0, 4)})
+        else:
+            evidence.update({"gpu_busy_pct": round(busy, 1), "busy_scope": "whole capture window (no phase ranges)",
+                             "window_ms": round(k.window_ms or 0, 3), "kernels": k.kernels})
     if not (low_util or busy_low):
         return []
     s = _steps(report)
@@ -111,15 +131,41 @@ def rule_host_bound(report: Report, th: Thresholds) -> list[Finding]:
         if dec:
             evidence["decode_step_p50_ms"] = round(dec.p50_ms, 3)
     evidence["threshold_pct"] = th.host_bound_util_pct
+    confidence = 0.9 if (low_util and busy_low) else 0.7
+    if scope == "capture":
+        confidence *= th.no_phase_confidence_scale
     return [
         Finding(
             id="host-bound",
             severity="warning",
-            title="Host-bound: the GPU idles while steps run (launch/sync overhead, Python, or a batch too small)",
+            title="Host-bound: the GPU idles while steps run (launch/sync overhead, Python, or a batch too small)"
+            if scope != "capture" else f"Host-bound: the GPU ran kernels {busy:.0f}% of the capture window (no phase ranges: whole capture)",
             evidence=evidence,
-            confidence=0.9 if (low_util and busy_low) else 0.7,
+            confidence=round(confidence, 2),
             next_step="Stop here: a kernel trace adds nothing until the GPU is busy. Raise the batch size / concurrency, "
             "or profile the host (py-spy record --native, or `max generate --profile` for its cProfile table).",
+        )
+    ]
+
+
+def rule_gpu_bound(report: Report, th: Thresholds) -> list[Finding]:
+    """The GPU is busy nearly all the time: the kernels below are where the time goes."""
+    k = _kern(report)
+    if not k or not _gpu_kernels(k) or k.unreliable:
+        return []
+    busy, scope = _busy_scope(k)
+    if busy is None or busy < th.gpu_bound_busy_pct:
+        return []
+    where = "decode steps" if scope == "decode" else "capture window (no phase ranges: whole capture)"
+    return [
+        Finding(
+            id="gpu-bound",
+            severity="info",
+            title=f"GPU-bound: kernels ran {busy:.0f}% of the {where}; the kernel mix is where the time goes",
+            evidence={"gpu_busy_pct": round(busy, 1), "scope": scope, "top_family": k.families[0].family if k.families else None,
+                      "threshold_pct": th.gpu_bound_busy_pct},
+            confidence=round(0.8 * (th.no_phase_confidence_scale if scope == "capture" else 1.0), 2),
+            next_step=None,
         )
     ]
 
@@ -217,44 +263,52 @@ def rule_tracer_overhead(report: Report, th: Thresholds) -> list[Finding]:
 
 def rule_phase_markers_missing(report: Report, th: Thresholds) -> list[Finding]:
     k = _kern(report)
-    if not k or k.attribution != "none" or not k.kernels:
+    if not k or k.attribution not in ("none", "totals only") or not k.kernels:
         return []
     return [
         Finding(
             id="phases-missing",
             severity="warning",
             title="The trace has no phase ranges: kernels cannot be split into prefill and decode",
-            evidence={"kernels": k.kernels, "source": k.source},
+            evidence={"kernels": k.kernels, "source": k.source, "gpu_busy_pct": round(k.gpu_busy_pct, 1) if k.gpu_busy_pct is not None else None},
             confidence=0.9,
             next_step="Capture with max-profile (it marks prefill/decode in the `max_profile` NVTX domain), or set "
             "MODULAR_ENABLE_PROFILING=on so MAX's scheduler ranges (_schedule(... batch_type=CE|TG)) appear; "
-            "check with `nsys stats --report nvtx_sum REPORT`.",
+            "check with `nsys stats --report nvtx_sum REPORT`. Busy time and family verdicts below cover the whole capture.",
         )
     ]
 
 
 def rule_dense_decode(report: Report, th: Thresholds) -> list[Finding]:
+    """Decode dominated by matrix-vector products: healthy, memory-bound dense decode.
+
+    Without phase ranges the whole capture's mix is read (a matvec-dominated capture is a decode),
+    with lower confidence.
+    """
     k = _kern(report)
     if not k or k.unreliable or not _gpu_kernels(k):
         return []
     d = _phase(k, "decode")
-    if not d or not d.families:
+    if d is None and k.phases:
         return []
-    top = d.families[0]
-    gemv = next((r for r in d.families if r.family == "gemv"), None)
+    families = d.families if d else k.families
+    if not families:
+        return []
+    top = families[0]
+    gemv = next((r for r in families if r.family == "gemv"), None)
     if top.family != "gemv" or gemv is None or gemv.share_pct < th.healthy_gemv_share_pct:
         return []
-    names = [r.family for r in d.families[:4]]
-    return [
-        Finding(
-            id="healthy-dense-decode",
-            severity="info",
-            title="Healthy dense decode: matrix-vector products dominate (memory-bound), then " + ", ".join(names[1:3]),
-            evidence={"gemv_share_pct": round(gemv.share_pct, 1), "top_families": ",".join(names), "decode_kernel_us_per_token": round(d.kernel_us_per_token or 0, 2)},
-            confidence=0.8,
-            next_step=None,
-        )
-    ]
+    names = [r.family for r in families[:4]]
+    evidence: dict[str, float | int | str | None] = {"gemv_share_pct": round(gemv.share_pct, 1), "top_families": ",".join(names)}
+    if d is not None:
+        evidence["decode_kernel_us_per_token"] = round(d.kernel_us_per_token or 0, 2)
+        title = "Healthy dense decode: matrix-vector products dominate (memory-bound), then " + ", ".join(names[1:3])
+        confidence = 0.8
+    else:
+        evidence["scope"] = "whole capture (no phase ranges)"
+        title = "Matrix-vector products dominate the capture: a memory-bound dense decode (no phase ranges: whole capture), then " + ", ".join(names[1:3])
+        confidence = 0.8 * th.no_phase_confidence_scale
+    return [Finding(id="healthy-dense-decode", severity="info", title=title, evidence=evidence, confidence=round(confidence, 2), next_step=None)]
 
 
 def rule_moe(report: Report, th: Thresholds) -> list[Finding]:
@@ -343,12 +397,19 @@ def rule_unfused(report: Report, th: Thresholds) -> list[Finding]:
 def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
     """Decode work growing ~linearly with the sequence: the KV cache is missing or not used.
 
-    Three signals, any of which fires: decode step time grows with the sequence length (and
-    correlates with it); decode kernel time per step grows the same way; decode steps feed the
-    whole sequence again (input tokens per request > 1 and growing; speculative decoding feeds a
-    constant 1 + draft tokens). A prefill-like kernel mix in decode is reported as evidence.
+    Signals, any of which fires:
+
+    * step time grows with the sequence length (and correlates with it);
+    * kernel time per decode step grows the same way (what the GPU computes, not the host);
+    * the scheduler feeds the whole sequence again (input tokens per request > 1 and growing;
+      speculative decoding feeds a constant 1 + draft tokens);
+    * the model computes more tokens than the scheduler fed: tokens in the model's own input
+      tensor per request grow with the sequence while the scheduler feeds 1 (an architecture that
+      re-encodes behind the scheduler's back).
+
+    A prefill-like kernel mix in decode is reported as evidence.
     """
-    steps = [s for s in report.steps if s.phase == "decode" and s.batch_size > 0 and s.sequence_tokens is not None]
+    steps = sorted((s for s in report.steps if s.phase == "decode" and s.batch_size > 0 and s.sequence_tokens is not None), key=lambda s: s.start_ns)
     s = _steps(report)
     if len(steps) < th.kv_min_decode_steps or not s:
         return []
@@ -362,7 +423,7 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
     third = max(len(ms) // 3, 1)
     first, last = float(np.median(ms[:third])), float(np.median(ms[-third:]))
     ratio = last / first if first > 0 else 0.0
-    corr = float(np.corrcoef(seq, ms)[0, 1]) if ms.std() > 0 else 0.0
+    corr = _corr(seq, ms)
     fed_first, fed_last = float(np.median(fed[:third])), float(np.median(fed[-third:]))
     evidence: dict[str, float | int | str | None] = {
         "decode_steps": len(steps),
@@ -376,29 +437,52 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
         "decode_input_tokens_per_request_first": round(fed_first, 1),
         "decode_input_tokens_per_request_last": round(fed_last, 1),
     }
-    kernel_growth = _per_step_kernel_growth(report)
+    kernel_growth, kernel_corr = _per_step_kernel_growth(report, steps)
     if kernel_growth is not None:
         evidence["decode_kernel_ms_growth_ratio"] = round(kernel_growth, 2)
+        evidence["kernel_time_vs_sequence_correlation"] = round(kernel_corr, 3)
+    model_fed = [st.model_input_tokens / st.batch_size for st in steps if st.model_input_tokens is not None]
+    model_refeeds = False
+    if len(model_fed) == len(steps):
+        mf = np.array(model_fed)
+        mf_first, mf_last = float(np.median(mf[:third])), float(np.median(mf[-third:]))
+        evidence["model_input_tokens_per_request_first"] = round(mf_first, 1)
+        evidence["model_input_tokens_per_request_last"] = round(mf_last, 1)
+        model_refeeds = bool((mf >= 2).mean() >= 0.9) and mf_last >= mf_first + th.kv_min_context_growth / 2 and _corr(seq, mf) >= th.kv_model_refeed_corr
     evidence.update(_decode_vs_prefill_mix(report))
     time_grows = ratio >= th.kv_growth_ratio and corr >= 0.8
-    kernels_grow = kernel_growth is not None and kernel_growth >= th.kv_growth_ratio and corr >= 0.8
+    kernels_grow = kernel_growth is not None and kernel_growth >= th.kv_growth_ratio and kernel_corr >= 0.8
     refeeds = bool((fed >= 2).mean() >= 0.9) and fed_last >= fed_first + th.kv_min_context_growth / 2
-    if not (time_grows or kernels_grow or refeeds):
+    if not (time_grows or kernels_grow or refeeds or model_refeeds):
         return []
-    signals = [name for name, on in (("step time", time_grows), ("kernel time", kernels_grow), ("re-fed tokens", refeeds)) if on]
+    signals = [name for name, on in (("step time", time_grows), ("kernel time", kernels_grow), ("re-fed tokens", refeeds),
+                                     ("model re-encodes the sequence", model_refeeds)) if on]
     evidence["signals"] = ", ".join(signals)
-    confidence = 0.95 if refeeds else 0.85 if kernels_grow or kernel_growth is not None else 0.7
+    confidence = 0.95 if refeeds or model_refeeds else 0.85 if kernels_grow or kernel_growth is not None else 0.7
+    title = "Decode work grows with the sequence at every step: the KV cache is missing or not used (O(n²) re-prefill)"
+    if model_refeeds and not refeeds:
+        title = ("The model re-encodes the whole sequence at every decode step while the scheduler feeds one token: "
+                 "the KV cache is not used (O(n²) re-prefill)")
     return [
         Finding(
             id="kv-cache-broken",
             severity="error",
-            title="Decode work grows with the sequence at every step: the KV cache is missing or not used (O(n²) re-prefill)",
+            title=title,
             evidence=evidence,
             confidence=confidence,
             next_step="A correctness bug, not only slowness: check the architecture writes K/V into MAX's KV cache and "
             "attends over it in decode (paged attention), instead of re-encoding the whole sequence.",
         )
     ]
+
+
+def _corr(x: object, y: object) -> float:
+    import numpy as np
+
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if a.size < 2 or a.std() == 0 or b.std() == 0:
+        return 0.0
+    return float(np.corrcoef(a, b)[0, 1])
 
 
 def _decode_vs_prefill_mix(report: Report) -> dict[str, float | int | str | None]:
@@ -429,16 +513,23 @@ def _decode_vs_prefill_mix(report: Report) -> dict[str, float | int | str | None
     return out
 
 
-def _per_step_kernel_growth(report: Report) -> float | None:
+def _per_step_kernel_growth(report: Report, decode_steps: list) -> tuple[float | None, float]:  # type: ignore[type-arg]
+    """Decode kernel time per step: last-third / first-third median, and its correlation with the sequence length.
+
+    The breakdown's per-step entries are paired with the decode steps in time order (same count).
+    """
     k = _kern(report)
-    if not k or len(k.per_step_families) < 8:
-        return None
-    totals = [sum(d.values()) for d in k.per_step_families]
-    third = max(len(totals) // 3, 1)
+    if not k:
+        return None, 0.0
+    per = [p.kernel_ms for p in k.per_step if p.phase == "decode"]
+    if len(per) < 8:
+        return None, 0.0
     import numpy as np
 
-    a, b = float(np.median(totals[:third])), float(np.median(totals[-third:]))
-    return b / a if a > 0 else None
+    third = max(len(per) // 3, 1)
+    a, b = float(np.median(per[:third])), float(np.median(per[-third:]))
+    corr = _corr([st.sequence_tokens for st in decode_steps], per) if len(per) == len(decode_steps) else 0.0
+    return (b / a if a > 0 else None), corr
 
 
 def rule_decode_bandwidth(report: Report, th: Thresholds) -> list[Finding]:
@@ -507,6 +598,7 @@ def rule_communication(report: Report, th: Thresholds) -> list[Finding]:
 RULES: tuple[tuple[str, Rule], ...] = (
     ("kv-cache", rule_kv_cache),
     ("host-bound", rule_host_bound),
+    ("gpu-bound", rule_gpu_bound),
     ("throttled", rule_throttled),
     ("near-oom", rule_near_oom),
     ("device-graphs", rule_graphs_hid_kernels),
@@ -531,6 +623,8 @@ SUPERSEDED_BY: dict[str, frozenset[str]] = {
     "decode-bandwidth-low": frozenset({"kv-cache-broken"}),
     # utilization and GPU-busy figures measured while the tracer stalled the process say nothing about the host
     "host-bound": frozenset({"tracer-overhead"}),
+    # a named healthy mix already says where the busy GPU's time goes
+    "gpu-bound": frozenset({"healthy-dense-decode", "healthy-moe", "moe-routing-heavy", "kv-cache-broken", "tracer-overhead"}),
 }
 """Findings dropped when a finding that explains the same numbers better fired."""
 

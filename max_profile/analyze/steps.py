@@ -22,8 +22,11 @@ def active_steps(steps: Sequence[Step]) -> list[Step]:
     return [s for s in steps if s.batch_size > 0]
 
 
-def summarize_steps(steps: Sequence[Step]) -> StepSummary:
-    """Summary of one run's steps; raises ValueError when no step carried a request."""
+def summarize_steps(steps: Sequence[Step], source: str = "host steps") -> StepSummary:
+    """Summary of one run's steps; raises ValueError when no step carried a request.
+
+    ``source``: ``host steps`` (the pipeline hook: TTFT as the host saw it) or the trace ranges the
+    steps came from (no TTFT: ranges do not say when the first token reached the caller)."""
     work = active_steps(steps)
     if not work:
         raise ValueError("no pipeline step ran inside the profiled block")
@@ -49,7 +52,7 @@ def summarize_steps(steps: Sequence[Step]) -> StepSummary:
     first = work[0]
     ttft_ms: float | None = None
     prefill_steps = [s for s in work if s.phase in ("prefill", "mixed")]
-    if prefill_steps:
+    if prefill_steps and source == "host steps":
         # Time to first token as the host sees it: from the first prefill step's start to the
         # end of the step that returned the first token (the overlap pipeline returns a step's
         # tokens from the following call).
@@ -67,6 +70,7 @@ def summarize_steps(steps: Sequence[Step]) -> StepSummary:
         phases=phases,
         decode_tokens_per_s=tps,
         decode_step_growth_ms_per_100_ctx=decode_growth(decode),
+        source=source,
     )
 
 

@@ -21,13 +21,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from max_profile.model import KernelRecord
+import numpy as np
+
+from max_profile.errors import ToolMissingError
+from max_profile.model import KernelTable
 
 _LAUNCH_PREFIXES = ("cuLaunch", "cudaLaunch", "cuGraphLaunch", "cudaGraphLaunch")
-
-
-class CuptiUnavailable(RuntimeError):
-    pass
 
 
 _ACTIVE: CuptiKernelCollector | None = None
@@ -93,7 +92,7 @@ class CuptiKernelCollector:
         try:
             from cupti import cupti  # type: ignore[import-not-found,import-untyped,unused-ignore]
         except Exception as exc:  # noqa: BLE001
-            raise CuptiUnavailable(
+            raise ToolMissingError(
                 f"cupti-python is not importable ({type(exc).__name__}: {exc}); pip install 'max-profile[nvidia]'"
             ) from exc
         self._cupti = cupti
@@ -107,7 +106,7 @@ class CuptiKernelCollector:
         self._kinds: list[Any] = []
         self._sync: list[tuple[int, int]] = []
         self.dropped = 0
-        self.kernels: list[KernelRecord] = []
+        self.kernels: KernelTable = KernelTable.empty()
         self.graph_launches = 0
         self.api_records = 0
         self.callback_s = 0.0
@@ -129,9 +128,9 @@ class CuptiKernelCollector:
         kinds = cupti.ActivityKind
         self._kinds = [kinds.CONCURRENT_KERNEL] + ([kinds.DRIVER, kinds.RUNTIME] if self._record_launches else [])
         _ACTIVE = self
-        if not _REGISTERED:
-            cupti.activity_register_callbacks(_requested, _completed)
-            _REGISTERED = True
+        # registered at every start: another recorder of this process may have registered its own since
+        cupti.activity_register_callbacks(_requested, _completed)
+        _REGISTERED = True
         for k in self._kinds:
             cupti.activity_enable(k)
         if self._record_launches:
@@ -140,7 +139,7 @@ class CuptiKernelCollector:
             self.api_filter = "no API records (kernels only)"
         self._sync.append(self._pair())
 
-    def stop(self) -> list[KernelRecord]:
+    def stop(self) -> KernelTable:
         global _ACTIVE
         cupti = self._cupti
         self.callback_s_before_stop = self.callback_s
@@ -154,7 +153,7 @@ class CuptiKernelCollector:
             cupti.activity_flush_all(1)
         finally:
             _ACTIVE = None
-        self.kernels = self._to_records()
+        self.kernels = self._to_table()
         return self.kernels
 
     # CUPTI callbacks -------------------------------------------------------------------------
@@ -186,7 +185,8 @@ class CuptiKernelCollector:
                         (a.grid_x, a.grid_y, a.grid_z),
                         (a.block_x, a.block_y, a.block_z),
                         a.registers_per_thread,
-                        getattr(a, "graph_id", 0) or None,
+                        getattr(a, "graph_id", 0) or 0,
+                        getattr(a, "graph_node_id", 0) or 0,
                     )
                 )
             else:
@@ -206,35 +206,37 @@ class CuptiKernelCollector:
                     self._launches[a.correlation_id] = (a.start, a.end, a.thread_id)
 
     # ------------------------------------------------------------------------------------------
-    def _to_host(self) -> Any:
+    def _to_table(self) -> KernelTable:
+        """The records as columns on the host clock (a linear fit through the start / stop clock pairs).
+
+        CUPTI sometimes hands out kernel records with zero timestamps (120 of 22,306 on the H200):
+        those map to -1 (invalid) for the analysis to drop and count, never to a time.
+        """
         (h0, c0), (h1, c1) = self._sync[0], self._sync[-1]
         scale = (h1 - h0) / (c1 - c0) if c1 != c0 else 1.0
+        rows = self._kernels
+        n = len(rows)
 
-        def conv(c: int) -> int:
-            return int(h0 + (c - c0) * scale)
+        def host(raw: np.ndarray) -> np.ndarray:
+            mapped = (h0 + (raw.astype(np.float64) - c0) * scale).astype(np.int64)
+            return np.where(raw > 0, mapped, -1)
 
-        return conv
-
-    def _to_records(self) -> list[KernelRecord]:
-        conv = self._to_host()
-        out = []
-        for name, start, end, dev, stream, corr, grid, block, regs, graph in self._kernels:
-            launch = self._launches.get(corr)
-            out.append(
-                KernelRecord(
-                    name=str(name),
-                    start_ns=conv(start),
-                    end_ns=conv(end),
-                    device=int(dev),
-                    stream=int(stream),
-                    correlation_id=int(corr),
-                    grid=tuple(int(x) for x in grid),  # type: ignore[arg-type]
-                    block=tuple(int(x) for x in block),  # type: ignore[arg-type]
-                    registers=int(regs),
-                    graph_id=int(graph) if graph else None,
-                    launch_tid=int(launch[2]) if launch else None,
-                    launch_ns=conv(launch[0]) if launch else None,
-                )
-            )
-        out.sort(key=lambda k: k.start_ns)
-        return out
+        names: dict[str, int] = {}
+        name_idx = np.fromiter((names.setdefault(str(r[0]), len(names)) for r in rows), dtype=np.int32, count=n)
+        start = host(np.fromiter((r[1] for r in rows), dtype=np.int64, count=n))
+        end = host(np.fromiter((r[2] for r in rows), dtype=np.int64, count=n))
+        corr = np.fromiter((r[5] for r in rows), dtype=np.int64, count=n)
+        launch_raw = np.array([self._launches.get(int(c), (0, 0, -1))[0] for c in corr], dtype=np.int64)
+        tid = np.array([self._launches.get(int(c), (0, 0, -1))[2] for c in corr], dtype=np.int64)
+        table = KernelTable(
+            names=list(names), name_idx=name_idx, start_ns=start, end_ns=end,
+            device=np.fromiter((r[3] for r in rows), dtype=np.int32, count=n),
+            stream=np.fromiter((r[4] for r in rows), dtype=np.int64, count=n), correlation_id=corr,
+            launch_ns=host(launch_raw) if self._record_launches else None, launch_tid=tid if self._record_launches else None,
+            grid=np.array([r[6] for r in rows], dtype=np.int32).reshape(-1, 3), block=np.array([r[7] for r in rows], dtype=np.int32).reshape(-1, 3),
+            registers=np.fromiter((r[8] for r in rows), dtype=np.int32, count=n),
+            graph_id=np.fromiter((r[9] for r in rows), dtype=np.int64, count=n),
+            graph_node_id=np.fromiter((r[10] for r in rows), dtype=np.int64, count=n),
+        )
+        order = np.argsort(table.start_ns, kind="stable")
+        return table.select(order)

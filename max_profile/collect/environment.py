@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from max_profile.errors import ToolMissingError
 from max_profile.model import Environment, GpuInfo, ToolStatus, Vendor
 
 NSYS_MIN_VERSION = (2024, 4, 2)
@@ -94,6 +95,14 @@ def tool_status(name: str, path: str | None = None) -> ToolStatus:
                 "with MAX captures; install a newer Nsight Systems"
             )
     return ToolStatus(name=name, path=path, version=version, problem=problem, install_hint=INSTALL_HINTS[name] if problem else None)
+
+
+def require_tool(name: str, purpose: str) -> str:
+    """The path of a usable ``name`` (nsys, ncu, rocprofv3), or :class:`ToolMissingError` with the install command."""
+    st = tool_status(name)
+    if st.path is None or st.problem:
+        raise ToolMissingError(f"{name} is needed for {purpose}: {st.problem}. Install: {st.install_hint}")
+    return st.path
 
 
 def max_version() -> str | None:

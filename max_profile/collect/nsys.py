@@ -1,5 +1,4 @@
-"""Nsight Systems: read kernels, NVTX ranges and launches from an ``nsys export --type sqlite`` file,
-and run a generation under ``nsys profile`` with warm-up outside the capture.
+"""Nsight Systems: read kernels, launches and NVTX ranges from an ``nsys export --type sqlite`` file.
 
 Tables used (schema 3.16 - 3.25; columns checked with ``PRAGMA table_info``, tables are lazy):
 ``CUPTI_ACTIVITY_KIND_KERNEL`` (kernels), ``CUPTI_ACTIVITY_KIND_RUNTIME`` (runtime *and* driver
@@ -13,33 +12,27 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
-import sys
-import tempfile
 import threading
+import time
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import msgspec
 import numpy as np
 
-from max_profile.analyze.breakdown import KernelArrays
-from max_profile.model import PhaseRange, Step
+from max_profile.errors import TraceFormatError
+from max_profile.model import Capture, Environment, GpuInfo, KernelTable, PhaseRange, RawCapture
+from max_profile.util.files import check_input_path
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NVTX_RANGE_TYPES = (59, 60, 70, 71)
 NVTX_DOMAIN_CREATE = 75
 
 
-class NsysFormatError(ValueError):
-    """The file is not a readable nsys SQLite export (the message names the file and the problem)."""
-
-
 @dataclass
 class NsysTrace:
-    kernels: KernelArrays
+    kernels: KernelTable
     ranges: list[PhaseRange]
     all_range_names: dict[str, int] = field(default_factory=dict)
     gpu_names: list[str] = field(default_factory=list)
@@ -56,15 +49,11 @@ def _tables(con: sqlite3.Connection) -> set[str]:
 
 
 def check_sqlite_file(path: str) -> None:
-    p = Path(path)
-    if not p.exists():
-        raise NsysFormatError(f"{path}: file not found")
-    if p.stat().st_size == 0:
-        raise NsysFormatError(f"{path}: file is empty")
-    with open(path, "rb") as fh:
+    p = check_input_path(path)
+    with open(p, "rb") as fh:
         head = fh.read(16)
     if head != SQLITE_MAGIC:
-        raise NsysFormatError(f"{path}: not an SQLite database (an nsys export is made with `nsys export --type sqlite REPORT.nsys-rep`)")
+        raise TraceFormatError(f"{path}: not an SQLite database (an nsys export is made with `nsys export --type sqlite REPORT.nsys-rep`)")
 
 
 def _connect_ro(path: str) -> sqlite3.Connection:
@@ -78,29 +67,55 @@ def read_nsys_sqlite(path: str, *, pid: int | None = None) -> NsysTrace:
         con = _connect_ro(path)
         tables = _tables(con)
     except sqlite3.DatabaseError as exc:
-        raise NsysFormatError(f"{path}: corrupt or truncated SQLite file ({exc})") from exc
+        raise TraceFormatError(f"{path}: corrupt or truncated SQLite file ({exc})") from exc
     try:
         return _read(con, path, tables, pid)
     except sqlite3.DatabaseError as exc:
-        raise NsysFormatError(f"{path}: corrupt or truncated SQLite file ({exc})") from exc
+        raise TraceFormatError(f"{path}: corrupt or truncated SQLite file ({exc})") from exc
     finally:
         con.close()
+
+
+def nsys_capture(path: str, *, pid: int | None = None) -> RawCapture:
+    """An nsys SQLite export as a :class:`RawCapture` (trace clock; ranges as phases)."""
+    trace = read_nsys_sqlite(path, pid=pid)
+    env = Environment(vendor="nvidia", vendor_reason=f"imported from {path} (nsys {trace.product_version or '?'})",
+                      gpus=[GpuInfo(key=f"nv{i}", name=n) for i, n in enumerate(trace.gpu_names)])
+    raw = RawCapture(environment=env, capture=Capture(started_unix_s=time.time(), target="import:nsys", collectors=["nsys"]),
+                     kernels=trace.kernels, kernel_clock="trace", ranges=trace.ranges, range_names=trace.all_range_names,
+                     kernel_source="nsys", artifacts=[os.path.abspath(path)])
+    if not len(trace.kernels):
+        raw.kernels_unavailable = f"{path}: the capture holds no kernels"
+    return raw
+
+
+def export_sqlite(nsys: str, report: str, out: str, *, timeout_s: float = 600, env: dict[str, str] | None = None) -> str | None:
+    """``nsys export --type sqlite`` of a ``.nsys-rep``; None on success, else why it failed."""
+    from max_profile.util.procs import run_bounded
+
+    rc, text = run_bounded([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", out, report], env, timeout_s=timeout_s)
+    if rc != 0:
+        return f"`nsys export` failed (exit {rc}): {text.strip()[-300:]}"
+    if not os.path.exists(out):
+        return f"`nsys export` wrote no {out}"
+    return None
 
 
 def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None) -> NsysTrace:
     if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
         if "StringIds" not in tables and "META_DATA_EXPORT" not in tables:
-            raise NsysFormatError(f"{path}: an SQLite file, but not an nsys export (no CUPTI_ACTIVITY_KIND_KERNEL / StringIds tables)")
-        raise NsysFormatError(f"{path}: the nsys export contains no CUDA kernel data (capture with `nsys profile --trace=cuda,nvtx`)")
+            raise TraceFormatError(f"{path}: an SQLite file, but not an nsys export (no CUPTI_ACTIVITY_KIND_KERNEL / StringIds tables)")
+        raise TraceFormatError(f"{path}: the nsys export contains no CUDA kernel data (capture with `nsys profile --trace=cuda,nvtx`)")
     kcols = _columns(con, "CUPTI_ACTIVITY_KIND_KERNEL")
     name_col = "demangledName" if "demangledName" in kcols else "shortName" if "shortName" in kcols else None
     if name_col is None or not {"start", "end", "correlationId"} <= kcols:
-        raise NsysFormatError(f"{path}: CUPTI_ACTIVITY_KIND_KERNEL lacks the expected columns (start, end, correlationId, demangledName)")
+        raise TraceFormatError(f"{path}: CUPTI_ACTIVITY_KIND_KERNEL lacks the expected columns (start, end, correlationId, demangledName)")
     graph_col = "graphNodeId" if "graphNodeId" in kcols else "NULL"
+    stream_col = "streamId" if "streamId" in kcols else "0"
     pid_col = "globalPid" if "globalPid" in kcols else "0"
-    # String id, device and "is a graph node" packed in SQL into one integer (string ids are row
-    # numbers of StringIds, devices are ordinals): one column fewer to materialize per kernel.
-    packed_expr = f"({name_col} << 16) | ((deviceId & 32767) << 1) | (coalesce({graph_col}, 0) != 0)"
+    # String id, stream, device and "is a graph node" packed in SQL into one integer (string ids are row
+    # numbers of StringIds, streams and devices small ordinals): one column to materialize instead of four.
+    packed_expr = f"({name_col} << 32) | (({stream_col} & 65535) << 16) | ((deviceId & 32767) << 1) | (coalesce({graph_col}, 0) != 0)"
     kernel_exprs = ["start", "end", packed_expr, "correlationId"] + ([pid_col] if pid is not None else [])
     reads = [TableRead("CUPTI_ACTIVITY_KIND_KERNEL", tuple(kernel_exprs))]
     launch_ids: list[int] = []
@@ -116,11 +131,16 @@ def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None)
     start, end, packed, corr = columns[0][:4]
     gpid = columns[0][4] if pid is not None else None
     api_corr, api_start, api_tid = columns[1] if len(columns) > 1 else (np.zeros(0, np.int64),) * 3
-    name, dev, graph = packed >> 16, ((packed >> 1) & 32767).astype(np.int32), (packed & 1).astype(bool)
+    name = packed >> 32
+    stream = (packed >> 16) & 65535
+    dev = ((packed >> 1) & 32767).astype(np.int32)
+    graph = (packed & 1).astype(np.int64)
     del packed, columns
     if gpid is not None and start.size:
         keep = ((gpid >> 24) & 0xFFFFFF) == pid
-        start, end, name, dev, graph, corr = start[keep], end[keep], name[keep], dev[keep], graph[keep], corr[keep]
+        start, end, name, stream, dev, graph, corr = start[keep], end[keep], name[keep], stream[keep], dev[keep], graph[keep], corr[keep]
+    if start.size and int(name.min()) < 0:
+        raise TraceFormatError(f"{path}: CUPTI_ACTIVITY_KIND_KERNEL.{name_col} holds negative string ids")
     name_ids, name_idx = _dense_codes(name)
     names = _strings(con, [int(i) for i in name_ids])
     launch = np.full(start.shape[0], -1, dtype=np.int64)
@@ -131,25 +151,36 @@ def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None)
         hit = pos >= 0
         launch = np.where(hit, api_start[pos], -1)
         tid = np.where(hit, api_tid[pos], -1)
-    kernels = KernelArrays(
-        names=[names.get(int(i), f"<string {int(i)}>") for i in name_ids],
+    kernels = KernelTable(
+        names=[_text(names.get(int(i)), int(i)) for i in name_ids],
         name_idx=name_idx.astype(np.int32),
-        start=np.ascontiguousarray(start),
-        end=np.ascontiguousarray(end),
-        launch=launch,
-        tid=tid,
+        start_ns=np.ascontiguousarray(start),
+        end_ns=np.ascontiguousarray(end),
         device=dev,
-        graph=graph,
+        launch_ns=launch,
+        launch_tid=tid,
+        stream=stream,
+        correlation_id=corr,
+        graph_id=graph,
     )
     ranges, counts = _ranges(con, tables)
     gpus: list[str] = []
     if "TARGET_INFO_GPU" in tables:
-        gpus = [r[0] for r in con.execute("SELECT name FROM TARGET_INFO_GPU ORDER BY id")]
+        gpus = [str(r[0]) for r in con.execute("SELECT name FROM TARGET_INFO_GPU ORDER BY id")]
     version = None
     if "META_DATA_EXPORT" in tables:
         row = con.execute("SELECT value FROM META_DATA_EXPORT WHERE name='EXPORT_PRODUCT_VERSION'").fetchone()
-        version = row[0] if row else None
-    return NsysTrace(kernels=kernels, ranges=ranges, all_range_names=counts, gpu_names=gpus, product_version=version, graph_kernels=int(kernels.graph.sum()))
+        version = str(row[0]) if row else None
+    return NsysTrace(kernels=kernels, ranges=ranges, all_range_names=counts, gpu_names=gpus, product_version=version, graph_kernels=int(graph.sum()))
+
+
+def _text(value: object, string_id: int) -> str:
+    """A StringIds value as text (a damaged export can hold BLOBs or NULLs there)."""
+    if value is None:
+        return f"<string {string_id}>"
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
 
 
 def _dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -179,23 +210,6 @@ def _positions_of(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     sorted_keys = keys[order]
     pos = np.minimum(np.searchsorted(sorted_keys, wanted), keys.size - 1)
     return np.where(sorted_keys[pos] == wanted, order[pos], -1)
-
-
-def align_steps_to_ranges(steps: list[Step], ranges: list[PhaseRange]) -> list[Step] | None:
-    """Host steps moved onto the trace's clock: the k-th ``max_profile`` range is the k-th step.
-
-    Returns None when the trace's ranges of ours do not match the steps one to one.
-    """
-    ours = [r for r in ranges if (r.domain == "max_profile")]
-    if not ours or len(ours) != len(steps):
-        return None
-    out = []
-    for st, r in zip(steps, ours, strict=True):
-        label = r.name.rsplit(":", 1)[-1]
-        if label != (st.phase if st.batch_size else "drain"):
-            return None
-        out.append(msgspec.structs.replace(st, start_ns=r.start_ns, end_ns=r.end_ns))
-    return out
 
 
 class TableRead(NamedTuple):
@@ -252,7 +266,7 @@ def _read_int64_columns(path: str, reads: list[TableRead], window: int = 500_000
                 for i, column in enumerate(out):
                     child = batch.child(i)
                     if child.schema.type != nanoarrow.Type.INT64:
-                        raise NsysFormatError(f"{path}: {reads[index].table}.{reads[index].exprs[i]} holds {child.schema.type.name.lower()} values, not integers")
+                        raise TraceFormatError(f"{path}: {reads[index].table}.{reads[index].exprs[i]} holds {child.schema.type.name.lower()} values, not integers")
                     column.append(np.frombuffer(child.buffer(1), dtype=np.int64)[child.offset : child.offset + len(child)].copy())
             return [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in out]
 
@@ -332,92 +346,3 @@ def _ranges(con: sqlite3.Connection, tables: set[str]) -> tuple[list[PhaseRange]
     return ranges, counts
 
 
-# ---------------------------------------------------------------------------------------------
-# Running nsys
-# ---------------------------------------------------------------------------------------------
-
-NSYS_CHILD = """
-import os, sys, json
-sys.path[:0] = json.loads(os.environ['MAX_PROFILE_SYSPATH'])
-from max_profile.collect.nsys import _child_main
-_child_main()
-"""
-
-
-def _child_main() -> None:
-    """Runs inside ``nsys profile --capture-range=cudaProfilerApi``: load, warm up, capture the generation."""
-    import json
-
-    from max_profile.runner import generate, load_model
-
-    spec = json.loads(os.environ["MAX_PROFILE_NSYS_SPEC"])
-    model = load_model(spec["model_path"], devices=spec["devices"], max_batch_size=spec["batch"], custom_architectures=spec["custom"])
-    prompts = [spec["prompt"]] * spec["batch"]
-    generate(model, prompts, spec["warmup"])
-    # MAX's own cuProfilerStart/Stop bracketing (pushes the context MAX opened): the capture
-    # range of `nsys profile --capture-range=cudaProfilerApi` starts after the warm-up.
-    from max.profiler.oneshot._cuda import cuda_profiler_region
-
-    from max_profile.session import profile
-
-    with cuda_profiler_region():
-        with profile(model.pipeline, kernels="off", gpu_sampling=False, model_path=spec["model_path"], devices=spec["devices"]) as prof:
-            generate(model, prompts, spec["tokens"])
-    with open(spec["steps_out"], "wb") as fh:
-        fh.write(prof.report.to_json())
-    model.close()
-
-
-def nsys_profile_command(nsys: str, output: str) -> list[str]:
-    """The nsys command line (argument list; never a shell string)."""
-    return [nsys, "profile", "--trace=cuda,nvtx", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-            "--cuda-graph-trace=node", "--force-overwrite=true", "--export=sqlite", "-o", output]
-
-
-def profile_generation_with_nsys(args: Any, progress: Any) -> Any:
-    """``max-profile kernels --backend nsys``: nsys around a child that warms up and then captures."""
-    import json
-
-    from max_profile.analyze.breakdown import build_breakdown
-    from max_profile.analyze.plan import next_measurement
-    from max_profile.analyze.rules import evaluate
-    from max_profile.cli import EXIT_TOOL_MISSING, CliError
-    from max_profile.collect.environment import tool_status
-    from max_profile.model import Report
-
-    st = tool_status("nsys")
-    if not st.usable:
-        raise CliError(f"nsys is needed for --backend nsys: {st.problem}. Install: {st.install_hint}", EXIT_TOOL_MISSING)
-    assert st.path is not None
-    out_dir = Path(tempfile.mkdtemp(prefix="max-profile-nsys-"))
-    rep = str(out_dir / "capture")
-    steps_out = str(out_dir / "host_report.json")
-    spec = {"model_path": args.model_path, "devices": args.devices or "gpu", "batch": args.batch_size, "custom": args.custom_architectures or [],
-            "prompt": args.prompt, "warmup": max(args.warmup, 1), "tokens": args.max_new_tokens, "steps_out": steps_out}
-    from max_profile.collect.gpu_sampling import clean_child_env
-
-    env = clean_child_env({"MAX_PROFILE_NSYS_SPEC": json.dumps(spec), "MAX_PROFILE_SYSPATH": json.dumps(sys.path)})
-    cmd = nsys_profile_command(st.path, rep) + [sys.executable, "-c", NSYS_CHILD]
-    progress("running: " + " ".join(cmd[:-2]) + " python <generation>")
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
-    try:
-        rc = proc.wait()
-    except KeyboardInterrupt:
-        from max_profile.procs import kill_group
-
-        kill_group(proc)
-        raise
-    sqlite_path = rep + ".sqlite"
-    if rc != 0 or not os.path.exists(sqlite_path):
-        raise CliError(f"nsys profile failed (exit {rc}); no {sqlite_path} was written")
-    trace = read_nsys_sqlite(sqlite_path)
-    host = Report.from_json(Path(steps_out).read_bytes())
-    aligned = align_steps_to_ranges(host.steps, trace.ranges)
-    if aligned is not None:
-        host.kernels = build_breakdown(trace.kernels, source="nsys", steps=aligned)
-    else:
-        host.kernels = build_breakdown(trace.kernels, source="nsys", ranges=trace.ranges)
-    host.artifacts = [rep + ".nsys-rep  (open with: nsys-ui " + rep + ".nsys-rep)", sqlite_path]
-    host.findings = evaluate(host)
-    host.next_measurement = next_measurement(host)
-    return host

@@ -25,7 +25,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from max_profile.model import KernelRecord, PhaseRange
+from max_profile.errors import ToolMissingError
+from max_profile.model import KernelRecord, KernelTable, PhaseRange
+from max_profile.util.files import cache_dir
 
 _SOURCE = Path(__file__).parent / "native" / "nvtx_log_inject.c"
 
@@ -59,10 +61,6 @@ _KINDS = frozenset({"PUSH", "POP", "START", "END", "MARK"})
 _NON_OP_PREFIXES = ("max._core", "forward_pass_step_", "_schedule(", "fused_sampling_processor", "max_profile")
 
 
-class NvtxInjectionUnavailable(RuntimeError):
-    pass
-
-
 def nvtx_include_dirs() -> list[str]:
     """Folders holding ``nvtx3/nvToolsExt.h``: CUDA toolkits, then pip's nvidia / nvtx packages."""
     cands = sorted(glob.glob("/usr/local/cuda*/include")) + ["/usr/include", "/opt/cuda/include"]
@@ -75,15 +73,15 @@ def build_injection_library(out_dir: str | os.PathLike[str] | None = None) -> st
     """Compile the injection library (gcc, NVTX headers) once per source version; returns its path."""
     include = nvtx_include_dirs()
     if not include:
-        raise NvtxInjectionUnavailable(
+        raise ToolMissingError(
             "NVTX headers (nvtx3/nvToolsExt.h) not found: install the CUDA toolkit headers "
             "(apt-get install nvidia-cuda-toolkit) or `pip install nvidia-nvtx-cu12`"
         )
     cc = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
     if not cc:
-        raise NvtxInjectionUnavailable("no C compiler found (gcc / cc): apt-get install gcc")
+        raise ToolMissingError("no C compiler found (gcc / cc): apt-get install gcc")
     digest = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()[:12]
-    folder = Path(out_dir or os.path.join(os.path.expanduser("~"), ".cache", "max_profile"))
+    folder = Path(out_dir) if out_dir else cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
     lib = folder / f"libmax_profile_nvtx-{digest}.so"
     if lib.exists():
@@ -92,7 +90,7 @@ def build_injection_library(out_dir: str | os.PathLike[str] | None = None) -> st
     cmd = [cc, "-shared", "-fPIC", "-O2", f"-I{include[0]}", "-o", str(tmp), str(_SOURCE), "-lpthread"]
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode != 0:
-        raise NvtxInjectionUnavailable(f"building the NVTX injection library failed: {res.stderr.strip()[:400]}")
+        raise ToolMissingError(f"building the NVTX injection library failed: {res.stderr.strip()[:400]}")
     os.replace(tmp, lib)
     return str(lib)
 
@@ -181,6 +179,9 @@ class NvtxLog:
                 out.append(KernelRecord(name=r.name, start_ns=r.start_ns, end_ns=r.end_ns, device=-1, launch_tid=tid, launch_ns=r.start_ns))
         out.sort(key=lambda k: k.start_ns)
         return out
+
+    def op_table(self) -> KernelTable:
+        return KernelTable.from_records(self.op_records())
 
     def names(self) -> dict[str, int]:
         counts: dict[str, int] = defaultdict(int)

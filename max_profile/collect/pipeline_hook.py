@@ -4,6 +4,10 @@ MAX runs every prefill and decode batch through ``pipeline.execute(inputs)``
 (``TextGenerationPipeline`` on CPU, ``OverlapTextGenerationPipeline`` on GPUs). The hook
 shadows ``execute`` with an instance attribute and removes it on exit, so the pipeline is
 restored exactly, also when the profiled body raises.
+
+It also shadows the pipeline model's ``execute(model_inputs)`` (``pipeline._pipeline_model``) to
+count the tokens in the model's own ragged input tensor each step: what the model computes, which
+an architecture can make differ from what the scheduler fed (re-encoding the whole sequence).
 """
 
 from __future__ import annotations
@@ -14,13 +18,14 @@ from collections.abc import Callable
 from typing import Any
 
 from max_profile.collect.markers import NullMarker, PhaseMarker
+from max_profile.errors import InputError
 from max_profile.model import Phase, Step
 
 _ACTIVE_ATTR = "_max_profile_hook"
 _MISSING = object()
 
 
-class ProfileTargetError(TypeError):
+class ProfileTargetError(InputError, TypeError):
     """The object handed to ``profile()`` is not a MAX text-generation pipeline."""
 
 
@@ -97,6 +102,10 @@ class PipelineHook:
         self._on_step = on_step
         self._clock = clock
         self._previous: Any = _MISSING
+        self._model: Any = None
+        self._model_previous: Any = _MISSING
+        self._model_tokens: int | None = None
+        self._in_step = False
         self._lock = threading.Lock()
         self._thread: int | None = None
 
@@ -118,6 +127,35 @@ class PipelineHook:
         execute.__wrapped__ = original  # type: ignore[attr-defined]
         setattr(self.pipeline, _ACTIVE_ATTR, self)
         self.pipeline.execute = execute
+        self._install_model_hook()
+
+    def _install_model_hook(self) -> None:
+        model = getattr(self.pipeline, "_pipeline_model", None)
+        original = getattr(model, "execute", None)
+        if model is None or not callable(original) or not hasattr(model, "__dict__"):
+            return
+        self._model = model
+        self._model_previous = model.__dict__.get("execute", _MISSING)
+        hook = self
+
+        def model_execute(*args: Any, **kwargs: Any) -> Any:
+            hook._count_model_tokens(kwargs.get("model_inputs", args[0] if args else None))
+            return original(*args, **kwargs)
+
+        model_execute.__wrapped__ = original  # type: ignore[attr-defined]
+        model.execute = model_execute
+
+    def _count_model_tokens(self, model_inputs: Any) -> None:
+        """Tokens in the ragged ``tokens`` tensor the model is about to run (None when it has none)."""
+        if not self._in_step:
+            return
+        shape = getattr(getattr(model_inputs, "tokens", None), "shape", None)
+        try:
+            count = int(shape[0]) if shape is not None and len(shape) >= 1 else None
+        except (TypeError, ValueError):
+            count = None
+        if count is not None:
+            self._model_tokens = (self._model_tokens or 0) + count
 
     def uninstall(self) -> None:
         try:
@@ -125,6 +163,12 @@ class PipelineHook:
                 self.pipeline.__dict__.pop("execute", None)
             else:
                 self.pipeline.execute = self._previous
+            if self._model is not None:
+                if self._model_previous is _MISSING:
+                    self._model.__dict__.pop("execute", None)
+                else:
+                    self._model.execute = self._model_previous
+                self._model = None
         finally:
             self.pipeline.__dict__.pop(_ACTIVE_ATTR, None)
 
@@ -135,11 +179,14 @@ class PipelineHook:
         if self._thread is None:
             self._thread = tid
         self.marker.push(label)
+        self._model_tokens = None
+        self._in_step = True
         start = self._clock()
         try:
             outputs = original(inputs)
         finally:
             end = self._clock()
+            self._in_step = False
             self.marker.pop()
         produced = 0
         if isinstance(outputs, dict):
@@ -154,6 +201,7 @@ class PipelineHook:
             start_ns=start,
             end_ns=end,
             output_tokens=produced,
+            model_input_tokens=self._model_tokens,
         )
         with self._lock:
             self.steps.append(step)

@@ -18,9 +18,10 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from max_profile.util.procs import run_bounded
 
 SESSION_PREFIX = "max-profile-"
 NSYS_TIMEOUT_S = 300.0
@@ -80,22 +81,6 @@ def nsys_stop_command(nsys: str, session: str) -> list[str]:
 
 def nsys_shutdown_command(nsys: str, session: str) -> list[str]:
     return [nsys, "shutdown", f"--session={session}"]
-
-
-def run_bounded(cmd: Sequence[str], env: dict[str, str] | None = None, timeout_s: float = NSYS_TIMEOUT_S) -> tuple[int, str]:
-    """Run one profiler CLI call in its own process group; (exit code, output). 124 on timeout."""
-    from max_profile.procs import kill_group
-
-    proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-        return 124, f"timed out after {timeout_s:.0f} s"
-    except BaseException:
-        kill_group(proc)
-        raise
-    return proc.returncode, out.decode(errors="replace")
 
 
 def clean_stale_nsys_sessions(nsys: str, env: dict[str, str] | None = None) -> list[str]:

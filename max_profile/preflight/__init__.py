@@ -11,7 +11,6 @@ then imports the package the way MAX does and lists what ``ARCHITECTURES`` regis
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -21,9 +20,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from max_profile.errors import InputError
 from max_profile.model import PreflightCheck, PreflightResult, Severity
-from max_profile.procs import kill_group
-from max_profile.tinymodel import PASS_THROUGH_CHAT_TEMPLATE
+from max_profile.util.procs import kill_group
+
+PASS_THROUGH_CHAT_TEMPLATE = '{% for m in messages %}{{ m["content"] }}{% endfor %}'
+"""A chat template that sends the messages' text unchanged (for base models without one)."""
 
 DEFAULT_TIMEOUT_S = 60.0
 _CHILD = Path(__file__).with_name("_child.py")
@@ -243,38 +245,25 @@ def _tail(path: Path, limit: int = 300) -> str:
     return (lines[-1] if lines else "")[:limit]
 
 
-# ---------------------------------------------------------------------------------------------
-def cmd_check_arch(args: argparse.Namespace, progress: Any) -> int:
-    from rich.console import Console
+def preflight_gate(specs: list[str], model_path: str | None, *, serve: bool = False, progress: Any = lambda m: None) -> list[PreflightResult]:
+    """Preflight every custom-architecture spec before a load; :class:`InputError` on the first that fails.
 
-    from max_profile.render.text import preflight_section
-
+    The one gate in front of ``run`` / ``demo`` / ``serve``: the long load never starts on a package that cannot work.
+    """
     results = []
-    for spec in args.spec:
-        progress(f"preflight of {spec}")
-        results.append(check_architecture(spec, model_path=args.model_path, serve=args.serve, max_length=args.max_length, timeout_s=args.timeout))
-    section = preflight_section(results)
-    if section is not None:
-        Console(highlight=False).print(section)
-    if args.json:
-        import msgspec
-
-        Path(args.json).write_bytes(msgspec.json.format(msgspec.json.encode(results), indent=2))
-    failed = [r for r in results if not r.ok]
-    if failed:
-        from max_profile.cli import CliError
-
-        first = next(c for c in failed[0].checks if not c.ok and c.severity == "error")
-        raise CliError(f"{failed[0].spec}: {first.message}" + (f" — fix: {first.fix}" if first.fix else ""))
-    return 0
+    for spec in specs:
+        progress(f"preflight of custom architecture {spec}")
+        result = check_architecture(spec, model_path=model_path, serve=serve)
+        results.append(result)
+        if not result.ok:
+            raise PreflightFailed(result)
+    return results
 
 
-def register_cli(sub: Any) -> None:
-    p = sub.add_parser("check-arch", help="preflight a --custom-architectures package before the long load")
-    p.add_argument("spec", nargs="+", help="package folder or IMPORT_PATH:MODULE, as given to --custom-architectures")
-    p.add_argument("--model-path", help="the model folder that will use it (checks config.json and the tokenizer)")
-    p.add_argument("--serve", action="store_true", help="also check what `max serve` needs (chat template, embeddings)")
-    p.add_argument("--max-length", type=int, help="--max-length that will be used (predicts PromptTooLongError)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds allowed for the package import")
-    p.add_argument("--json", metavar="PATH")
-    p.set_defaults(func=cmd_check_arch)
+class PreflightFailed(InputError):
+    """A custom architecture failed its preflight; ``result`` holds every check."""
+
+    def __init__(self, result: PreflightResult) -> None:
+        first = next(c for c in result.checks if not c.ok and c.severity == "error")
+        super().__init__(f"custom architecture {result.spec} fails preflight: {first.message}" + (f" — fix: {first.fix}" if first.fix else ""))
+        self.result = result

@@ -72,10 +72,11 @@ def steps_section(report: Report) -> RenderableType:
         t.add_column(col, justify="right" if col != "phase" else "left")
     for p in s.phases:
         t.add_row(p.phase, str(p.steps), _f(p.p50_ms, ".3f"), _f(p.p90_ms, ".3f"), _f(p.max_ms, ".3f"), _f(p.total_ms, ".1f"), str(p.tokens))
-    head = Text(f"TTFT {_f(s.ttft_ms, '.2f', ' ms')}   decode {_f(s.decode_tokens_per_s, '.1f', ' tok/s')}   steps {s.steps}")
+    head = Text(f"TTFT {_f(s.ttft_ms, '.2f', ' ms')}   decode {_f(s.decode_tokens_per_s, '.1f', ' tok/s')}   steps {s.steps}"
+                + (f"   (from {s.source})" if s.source != "host steps" else ""))
     if s.decode_step_growth_ms_per_100_ctx is not None:
         head.append(f"   decode step growth {s.decode_step_growth_ms_per_100_ctx:+.4f} ms / 100 ctx tokens")
-    return Panel(Group(head, t), title="Steps (host)", title_align="left")
+    return Panel(Group(head, t), title="Steps (host)" if s.source == "host steps" else "Steps", title_align="left")
 
 
 def serve_section(report: Report) -> RenderableType | None:
@@ -91,6 +92,8 @@ def serve_section(report: Report) -> RenderableType | None:
     t.add_row("inter-token", f"p50 {_f(s.itl_ms_p50, '.2f', ' ms')}, p90 {_f(s.itl_ms_p90, '.2f', ' ms')} -> {_f(s.tokens_per_s, '.1f', ' tok/s')} per request")
     for cmd in s.commands:
         t.add_row("server", Text(" ".join(cmd), style="dim"))
+    if s.first_error:
+        t.add_row("first error", Text(s.first_error[:200], style="yellow"))
     if s.server_log:
         t.add_row("log", s.server_log)
     return Panel(t, title="max serve (concurrency 1)", title_align="left")
@@ -146,10 +149,17 @@ def kernels_section(report: Report) -> RenderableType | None:
     if isinstance(k, Unavailable):
         return Panel(_na(k.reason), title="Kernels", title_align="left")
     assert isinstance(k, KernelBreakdown)
-    parts: list[RenderableType] = [
-        Text(f"{k.kernels} kernels, {k.kernel_ms:.3f} ms of kernel time, source {k.source}, attribution {k.attribution}"
-             + (f", tracer callbacks {k.tracer_overhead_pct:.1f}% of the window" if k.tracer_overhead_pct is not None else ""))
-    ]
+    head = (f"{k.kernels} kernels, {k.kernel_ms:.3f} ms of kernel time, source {k.source}; steps from {k.step_source}, attribution by {k.attribution}")
+    if k.gpu_busy_pct is not None:
+        what = "MAX ops (host time) cover" if k.source.startswith("nvtx-log") else "GPU busy"
+        head += f"; {what} {k.gpu_busy_pct:.1f}% of the {_f(k.window_ms, '.3f')} ms window"
+    if k.unattributed_kernels and k.step_source != "none":
+        head += f"; {k.unattributed_kernels} kernels outside every step"
+    if k.invalid_kernels:
+        head += f"; {k.invalid_kernels} records with invalid timestamps dropped"
+    if k.tracer_overhead_pct is not None:
+        head += f"; tracer callbacks {k.tracer_overhead_pct:.1f}% of the window"
+    parts: list[RenderableType] = [Text(head)]
     if k.unreliable:
         parts.append(Text(f"UNRELIABLE: {k.unreliable}", style="bold yellow"))
     if k.phases:
@@ -240,17 +250,26 @@ def findings_section(report: Report) -> RenderableType:
     return Panel(Group(*parts), title="Findings", title_align="left")
 
 
+def measured_anything(report: Report) -> bool:
+    """Whether the report holds measurements (``doctor`` holds only the environment)."""
+    return any((report.steps, report.step_summary is not None, report.utilization is not None, report.kernels is not None,
+                report.kernel_analyses, report.serve is not None, report.preflight, report.findings))
+
+
 def render_renderables(report: Report) -> list[RenderableType]:
+    measured = measured_anything(report)
     sections: list[RenderableType | None] = [
         environment_section(report),
         preflight_section(report.preflight),
         serve_section(report),
-        steps_section(report) if report.serve is None or report.steps else None,
-        utilization_section(report),
+        steps_section(report) if report.steps or report.step_summary is not None else None,
+        utilization_section(report) if report.utilization is not None or (measured and report.serve is None and report.steps) else None,
         kernels_section(report),
         analyses_section(report.kernel_analyses),
-        findings_section(report),
+        findings_section(report) if measured else None,
     ]
+    if report.notes:
+        sections.append(Panel(Text("\n".join(report.notes), style="dim"), title="Notes", title_align="left"))
     if report.artifacts:
         sections.append(Panel(Text("\n".join(report.artifacts)), title="Artifacts", title_align="left"))
     return [s for s in sections if s is not None]

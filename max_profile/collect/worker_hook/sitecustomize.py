@@ -8,7 +8,7 @@ follows files that max_profile creates in that folder:
   ``skipped-<pid>.txt`` and ends the hook; the others import CUPTI and write ``ready-<pid>``
   (or ``unavailable-<pid>.txt`` with the reason), so the import is done before the window;
 - ``start`` / ``stop``: kernels are recorded in between, then written as ``kernels-<pid>.json``
-  (msgspec KernelRecord list, host perf_counter clock) with ``coverage-<pid>.json`` (when the
+  (a KernelTable as JSON, host perf_counter clock) with ``coverage-<pid>.json`` (when the
   recording really ran, and records CUPTI dropped).
 """
 
@@ -49,33 +49,38 @@ def _watch(folder: str) -> None:
     if not _cuda_driver_loaded():
         _write(os.path.join(folder, f"skipped-{pid}.txt"), "no libcuda in this process\n")
         return
+    notes: list[str] = []
     try:
-        from max_profile.collect.cupti_kernels import CuptiKernelCollector
+        from max_profile.collect.cupti_native import make_cupti_collector
 
         # launch records only where phase ranges will need them (MAX_PROFILE_WORKER_CUPTI_LAUNCHES=1)
-        collector = CuptiKernelCollector(launches=os.environ.get("MAX_PROFILE_WORKER_CUPTI_LAUNCHES", "1") == "1")
+        collector = make_cupti_collector(notes, launches=os.environ.get("MAX_PROFILE_WORKER_CUPTI_LAUNCHES", "1") == "1")
     except Exception as exc:  # noqa: BLE001 - no CUPTI in this process: say so once
         _write(os.path.join(folder, f"unavailable-{pid}.txt"), f"{type(exc).__name__}: {exc}\n")
         return
     _write(os.path.join(folder, f"ready-{pid}"), "")
     if not _wait_for(start, stop, 0.01):
         return
-    collector.start()
+    try:
+        collector.start()
+    except Exception as exc:  # noqa: BLE001 - e.g. another CUPTI client holds this process: say why, record nothing
+        _write(os.path.join(folder, f"unavailable-{pid}.txt"), f"{type(exc).__name__}: {exc}\n")
+        return
     started = time.perf_counter_ns()
     _wait_for(stop, None, 0.02)
     stopped = time.perf_counter_ns()
     kernels = collector.stop()
-    if kernels:
+    if len(kernels):
         import json
-
-        import msgspec
 
         tmp = os.path.join(folder, f".kernels-{pid}.json")
         with open(tmp, "wb") as fh:
-            fh.write(msgspec.json.encode(kernels))
+            fh.write(kernels.to_json())
         _write(os.path.join(folder, f"coverage-{pid}.json"), json.dumps({"started_ns": started, "stopped_ns": stopped, "dropped": collector.dropped,
                                                                              "callback_s": collector.callback_s_before_stop, "api_records": collector.api_records,
-                                                                             "api_filter": collector.api_filter}))
+                                                                             "api_filter": collector.api_filter, "notes": notes,
+                                                                             "stop_s": getattr(collector, "stop_s", None),
+                                                                             "collector": type(collector).__name__}))
         os.replace(tmp, os.path.join(folder, f"kernels-{pid}.json"))
 
 

@@ -1,0 +1,168 @@
+"""Nsight Compute analysis: one profiled launch -> :class:`KernelAnalysis` and its verdicts (pure).
+
+Reads the Speed Of Light section (compute vs memory throughput), DRAM throughput, occupancy and
+its limiter (block limits), warp stall reasons per issued instruction (long scoreboard = memory
+latency) and achieved FLOP/s for a roofline point. Equivalent: ``ncu --import R.ncu-rep --page details``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from max_profile.model import Finding, KernelAnalysis, NcuLaunch, StallReason
+
+STALL_MEANINGS: dict[str, str] = {
+    "long_scoreboard": "waiting on global/local memory (L1TEX) results: memory latency",
+    "short_scoreboard": "waiting on shared memory or special-function results",
+    "math_pipe_throttle": "math pipe busy: compute-bound on that pipe",
+    "mio_throttle": "memory I/O queue full (shared memory / special instructions)",
+    "lg_throttle": "local/global memory queue full: too many outstanding memory ops",
+    "barrier": "waiting at __syncthreads / barriers",
+    "membar": "waiting on a memory barrier",
+    "not_selected": "eligible but another warp was picked (enough parallelism)",
+    "selected": "issuing (not a stall)",
+    "wait": "fixed-latency dependency",
+    "no_instruction": "instruction cache miss / no instruction fetched",
+    "branch_resolving": "waiting on branch target computation",
+    "dispatch_stall": "dispatch stall (pipeline conflict)",
+    "drain": "waiting for memory stores to drain at exit",
+    "imc_miss": "immediate constant cache miss",
+    "tex_throttle": "texture queue full",
+    "sleeping": "warp sleeping (nanosleep / yield)",
+    "gmma": "waiting on warpgroup MMA (wgmma) completion",
+    "misc": "miscellaneous",
+}
+
+LATENCY_BOUND_PCT = 40.0
+"""Both compute and memory throughput below this % of peak: latency-bound."""
+NEAR_PEAK_DRAM_PCT = 70.0
+"""Memory-bound at or above this % of peak DRAM bandwidth: near the roofline."""
+
+
+def _first(m: dict[str, float], *keys: str) -> float | None:
+    for k in keys:
+        if k in m:
+            return m[k]
+    return None
+
+
+def analyze_launch(launch: NcuLaunch) -> KernelAnalysis:
+    """One profiled launch (details-page labels, raw-page metric names, or both) -> :class:`KernelAnalysis`."""
+    m = launch.metrics
+    sections = launch.sections
+    compute = _first(m, "Compute (SM) Throughput", "sm__throughput.avg.pct_of_peak_sustained_elapsed")
+    memory = sections.get("GPU Speed Of Light Throughput/Memory Throughput", _first(m, "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"))
+    dram_pct = _first(m, "DRAM Throughput", "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "dram__throughput.avg.pct_of_peak_sustained_elapsed")
+    dram_bps = sections.get("Memory Workload Analysis/Memory Throughput", _first(m, "dram__bytes.sum.per_second"))
+    limits = {
+        "registers": _first(m, "Block Limit Registers", "launch__occupancy_limit_registers"),
+        "shared memory": _first(m, "Block Limit Shared Mem", "launch__occupancy_limit_shared_mem"),
+        "warps": _first(m, "Block Limit Warps", "launch__occupancy_limit_warps"),
+        "blocks per SM": _first(m, "Block Limit SM", "launch__occupancy_limit_blocks"),
+        "barriers": _first(m, "Block Limit Barriers", "launch__occupancy_limit_barriers"),
+    }
+    known = {k: v for k, v in limits.items() if v is not None}
+    limiter = min(known, key=lambda k: known[k]) if known else None
+    stalls = []
+    for name, value in m.items():
+        mm = re.fullmatch(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio", name)
+        if mm and mm.group(1) != "selected" and value > 0:
+            stalls.append(StallReason(reason=mm.group(1), cycles_per_instruction=value, meaning=STALL_MEANINGS.get(mm.group(1), "")))
+    stalls.sort(key=lambda s: -s.cycles_per_instruction)
+    flops = achieved_flops(m)
+    return KernelAnalysis(
+        kernel_name=launch.name,
+        launch_id=int(launch.launch_id) if launch.launch_id.isdigit() else 0,
+        duration_ns=_first(m, "Duration", "gpu__time_duration.sum"),
+        compute_throughput_pct=compute,
+        memory_throughput_pct=memory,
+        dram_throughput_pct=dram_pct,
+        dram_bytes_per_s=dram_bps,
+        achieved_occupancy_pct=_first(m, "Achieved Occupancy", "sm__warps_active.avg.pct_of_peak_sustained_active"),
+        theoretical_occupancy_pct=_first(m, "Theoretical Occupancy", "sm__maximum_warps_per_active_cycle_pct"),
+        occupancy_limiter=limiter,
+        registers_per_thread=_first(m, "Registers Per Thread", "launch__registers_per_thread"),
+        block_size=launch.block,
+        grid_size=launch.grid,
+        stalls=stalls[:6],
+        achieved_flop_per_s=flops,
+        arithmetic_intensity=flops / dram_bps if flops is not None and dram_bps else None,
+        bound=bound_of(compute, memory),
+        ncu_rules=list(launch.rules)[:12],
+        metrics={k: v for k, v in m.items() if " " in k or k.startswith(("gpu__", "dram__", "sm__"))},
+        device=launch.device,
+    )
+
+
+def achieved_flops(m: dict[str, float]) -> float | None:
+    """FLOP/s from the SASS instruction counters (FMA = 2) plus the tensor-core path metrics.
+
+    Tensor work is counted once: the aggregate path metrics (``sm__ops_path_tensor_src_<in>_dst_<out>``)
+    only; the per-instruction ones (``sm__ops_path_tensor_op_hgmma_...``) count the same work again.
+    """
+    rate = m.get("smsp__cycles_elapsed.avg.per_second")
+    if rate is None:
+        return None
+    per_cycle = 0.0
+    found = False
+    for prefix, mult in (("f", 1.0), ("d", 1.0), ("h", 2.0)):
+        add = m.get(f"smsp__sass_thread_inst_executed_op_{prefix}add_pred_on.sum.per_cycle_elapsed")
+        mul = m.get(f"smsp__sass_thread_inst_executed_op_{prefix}mul_pred_on.sum.per_cycle_elapsed")
+        fma = m.get(f"smsp__sass_thread_inst_executed_op_{prefix}fma_pred_on.sum.per_cycle_elapsed")
+        if add is not None or mul is not None or fma is not None:
+            found = True
+            per_cycle += mult * ((add or 0.0) + (mul or 0.0) + 2.0 * (fma or 0.0))
+    flops = per_cycle * rate
+    for name, v in m.items():
+        if re.fullmatch(r"sm__ops_path_tensor_src_[a-z0-9_]+\.sum\.per_second", name):
+            found = True
+            flops += v
+    return flops if found else None
+
+
+def bound_of(compute: float | None, memory: float | None) -> str | None:
+    """``latency`` / ``balanced`` / ``memory`` / ``compute`` from the Speed Of Light percentages."""
+    if compute is None and memory is None:
+        return None
+    c, mem = compute or 0.0, memory or 0.0
+    if max(c, mem) < LATENCY_BOUND_PCT:
+        return "latency"
+    if abs(c - mem) < 10.0 and min(c, mem) >= 60.0:
+        return "balanced"
+    return "memory" if mem >= c else "compute"
+
+
+def kernel_findings(a: KernelAnalysis) -> list[Finding]:
+    """Verdicts for one analyzed kernel."""
+    out: list[Finding] = []
+    ev: dict[str, float | int | str | None] = {
+        "kernel": a.kernel_name[:80], "compute_pct": a.compute_throughput_pct, "memory_pct": a.memory_throughput_pct, "dram_pct": a.dram_throughput_pct,
+        "achieved_occupancy_pct": a.achieved_occupancy_pct, "theoretical_occupancy_pct": a.theoretical_occupancy_pct,
+    }
+    top = a.stalls[0] if a.stalls else None
+    if top:
+        ev["top_stall"] = f"{top.reason} ({top.cycles_per_instruction:.2f} cycles/instr)"
+    if a.bound == "memory" and (a.dram_throughput_pct or 0) >= NEAR_PEAK_DRAM_PCT:
+        out.append(Finding(id="kernel-memory-bound-near-peak", severity="info", confidence=0.8, evidence=ev,
+                           title=f"Memory-bound at {a.dram_throughput_pct:.0f}% of peak DRAM bandwidth: near its roofline (healthy for a decode GEMV)"))
+    elif a.bound == "memory":
+        out.append(Finding(id="kernel-memory-bound", severity="warning", confidence=0.7, evidence=ev,
+                           title="Memory-bound but well below peak DRAM bandwidth",
+                           next_step="Look at the memory access pattern rules below (coalescing, L2 hit rate) and at occupancy."))
+    elif a.bound == "compute" and (a.compute_throughput_pct or 0) < 60:
+        out.append(Finding(id="kernel-compute-far-from-peak", severity="warning", confidence=0.6, evidence=ev,
+                           title="Compute-bound but far from peak compute throughput",
+                           next_step="Check tensor-core use (sm__inst_executed_pipe_tensor_op_*) and tile shapes."))
+    elif a.bound == "latency":
+        title = "Latency-bound: neither compute nor memory is busy"
+        if top and top.reason == "long_scoreboard":
+            title += " — warps mostly wait on memory (long scoreboard)"
+        out.append(Finding(id="kernel-latency-bound", severity="warning", confidence=0.7, evidence=ev, title=title,
+                           next_step="More parallelism per SM (larger grid / more warps) or fewer dependent memory loads."))
+    if a.achieved_occupancy_pct is not None and a.theoretical_occupancy_pct is not None and a.achieved_occupancy_pct < 0.5 * a.theoretical_occupancy_pct:
+        out.append(Finding(id="kernel-low-occupancy", severity="info", confidence=0.6, evidence={**ev, "limiter": a.occupancy_limiter},
+                           title=f"Achieved occupancy {a.achieved_occupancy_pct:.0f}% is under half the theoretical {a.theoretical_occupancy_pct:.0f}% (limiter: {a.occupancy_limiter})"))
+    elif a.theoretical_occupancy_pct is not None and a.theoretical_occupancy_pct < 50 and a.occupancy_limiter:
+        out.append(Finding(id="kernel-occupancy-limited", severity="info", confidence=0.6, evidence={**ev, "limiter": a.occupancy_limiter},
+                           title=f"Theoretical occupancy {a.theoretical_occupancy_pct:.0f}% is limited by {a.occupancy_limiter}"))
+    return out

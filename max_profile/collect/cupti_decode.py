@@ -1,0 +1,142 @@
+"""Decode CUPTI activity records copied out in bulk into a :class:`KernelTable`, with numpy (no Python per record).
+
+The C recorder (``native/cupti_ring.c``) copies each kernel record (``CUpti_ActivityKernel<N>``) and
+each launch-call record (``CUpti_ActivityAPI``) into two contiguous arrays. Their layout — record
+sizes and field offsets, as compiled against the installed CUPTI headers — travels with the bytes
+(:class:`RecordLayout`), so a recording can be decoded anywhere (the tests decode one recorded on an
+H200). Kernels are joined to their launch call on ``correlationId`` (launch time and thread); CUPTI
+timestamps are mapped to the host ``perf_counter_ns`` clock by a line through (host, CUPTI) pairs
+taken at start and stop. Zero timestamps (CUPTI hands some out) become -1: invalid, dropped and
+counted by the analysis, never a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from max_profile.errors import TraceFormatError
+from max_profile.model import KernelTable
+
+KERNEL_FIELDS = ("size", "kind", "start", "end", "deviceId", "streamId", "correlationId", "gridX", "blockX", "registersPerThread", "name",
+                 "graphNodeId", "graphId")
+API_FIELDS = ("size", "kind", "cbid", "start", "end", "threadId", "correlationId")
+KIND_FIELDS = ("CONCURRENT_KERNEL", "KERNEL", "DRIVER", "RUNTIME", "cupti_api_version")
+_KERNEL_TYPES: dict[str, Any] = {"kind": "<u4", "start": "<u8", "end": "<u8", "deviceId": "<u4", "streamId": "<u4", "correlationId": "<u4", "gridX": ("<i4", (3,)),
+                 "blockX": ("<i4", (3,)), "registersPerThread": "<u2", "name": "<u8", "graphNodeId": "<u8", "graphId": "<u4"}
+_API_TYPES: dict[str, Any] = {"kind": "<u4", "cbid": "<u4", "start": "<u8", "end": "<u8", "threadId": "<u4", "correlationId": "<u4"}
+
+CUPTI_13_LAYOUT = (216, 0, 16, 24, 40, 48, 92, 52, 64, 6, 104, 144, 156, 40, 0, 4, 8, 16, 28, 32, 10, 3, 4, 5, 130001)
+"""``mp_layout()`` of cupti_ring.c compiled against CUDA 13.0's CUPTI headers (CUpti_ActivityKernel10, API 130001)."""
+
+
+@dataclass(frozen=True)
+class RecordLayout:
+    """Sizes and offsets of the two record kinds, and the CUPTI activity-kind numbers, as compiled."""
+
+    kernel: dict[str, int]
+    api: dict[str, int]
+    kinds: dict[str, int]
+
+    @classmethod
+    def from_values(cls, values: Sequence[int]) -> RecordLayout:
+        nk, na = len(KERNEL_FIELDS), len(API_FIELDS)
+        if len(values) < nk + na + len(KIND_FIELDS):
+            raise TraceFormatError(f"CUPTI record layout has {len(values)} values, expected {nk + na + len(KIND_FIELDS)}")
+        layout = cls(kernel=dict(zip(KERNEL_FIELDS, values[:nk], strict=True)), api=dict(zip(API_FIELDS, values[nk : nk + na], strict=True)),
+                     kinds=dict(zip(KIND_FIELDS, values[nk + na : nk + na + len(KIND_FIELDS)], strict=True)))
+        layout.check()
+        return layout
+
+    def values(self) -> list[int]:
+        return [*(self.kernel[f] for f in KERNEL_FIELDS), *(self.api[f] for f in API_FIELDS), *(self.kinds[f] for f in KIND_FIELDS)]
+
+    def check(self) -> None:
+        """Offsets inside their record and records 8-byte aligned (as CUPTI writes them)."""
+        for what, fields, types in (("kernel", self.kernel, _KERNEL_TYPES), ("API", self.api, _API_TYPES)):
+            size = fields["size"]
+            if size <= 0 or size % 8:
+                raise TraceFormatError(f"CUPTI {what} record size {size} is not a positive multiple of 8")
+            for name in types:
+                width = _dtype({"size": 64, name: 0}, {name: types[name]}).fields[name][0].itemsize  # type: ignore[index]
+                if not 0 <= fields[name] <= size - width:
+                    raise TraceFormatError(f"CUPTI {what} record field {name} at offset {fields[name]} lies outside the {size}-byte record")
+
+    def kernel_dtype(self) -> np.dtype:
+        return _dtype(self.kernel, _KERNEL_TYPES)
+
+    def api_dtype(self) -> np.dtype:
+        return _dtype(self.api, _API_TYPES)
+
+
+def _dtype(fields: Mapping[str, int], types: Mapping[str, object]) -> np.dtype:
+    spec: dict[str, Any] = {"names": list(types), "formats": list(types.values()), "offsets": [fields[n] for n in types], "itemsize": fields["size"]}
+    return np.dtype(spec)  # type: ignore[call-overload]
+
+
+@dataclass
+class DecodedKernels:
+    table: KernelTable
+    api_records: int
+    graph_launches: int
+    unnamed: int
+
+
+def host_clock(pairs: Sequence[tuple[int, int]]) -> tuple[float, float, float]:
+    """(host origin, CUPTI origin, host ns per CUPTI ns) from (host, CUPTI) timestamp pairs."""
+    if not pairs:
+        raise TraceFormatError("no (host, CUPTI) clock pair was taken")
+    (h0, c0), (h1, c1) = pairs[0], pairs[-1]
+    return float(h0), float(c0), (h1 - h0) / (c1 - c0) if c1 != c0 else 1.0
+
+
+def decode(kernel_bytes: bytes, api_bytes: bytes, layout: RecordLayout, names: Mapping[int, str], clock_pairs: Sequence[tuple[int, int]],
+           *, graph_cbids: frozenset[int] = frozenset(), launch_cbids: frozenset[int] | None = None) -> DecodedKernels:
+    """The kernels of a recording, on the host clock, joined to their launch calls.
+
+    ``names`` maps the kernel-name addresses in the records to their text; ``launch_cbids`` (when given)
+    keeps only those API calls as launches (a CUPTI that cannot switch records per call records all).
+    """
+    kdt, adt = layout.kernel_dtype(), layout.api_dtype()
+    if len(kernel_bytes) % kdt.itemsize or len(api_bytes) % adt.itemsize:
+        raise TraceFormatError(f"CUPTI records are cut short: {len(kernel_bytes)} kernel bytes / {kdt.itemsize}, "
+                               f"{len(api_bytes)} API bytes / {adt.itemsize}")
+    k = np.frombuffer(kernel_bytes, dtype=kdt)
+    a = np.frombuffer(api_bytes, dtype=adt)
+    kinds = (layout.kinds["CONCURRENT_KERNEL"], layout.kinds["KERNEL"])
+    if k.size and not np.isin(k["kind"], kinds).all():
+        raise TraceFormatError("CUPTI kernel records of another kind: the record layout does not match the recording")
+    h0, c0, scale = host_clock(clock_pairs)
+
+    def to_host(raw: np.ndarray) -> np.ndarray:
+        mapped = (h0 + (raw.astype(np.float64) - c0) * scale).astype(np.int64)
+        return np.where(raw > 0, mapped, -1)
+
+    addresses, name_idx = np.unique(k["name"], return_inverse=True)
+    text = [names.get(int(p), "") or f"<unnamed kernel {int(p):#x}>" for p in addresses]
+    unnamed = sum(1 for p in addresses if not names.get(int(p)))
+    if launch_cbids is not None and a.size:
+        a = a[np.isin(a["cbid"], np.fromiter(launch_cbids, dtype=np.uint32))]
+    corr = k["correlationId"].astype(np.int64)
+    launch = np.full(k.size, -1, dtype=np.int64)
+    tid = np.full(k.size, -1, dtype=np.int64)
+    if a.size and k.size:
+        order = np.argsort(a["correlationId"], kind="stable")
+        keys = a["correlationId"][order].astype(np.int64)
+        pos = np.minimum(np.searchsorted(keys, corr), keys.size - 1)
+        hit = keys[pos] == corr
+        rows = order[pos]
+        launch = np.where(hit, to_host(a["start"][rows]), -1)
+        tid = np.where(hit, a["threadId"][rows].astype(np.int64), -1)
+    table = KernelTable(
+        names=text, name_idx=name_idx.astype(np.int32), start_ns=to_host(k["start"]), end_ns=to_host(k["end"]),
+        device=k["deviceId"].astype(np.int32), stream=k["streamId"].astype(np.int64), correlation_id=corr, launch_ns=launch, launch_tid=tid,
+        grid=np.ascontiguousarray(k["gridX"]), block=np.ascontiguousarray(k["blockX"]), registers=k["registersPerThread"].astype(np.int32),
+        graph_id=k["graphId"].astype(np.int64), graph_node_id=k["graphNodeId"].astype(np.int64),
+    )
+    graph_launches = int(np.isin(a["cbid"], np.fromiter(graph_cbids, dtype=np.uint32)).sum()) if graph_cbids and a.size else 0
+    order = np.argsort(table.start_ns, kind="stable")
+    return DecodedKernels(table=table.select(order), api_records=int(a.size), graph_launches=graph_launches, unnamed=unnamed)

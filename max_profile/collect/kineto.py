@@ -1,0 +1,144 @@
+"""Kineto / Chrome-trace JSON (PyTorch profiler, HTA, MAX's libkineto build) as a :class:`RawCapture`.
+
+Events used (``ph: "X"``, ``ts`` / ``dur`` in microseconds):
+
+* ``cat: kernel`` — GPU kernels; ``args.device``, ``args.stream``, ``args.correlation``,
+  ``args.grid`` / ``args.block`` (``[x, y, z]``), ``args["registers per thread"]``;
+* ``cat: cuda_runtime`` / ``cuda_driver`` — launch calls, joined to kernels on ``args.correlation``
+  (launch time and thread: kernels are attributed by launch);
+* ``cat: user_annotation`` / ``gpu_user_annotation`` — ranges: ours (``max_profile:decode``) and
+  MAX's scheduler ranges (``_schedule(...)``) become phases;
+* every ``X`` event bounds the capture window (GPU busy is measured over it).
+
+Equivalent tool: HTA's ``TraceAnalysis(trace_dir=...).get_gpu_kernel_breakdown()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from max_profile.collect.tables import ns, number, read_text
+from max_profile.errors import TraceFormatError
+from max_profile.model import Capture, Environment, KernelTable, PhaseRange, RawCapture
+
+US = 1e3
+_LAUNCH_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_api")
+_RANGE_CATS = ("user_annotation", "gpu_user_annotation")
+MAX_NESTING = 10_000
+"""JSON nested deeper than this is refused (a trace is a flat list of events)."""
+
+
+def _dims(value: Any) -> tuple[int, int, int] | None:
+    if isinstance(value, list) and len(value) == 3:
+        dims = [number(v) for v in value]
+        if all(d is not None and 0 <= d < 2**31 for d in dims):
+            return (int(dims[0]), int(dims[1]), int(dims[2]))  # type: ignore[arg-type]
+    return None
+
+
+def _int(value: Any, default: int) -> int:
+    v = number(value)
+    return int(v) if v is not None and -(2**62) < v < 2**62 else default
+
+
+def _check_depth(text: str, path: str) -> None:
+    depth = 0
+    deepest = 0
+    for ch in text[:1_000_000] if len(text) > 1_000_000 else text:
+        if ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_NESTING:
+                    raise TraceFormatError(f"{path}: JSON nested more than {MAX_NESTING} levels deep; not a trace")
+        elif ch in "]}":
+            depth -= 1
+
+
+def kineto_capture(path: str) -> RawCapture:
+    text = read_text(path)
+    _check_depth(text, path)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(f"{path}: truncated or invalid JSON ({exc.msg} at line {exc.lineno})") from exc
+    except RecursionError as exc:
+        raise TraceFormatError(f"{path}: JSON nested too deep") from exc
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        raise TraceFormatError(f"{path}: JSON without a traceEvents list (not a Kineto / Chrome trace)")
+    names: dict[str, int] = {}
+    idx: list[int] = []
+    start: list[int] = []
+    end: list[int] = []
+    dev: list[int] = []
+    stream: list[int] = []
+    corr: list[int] = []
+    grid: list[tuple[int, int, int]] = []
+    block: list[tuple[int, int, int]] = []
+    regs: list[int] = []
+    launches: dict[int, tuple[int, int]] = {}
+    ranges: list[PhaseRange] = []
+    lo, hi = None, None
+    skipped = 0
+    for e in events:
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        ts, dur = ns(e.get("ts"), US), ns(e.get("dur", 0), US)
+        if ts is None or dur is None or dur < 0:
+            skipped += 1
+            continue
+        lo = ts if lo is None else min(lo, ts)
+        hi = ts + dur if hi is None else max(hi, ts + dur)
+        cat = str(e.get("cat", "")).lower()
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        assert isinstance(args, dict)
+        name = e.get("name")
+        name = name if isinstance(name, str) else str(name) if name is not None else "?"
+        if cat == "kernel":
+            idx.append(names.setdefault(name, len(names)))
+            start.append(ts)
+            end.append(ts + dur)
+            dev.append(_int(args.get("device", e.get("pid", 0)), 0))
+            stream.append(_int(args.get("stream", e.get("tid", 0)), 0))
+            corr.append(_int(args.get("correlation", 0), 0))
+            grid.append(_dims(args.get("grid")) or (0, 0, 0))
+            block.append(_dims(args.get("block")) or (0, 0, 0))
+            regs.append(_int(args.get("registers per thread", 0), 0))
+        elif cat in _LAUNCH_CATS:
+            c = _int(args.get("correlation", -1), -1)
+            if c >= 0:
+                launches[c] = (ts, _int(e.get("tid", -1), -1))
+        elif cat in _RANGE_CATS:
+            ranges.append(PhaseRange(name=name, start_ns=ts, end_ns=ts + dur, tid=_int(e.get("tid", -1), -1),
+                                     domain="max_profile" if name.startswith("max_profile") else None))
+    if not idx:
+        raise TraceFormatError(f"{path}: the trace has no GPU kernel events (cat: kernel)")
+    corr_arr = np.array(corr, dtype=np.int64)
+    launch = np.array([launches.get(c, (-1, -1))[0] if c > 0 else -1 for c in corr], dtype=np.int64)
+    tid = np.array([launches.get(c, (-1, -1))[1] if c > 0 else -1 for c in corr], dtype=np.int64)
+    table = KernelTable(names=list(names), name_idx=np.array(idx, dtype=np.int32), start_ns=np.array(start, dtype=np.int64),
+                        end_ns=np.array(end, dtype=np.int64), device=np.array(dev, dtype=np.int32), stream=np.array(stream, dtype=np.int64),
+                        correlation_id=corr_arr, launch_ns=launch if (launch >= 0).any() else None,
+                        launch_tid=tid if (launch >= 0).any() else None, grid=np.array(grid, dtype=np.int32),
+                        block=np.array(block, dtype=np.int32), registers=np.array(regs, dtype=np.int32))
+    keep = [r for r in ranges if r.domain == "max_profile" or "_schedule(" in r.name or r.name.rsplit(":", 1)[-1] in ("prefill", "decode", "mixed")]
+    counts: dict[str, int] = {}
+    for r in ranges:
+        counts[r.name] = counts.get(r.name, 0) + 1
+    env = Environment(vendor="none", vendor_reason=f"imported from {path}; environment of the capture unknown")
+    raw = RawCapture(environment=env, capture=Capture(started_unix_s=time.time(), target="import:kineto-json", collectors=["kineto-json"]),
+                     kernels=table, kernel_clock="trace", ranges=keep, range_names=dict(sorted(counts.items(), key=lambda kv: -kv[1])[:200]),
+                     kernel_source="kineto json", artifacts=[os.path.abspath(path)])
+    if lo is not None and hi is not None:
+        raw.trace_window_ns = (lo, hi)
+    if skipped:
+        raw.notes.append(f"{skipped} trace event(s) without a usable ts / dur were skipped")
+    return raw
+
+

@@ -1,0 +1,153 @@
+"""rocprofv3 output as a :class:`RawCapture`: the kernel-trace CSV (+ its marker CSV) and the rocpd database.
+
+``rocprofv3 --kernel-trace --marker-trace --output-format csv -d OUT -- <cmd>`` writes
+``<pid>_kernel_trace.csv`` (columns in ../shared/research/formats.md §2; older builds lack
+``Stream_Id`` and name the segment sizes differently) and ``<pid>_marker_api_trace.csv`` (roctx
+ranges: ours are ``max_profile:prefill`` / ``decode``). ``--output-format rocpd`` writes an SQLite
+database with ``kernels`` and ``regions`` views. Timestamps are nanoseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import time
+
+import numpy as np
+
+from max_profile.collect.tables import column, csv_rows, ns, optional_column
+from max_profile.errors import TraceFormatError
+from max_profile.model import Capture, Environment, KernelTable, PhaseRange, RawCapture
+
+_AGENT_DIGITS = re.compile(r"\d+")
+
+
+def _raw(source: str, path: str, table: KernelTable, ranges: list[PhaseRange], skipped: int) -> RawCapture:
+    env = Environment(vendor="amd", vendor_reason=f"imported from {path}; environment of the capture unknown")
+    raw = RawCapture(environment=env, capture=Capture(started_unix_s=time.time(), target=f"import:{source}", collectors=[source]),
+                     kernels=table, kernel_clock="trace", ranges=ranges, kernel_source=source.replace("-", " "), artifacts=[os.path.abspath(path)])
+    if skipped:
+        raw.notes.append(f"{skipped} row(s) of {path} had no usable name or timestamps and were skipped")
+    if not len(table):
+        raw.kernels_unavailable = f"{path}: the trace holds no kernel dispatch"
+    return raw
+
+
+def _dims(row: list[str], idx: list[int | None]) -> tuple[int, int, int]:
+    out = []
+    for i in idx:
+        v = ns(row[i]) if i is not None and i < len(row) else None
+        out.append(v if v is not None and 0 <= v < 2**31 else 0)
+    return (out[0], out[1], out[2])
+
+
+def rocprof_csv_capture(path: str) -> RawCapture:
+    header, rows = csv_rows(path)
+    i_name = column(header, path, "Kernel_Name")
+    i_start = column(header, path, "Start_Timestamp")
+    i_end = column(header, path, "End_Timestamp")
+    i_agent = optional_column(header, "Agent_Id")
+    i_tid = optional_column(header, "Thread_Id")
+    i_stream = optional_column(header, "Stream_Id", "Queue_Id")
+    i_corr = optional_column(header, "Correlation_Id")
+    grid_cols = [optional_column(header, f"Grid_Size_{a}") for a in "XYZ"]
+    block_cols = [optional_column(header, f"Workgroup_Size_{a}") for a in "XYZ"]
+    names: dict[str, int] = {}
+    idx, start, end, dev, tid, stream, corr, grid, block = [], [], [], [], [], [], [], [], []  # type: ignore[var-annotated]
+    skipped = 0
+    width = max(i_name, i_start, i_end)
+    for r in rows:
+        if len(r) <= width:
+            skipped += 1
+            continue
+        s, e = ns(r[i_start]), ns(r[i_end])
+        if s is None or e is None:
+            skipped += 1
+            continue
+        idx.append(names.setdefault(r[i_name], len(names)))
+        start.append(s)
+        end.append(e)
+        agent = _AGENT_DIGITS.search(r[i_agent]) if i_agent is not None and i_agent < len(r) else None
+        dev.append(min(int(agent.group()), 2**31 - 1) if agent else 0)
+        tid.append(ns(r[i_tid]) or -1 if i_tid is not None and i_tid < len(r) else -1)
+        stream.append(ns(r[i_stream]) or 0 if i_stream is not None and i_stream < len(r) else 0)
+        corr.append(ns(r[i_corr]) or 0 if i_corr is not None and i_corr < len(r) else 0)
+        grid.append(_dims(r, grid_cols))
+        block.append(_dims(r, block_cols))
+    table = KernelTable(names=list(names), name_idx=np.array(idx, dtype=np.int32), start_ns=np.array(start, dtype=np.int64),
+                        end_ns=np.array(end, dtype=np.int64), device=np.array(dev, dtype=np.int32),
+                        launch_tid=np.array(tid, dtype=np.int64) if i_tid is not None else None,
+                        stream=np.array(stream, dtype=np.int64), correlation_id=np.array(corr, dtype=np.int64),
+                        grid=np.array(grid, dtype=np.int32).reshape(-1, 3) if any(c is not None for c in grid_cols) else None,
+                        block=np.array(block, dtype=np.int32).reshape(-1, 3) if any(c is not None for c in block_cols) else None)
+    ranges, bad = _markers(path)
+    return _raw("rocprofv3-csv", path, table, ranges, skipped + bad)
+
+
+def _markers(kernel_csv: str) -> tuple[list[PhaseRange], int]:
+    """Ranges from the marker CSV beside a kernel-trace CSV (``*_marker_api_trace.csv``), if any."""
+    marker = kernel_csv.replace("kernel_trace", "marker_api_trace")
+    if marker == kernel_csv or not os.path.exists(marker):
+        return [], 0
+    header, rows = csv_rows(marker)
+    i_fn = column(header, marker, "Function")
+    i_start = column(header, marker, "Start_Timestamp")
+    i_end = column(header, marker, "End_Timestamp")
+    i_tid = optional_column(header, "Thread_Id")
+    out = []
+    bad = 0
+    for r in rows:
+        if len(r) <= max(i_fn, i_start, i_end):
+            bad += 1
+            continue
+        s, e = ns(r[i_start]), ns(r[i_end])
+        if s is None or e is None:
+            bad += 1
+            continue
+        name = r[i_fn]
+        out.append(PhaseRange(name=name, start_ns=s, end_ns=e, tid=ns(r[i_tid]) if i_tid is not None and i_tid < len(r) else None,
+                              domain="max_profile" if name.startswith("max_profile:") else None))
+    return out, bad
+
+
+def rocpd_capture(path: str) -> RawCapture:
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            rows = con.execute("SELECT name, start, end, agent_abs_index, tid FROM kernels").fetchall()
+            try:
+                regions = con.execute(
+                    "SELECT coalesce(json_extract(extdata, '$.message'), name), start, end, tid FROM regions WHERE category LIKE 'MARKER%'"
+                ).fetchall()
+            except sqlite3.DatabaseError:
+                regions = []
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        raise TraceFormatError(f"{path}: not a readable rocpd database ({exc})") from exc
+    names: dict[str, int] = {}
+    idx, start, end, dev, tid = [], [], [], [], []
+    skipped = 0
+    for name, s, e, agent, t in rows:
+        s_ns, e_ns = ns(s), ns(e)
+        if s_ns is None or e_ns is None or not isinstance(name, (str, bytes)):
+            skipped += 1
+            continue
+        text = name.decode("utf-8", errors="replace") if isinstance(name, bytes) else name
+        idx.append(names.setdefault(text, len(names)))
+        start.append(s_ns)
+        end.append(e_ns)
+        a = ns(agent)
+        dev.append(a if a is not None and 0 <= a < 2**31 else 0)
+        tid.append(ns(t) or -1)
+    table = KernelTable(names=list(names), name_idx=np.array(idx, dtype=np.int32), start_ns=np.array(start, dtype=np.int64),
+                        end_ns=np.array(end, dtype=np.int64), device=np.array(dev, dtype=np.int32), launch_tid=np.array(tid, dtype=np.int64))
+    ranges = []
+    for name, s, e, t in regions:
+        s_ns, e_ns = ns(s), ns(e)
+        if s_ns is None or e_ns is None or name is None:
+            skipped += 1
+            continue
+        ranges.append(PhaseRange(name=str(name), start_ns=s_ns, end_ns=e_ns, tid=ns(t)))
+    return _raw("rocprofv3-rocpd", path, table, ranges, skipped)

@@ -1,0 +1,1 @@
+"""Small shared helpers below the model: files, processes, device strings, model folders."""

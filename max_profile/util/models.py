@@ -1,0 +1,29 @@
+"""Is this a local Hugging Face model folder? One check for every verb that loads a model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from max_profile.errors import InputError
+
+
+def model_folder_problem(path: str | os.PathLike[str]) -> str | None:
+    """None when ``path`` looks like a local HF model folder (config.json + weights), else what is wrong."""
+    p = Path(path)
+    if not p.exists():
+        return f"model path {str(p)!r} does not exist"
+    if not p.is_dir():
+        return f"model path {str(p)!r} is a file, not a model folder (expected config.json and weights)"
+    if not (p / "config.json").is_file():
+        return f"{str(p)!r} is not a model folder: it has no config.json"
+    if not any(p.glob("*.safetensors")) and not any(p.glob("*.gguf")) and not any(p.glob("*.bin")):
+        return f"{str(p)!r} is not a model folder: no *.safetensors / *.gguf weights in it"
+    return None
+
+
+def check_model_folder(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`InputError` when ``path`` is not a loadable model folder."""
+    problem = model_folder_problem(path)
+    if problem:
+        raise InputError(problem)

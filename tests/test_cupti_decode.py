@@ -1,0 +1,84 @@
+"""The CUPTI record decoder (numpy over the C recorder's arrays) on the CPU: records built in CUPTI 13's layout,
+and the recording made on the H200 when it is present (tests/data/h200/tracing/)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from max_profile.collect.cupti_decode import CUPTI_13_LAYOUT, RecordLayout, decode
+from max_profile.errors import TraceFormatError
+
+LAYOUT = RecordLayout.from_values(CUPTI_13_LAYOUT)
+RECORDING = Path(__file__).parent / "data" / "h200" / "tracing" / "cupti_recording.npz"
+
+
+def _records(kernels: list[dict], apis: list[dict]) -> tuple[bytes, bytes]:  # type: ignore[type-arg]
+    k = np.zeros(len(kernels), dtype=LAYOUT.kernel_dtype())
+    for i, rec in enumerate(kernels):
+        for key, value in rec.items():
+            k[key][i] = value
+    a = np.zeros(len(apis), dtype=LAYOUT.api_dtype())
+    for i, rec in enumerate(apis):
+        for key, value in rec.items():
+            a[key][i] = value
+    return k.tobytes(), a.tobytes()
+
+
+def test_layout_is_the_compiled_one() -> None:
+    assert LAYOUT.kernel["size"] == 216 and LAYOUT.api["size"] == 40  # CUpti_ActivityKernel10 / CUpti_ActivityAPI, CUDA 13.0
+    assert LAYOUT.kinds["CONCURRENT_KERNEL"] == 10 and LAYOUT.kinds["DRIVER"] == 4
+    assert RecordLayout.from_values(LAYOUT.values()) == LAYOUT
+    bad = list(CUPTI_13_LAYOUT)
+    bad[2] = 300  # start past the end of the record
+    with pytest.raises(TraceFormatError, match="outside the 216-byte record"):
+        RecordLayout.from_values(bad)
+
+
+def test_decode_joins_launches_maps_clock_and_marks_zero_timestamps() -> None:
+    gemv, mha = 0x7F00_0000_1000, 0x7F00_0000_2000
+    kernel_bytes, api_bytes = _records(
+        [{"kind": 10, "start": 2_000_500, "end": 2_000_900, "deviceId": 0, "streamId": 13, "correlationId": 7, "name": gemv, "gridX": [1, 1024, 1],
+          "blockX": [128, 1, 1], "registersPerThread": 40},
+         {"kind": 10, "start": 2_001_000, "end": 2_001_100, "correlationId": 8, "name": mha, "graphId": 3, "graphNodeId": 99},
+         {"kind": 10, "start": 0, "end": 0, "correlationId": 9, "name": gemv}],
+        [{"kind": 4, "cbid": 652, "start": 2_000_100, "end": 2_000_150, "threadId": 4300, "correlationId": 7},
+         {"kind": 4, "cbid": 514, "start": 2_000_200, "end": 2_000_250, "threadId": 4300, "correlationId": 8},
+         {"kind": 4, "cbid": 652, "start": 2_000_300, "end": 2_000_350, "threadId": 4300, "correlationId": 9}])
+    clock = [(10_000_000, 2_000_000), (10_010_000, 2_010_000)]  # host = CUPTI + 8,000,000
+    out = decode(kernel_bytes, api_bytes, LAYOUT, {gemv: "gemv_split_k_bf16_128", mha: "sm90_mha_depth128"}, clock, graph_cbids=frozenset({514}))
+    t = out.table
+    assert len(t) == 3 and out.api_records == 3 and out.graph_launches == 1 and out.unnamed == 0
+    valid = t.start_ns >= 0
+    assert valid.sum() == 2  # the zero-timestamp record maps to -1, for the analysis to drop and count
+    by_name = {t.name_of(i): i for i in np.flatnonzero(valid)}
+    g, m = by_name["gemv_split_k_bf16_128"], by_name["sm90_mha_depth128"]
+    assert t.start_ns[g] == 10_000_500 and t.end_ns[g] == 10_000_900 and t.launch_ns[g] == 10_000_100  # type: ignore[index]
+    assert t.launch_tid[g] == 4300 and list(t.grid[g]) == [1, 1024, 1] and list(t.block[g]) == [128, 1, 1]  # type: ignore[index]
+    assert t.graph_id[m] == 3 and t.graph_node_id[m] == 99 and t.graph_id[g] == 0  # type: ignore[index]
+
+
+def test_decode_refuses_cut_records() -> None:
+    kernel_bytes, api_bytes = _records([{"kind": 10, "start": 5, "end": 6}], [])
+    with pytest.raises(TraceFormatError, match="cut short"):
+        decode(kernel_bytes[:-8], api_bytes, LAYOUT, {}, [(0, 0), (1, 1)])
+    wrong_kind, _ = _records([{"kind": 4, "start": 5, "end": 6}], [])
+    with pytest.raises(TraceFormatError, match="does not match the recording"):
+        decode(wrong_kind, b"", LAYOUT, {}, [(0, 0), (1, 1)])
+
+
+@pytest.mark.skipif(not RECORDING.exists(), reason="no H200 recording committed")
+def test_recording_from_the_h200_decodes() -> None:
+    """A real recording of the C recorder on the H200 (benchmarks/h200/tracing.sh overhead), decoded here."""
+    data = np.load(RECORDING)
+    meta = json.loads(data["meta"].tobytes())
+    layout = RecordLayout.from_values(meta["layout"])
+    names = {int(k): v for k, v in meta["names"].items()}
+    out = decode(data["kernels"].tobytes(), data["apis"].tobytes(), layout, names, [tuple(p) for p in meta["clock"]])
+    t = out.table
+    assert len(t) == meta["kernels"] and out.api_records == meta["api_records"] and out.unnamed == 0
+    assert t.launch_ns is not None and (t.launch_ns[t.start_ns >= 0] > 0).all()  # every kernel joined to its launch call
+    assert any("gemv" in n for n in t.names) and any("mha" in n for n in t.names)
