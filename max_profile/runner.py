@@ -82,6 +82,13 @@ def load_model(
         pipeline = retrieved.factory()
     except Exception as exc:  # MAX raises ValueError / RuntimeError / pydantic errors
         raise InputError(_explain_load_error(exc, model_path, devices, custom_architectures)) from exc
+    warmup = getattr(pipeline, "warmup_graph_capture", None)
+    if device_graph_capture and callable(warmup):
+        # as `max generate` / AutoModel do: without it every step runs eagerly and no graph is replayed
+        try:
+            warmup()
+        except Exception as exc:  # noqa: BLE001 - MAX's own error, one line
+            raise InputError(f"device graph capture warm-up failed on {devices}: {type(exc).__name__}: {exc}") from exc
     return LoadedModel(pipeline, retrieved.tokenizer, config, device_graph_capture, model_path, devices)
 
 

@@ -193,7 +193,10 @@ def build_breakdown(
     per_step = _per_step(ordered, step_of, fam_idx, dur) if ordered else []
     graph_kernels = int((table.graph_id > 0).sum()) if n and table.graph_id is not None else 0
     unreliable = None
-    if (device_graph_capture or graph_launches) and not graph_kernels:
+    launches_recorded = table.launch_ns is not None and bool((table.launch_ns >= 0).any()) if n else False
+    # graphs replayed (graph launches recorded), or graph capture on where the tracer does not say what launched:
+    # and still no kernel record from inside a graph
+    if not graph_kernels and (graph_launches or (device_graph_capture and not launches_recorded)):
         # graphs ran but no kernel record says it ran inside one: the tracer saw graph replays, not their kernels
         unreliable = ("device graph capture was on and the trace holds no kernel of a graph: kernels ran as graph replays the tracer "
                       "did not open, so per-step attribution and per-kernel counts are unreliable; record with max_profile's CUPTI "

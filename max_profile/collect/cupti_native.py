@@ -174,6 +174,8 @@ class NativeCuptiCollector:
         rc = self._lib.mp_start(self._buffer_bytes, 1 if self._launches else 0, self._max_bytes)
         if rc == 1:
             holder = self._lib.mp_holder().decode(errors="replace")
+            if "<not provided>" in holder or not holder.strip():
+                holder = f"another CUPTI client (Nsight Systems, Nsight Compute, kineto...; it names itself {holder!r})"
             raise CuptiBusy(f"CUPTI in this process is already held by {holder}: kernel recording backs off rather than garble both traces "
                             "(run without nsys / ncu / kineto around it, or read that tool's trace with `max-profile report`)")
         if rc != 0:
