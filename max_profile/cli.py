@@ -1,10 +1,11 @@
 """``max-profile``: the command-line tool (the only module that parses arguments).
 
-Verbs: doctor, make-model, demo, run, kernels, kernel, check-arch, serve, report. Every verb that
-captures writes ``--json PATH`` (the analysed report) and ``--raw PATH`` (the raw capture it came
-from; ``max-profile report RAW`` rebuilds the report). On error: one line ``max-profile: error: ...``
-and the exit code of :mod:`max_profile.errors` (2 bad input, 3 tool missing, 4 capture failed,
-130 interrupted, 1 a bug).
+Verbs: doctor, make-model, demo, run, kernels, kernel, check-arch, serve, report, diff. Every verb that
+captures writes ``--json PATH`` (the analysed report), ``--raw PATH`` (the raw capture it came from;
+``max-profile report RAW`` rebuilds everything), ``--html PATH`` (one self-contained page) and
+``--perfetto PATH`` (a trace for ui.perfetto.dev). Output folders are checked before anything runs.
+On error: one line ``max-profile: error: ...`` and the exit code of :mod:`max_profile.errors`
+(1 a regression found by diff, 2 bad input, 3 tool missing, 4 capture failed, 130 interrupted, 70 a bug).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from max_profile.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, InputError, MaxProfileError, ToolMissingError
+from max_profile.errors import EXIT_INTERRUPTED, EXIT_REGRESSION, EXIT_UNEXPECTED, InputError, MaxProfileError, ToolMissingError
 
 
 class Progress:
@@ -38,8 +39,25 @@ class _Parser(argparse.ArgumentParser):
         raise InputError(f"{self.prog}: {message}")
 
 
+OUTPUT_FLAGS = ("json", "raw", "html", "perfetto")
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every output path's folder exists (checked before a capture of minutes, not after)."""
+    from pathlib import Path
+
+    for flag in OUTPUT_FLAGS:
+        path = getattr(args, flag, None)
+        if path:
+            folder = Path(path).expanduser().resolve().parent
+            if not folder.is_dir():
+                raise InputError(f"--{flag} {path}: the folder {folder} does not exist")
+            if Path(path).is_dir():
+                raise InputError(f"--{flag} {path}: is a folder; give a file name")
+
+
 def _emit(raw: Any, args: argparse.Namespace, progress: Progress) -> int:
-    """Analyse a raw capture, print the report, write --json / --raw. Returns the exit code."""
+    """Analyse a raw capture, print the report, write --json / --raw / --html / --perfetto. Returns the exit code."""
     from max_profile import __version__
     from max_profile.analyze.report import build_report
     from max_profile.render.text import print_report
@@ -50,6 +68,11 @@ def _emit(raw: Any, args: argparse.Namespace, progress: Progress) -> int:
     report = build_report(raw, tool_version=__version__)
     print_report(report)
     _write_report(report, args, progress)
+    if getattr(args, "perfetto", None):
+        from max_profile.render.perfetto import write_perfetto
+
+        write_perfetto(raw, args.perfetto)
+        progress(f"Perfetto trace written to {args.perfetto} (open it at https://ui.perfetto.dev)")
     return 0
 
 
@@ -57,6 +80,12 @@ def _write_report(report: Any, args: argparse.Namespace, progress: Progress) -> 
     if getattr(args, "json", None):
         report.save(args.json)
         progress(f"report written to {args.json}")
+    if getattr(args, "html", None):
+        from max_profile.render.html import render_html
+        from max_profile.util.files import write_output
+
+        write_output(args.html, render_html(report).encode())
+        progress(f"HTML report written to {args.html} (open it in a browser: file://{os.path.abspath(args.html)})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,8 +173,12 @@ def _check_generation_args(args: argparse.Namespace) -> None:
         raise InputError("--warmup must be >= 0")
 
 
-def _prepare_run(args: argparse.Namespace, progress: Progress) -> tuple[Any, str]:
-    """Checks shared by demo and run: flags, environment, devices, the kernel mode (auto resolved once)."""
+def _prepare_run(args: argparse.Namespace, progress: Progress, op_ranges_on_cpu: bool = False) -> tuple[Any, str]:
+    """Checks shared by demo and run: flags, environment, devices, the kernel mode (auto resolved once).
+
+    ``op_ranges_on_cpu``: with ``--kernels auto`` and no GPU, record MAX's op ranges (the NVTX log) when this
+    machine can build the injection library; else go on without a breakdown and say why.
+    """
     from max_profile.collect.environment import detect_environment
     from max_profile.session import attached_nvtx_log, resolve_kernel_mode
     from max_profile.util.devices import resolve_devices
@@ -153,6 +186,12 @@ def _prepare_run(args: argparse.Namespace, progress: Progress) -> tuple[Any, str
     _check_generation_args(args)
     env = detect_environment(check_tools=True)
     devices = resolve_devices(args.devices, env.vendor)
+    if op_ranges_on_cpu and args.kernels == "auto" and devices == "cpu":
+        try:
+            _ensure_nvtx_log_env(devices, progress)
+            args.kernels = "nvtx-log"
+        except ToolMissingError as exc:
+            progress(f"no op breakdown on the CPU ({exc}); profiling steps and utilization only")
     if args.kernels == "nvtx-log":
         _ensure_nvtx_log_env(devices, progress)
     args.kernels = resolve_kernel_mode(args.kernels, env.vendor, attached_nvtx_log() is not None)
@@ -171,7 +210,17 @@ def cmd_demo(args: argparse.Namespace, progress: Progress) -> int:
     from max_profile.tinymodel import ModelShape, build_tiny_llama
     from max_profile.util.files import cache_dir
 
-    env, devices = _prepare_run(args, progress)
+    from pathlib import Path
+
+    out = Path(args.out)
+    if not out.is_dir():
+        if not out.parent.is_dir():
+            raise InputError(f"--out {args.out}: the folder {out.parent} does not exist")
+        out.mkdir()
+    args.json = args.json or str(out / "report.json")
+    args.html = args.html or str(out / "report.html")
+    args.raw = args.raw or str(out / "raw.json.gz")
+    env, devices = _prepare_run(args, progress, op_ranges_on_cpu=True)
     on_gpu = devices.startswith("gpu")
     dtype: Literal["float32", "bfloat16"] = "bfloat16" if on_gpu else "float32"
     if on_gpu:
@@ -184,7 +233,9 @@ def cmd_demo(args: argparse.Namespace, progress: Progress) -> int:
     if not (folder / "model.safetensors").exists():
         progress(f"building the demo model ({dtype}, hidden {shape.hidden}, {shape.layers} layers) in {folder}")
         build_tiny_llama(folder, dtype=dtype, shape=shape)
-    return _emit(_profile_generation(args, progress, str(folder), devices, env), args, progress)
+    code = _emit(_profile_generation(args, progress, str(folder), devices, env), args, progress)
+    print(f"\nreport: {args.json}\nopen in a browser: file://{os.path.abspath(args.html)}\nre-analyse: max-profile report {args.raw}")
+    return code
 
 
 def cmd_kernels(args: argparse.Namespace, progress: Progress) -> int:
@@ -293,6 +344,8 @@ def cmd_report(args: argparse.Namespace, progress: Progress) -> int:
 
     loaded = load_any(args.file)
     if isinstance(loaded, Report):
+        if args.perfetto or args.raw:
+            raise InputError(f"{args.file} is an analysed report: --perfetto / --raw need the raw capture it was built from (--raw of the run)")
         progress(f"{args.file} is an analysed report (schema {loaded.schema_version}): shown as saved; pass its raw capture to re-analyse")
         print_report(loaded)
         _write_report(loaded, args, progress)
@@ -300,11 +353,55 @@ def cmd_report(args: argparse.Namespace, progress: Progress) -> int:
     return _emit(loaded, args, progress)
 
 
+def _loaded(path: str) -> tuple[Any, Any]:
+    """(report, raw capture or None) of a saved raw capture, report, or trace file."""
+    from max_profile import __version__
+    from max_profile.analyze.report import build_report
+    from max_profile.collect.imports import load_any
+    from max_profile.model import Report
+
+    loaded = load_any(path)
+    if isinstance(loaded, Report):
+        return loaded, None
+    return build_report(loaded, tool_version=__version__), loaded
+
+
+def cmd_diff(args: argparse.Namespace, progress: Progress) -> int:
+    """Compare run B against baseline A; exit 1 on a significant regression above --fail-above, 2 when not comparable."""
+    import msgspec
+
+    from max_profile.analyze.diff import diff_reports
+    from max_profile.render.text import print_diff
+    from max_profile.util.files import write_output
+
+    if not args.fail_above >= 0:
+        raise InputError("--fail-above must be >= 0 (a percentage)")
+    if not 0 < args.alpha < 1:
+        raise InputError("--alpha must be between 0 and 1")
+    a, a_raw = _loaded(args.a)
+    b, b_raw = _loaded(args.b)
+    result = diff_reports(a, b, a_label=args.a, b_label=args.b, fail_above_pct=args.fail_above, alpha=args.alpha, force=args.force,
+                          a_raw=a_raw, b_raw=b_raw)
+    print_diff(result)
+    if args.json:
+        write_output(args.json, msgspec.json.format(result.to_json(), indent=2))
+    if args.html:
+        from max_profile.render.html import render_diff_html
+
+        write_output(args.html, render_diff_html(result).encode())
+        progress(f"HTML diff written to {args.html}")
+    if not result.comparable and not args.force:
+        raise InputError("the two runs are not comparable: " + "; ".join(result.reasons) + " (pass --force to compare anyway)")
+    return EXIT_REGRESSION if result.regression else 0
+
+
 # ---------------------------------------------------------------------------------------------
 def _add_output_flags(p: argparse.ArgumentParser, raw: bool = True) -> None:
     p.add_argument("--json", metavar="PATH", help="write the analysed report as JSON")
+    p.add_argument("--html", metavar="PATH", help="write the report as one self-contained HTML page (plots inlined, works offline)")
     if raw:
         p.add_argument("--raw", metavar="PATH", help="also write the raw capture (.gz to compress); `max-profile report PATH` rebuilds the report")
+        p.add_argument("--perfetto", metavar="PATH", help="write a Perfetto trace (steps, every kernel per stream, launches, GPU counters)")
 
 
 def _add_generation_flags(p: argparse.ArgumentParser, default_tokens: int = 64) -> None:
@@ -333,6 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="what this machine has: GPU vendor, profilers (with install commands), MAX version")
     p.add_argument("--json", metavar="PATH")
+    p.add_argument("--html", metavar="PATH")
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("make-model", help="build a random-weight Llama model in HF format, offline")
@@ -352,6 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generation_flags(p)
     p.add_argument("--hidden", type=int, default=None, help="demo model hidden size (default: 64 on CPU, 2048 on GPU)")
     p.add_argument("--layers", type=int, default=None, help="demo model layers (default: 2 on CPU, 4 on GPU)")
+    p.add_argument("--out", default="max-profile-demo", help="folder for report.json, report.html and raw.json.gz (default ./max-profile-demo)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("run", help="profile a generation of a local model")
@@ -415,6 +514,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="a --raw capture, a --json report, or an nsys / rocprofv3 / Kineto / ncu / `max generate --profile` file")
     _add_output_flags(p)
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("diff", help="compare run B against baseline A (raw captures, reports or traces): exit 1 on a significant regression")
+    p.add_argument("a", metavar="A", help="the baseline")
+    p.add_argument("b", metavar="B", help="the run to judge")
+    p.add_argument("--fail-above", type=float, default=5.0, metavar="PCT", help="a significant slowdown above this %% is a regression (exit 1)")
+    p.add_argument("--alpha", type=float, default=0.01, help="significance level of the Mann-Whitney U test over per-step times")
+    p.add_argument("--force", action="store_true", help="compare even when the runs are not comparable (model, GPU, MAX version, clocks...)")
+    p.add_argument("--json", metavar="PATH", help="write the comparison as JSON")
+    p.add_argument("--html", metavar="PATH", help="write the comparison as one HTML page")
+    p.set_defaults(func=cmd_diff)
     return parser
 
 
@@ -425,6 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         progress.quiet = args.quiet
         func: Callable[[argparse.Namespace, Progress], int] = args.func
+        _check_outputs(args)
         return int(func(args, progress) or 0)
     except MaxProfileError as exc:
         print(f"max-profile: error: {_one_line(exc)}", file=sys.stderr)

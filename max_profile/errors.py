@@ -3,6 +3,7 @@
 The CLI prints ``max-profile: error: <message>`` and exits with ``exit_code``:
 
 ====  =====================================================================================
+1     a significant regression above the threshold (``max-profile diff``, the pytest gate): not an error
 2     bad input: a flag, a path, a file in the wrong or a damaged format (:class:`InputError`,
       :class:`TraceFormatError`)
 3     a tool or library is missing; the message carries the exact install command
@@ -10,17 +11,19 @@ The CLI prints ``max-profile: error: <message>`` and exits with ``exit_code``:
 4     the capture itself failed: the profiled program, the server or a profiler died or
       wrote nothing usable (:class:`CaptureError`)
 130   interrupted (Ctrl-C); everything the command started was stopped
-1     anything else: a bug in max_profile (re-run with ``MAX_PROFILE_DEBUG=1`` for the traceback)
+70    anything else: a bug in max_profile (re-run with ``MAX_PROFILE_DEBUG=1`` for the traceback)
 ====  =====================================================================================
 """
 
 from __future__ import annotations
 
-EXIT_UNEXPECTED = 1
+EXIT_REGRESSION = 1
 EXIT_BAD_INPUT = 2
 EXIT_TOOL_MISSING = 3
 EXIT_CAPTURE_FAILED = 4
 EXIT_INTERRUPTED = 130
+EXIT_UNEXPECTED = 70
+"""sysexits' EX_SOFTWARE: an internal error (exit 1 means a regression was found)."""
 
 
 class MaxProfileError(Exception):

@@ -680,6 +680,13 @@ class PreflightResult(msgspec.Struct, frozen=True):
         return not any(c.severity == "error" and not c.ok for c in self.checks)
 
 
+class Histogram(msgspec.Struct, frozen=True):
+    """Counts per bin (``edges`` has one more entry than ``counts``)."""
+
+    edges: list[float]
+    counts: list[int]
+
+
 class ServeSummary(msgspec.Struct, frozen=True):
     """What a `max-profile serve` capture measured from the client side, and how the server ran."""
 
@@ -698,6 +705,8 @@ class ServeSummary(msgspec.Struct, frozen=True):
     commands: list[list[str]] = []
     server_log: str | None = None
     first_error: str | None = None
+    ttft_histogram: Histogram | None = None
+    itl_histogram: Histogram | None = None
 
 
 # --------------------------------------------------------------------------------------------

@@ -49,3 +49,4 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 900)
         env={**os.environ, **(env or {})},
         cwd=str(REPO),
     )
+pytest_plugins = ["pytester"]

@@ -29,6 +29,8 @@ def _model_args(report: Report) -> str:
 
 def next_measurement(report: Report) -> str | None:
     ids = {f.id for f in report.findings}
+    if report.kernel_analyses:
+        return None  # the deepest level: the kernel's own counters are in hand
     if "kv-cache-broken" in ids:
         return None  # a correctness bug: fix it before measuring speed
     if "tracer-overhead" in ids:
@@ -43,6 +45,9 @@ def next_measurement(report: Report) -> str | None:
             return f"max-profile run {_model_args(report)} --kernels nvtx-log   # MAX's op ranges on the CPU"
         return None
     if not isinstance(report.kernels, KernelBreakdown):
+        if report.serve is not None:
+            mode = "nsys" if report.environment.vendor == "nvidia" else "rocprof" if report.environment.vendor == "amd" else "kernels"
+            return f"max-profile serve {_model_args(report)} --mode {mode}   # the kernels of the served model (--mode kernels: in-process recorder)"
         if report.environment.vendor == "amd":
             return (f"rocprofv3 --kernel-trace --marker-trace --output-format csv -d rocprof-out -- max-profile run {_model_args(report)} --kernels off"
                     "  &&  max-profile kernels --import rocprof-out/<host>/<pid>_kernel_trace.csv")

@@ -9,6 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from max_profile.analyze.diff import DiffResult
 from max_profile.model import (
     FamilyRow,
     KernelAnalysis,
@@ -287,3 +288,33 @@ def print_report(report: Report, console: Console | None = None) -> None:
     console = console or Console(highlight=False)
     for r in render_renderables(report):
         console.print(r)
+
+
+def diff_renderables(result: DiffResult) -> list[RenderableType]:
+    """A diff: comparability, the verdict lines, and every compared metric."""
+    parts: list[RenderableType] = []
+    head = Text(f"A = {result.a}\nB = {result.b}\n")
+    if result.reasons:
+        head.append(("not comparable" if not result.forced else "not comparable (compared anyway: --force)") + ":\n", style="bold yellow")
+        for r in result.reasons:
+            head.append(f"  - {r}\n", style="yellow")
+    parts.append(head)
+    if result.lines:
+        t = Table(box=None)
+        for col in ("metric", "A", "B", "delta", "delta %", "test", "samples"):
+            t.add_column(col, justify="left" if col in ("metric", "test") else "right", overflow="fold")
+        for line in result.lines:
+            style = "bold red" if line.regression else "green" if line.significant and line.delta < 0 else ""
+            t.add_row(Text(line.metric[:80], style=style), f"{line.a:.4g}", f"{line.b:.4g}", f"{line.delta:+.4g} {line.unit}",
+                      _f(line.delta_pct, "+.1f"), "no test" if line.p_value is None else f"p={line.p_value:.2g}", f"{line.samples[0]}/{line.samples[1]}")
+        parts.append(t)
+    return [Panel(Group(*parts), title=f"max-profile diff (regression threshold {result.fail_above_pct:g} %)", title_align="left")]
+
+
+def print_diff(result: DiffResult, console: Console | None = None) -> None:
+    """The comparison, then one unwrapped line per verdict (what a CI log is searched for)."""
+    console = console or Console(highlight=False)
+    for r in diff_renderables(result):
+        console.print(r)
+    for v in result.verdicts:
+        console.print(Text(v, style="bold red" if v.startswith("REGRESSION") else ""), soft_wrap=True)

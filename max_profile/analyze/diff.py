@@ -1,0 +1,207 @@
+"""Compare two profiling runs: comparability first, then per-token, per-family and per-kernel deltas, each tested for noise.
+
+Step-time distributions (host decode time per token, per-step kernel time by family, serve inter-token
+latency) are compared with the two-sided Mann-Whitney U test (``scipy.stats.mannwhitneyu``): a
+difference counts only when p < ``alpha`` and both runs have at least ``MIN_SAMPLES`` steps, so one
+noisy step never makes a verdict. Totals without a distribution (top kernels, GPU busy) are
+reported as deltas without a test. A run regresses when a significant, slower-is-worse metric got
+slower by more than ``fail_above_pct``.
+
+Equivalent by hand: two ``max-profile run --raw`` captures, then comparing their step tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+import numpy as np
+
+from max_profile.model import KernelBreakdown, RawCapture, Report, UtilizationSection
+
+MIN_SAMPLES = 8
+ALPHA = 0.01
+CLOCK_TOLERANCE_PCT = 5.0
+"""Mean SM clocks further apart than this make two runs not comparable (a throttled or clock-locked GPU)."""
+SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size", "torch_dtype",
+              "architectures")
+
+
+class DiffLine(msgspec.Struct, frozen=True):
+    metric: str
+    unit: str
+    a: float
+    b: float
+    delta: float
+    delta_pct: float | None
+    p_value: float | None
+    """Mann-Whitney U, two-sided; None when the metric has no per-step distribution (or too few steps)."""
+    significant: bool
+    regression: bool
+    samples: tuple[int, int] = (0, 0)
+
+
+class DiffResult(msgspec.Struct):
+    a: str
+    b: str
+    comparable: bool
+    reasons: list[str]
+    lines: list[DiffLine]
+    verdicts: list[str]
+    regression: bool
+    fail_above_pct: float
+    forced: bool = False
+    alpha: float = ALPHA
+
+    def to_json(self) -> bytes:
+        return msgspec.json.encode(self)
+
+
+def comparability(a: Report, b: Report) -> list[str]:
+    """Why two runs should not be compared (model shape, dtype, GPU, MAX version, clocks, throttling, graphs, tracer)."""
+    reasons = []
+    ca, cb = a.capture.model_config or {}, b.capture.model_config or {}
+    for key in SHAPE_KEYS:
+        if key in ca and key in cb and ca[key] != cb[key]:
+            reasons.append(f"model {key}: {ca[key]} vs {cb[key]}")
+    ga = sorted(g.name or g.key for g in a.environment.gpus)
+    gb = sorted(g.name or g.key for g in b.environment.gpus)
+    if ga != gb:
+        reasons.append(f"GPUs: {', '.join(ga) or 'none'} vs {', '.join(gb) or 'none'}")
+    if a.environment.max_version and b.environment.max_version and a.environment.max_version != b.environment.max_version:
+        reasons.append(f"MAX version: {a.environment.max_version} vs {b.environment.max_version}")
+    if (a.capture.devices or "") != (b.capture.devices or ""):
+        reasons.append(f"devices: {a.capture.devices} vs {b.capture.devices}")
+    if bool(a.capture.device_graph_capture) != bool(b.capture.device_graph_capture):
+        reasons.append(f"device graph capture: {a.capture.device_graph_capture} vs {b.capture.device_graph_capture}")
+    ka, kb = a.kernels, b.kernels
+    sa = ka.source.split(" ")[0] if isinstance(ka, KernelBreakdown) else "none"
+    sb = kb.source.split(" ")[0] if isinstance(kb, KernelBreakdown) else "none"
+    if sa != sb:
+        reasons.append(f"kernel tracer: {sa} vs {sb} (a tracer changes the timing it measures)")
+    ua, ub = _clock(a), _clock(b)
+    if ua and ub and abs(ua - ub) / max(ua, ub) * 100 > CLOCK_TOLERANCE_PCT:
+        reasons.append(f"mean SM clock: {ua:.0f} vs {ub:.0f} MHz")
+    for label, r in (("A", a), ("B", b)):
+        throttled = [f for f in r.findings if f.id == "throttled" and f.severity == "warning"]
+        if throttled:
+            reasons.append(f"{label} was clock-throttled ({throttled[0].evidence.get('reasons')})")
+    if a.serve is None and b.serve is not None or a.serve is not None and b.serve is None:
+        reasons.append("one run is a max serve capture, the other is not")
+    return reasons
+
+
+def _clock(r: Report) -> float | None:
+    u = r.utilization
+    if not isinstance(u, UtilizationSection):
+        return None
+    clocks = [g.mean_sm_clock_mhz for g in u.gpus if g.mean_sm_clock_mhz]
+    return float(np.mean(clocks)) if clocks else None
+
+
+def _test(a: Sequence[float], b: Sequence[float], alpha: float) -> tuple[float | None, bool]:
+    if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES:
+        return None, False
+    if np.allclose(np.median(a), np.median(b)) and np.std(a) == 0 and np.std(b) == 0:
+        return 1.0, False
+    from scipy.stats import mannwhitneyu
+
+    p = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    return p, p < alpha
+
+
+def _line(metric: str, unit: str, a_vals: Sequence[float], b_vals: Sequence[float], fail_above_pct: float, alpha: float,
+          higher_is_worse: bool = True, tested: bool = True) -> DiffLine:
+    a_med, b_med = float(np.median(a_vals)), float(np.median(b_vals))
+    delta = b_med - a_med
+    pct = 100.0 * delta / a_med if a_med else None
+    p, significant = _test(a_vals, b_vals, alpha) if tested else (None, False)
+    worse = delta > 0 if higher_is_worse else delta < 0
+    regression = bool(significant and worse and pct is not None and abs(pct) > fail_above_pct)
+    return DiffLine(metric=metric, unit=unit, a=a_med, b=b_med, delta=delta, delta_pct=pct, p_value=p, significant=significant, regression=regression,
+                    samples=(len(a_vals), len(b_vals)))
+
+
+def _decode_ms_per_token(r: Report) -> list[float]:
+    return [s.duration_ns / 1e6 / s.batch_size for s in r.steps if s.phase == "decode" and s.batch_size > 0]
+
+
+def _family_per_step(r: Report, phase: str) -> dict[str, list[float]]:
+    k = r.kernels
+    if not isinstance(k, KernelBreakdown):
+        return {}
+    rows = [p for p in k.per_step if p.phase == phase]
+    fams = {f for p in rows for f in p.families}
+    return {f: [p.families.get(f, 0.0) for p in rows] for f in fams}
+
+
+def diff_reports(a: Report, b: Report, *, a_label: str = "A", b_label: str = "B", fail_above_pct: float = 5.0, alpha: float = ALPHA,
+                 force: bool = False, a_raw: RawCapture | None = None, b_raw: RawCapture | None = None) -> DiffResult:
+    """The comparison of run B against baseline A (see the module docstring)."""
+    reasons = comparability(a, b)
+    result = DiffResult(a=a_label, b=b_label, comparable=not reasons, reasons=reasons, lines=[], verdicts=[], regression=False,
+                        fail_above_pct=fail_above_pct, forced=force and bool(reasons), alpha=alpha)
+    if reasons and not force:
+        return result
+    lines: list[DiffLine] = []
+    da, db = _decode_ms_per_token(a), _decode_ms_per_token(b)
+    if da and db:
+        lines.append(_line("decode per token (host step time)", "ms/token", da, db, fail_above_pct, alpha))
+    ka, kb = a.kernels, b.kernels
+    if isinstance(ka, KernelBreakdown) and isinstance(kb, KernelBreakdown):
+        for phase in ("decode", "prefill"):
+            fa, fb = _family_per_step(a, phase), _family_per_step(b, phase)
+            totals_a = [sum(v) for v in zip(*fa.values(), strict=True)] if fa else []
+            totals_b = [sum(v) for v in zip(*fb.values(), strict=True)] if fb else []
+            if totals_a and totals_b:
+                lines.append(_line(f"{phase} kernel time per step", "ms/step", totals_a, totals_b, fail_above_pct, alpha))
+            for fam in sorted(set(fa) | set(fb), key=lambda f: -(np.median(fb.get(f, [0.0])) + np.median(fa.get(f, [0.0])))):
+                va, vb = fa.get(fam, [0.0] * len(totals_a)), fb.get(fam, [0.0] * len(totals_b))
+                if va and vb and (np.median(va) > 0.001 or np.median(vb) > 0.001):
+                    lines.append(_line(f"{phase} {fam} per step", "ms/step", va, vb, fail_above_pct, alpha))
+        if ka.gpu_busy_pct is not None and kb.gpu_busy_pct is not None:
+            lines.append(_line("GPU busy", "%", [ka.gpu_busy_pct], [kb.gpu_busy_pct], fail_above_pct, alpha, higher_is_worse=False, tested=False))
+        top_a = {r.name: r for r in _phase_top(ka, "decode")}
+        top_b = {r.name: r for r in _phase_top(kb, "decode")}
+        steps_a = next((p.steps for p in ka.phases if p.phase == "decode"), 0) or 1
+        steps_b = next((p.steps for p in kb.phases if p.phase == "decode"), 0) or 1
+        for name in list(dict.fromkeys([*top_a, *top_b]))[:10]:
+            per_a = top_a[name].total_ms / steps_a if name in top_a else 0.0
+            per_b = top_b[name].total_ms / steps_b if name in top_b else 0.0
+            lines.append(_line(f"kernel {name}", "ms/step", [per_a], [per_b], fail_above_pct, alpha, tested=False))
+    if a.serve is not None and b.serve is not None:
+        itl_a = [g for r in (a_raw.requests if a_raw else []) if r.ok for g in r.itl_ms]
+        itl_b = [g for r in (b_raw.requests if b_raw else []) if r.ok for g in r.itl_ms]
+        if itl_a and itl_b:
+            lines.append(_line("serve inter-token latency", "ms", itl_a, itl_b, fail_above_pct, alpha))
+        elif a.serve.itl_ms_p50 and b.serve.itl_ms_p50:
+            lines.append(_line("serve inter-token latency p50", "ms", [a.serve.itl_ms_p50], [b.serve.itl_ms_p50], fail_above_pct, alpha, tested=False))
+        if a.serve.ttft_ms_p50 and b.serve.ttft_ms_p50:
+            lines.append(_line("serve time to first token p50", "ms", [a.serve.ttft_ms_p50], [b.serve.ttft_ms_p50], fail_above_pct, alpha, tested=False))
+    result.lines = lines
+    result.regression = any(line.regression for line in lines)
+    result.verdicts = _verdicts(lines, fail_above_pct, alpha)
+    return result
+
+
+def _phase_top(k: KernelBreakdown, phase: str) -> list:  # type: ignore[type-arg]
+    return next((p.top_kernels for p in k.phases if p.phase == phase), k.top_kernels)
+
+
+def _p_text(p: float | None) -> str:
+    if p is None:
+        return "no test"
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+def _verdicts(lines: Sequence[DiffLine], fail_above_pct: float, alpha: float) -> list[str]:
+    out = []
+    for line in lines:
+        if not line.significant:
+            continue
+        pct = f"{line.delta_pct:+.1f} %" if line.delta_pct is not None else f"new in {'B' if line.a == 0 else 'A'}"
+        tag = "REGRESSION" if line.regression else ("slower" if line.delta > 0 else "faster") if line.unit.startswith(("ms", "µs")) else "changed"
+        out.append(f"{tag}: {line.metric} {pct} ({_p_text(line.p_value)}), {line.delta:+.3g} {line.unit}")
+    if not out:
+        out.append(f"no significant change (Mann-Whitney U at alpha {alpha:g}; threshold {fail_above_pct:g} %)")
+    return out

@@ -1,0 +1,322 @@
+"""One self-contained HTML file per report: verdict cards and interactive plots, working offline.
+
+Plots are Bokeh models; BokehJS (core, widgets, tables: about 2 MB) is inlined, so the file makes no
+network request and opens in any browser. Everything plotted is aggregated first (per step, per
+family, per phase, histograms), so a million-kernel capture gives a page of the same size as a small one.
+
+Sections: verdicts (each finding with its evidence and next step), steps (host step time against
+context length, prefill and decode coloured: a rising line is a KV cache not used), utilization
+(GPU use, memory and SM clock over time with the steps shaded), families (share per phase, and
+per step as a heat map), top kernels (a sortable table), Nsight Compute (speed-of-light bars, warp
+stalls, occupancy) and serve (TTFT and inter-token latency histograms).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from max_profile.analyze.diff import DiffResult
+from max_profile.model import FamilyRow, KernelAnalysis, KernelBreakdown, Report, StepSummary, Unavailable, UtilizationSection
+
+SECTIONS = ("verdicts", "steps", "utilization", "families", "kernels", "ncu", "serve")
+MAX_POINTS = 4000
+"""Steps plotted at most (evenly thinned beyond that)."""
+HEATMAP_COLUMNS = 400
+"""Per-step heat map columns at most (steps averaged into buckets beyond that)."""
+PHASE_COLORS = {"prefill": "#d95f02", "decode": "#1b9e77", "mixed": "#7570b3", "unknown": "#999999"}
+SEVERITY_COLORS = {"error": "#b2182b", "warning": "#c77c02", "info": "#2b7a3d"}
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d2330}
+header{background:#1d2330;color:#fff;padding:18px 28px}header h1{margin:0;font-size:20px}header p{margin:4px 0 0;color:#c9d1e0;font-size:13px}
+main{padding:12px 28px 40px;max-width:1280px}section{background:#fff;border-radius:8px;margin:16px 0;padding:14px 18px;box-shadow:0 1px 2px #0002}
+section h2{font-size:16px;margin:0 0 10px}.na{color:#777;font-style:italic}.cards{display:flex;flex-wrap:wrap;gap:12px}
+.card{flex:1 1 380px;border-left:6px solid #999;background:#fafbfc;padding:10px 14px;border-radius:4px}
+.card h3{margin:0 0 6px;font-size:14px}.card .sev{font-size:11px;text-transform:uppercase;font-weight:700}
+.card table{font-size:12px;border-collapse:collapse}.card td{padding:1px 8px 1px 0;vertical-align:top}.card .next{font-size:12px;margin-top:6px}
+.next-measurement{margin-top:12px;font-size:13px}code{background:#eef1f5;padding:1px 4px;border-radius:3px}
+.notes li{font-size:13px;color:#444}.meta{font-size:12px;color:#555}
+"""
+
+
+def _esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _na(reason: str) -> str:
+    return f'<p class="na">not available: {_esc(reason)}</p>'
+
+
+def _figure(title: str, **kw: Any) -> Any:
+    from bokeh.plotting import figure
+
+    fig = figure(title=title, height=kw.pop("height", 300), sizing_mode="stretch_width", tools="pan,wheel_zoom,box_zoom,reset,save,hover",
+                 output_backend="canvas", **kw)
+    fig.toolbar.logo = None
+    return fig
+
+
+def _thin(n: int, limit: int = MAX_POINTS) -> np.ndarray:
+    return np.arange(n) if n <= limit else np.linspace(0, n - 1, limit).astype(int)
+
+
+# ---------------------------------------------------------------------------------------------
+def _verdicts(report: Report) -> str:
+    cards = []
+    for f in report.findings:
+        rows = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in f.evidence.items())
+        color = SEVERITY_COLORS.get(f.severity, "#999")
+        nxt = f'<div class="next"><b>next:</b> {_esc(f.next_step)}</div>' if f.next_step else ""
+        cards.append(f'<div class="card finding" style="border-left-color:{color}"><span class="sev" style="color:{color}">{_esc(f.severity)}</span>'
+                     f' <span class="meta">{_esc(f.id)}, confidence {f.confidence:.0%}</span><h3>{_esc(f.title)}</h3><table>{rows}</table>{nxt}</div>')
+    body = f'<div class="cards">{"".join(cards)}</div>' if cards else '<p class="na">no findings</p>'
+    nm = report.next_measurement or "none — the question is answered at this level"
+    return body + f'<p class="next-measurement"><b>Next measurement:</b> <code>{_esc(nm)}</code></p>'
+
+
+def _steps_plot(report: Report) -> Any | str:
+    from bokeh.models import ColumnDataSource
+
+    steps = sorted((s for s in report.steps if s.batch_size > 0), key=lambda s: s.start_ns)
+    if not steps:
+        return _na(report.step_summary.reason if isinstance(report.step_summary, Unavailable) else "no steps recorded")
+    seq = [s.sequence_tokens for s in steps]
+    by_seq = all(v is not None for v in seq)
+    x = np.array([v if by_seq else s.index for v, s in zip(seq, steps, strict=True)], dtype=float)
+    ms = np.array([s.duration_ns / 1e6 for s in steps])
+    k = report.kernels
+    kernel_ms: np.ndarray | None = None
+    if isinstance(k, KernelBreakdown) and len(k.per_step) == len(steps):
+        kernel_ms = np.array([p.kernel_ms for p in k.per_step])
+    source = isinstance(report.step_summary, StepSummary) and report.step_summary.source or "host steps"
+    fig = _figure(f"Step time per step ({source}) against {'sequence length (context + fed tokens)' if by_seq else 'step index'}"
+                  " — a line rising with the sequence is a KV cache not used",
+                  x_axis_label="tokens in the sequence" if by_seq else "step", y_axis_label="ms")
+    idx = _thin(len(steps))
+    for phase in ("prefill", "mixed", "decode", "unknown"):
+        sel = [i for i in idx if steps[i].phase == phase]
+        if not sel:
+            continue
+        data = {"x": x[sel], "ms": ms[sel], "step": [steps[i].index for i in sel], "fed": [steps[i].input_tokens for i in sel],
+                "model": [steps[i].model_input_tokens if steps[i].model_input_tokens is not None else -1 for i in sel]}
+        src = ColumnDataSource(data)
+        fig.scatter("x", "ms", source=src, size=5, color=PHASE_COLORS[phase], legend_label=f"{phase} step time")
+        if phase == "decode":
+            fig.line("x", "ms", source=src, color=PHASE_COLORS[phase], alpha=0.5)
+        if kernel_ms is not None:
+            fig.scatter(x[sel], kernel_ms[sel], size=4, marker="triangle", color=PHASE_COLORS[phase], alpha=0.6, legend_label=f"{phase} kernel time")
+    fig.legend.location = "top_left"
+    fig.legend.click_policy = "hide"
+    return fig
+
+
+def _utilization_plots(report: Report) -> Any | str:
+    from bokeh.layouts import column
+    from bokeh.models import ColumnDataSource
+
+    u = report.utilization
+    if not isinstance(u, UtilizationSection) or not u.samples:
+        return _na(u.reason if isinstance(u, Unavailable) else "no GPU samples")
+    t0 = min(s.t_ns for s in u.samples)
+    figs = []
+    shared = None
+    steps = [s for s in report.steps if s.batch_size > 0]
+    windows = {phase: [(s.start_ns - t0, s.end_ns - t0) for s in steps if s.phase == phase] for phase in ("prefill", "decode", "mixed")}
+    for title, key, unit in (("GPU utilization (time some kernel ran)", "utilization_pct", "%"), ("GPU memory used", "memory_used_bytes", "GiB"),
+                             ("SM clock", "sm_clock_mhz", "MHz")):
+        kw: dict[str, Any] = {"height": 200, "x_axis_label": "seconds", "y_axis_label": unit}
+        if shared is not None:
+            kw["x_range"] = shared.x_range
+        fig = _figure(title, **kw)
+        shared = shared or fig
+        top = 100.0 if key == "utilization_pct" else None
+        for gpu in sorted({s.gpu for s in u.samples}):
+            sel = [s for s in u.samples if s.gpu == gpu and getattr(s, key) is not None]
+            if not sel:
+                continue
+            ys = [float(getattr(s, key)) / (2**30 if key == "memory_used_bytes" else 1) for s in sel]
+            top = max(top or 0.0, max(ys))
+            fig.line([(s.t_ns - t0) / 1e9 for s in sel], ys, line_width=2, legend_label=gpu)
+        for phase, spans in windows.items():
+            if spans:
+                thin = _thin(len(spans), 2000)
+                fig.quad(source=ColumnDataSource({"left": [spans[i][0] / 1e9 for i in thin], "right": [spans[i][1] / 1e9 for i in thin]}),
+                         left="left", right="right", bottom=0, top=top or 1.0, fill_color=PHASE_COLORS[phase], fill_alpha=0.12, line_alpha=0,
+                         legend_label=f"{phase} steps")
+        fig.legend.location = "top_left"
+        figs.append(fig)
+    return column(*figs, sizing_mode="stretch_width")
+
+
+def _family_plots(k: KernelBreakdown | Unavailable | None) -> Any | str:
+    from bokeh.layouts import column
+    from bokeh.models import ColorBar, ColumnDataSource, LinearColorMapper
+    from bokeh.palettes import Category20, Viridis256
+
+    if not isinstance(k, KernelBreakdown):
+        return _na(k.reason if isinstance(k, Unavailable) else "no kernel trace")
+    scopes: list[tuple[str, list[FamilyRow]]] = [(str(p.phase), p.families) for p in k.phases] or [("whole capture", k.families)]
+    families = sorted({r.family for _, rows in scopes for r in rows}, key=lambda f: -sum(r.total_ms for _, rows in scopes for r in rows if r.family == f))
+    palette = (Category20[20] * 2)[: max(len(families), 3)]
+    data: dict[str, Any] = {"scope": [name for name, _ in scopes]}
+    for fam in families:
+        data[fam] = [next((r.share_pct for r in rows if r.family == fam), 0.0) for _, rows in scopes]
+    bars = _figure("Kernel time by family, per phase (% of the phase's kernel time)", y_range=data["scope"], height=90 + 45 * len(scopes),
+                   x_axis_label="% of kernel time")
+    bars.hbar_stack(families, y="scope", height=0.7, color=palette[: len(families)], source=ColumnDataSource(data), legend_label=families)
+    bars.legend.click_policy = "hide"
+    bars.add_layout(bars.legend[0], "right")
+    parts: list[Any] = [bars]
+    if k.per_step:
+        n = len(k.per_step)
+        bucket = max(1, int(np.ceil(n / HEATMAP_COLUMNS)))
+        fams = sorted({f for p in k.per_step for f in p.families}, key=lambda f: -sum(p.families.get(f, 0.0) for p in k.per_step))
+        xs, ys, vals = [], [], []
+        for b in range(0, n, bucket):
+            chunk = k.per_step[b : b + bucket]
+            for fam in fams:
+                xs.append(b + bucket / 2)
+                ys.append(fam)
+                vals.append(float(np.mean([p.families.get(fam, 0.0) for p in chunk])))
+        mapper = LinearColorMapper(palette=Viridis256, low=0.0, high=max(vals) if vals else 1.0)
+        heat = _figure(f"Kernel time per step and family (ms{', mean of ' + str(bucket) + ' steps per column' if bucket > 1 else ''})",
+                       y_range=list(reversed(fams)), height=60 + 24 * len(fams), x_axis_label="step")
+        heat.rect(x="x", y="y", width=bucket, height=1, source=ColumnDataSource({"x": xs, "y": ys, "ms": vals}),
+                  fill_color={"field": "ms", "transform": mapper}, line_color=None)
+        heat.add_layout(ColorBar(color_mapper=mapper, title="ms"), "right")
+        parts.append(heat)
+    return column(*parts, sizing_mode="stretch_width")
+
+
+def _kernel_table(k: KernelBreakdown | Unavailable | None) -> Any | str:
+    from bokeh.models import ColumnDataSource, DataTable, NumberFormatter, TableColumn
+
+    if not isinstance(k, KernelBreakdown):
+        return _na(k.reason if isinstance(k, Unavailable) else "no kernel trace")
+    rows: dict[str, list[Any]] = {"phase": [], "name": [], "family": [], "count": [], "total_ms": [], "mean_us": [], "share_pct": []}
+    for phase, kernels in [("all", k.top_kernels)] + [(p.phase, p.top_kernels) for p in k.phases]:
+        for r in kernels:
+            for key, value in (("phase", phase), ("name", r.name), ("family", r.family), ("count", r.count), ("total_ms", r.total_ms),
+                               ("mean_us", r.mean_us), ("share_pct", r.share_pct)):
+                rows[key].append(value)
+    fmt = NumberFormatter(format="0,0.000")
+    columns = [TableColumn(field="phase", title="phase", width=70), TableColumn(field="name", title="kernel", width=520),
+               TableColumn(field="family", title="family", width=100), TableColumn(field="count", title="count", width=70),
+               TableColumn(field="total_ms", title="total ms", formatter=fmt, width=90), TableColumn(field="mean_us", title="mean µs", formatter=fmt, width=90),
+               TableColumn(field="share_pct", title="share % (of its phase)", formatter=NumberFormatter(format="0.0"), width=120)]
+    return DataTable(source=ColumnDataSource(rows), columns=columns, sortable=True, height=min(600, 28 + 25 * len(rows["name"])), sizing_mode="stretch_width",
+                     index_position=None)
+
+
+def _ncu_plots(analyses: Sequence[KernelAnalysis]) -> Any | str:
+    from bokeh.layouts import column, row
+
+    if not analyses:
+        return _na("no Nsight Compute analysis in this report (max-profile kernel NAME ...)")
+    rows = []
+    for a in analyses[:8]:
+        label = f"{a.kernel_name[:60]} (launch {a.launch_id}, {a.bound or '?'}-bound)"
+        sol = [("compute", a.compute_throughput_pct), ("memory", a.memory_throughput_pct), ("DRAM", a.dram_throughput_pct)]
+        sol_fig = _figure(f"Speed of light: {label}", y_range=[n for n, _ in sol], x_range=(0, 100), height=170, x_axis_label="% of peak")
+        sol_fig.hbar(y=[n for n, _ in sol], right=[v or 0.0 for _, v in sol], height=0.6, color="#2c7fb8")
+        occ = [("achieved", a.achieved_occupancy_pct), ("theoretical", a.theoretical_occupancy_pct)]
+        occ_fig = _figure(f"Occupancy (limiter: {a.occupancy_limiter or 'n/a'})", y_range=[n for n, _ in occ], x_range=(0, 100), height=170,
+                          x_axis_label="% of max warps")
+        occ_fig.hbar(y=[n for n, _ in occ], right=[v or 0.0 for _, v in occ], height=0.6, color="#41ab5d")
+        parts = [sol_fig, occ_fig]
+        if a.stalls:
+            names = [s.reason for s in a.stalls][::-1]
+            st = _figure("Warp stalls (cycles per issued instruction)", y_range=names, height=60 + 26 * len(names))
+            st.hbar(y=names, right=[s.cycles_per_instruction for s in a.stalls][::-1], height=0.6, color="#e6550d")
+            parts.append(st)
+        rows.append(row(*parts, sizing_mode="stretch_width"))
+    return column(*rows, sizing_mode="stretch_width")
+
+
+def _serve_plots(report: Report) -> Any | str:
+    from bokeh.layouts import row
+
+    s = report.serve
+    if s is None:
+        return _na("not a max serve capture")
+    figs = []
+    for title, hist in (("Time to first token (client, ms)", s.ttft_histogram), ("Inter-token latency (client, ms)", s.itl_histogram)):
+        if hist is None or not hist.counts:
+            continue
+        fig = _figure(title, height=260, x_axis_label="ms", y_axis_label="count")
+        fig.quad(left=hist.edges[:-1], right=hist.edges[1:], bottom=0, top=hist.counts, fill_color="#756bb1", line_color="white")
+        figs.append(fig)
+    if not figs:
+        return _na(f"no request completed ({s.first_error or 'no request'})")
+    return row(*figs, sizing_mode="stretch_width")
+
+
+# ---------------------------------------------------------------------------------------------
+def render_html(report: Report) -> str:
+    """The report as one HTML document (BokehJS inlined: no CDN, no network request)."""
+    from bokeh.embed import components
+    from bokeh.resources import Resources
+
+    titles = {"verdicts": "Verdicts", "steps": "Steps", "utilization": "GPU utilization over time", "families": "Where the time goes: kernel families",
+              "kernels": "Top kernels", "ncu": "Kernel deep dive (Nsight Compute)", "serve": "max serve: client-side latency"}
+    built: dict[str, Any] = {
+        "steps": _steps_plot(report), "utilization": _utilization_plots(report), "families": _family_plots(report.kernels),
+        "kernels": _kernel_table(report.kernels), "ncu": _ncu_plots(report.kernel_analyses), "serve": _serve_plots(report),
+    }
+    models = {name: obj for name, obj in built.items() if not isinstance(obj, str)}
+    script, divs = components(models) if models else ("", {})
+    body = []
+    for name in SECTIONS:
+        content = _verdicts(report) if name == "verdicts" else divs[name] if name in divs else built[name]
+        body.append(f'<section id="{name}" data-section="{name}"><h2>{titles[name]}</h2>{content}</section>')
+    if report.notes:
+        body.append('<section id="notes"><h2>Notes</h2><ul class="notes">' + "".join(f"<li>{_esc(n)}</li>" for n in report.notes) + "</ul></section>")
+    if report.artifacts:
+        body.append('<section id="artifacts"><h2>Artifacts</h2><ul class="notes">' + "".join(f"<li><code>{_esc(a)}</code></li>" for a in report.artifacts)
+                    + "</ul></section>")
+    env, cap = report.environment, report.capture
+    gpus = ", ".join(f"{g.key} {g.name or '?'}" for g in env.gpus) or "no GPU"
+    subtitle = (f"{_esc(cap.target)}{' — ' + _esc(cap.model_path) if cap.model_path else ''} · {_esc(gpus)} · MAX {_esc(env.max_version or '?')} · "
+                f"max_profile {_esc(report.tool_version or '?')} · schema {report.schema_version}")
+    js = Resources(mode="inline", components=["bokeh", "bokeh-widgets", "bokeh-tables"]).render_js() if models else ""
+    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">'
+            f"<title>max_profile — {_esc(cap.target)}</title><style>{_CSS}</style>{js}</head><body>"
+            f'<header><h1>max_profile report</h1><p>{subtitle}</p></header><main>{"".join(body)}</main>{script}</body></html>\n')
+
+
+def render_diff_html(result: DiffResult) -> str:
+    """A diff as one HTML page: comparability, verdicts, a bar per metric (delta %), the table."""
+    from bokeh.embed import components
+    from bokeh.resources import Resources
+
+    lines = [x for x in result.lines if x.delta_pct is not None]
+    red = '<b style="color:#b2182b">'
+    body = ['<section id="verdicts" data-section="verdicts"><h2>Verdicts</h2><ul class="notes">'
+            + "".join(f"<li>{red if v.startswith('REGRESSION') else '<b>'}{_esc(v)}</b></li>" for v in result.verdicts)
+            + "</ul></section>"]
+    if result.reasons:
+        body.insert(0, '<section id="comparability"><h2>Not comparable</h2><ul class="notes">'
+                    + "".join(f"<li>{_esc(r)}</li>" for r in result.reasons) + "</ul></section>")
+    script, js, chart = "", "", ""
+    if lines:
+        names = [x.metric[:70] for x in lines][::-1]
+        fig = _figure(f"B against A: delta of each metric (%), regression threshold {result.fail_above_pct:g} %", y_range=names,
+                      height=60 + 22 * len(names), x_axis_label="% change (B vs A)")
+        colors = ["#b2182b" if x.regression else "#c77c02" if x.significant and x.delta > 0 else "#2b7a3d" if x.significant else "#9e9e9e"
+                  for x in lines][::-1]
+        fig.hbar(y=names, right=[x.delta_pct for x in lines][::-1], height=0.6, color=colors)
+        script, divs = components({"chart": fig})
+        chart = divs["chart"]
+        js = Resources(mode="inline", components=["bokeh"]).render_js()
+    rows = "".join(f"<tr><td>{_esc(x.metric)}</td><td>{x.a:.4g}</td><td>{x.b:.4g}</td><td>{x.delta:+.4g} {_esc(x.unit)}</td>"
+                   f"<td>{'' if x.delta_pct is None else f'{x.delta_pct:+.1f} %'}</td><td>{'no test' if x.p_value is None else f'{x.p_value:.2g}'}</td>"
+                   f"<td>{'REGRESSION' if x.regression else 'significant' if x.significant else ''}</td></tr>" for x in result.lines)
+    body.append(f'<section id="chart" data-section="chart"><h2>Deltas</h2>{chart or _na("nothing compared")}</section>')
+    body.append('<section id="table" data-section="table"><h2>Every metric</h2><table class="card"><tr><th>metric</th><th>A</th><th>B</th><th>delta</th>'
+                f"<th>%</th><th>p (Mann-Whitney U)</th><th></th></tr>{rows}</table></section>")
+    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>max_profile diff</title><style>{_CSS}</style>{js}</head><body>'
+            f"<header><h1>max_profile diff</h1><p>A = {_esc(result.a)}<br>B = {_esc(result.b)}</p></header><main>{''.join(body)}</main>{script}</body></html>\n")
