@@ -207,10 +207,10 @@ def cmd_run(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, progress: Progress) -> int:
+    from pathlib import Path
+
     from max_profile.tinymodel import ModelShape, build_tiny_llama
     from max_profile.util.files import cache_dir
-
-    from pathlib import Path
 
     out = Path(args.out)
     if not out.is_dir():
