@@ -36,7 +36,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse with the project's error line and exit code for bad flags."""
 
     def error(self, message: str) -> Any:  # type: ignore[override]
-        raise InputError(f"{self.prog}: {message}")
+        verb = self.prog.split(" ", 1)[1] if " " in self.prog else ""  # "max-profile run" -> "run"
+        raise InputError(f"{verb}: {message}" if verb else message)
 
 
 OUTPUT_FLAGS = ("json", "raw", "html", "perfetto")

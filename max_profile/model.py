@@ -15,6 +15,7 @@ is never 0: it is ``None`` beside a reason, or a whole section is :class:`Unavai
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
@@ -270,6 +271,23 @@ class KernelRecord(msgspec.Struct, frozen=True, array_like=True):
 
 
 _INT64_COLUMNS = ("start_ns", "end_ns")
+
+
+def _int_column(value: object, dtype: type, name: str, flat: bool = True) -> np.ndarray:
+    """An integer column of a kernel table; anything else (floats, text, out-of-range numbers) is a format error."""
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise TraceFormatError(f"kernel table column {name} is not a numeric array ({exc})") from exc
+    if array.size and array.dtype.kind not in "iub":
+        raise TraceFormatError(f"kernel table column {name} holds {array.dtype} values, not integers")
+    info = np.iinfo(dtype)  # type: ignore[type-var]
+    if array.size and (int(array.min()) < info.min or int(array.max()) > info.max):
+        raise TraceFormatError(f"kernel table column {name} holds values beyond {np.dtype(dtype).name}")
+    out: np.ndarray = array.astype(dtype)
+    return out.reshape(-1) if flat else out
+
+
 _OPTIONAL_INT64 = ("launch_ns", "launch_tid", "stream", "correlation_id", "graph_id", "graph_node_id")
 
 
@@ -301,20 +319,25 @@ class KernelTable(msgspec.Struct):
 
     def __post_init__(self) -> None:
         n = int(np.asarray(self.start_ns).size)
-        self.name_idx = np.asarray(self.name_idx, dtype=np.int32).reshape(-1)
+        self.name_idx = _int_column(self.name_idx, np.int32, "name_idx")
         for col in _INT64_COLUMNS:
-            setattr(self, col, np.asarray(getattr(self, col), dtype=np.int64).reshape(-1))
-        self.device = np.asarray(self.device, dtype=np.int32).reshape(-1)
+            setattr(self, col, _int_column(getattr(self, col), np.int64, col))
+        self.device = _int_column(self.device, np.int32, "device")
         for col in _OPTIONAL_INT64:
             value = getattr(self, col)
             if value is not None:
-                setattr(self, col, np.asarray(value, dtype=np.int64).reshape(-1))
+                setattr(self, col, _int_column(value, np.int64, col))
         for col in ("grid", "block"):
             value = getattr(self, col)
             if value is not None:
-                setattr(self, col, np.asarray(value, dtype=np.int32).reshape(-1, 3))
+                column = _int_column(value, np.int32, col, flat=False)
+                if column.size % 3:
+                    raise TraceFormatError(f"kernel table column {col} is not (x, y, z) triples")
+                setattr(self, col, column.reshape(-1, 3))
         if self.registers is not None:
-            self.registers = np.asarray(self.registers, dtype=np.int32).reshape(-1)
+            self.registers = _int_column(self.registers, np.int32, "registers")
+        if not all(isinstance(nm, str) for nm in self.names):
+            raise TraceFormatError("kernel table names must be text")
         for col in ("name_idx", "end_ns", "device", *_OPTIONAL_INT64, "grid", "block", "registers"):
             value = getattr(self, col)
             if value is not None and len(value) != n:
@@ -714,6 +737,39 @@ class ServeSummary(msgspec.Struct, frozen=True):
 # --------------------------------------------------------------------------------------------
 
 
+NON_NEGATIVE_SUFFIXES = ("_ms", "_ns", "_us", "_s", "_pct", "bytes", "kernels", "steps", "count", "tokens", "requests", "samples", "_mhz",
+                         "batch_size", "index")
+"""Numbers under keys ending like these are times, shares or counts: never negative in a valid capture or report."""
+SIGNED_KEYS = ("growth", "correlation", "delta", "slope")
+"""Keys that may be negative: trends."""
+
+
+def find_impossible_number(doc: object, key: str = "") -> str | None:
+    """The first NaN, infinity or negative time / count in a decoded document (``key = value``), or None."""
+    if isinstance(doc, dict):
+        if "name_idx" in doc and "start_ns" in doc:
+            return None  # a kernel table: -1 marks unknown launches, and invalid records are the analysis's to drop and count
+        for k, v in doc.items():
+            if k == "kernels" and isinstance(v, list) and v and isinstance(v[0], list):
+                continue  # a version-1 kernel table (rows as arrays): the same holds as for the columns above
+            found = find_impossible_number(v, str(k))
+            if found:
+                return found
+    elif isinstance(doc, list):
+        for v in doc:
+            found = find_impossible_number(v, key)
+            if found:
+                return found
+    elif isinstance(doc, (int, float)) and not isinstance(doc, bool):
+        if isinstance(doc, float) and not math.isfinite(doc):
+            return f"{key} = {doc}"
+        if doc < 0 and key.endswith(NON_NEGATIVE_SUFFIXES) and not any(s in key for s in SIGNED_KEYS):
+            return f"{key} = {doc}"
+        if isinstance(doc, int) and abs(doc) >= 1 << 63:
+            return f"{key} = {doc} (beyond 64 bits)"
+    return None
+
+
 def _encode(obj: object) -> bytes:
     return msgspec.json.encode(obj, enc_hook=_enc_hook)
 
@@ -723,8 +779,16 @@ def _decode_doc(data: bytes, path: str) -> dict[str, Any]:
         doc = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
         raise TraceFormatError(f"{path}: not valid JSON ({exc}); truncated?") from exc
+    except RecursionError as exc:
+        raise TraceFormatError(f"{path}: JSON nested too deep; not a max_profile capture or report") from exc
     if not isinstance(doc, dict):
         raise TraceFormatError(f"{path}: a JSON {type(doc).__name__}, not a max_profile capture or report")
+    try:
+        bad = find_impossible_number(doc)
+    except RecursionError as exc:
+        raise TraceFormatError(f"{path}: JSON nested too deep; not a max_profile capture or report") from exc
+    if bad:
+        raise TraceFormatError(f"{path}: impossible value {bad}: damaged or not written by max_profile")
     return doc
 
 
@@ -733,6 +797,8 @@ def _validated(data: bytes, tp: type, path: str) -> Any:
         return msgspec.json.decode(data, type=tp, dec_hook=_dec_hook)
     except msgspec.ValidationError as exc:
         raise TraceFormatError(f"{path}: not a valid max_profile {tp.__name__}: {exc}") from exc
+    except RecursionError as exc:
+        raise TraceFormatError(f"{path}: JSON nested too deep; not a max_profile {tp.__name__}") from exc
     except TraceFormatError as exc:
         raise TraceFormatError(f"{path}: {exc}") from exc
 

@@ -206,6 +206,18 @@ class LoadGenerator(threading.Thread):
             return False, 0, None, [], f"{type(exc).__name__}: {exc}"
 
 
+MAX_LOG_LINE = 500
+
+
+def scan_server_log(text: str, last: int = 5) -> list[str]:
+    """The last ``last`` lines of a server log that show an early error (bad flag, missing model, OOM, port in use...).
+
+    Telemetry noise is skipped; each line is cut to MAX_LOG_LINE characters (a log can hold anything).
+    """
+    lines = [ln.strip()[:MAX_LOG_LINE] for ln in text.splitlines() if len(ln) < 100_000 and EARLY_ERRORS.search(ln)]
+    return [ln for ln in lines if "telemetry" not in ln.lower()][-last:]
+
+
 class ServerProcess:
     """``max serve`` in its own process group and TMPDIR, with its log in that folder."""
 
@@ -224,8 +236,7 @@ class ServerProcess:
             return ""
 
     def early_errors(self) -> list[str]:
-        lines = [ln.strip() for ln in self.log_text().splitlines() if EARLY_ERRORS.search(ln)]
-        return [ln for ln in lines if "telemetry" not in ln.lower()][-5:]
+        return scan_server_log(self.log_text())
 
     def alive(self) -> bool:
         return self.proc.poll() is None

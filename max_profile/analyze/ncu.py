@@ -72,7 +72,7 @@ def analyze_launch(launch: NcuLaunch) -> KernelAnalysis:
     flops = achieved_flops(m)
     return KernelAnalysis(
         kernel_name=launch.name,
-        launch_id=int(launch.launch_id) if launch.launch_id.isdigit() else 0,
+        launch_id=int(launch.launch_id) if launch.launch_id.isdigit() and len(launch.launch_id) < 10 else 0,
         duration_ns=_first(m, "Duration", "gpu__time_duration.sum"),
         compute_throughput_pct=compute,
         memory_throughput_pct=memory,

@@ -31,20 +31,23 @@ def tracer_overhead_pct(callback_s: float | None, window: tuple[int, int] | None
 
 def build_report(raw: RawCapture, *, tool_version: str = "", thresholds: Thresholds | None = None) -> Report:
     notes = list(raw.notes)
-    timeline = step_timeline(raw.steps, raw.ranges, host_clock=raw.kernel_clock == "host")
+    host_steps = [s for s in raw.steps if 0 <= s.start_ns <= s.end_ns]
+    if len(host_steps) < len(raw.steps):
+        notes.append(f"{len(raw.steps) - len(host_steps)} host step(s) with invalid timestamps (negative, or ending before they start) were left out")
+    timeline = step_timeline(host_steps, raw.ranges, host_clock=raw.kernel_clock == "host")
     notes += timeline.notes
     report = Report(environment=raw.environment, capture=raw.capture, preflight=list(raw.preflight), artifacts=list(raw.artifacts),
                     tool_version=tool_version)
 
-    host_work = [s for s in raw.steps if s.batch_size > 0]
+    host_work = [s for s in host_steps if s.batch_size > 0]
     if host_work:
-        report.steps = list(raw.steps)
-        report.step_summary = summarize_steps(raw.steps)
+        report.steps = host_steps
+        report.step_summary = summarize_steps(host_steps)
     elif timeline.steps:
         report.steps = list(timeline.steps)
         report.step_summary = summarize_steps(timeline.steps, source=timeline.source)
-    elif raw.steps:
-        report.steps = list(raw.steps)
+    elif host_steps:
+        report.steps = host_steps
         report.step_summary = Unavailable("no pipeline step ran inside the profiled block")
     host_window = raw.window_ns or ((min(s.start_ns for s in host_work), max(s.end_ns for s in host_work)) if host_work else None)
 

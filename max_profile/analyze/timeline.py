@@ -129,6 +129,10 @@ def _steps_from_ranges(ranges: Sequence[PhaseRange]) -> list[Step]:
 def step_timeline(host_steps: Sequence[Step], ranges: Sequence[PhaseRange], *, host_clock: bool) -> Timeline:
     """Pick the step intervals (see the module docstring). ``host_clock``: kernels share the host steps' clock."""
     notes: list[str] = []
+    usable = [r for r in ranges if 0 <= r.start_ns <= r.end_ns]
+    if len(usable) < len(ranges):
+        notes.append(f"{len(ranges) - len(usable)} range(s) with invalid timestamps (negative, or ending before they start) were left out")
+        ranges = usable
     ours, dropped_ours = drop_nested([r for r in ranges if is_our_range(r)])
     scheduler, dropped_sched = drop_nested([r for r in ranges if is_scheduler_range(r)])
     if ours:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +28,7 @@ from max_profile.collect.rocprof import rocpd_capture, rocprof_csv_capture
 from max_profile.collect.tables import NOISE_PREFIXES
 from max_profile.errors import TraceFormatError
 from max_profile.model import RawCapture, Report, load_saved
-from max_profile.util.files import check_input_path, is_gzip, read_head, read_input
+from max_profile.util.files import SQLITE_ERRORS, check_input_path, is_gzip, open_sqlite_readonly, read_head, read_input
 
 FORMATS = ("max-profile-json", "gzipped-sqlite", "nsys-sqlite", "nsys-rep", "nsys-gpu-trace-csv", "nsys-kern-sum-csv", "rocprof-kernel-csv", "rocpd",
            "kineto-json", "max-generate-profile")
@@ -42,12 +41,12 @@ def detect_format(path: str) -> str:
         return "gzipped-sqlite"
     if head.startswith(SQLITE_MAGIC):
         try:
-            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            con = open_sqlite_readonly(path)
             try:
                 names = {str(r[0]) for r in con.execute("SELECT name FROM sqlite_master")}
             finally:
                 con.close()
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             raise TraceFormatError(f"{path}: corrupt or truncated SQLite file ({exc})") from exc
         if "CUPTI_ACTIVITY_KIND_KERNEL" in names or "StringIds" in names:
             return "nsys-sqlite"

@@ -85,7 +85,7 @@ def _parse_details(header: list[str], rows: list[list[str]], path: str) -> dict[
         if not r or not r[0].strip():
             continue
         d = dict(zip(header, r, strict=False))  # ragged rows: metric rows are shorter than rule rows
-        k = out.setdefault(d["ID"], {"name": d["Kernel Name"], "grid": d.get("Grid Size"), "block": d.get("Block Size"),
+        k = out.setdefault(r[0].strip(), {"name": d.get("Kernel Name") or "?", "grid": d.get("Grid Size"), "block": d.get("Block Size"),
                                      "device": d.get("Device"), "metrics": {}, "sections": {}, "rules": []})
         label = d.get("Metric Name") or ""
         if label:
@@ -119,7 +119,7 @@ def _parse_raw(header: list[str], rows: list[list[str]], path: str) -> dict[str,
                 v = to_number(r[i], units[i] if i < len(units) else None)
                 if v is not None:
                     metrics[name] = v
-        out[d["ID"]] = {"name": d["Kernel Name"], "grid": d.get("Grid Size"), "block": d.get("Block Size"), "device": d.get("Device"),
+        out[r[0].strip()] = {"name": d.get("Kernel Name") or "?", "grid": d.get("Grid Size"), "block": d.get("Block Size"), "device": d.get("Device"),
                         "metrics": metrics, "sections": {}, "rules": []}
     if not out:
         raise TraceFormatError(f"{path}: ncu raw CSV has no kernel rows")

@@ -23,7 +23,7 @@ import numpy as np
 
 from max_profile.errors import TraceFormatError
 from max_profile.model import Capture, Environment, GpuInfo, KernelTable, PhaseRange, RawCapture
-from max_profile.util.files import check_input_path
+from max_profile.util.files import ROW_LIMIT_ENV, SQLITE_ERRORS, check_input_path, open_sqlite_readonly, row_limit
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NVTX_RANGE_TYPES = (59, 60, 70, 71)
@@ -56,21 +56,17 @@ def check_sqlite_file(path: str) -> None:
         raise TraceFormatError(f"{path}: not an SQLite database (an nsys export is made with `nsys export --type sqlite REPORT.nsys-rep`)")
 
 
-def _connect_ro(path: str) -> sqlite3.Connection:
-    return sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False)
-
-
 def read_nsys_sqlite(path: str, *, pid: int | None = None) -> NsysTrace:
     """Kernels (with launch time/thread), our phase ranges and MAX's scheduler ranges from an nsys export."""
     check_sqlite_file(path)
     try:
-        con = _connect_ro(path)
+        con = open_sqlite_readonly(path)
         tables = _tables(con)
-    except sqlite3.DatabaseError as exc:
+    except SQLITE_ERRORS as exc:
         raise TraceFormatError(f"{path}: corrupt or truncated SQLite file ({exc})") from exc
     try:
         return _read(con, path, tables, pid)
-    except sqlite3.DatabaseError as exc:
+    except SQLITE_ERRORS as exc:
         raise TraceFormatError(f"{path}: corrupt or truncated SQLite file ({exc})") from exc
     finally:
         con.close()
@@ -220,6 +216,25 @@ class TableRead(NamedTuple):
     where: str = "1"
 
 
+MAX_WINDOWS = 4096
+LAUNCH_ROWS_PER_KERNEL = 8
+"""The runtime-API table holds every CUDA call (MAX's traces: 4.3 per launch); it is refused past this
+many times the row limit, as only its launch rows are read."""
+
+
+def _check_row_count(con: sqlite3.Connection, path: str, read: TableRead, rowid_span: int) -> None:
+    """Refuse a table with more rows than :func:`row_limit` allows (bounded memory), naming the override."""
+    limit = row_limit() * (LAUNCH_ROWS_PER_KERNEL if read.where != "1" else 1)
+    if rowid_span <= limit:
+        return
+    rows = int(con.execute(f"SELECT count(*) FROM {read.table}").fetchone()[0])
+    if rows > limit:
+        raise TraceFormatError(
+            f"{path}: {read.table} holds {rows:,} rows, more than the {limit:,} max_profile reads into memory (about 1 GB); "
+            f"capture fewer steps (a lower --max-new-tokens, or `nsys profile --capture-range=nvtx`) or set {ROW_LIMIT_ENV}=N to read it anyway"
+        )
+
+
 def _read_int64_columns(path: str, reads: list[TableRead], window: int = 500_000) -> list[list[np.ndarray]]:
     """Per read, one int64 array per expression, in rowid order; rowid windows read in parallel.
 
@@ -236,14 +251,18 @@ def _read_int64_columns(path: str, reads: list[TableRead], window: int = 500_000
 
     uri = Path(path).resolve().as_uri() + "?mode=ro"
     jobs: list[tuple[int, str]] = []
-    with closing(_connect_ro(path)) as con:
+    with closing(open_sqlite_readonly(path)) as con:
         for index, read in enumerate(reads):
             # two queries: each is one b-tree descent, while min() and max() together scan the table
             lo = con.execute(f"SELECT min(rowid) FROM {read.table}").fetchone()[0]
             hi = con.execute(f"SELECT max(rowid) FROM {read.table}").fetchone()[0]
             if lo is None:
                 continue
+            _check_row_count(con, path, read, int(hi) - int(lo) + 1)
             exprs = ", ".join(f"coalesce({e}, 0)" for e in read.exprs)
+            if (int(hi) - int(lo)) // window > MAX_WINDOWS:  # rowids far apart (an edited file): one sequential read
+                jobs.append((index, f"SELECT {exprs} FROM {read.table} WHERE ({read.where}) ORDER BY rowid"))
+                continue
             for first in range(int(lo), int(hi) + 1, window):
                 jobs.append((index, f"SELECT {exprs} FROM {read.table} WHERE rowid >= {first} AND rowid < {first + window} AND ({read.where})"))
     local = threading.local()
@@ -319,25 +338,31 @@ def _ranges(con: sqlite3.Connection, tables: set[str]) -> tuple[list[PhaseRange]
     source = "NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId" if "StringIds" in tables and "textId" in cols else "NVTX_EVENTS e"
     ranges_only = f"e.eventType IN {NVTX_RANGE_TYPES}"
     domains: dict[tuple[int, int], str] = {}
-    for name, gtid, dom in con.execute(f"SELECT e.text, e.globalTid, {domain_col} FROM NVTX_EVENTS e WHERE e.eventType = {NVTX_DOMAIN_CREATE}"):
-        domains[((gtid or 0) >> 24 & 0xFFFFFF, dom or 0)] = name or ""
+    domain_col = f"CAST({domain_col} AS INTEGER)"  # an edited file may hold text or reals: read as integers, never trusted
+    gtid_col = "CAST(e.globalTid AS INTEGER)"
+    for name, gtid, dom in con.execute(f"SELECT e.text, {gtid_col}, {domain_col} FROM NVTX_EVENTS e WHERE e.eventType = {NVTX_DOMAIN_CREATE}"):
+        domains[((gtid or 0) >> 24 & 0xFFFFFF, dom or 0)] = _text(name or "", -1)
 
     def domain_of(gtid: int | None, dom: int | None) -> str:
         return domains.get(((gtid or 0) >> 24 & 0xFFFFFF, dom or 0), "") if dom else ""
 
     counts: dict[str, int] = {}
     for pid, dom, name, n in con.execute(
-        f"SELECT (coalesce(e.globalTid, 0) >> 24) & 16777215, {domain_col}, {text}, count(*) FROM {source} WHERE {ranges_only} GROUP BY 1, 2, 3"
+        f"SELECT (coalesce({gtid_col}, 0) >> 24) & 16777215, {domain_col}, {text}, count(*) FROM {source} WHERE {ranges_only} GROUP BY 1, 2, 3"
     ):
-        full = f"{domain_of(pid << 24, dom)}:{name}"
+        full = f"{domain_of(pid << 24, dom)}:{_text(name, -1)}"
         counts[full] = counts.get(full, 0) + n
-    last = con.execute(f"SELECT max(coalesce(e.end, e.start)) FROM NVTX_EVENTS e WHERE {ranges_only}").fetchone()[0] or 0
+    last = con.execute(f"SELECT max(CAST(coalesce(e.end, e.start) AS INTEGER)) FROM NVTX_EVENTS e WHERE {ranges_only}").fetchone()[0] or 0
     ours = sorted({dom for (_, dom), name in domains.items() if name == "max_profile"})
     wanted = [f"{text} LIKE '\\_schedule(%' ESCAPE '\\'", f"{text} IN {PHASE_RANGE_TEXTS}"]
     if ours:
         wanted.append(f"{domain_col} IN ({', '.join(str(d) for d in ours)})")
     ranges: list[PhaseRange] = []
-    for start, end, name, gtid, dom in con.execute(f"SELECT e.start, e.end, {text}, e.globalTid, {domain_col} FROM {source} WHERE {ranges_only} AND ({' OR '.join(wanted)})"):
+    for start, end, raw_name, gtid, dom in con.execute(
+        f"SELECT CAST(coalesce(e.start, -1) AS INTEGER), CAST(e.end AS INTEGER), {text}, {gtid_col}, {domain_col} FROM {source} WHERE {ranges_only} AND ({' OR '.join(wanted)})"
+    ):
+        # a missing start reads as -1: the step timeline leaves such ranges out and says how many
+        name = _text(raw_name, -1)
         domain = domain_of(gtid, dom)
         if domain == "max_profile" or name.startswith("_schedule(") or name in PHASE_RANGE_TEXTS:
             ranges.append(PhaseRange(name=f"{domain}:{name}" if domain else name, start_ns=int(start), end_ns=int(end if end is not None else last),

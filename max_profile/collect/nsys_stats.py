@@ -93,7 +93,7 @@ def kern_sum_capture(path: str) -> RawCapture:
             skipped += 1
             continue
         total, count = ns(r[i_total], scale), number(r[i_inst])
-        if total is None or count is None or total < 0 or count < 1:
+        if total is None or count is None or total < 0 or not 1 <= count < 2**40:
             skipped += 1
             continue
         totals.append(KernelTotal(name=r[i_name], count=int(count), total_ns=total))
@@ -123,7 +123,7 @@ def max_generate_capture(path: str) -> RawCapture:
             continue
         if in_table:
             m = _TOP_ROW.match(line)
-            if m:
+            if m and len(m.group(4)) < 13 and float(m.group(2)) < 1e12:
                 totals.append(KernelTotal(name=m.group(5), count=int(m.group(4)), total_ns=int(float(m.group(2)) * _UNIT[m.group(3)])))
             elif line.strip() and not line.lstrip().startswith("%"):
                 in_table = False

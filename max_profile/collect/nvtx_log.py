@@ -25,7 +25,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from max_profile.errors import ToolMissingError
+from max_profile.errors import ToolMissingError, TraceFormatError
 from max_profile.model import KernelRecord, KernelTable, PhaseRange
 from max_profile.util.files import cache_dir
 
@@ -58,6 +58,7 @@ PYTHON_SPANS: frozenset[str] = frozenset(
 """MAX's Python-level spans (``Tracer`` / ``@traced``), which are not ops."""
 
 _KINDS = frozenset({"PUSH", "POP", "START", "END", "MARK"})
+_INT62 = 1 << 62
 _NON_OP_PREFIXES = ("max._core", "forward_pass_step_", "_schedule(", "fused_sampling_processor", "max_profile")
 
 
@@ -202,13 +203,13 @@ def read_nvtx_log(path: str | os.PathLike[str]) -> NvtxLog:
             parts = head.split(" ")
             try:
                 t, tid, kind, rid, domain = int(parts[0]), int(parts[1]), parts[2], int(parts[3]), parts[4]
-                if len(parts) != 5 or kind not in _KINDS:
+                if len(parts) != 5 or kind not in _KINDS or not (0 <= t < _INT62 and 0 <= tid < _INT62 and 0 <= rid < _INT62):
                     raise ValueError
             except (ValueError, IndexError):
                 if line.strip():
                     log.malformed += 1
                     if log.malformed > 100 and log.malformed > lineno // 10:
-                        raise ValueError(f"{path}:{lineno}: not a max_profile NVTX log (e.g. {line[:80]!r})") from None
+                        raise TraceFormatError(f"{path}:{lineno}: not a max_profile NVTX log (e.g. {line[:80]!r})") from None
                 continue
             if kind == "PUSH":
                 stacks[(tid, domain)].append((t, message))

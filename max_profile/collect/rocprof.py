@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import sqlite3
 import time
 
 import numpy as np
@@ -19,6 +18,7 @@ import numpy as np
 from max_profile.collect.tables import column, csv_rows, ns, optional_column
 from max_profile.errors import TraceFormatError
 from max_profile.model import Capture, Environment, KernelTable, PhaseRange, RawCapture
+from max_profile.util.files import SQLITE_ERRORS, open_sqlite_readonly
 
 _AGENT_DIGITS = re.compile(r"\d+")
 
@@ -113,18 +113,18 @@ def _markers(kernel_csv: str) -> tuple[list[PhaseRange], int]:
 
 def rocpd_capture(path: str) -> RawCapture:
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con = open_sqlite_readonly(path)
         try:
             rows = con.execute("SELECT name, start, end, agent_abs_index, tid FROM kernels").fetchall()
             try:
                 regions = con.execute(
                     "SELECT coalesce(json_extract(extdata, '$.message'), name), start, end, tid FROM regions WHERE category LIKE 'MARKER%'"
                 ).fetchall()
-            except sqlite3.DatabaseError:
+            except SQLITE_ERRORS:
                 regions = []
         finally:
             con.close()
-    except sqlite3.DatabaseError as exc:
+    except SQLITE_ERRORS as exc:
         raise TraceFormatError(f"{path}: not a readable rocpd database ({exc})") from exc
     names: dict[str, int] = {}
     idx, start, end, dev, tid = [], [], [], [], []

@@ -10,14 +10,44 @@ from __future__ import annotations
 
 import gzip
 import os
+import sqlite3
 import zlib
 from pathlib import Path
 
 from max_profile.errors import InputError, TraceFormatError
 
 GZIP_MAGIC = b"\x1f\x8b"
-DEFAULT_LIMIT_BYTES = 4 << 30
-"""Largest input read into memory (decompressed): 4 GiB. Bigger files are refused, not swapped in."""
+INPUT_LIMIT_ENV = "MAX_PROFILE_MAX_INPUT_MB"
+ROW_LIMIT_ENV = "MAX_PROFILE_MAX_ROWS"
+DEFAULT_INPUT_LIMIT_MB = 512
+"""Largest text input (JSON, CSV, log) read into memory, decompressed: 512 MiB, so a gzip bomb or a
+10 GB file stops well inside 1 GB of memory. ``MAX_PROFILE_MAX_INPUT_MB`` raises it."""
+DEFAULT_ROW_LIMIT = 4_000_000
+"""Most rows read from one table of an SQLite capture (kernels, launches): 4 million, about 1 GB of
+analysis memory. ``MAX_PROFILE_MAX_ROWS`` raises it."""
+
+
+def _env_limit(name: str, default: int) -> int:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise InputError(f"{name}={text!r}: expected a whole number") from None
+    if value <= 0:
+        raise InputError(f"{name}={text!r}: expected a positive number")
+    return value
+
+
+def input_limit_bytes() -> int:
+    """The text-input size limit in bytes (``$MAX_PROFILE_MAX_INPUT_MB``, default 512 MiB)."""
+    return _env_limit(INPUT_LIMIT_ENV, DEFAULT_INPUT_LIMIT_MB) << 20
+
+
+def row_limit() -> int:
+    """The per-table row limit for SQLite captures (``$MAX_PROFILE_MAX_ROWS``, default 4,000,000)."""
+    return _env_limit(ROW_LIMIT_ENV, DEFAULT_ROW_LIMIT)
 
 
 def check_input_path(path: str | os.PathLike[str]) -> Path:
@@ -32,18 +62,39 @@ def check_input_path(path: str | os.PathLike[str]) -> Path:
     return p
 
 
+SQLITE_ERRORS = (sqlite3.DatabaseError, UnicodeDecodeError)
+"""What a damaged SQLite file raises: a database error, or (Python's sqlite3 decoding SQLite's own error
+message, which quotes the damaged schema) a UnicodeDecodeError."""
+
+
+def open_sqlite_readonly(path: str | os.PathLike[str]) -> sqlite3.Connection:
+    """A read-only connection to a user's SQLite file (nsys export, rocpd database).
+
+    Text cells that are not valid UTF-8 (a damaged or foreign database) come back with U+FFFD in place of
+    the bad bytes instead of failing the whole read; the path is passed as a ``file:`` URI so names with
+    ``?`` or ``#`` work. Equivalent: ``sqlite3 -readonly FILE``.
+    """
+    con = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False)
+    con.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
+    return con
+
+
 def is_gzip(path: str | os.PathLike[str]) -> bool:
     with open(path, "rb") as fh:
         return fh.read(2) == GZIP_MAGIC
 
 
-def read_input(path: str | os.PathLike[str], *, limit_bytes: int = DEFAULT_LIMIT_BYTES) -> bytes:
-    """The file's bytes, gunzipped when it is gzip; bounded by ``limit_bytes`` (a gzip bomb stops there)."""
+def read_input(path: str | os.PathLike[str], *, limit_bytes: int | None = None) -> bytes:
+    """The file's bytes, gunzipped when it is gzip; bounded by ``limit_bytes`` (default
+    :func:`input_limit_bytes`): a bigger file is refused before it is read, a gzip bomb when its output
+    passes the limit. Gzip output is returned as the bytearray it was read into (no second copy)."""
     p = check_input_path(path)
+    limit = input_limit_bytes() if limit_bytes is None else limit_bytes
+    hint = f"; set {INPUT_LIMIT_ENV}=N (MiB) to read bigger inputs" if limit_bytes is None else ""
     if not is_gzip(p):
         size = p.stat().st_size
-        if size > limit_bytes:
-            raise TraceFormatError(f"{p}: {size / 2**30:.1f} GiB is more than max_profile reads ({limit_bytes / 2**30:.1f} GiB)")
+        if size > limit:
+            raise TraceFormatError(f"{p}: {_size(size)} is more than the {_size(limit)} max_profile reads into memory{hint}")
         return p.read_bytes()
     out = bytearray()
     try:
@@ -53,11 +104,15 @@ def read_input(path: str | os.PathLike[str], *, limit_bytes: int = DEFAULT_LIMIT
                 if not chunk:
                     break
                 out += chunk
-                if len(out) > limit_bytes:
-                    raise TraceFormatError(f"{p}: decompresses to more than {limit_bytes / 2**30:.1f} GiB (a gzip bomb?); refused")
+                if len(out) > limit:
+                    raise TraceFormatError(f"{p}: decompresses to more than {_size(limit)} (a gzip bomb, or a capture too big to read whole){hint}")
     except (OSError, EOFError, zlib.error) as exc:
         raise TraceFormatError(f"{p}: truncated or corrupt gzip file ({exc})") from exc
-    return bytes(out)
+    return out  # type: ignore[return-value]  # a bytearray reads like bytes everywhere it is used
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 def read_head(path: str | os.PathLike[str], n: int = 4096) -> bytes:
