@@ -46,6 +46,12 @@ def _int(value: Any, default: int) -> int:
     return int(v) if v is not None and -(2**62) < v < 2**62 else default
 
 
+def _small(value: Any, default: int) -> int:
+    """A device ordinal or register count: 0 <= v < 2**31, else ``default``."""
+    v = _int(value, default)
+    return v if 0 <= v < 2**31 else default
+
+
 def _check_depth(text: str, path: str) -> None:
     depth = 0
     deepest = 0
@@ -104,12 +110,12 @@ def kineto_capture(path: str) -> RawCapture:
             idx.append(names.setdefault(name, len(names)))
             start.append(ts)
             end.append(ts + dur)
-            dev.append(_int(args.get("device", e.get("pid", 0)), 0))
+            dev.append(_small(args.get("device", e.get("pid", 0)), 0))
             stream.append(_int(args.get("stream", e.get("tid", 0)), 0))
             corr.append(_int(args.get("correlation", 0), 0))
             grid.append(_dims(args.get("grid")) or (0, 0, 0))
             block.append(_dims(args.get("block")) or (0, 0, 0))
-            regs.append(_int(args.get("registers per thread", 0), 0))
+            regs.append(_small(args.get("registers per thread", 0), 0))
         elif cat in _LAUNCH_CATS:
             c = _int(args.get("correlation", -1), -1)
             if c >= 0:

@@ -50,7 +50,15 @@ def to_number(value: str | None, unit: str | None = None) -> float | None:
     if not math.isfinite(number):
         return None
     scale = _UNIT_SCALE.get((unit or "").strip().lower(), 1.0)
-    return number * scale
+    scaled = number * scale
+    return scaled if math.isfinite(scaled) else None
+
+
+def metric_value(value: str | None, unit: str | None = None) -> float | None:
+    """A metric reading: :func:`to_number`, and never negative (ncu's counters, rates and percentages
+    are not; a negative cell is damage and is left out rather than reported)."""
+    number = to_number(value, unit)
+    return number if number is not None and number >= 0 else None
 
 
 def _csv_from_text(text: str, path: str) -> list[list[str]]:
@@ -89,7 +97,7 @@ def _parse_details(header: list[str], rows: list[list[str]], path: str) -> dict[
                                      "device": d.get("Device"), "metrics": {}, "sections": {}, "rules": []})
         label = d.get("Metric Name") or ""
         if label:
-            value = to_number(d.get("Metric Value"), d.get("Metric Unit"))
+            value = metric_value(d.get("Metric Value"), d.get("Metric Unit"))
             if value is not None:
                 section = d.get("Section Name") or ""
                 k["metrics"].setdefault(label, value)
@@ -106,8 +114,9 @@ def _parse_details(header: list[str], rows: list[list[str]], path: str) -> dict[
 def _parse_raw(header: list[str], rows: list[list[str]], path: str) -> dict[str, dict[str, Any]]:
     if "Kernel Name" not in header:
         raise TraceFormatError(f"{path}: ncu raw CSV lacks the 'Kernel Name' column")
-    units = rows[0] if rows and not rows[0][0].strip() else [""] * len(header)
-    body = rows[1:] if rows and not rows[0][0].strip() else rows
+    has_units = bool(rows) and (not rows[0] or not rows[0][0].strip())  # the second header row: units, first cell empty
+    units = rows[0] if has_units else [""] * len(header)
+    body = rows[1:] if has_units else rows
     out: dict[str, dict[str, Any]] = {}
     for r in body:
         if not r or not r[0].strip():
@@ -116,7 +125,7 @@ def _parse_raw(header: list[str], rows: list[list[str]], path: str) -> dict[str,
         metrics = {}
         for i, name in enumerate(header):
             if i < len(r) and "__" in name:
-                v = to_number(r[i], units[i] if i < len(units) else None)
+                v = metric_value(r[i], units[i] if i < len(units) else None)
                 if v is not None:
                     metrics[name] = v
         out[r[0].strip()] = {"name": d.get("Kernel Name") or "?", "grid": d.get("Grid Size"), "block": d.get("Block Size"), "device": d.get("Device"),
