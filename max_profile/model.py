@@ -133,6 +133,9 @@ class Capture(msgspec.Struct):
     """How phases were marked: ``nvtx:<domain>``, ``roctx``, ``host-only`` or None."""
     model_config: dict[str, object] | None = None
     """Selected fields of the model's config.json (hidden size, layers, heads, dtype...)."""
+    unix_minus_perf_counter_ns: int | None = None
+    """Unix time minus the step clock (``time.perf_counter_ns``) in the profiled process: step times plus
+    this are Unix nanoseconds (spans). None for imported traces, whose clock is the trace's own."""
 
 
 class Step(msgspec.Struct, frozen=True):
@@ -219,6 +222,8 @@ class UtilizationSample(msgspec.Struct, frozen=True):
     throttle_reasons: list[str] = []
     sm_activity_pct: float | None = None
     """NVML GPM SM activity (Hopper+): share of SM cycles with a warp resident."""
+    partition_activity_pct: list[float] = []
+    """AMD partitioned GPUs (amdsmi): graphics activity of each compute partition (XCP), in order."""
 
 
 class GpuUtilization(msgspec.Struct, frozen=True):
@@ -236,6 +241,8 @@ class GpuUtilization(msgspec.Struct, frozen=True):
     hardware_throttle_reasons: list[str]
     """Throttle reasons seen in the window that are hardware limits (power, thermal...)."""
     mean_sm_activity_pct: float | None = None
+    mean_partition_activity_pct: list[float] = []
+    """Per compute partition (AMD XCP, amdsmi): mean graphics activity over the window."""
 
 
 class UtilizationSection(msgspec.Struct, frozen=True, tag=True):

@@ -401,7 +401,7 @@ class _Window:
 
     def abort(self) -> None:
         self.load.stop_event.set()
-        if self.sampler is not None and self.sampler._recorder is not None:
+        if self.sampler is not None and self.sampler.running:
             self.sampler.stop(failed=True)
 
 
@@ -468,8 +468,7 @@ def _new_raw(plan: ServePlan, env: Environment, preflight: list[PreflightResult]
                       device_graph_capture="--device-graph-capture" in plan.extra_args if plan.mode in KERNEL_MODES else True,
                       profiling_mode=profiling, collectors=[f"serve:{plan.mode}"],
                       phase_markers="MAX scheduler ranges" if profiling not in (None, "off") else None)
-    return RawCapture(environment=env, capture=capture, preflight=list(preflight), serve=ServeRun(mode=plan.mode, port=plan.port, commands=[cmd]),
-                      sample_source="max.profiler.gpu.BackgroundRecorder (serve window)")
+    return RawCapture(environment=env, capture=capture, preflight=list(preflight), serve=ServeRun(mode=plan.mode, port=plan.port, commands=[cmd]))
 
 
 def _finish_raw(raw: RawCapture, plan: ServePlan, window: _Window, ready_s: float, span: tuple[int, int], log_copy: str | None,
@@ -486,6 +485,7 @@ def _finish_raw(raw: RawCapture, plan: ServePlan, window: _Window, ready_s: floa
     else:
         raw.samples = sampler.samples
         raw.sample_interval_s = sampler.interval_s
+        raw.sample_source = f"{sampler.source} (serve window)"
     return raw
 
 

@@ -70,6 +70,17 @@ def summarize_gpus(samples: Sequence[UtilizationSample]) -> list[GpuUtilization]
                 max_sm_clock_mhz=max_clock,
                 hardware_throttle_reasons=reasons,
                 mean_sm_activity_pct=float(np.mean(sm_act)) if sm_act else None,
+                mean_partition_activity_pct=_mean_per_partition([s.partition_activity_pct for s in sel]),
             )
         )
+    return out
+
+
+def _mean_per_partition(rows: Sequence[list[float]]) -> list[float]:
+    """Column means of per-partition readings (samples with fewer partitions count for the ones they have)."""
+    width = max((len(r) for r in rows), default=0)
+    out = []
+    for i in range(width):
+        column = [r[i] for r in rows if len(r) > i]
+        out.append(float(np.mean(column)))
     return out

@@ -7,6 +7,7 @@ Equivalent manual checks: ``nvidia-smi -L`` / ``rocm-smi``, ``nsys --version``,
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import platform
 import re
@@ -15,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from max_profile.collect.gpu_backends import MAX_GPU_UPGRADE, max_gpu_module, open_direct_reader
 from max_profile.errors import ToolMissingError
 from max_profile.model import Environment, GpuInfo, ToolStatus, Vendor
 
@@ -118,10 +120,11 @@ def detect_vendor() -> tuple[Vendor, str, list[GpuInfo], str | None]:
     """(vendor, how it was decided, GPUs, driver version) — NVML / ROCm SMI via MAX, then the CLIs."""
     gpus: list[GpuInfo] = []
     driver: str | None = None
+    module, source = max_gpu_module()
     try:
-        from max.profiler.gpu import GPUDiagContext
-
-        with GPUDiagContext() as ctx:
+        if module is None:
+            raise ImportError(source)
+        with module.GPUDiagContext() as ctx:
             stats = ctx.get_stats()
         for key, st in sorted(stats.items()):
             clocks = getattr(st, "clocks", None)
@@ -134,7 +137,16 @@ def detect_vendor() -> tuple[Vendor, str, list[GpuInfo], str | None]:
         vendor: Vendor = "nvidia" if gpus[0].key.startswith("nv") else "amd"
         names, driver = _nvml_names() if vendor == "nvidia" else ({}, None)
         gpus = [GpuInfo(key=g.key, name=names.get(g.key), memory_total_bytes=g.memory_total_bytes, max_sm_clock_mhz=g.max_sm_clock_mhz) for g in gpus]
-        return vendor, f"max.profiler.gpu found {len(gpus)} GPU(s) ({'NVML' if vendor == 'nvidia' else 'ROCm SMI'})", gpus, driver
+        return vendor, f"{source} found {len(gpus)} GPU(s) ({'NVML' if vendor == 'nvidia' else 'ROCm SMI'})", gpus, driver
+    reader, _ = open_direct_reader()
+    if reader is not None:
+        try:
+            gpus = reader.gpus()
+        finally:
+            reader.close()
+        if gpus:
+            direct: Vendor = "nvidia" if gpus[0].key.startswith("nv") else "amd"
+            return direct, f"{reader.source.split()[0]} found {len(gpus)} GPU(s)", gpus, _nvml_names()[1] if direct == "nvidia" else None
     if shutil.which("nvidia-smi"):
         try:
             out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False)
@@ -172,6 +184,8 @@ def detect_environment(check_tools: bool = True) -> Environment:
         tools = [tool_status(n) for n in names]
         if vendor == "nvidia":
             tools.append(_cupti_status())
+        if vendor != "none":
+            tools.append(gpu_sampler_status(vendor))
         for t in tools:
             if t.problem and t.path:
                 warnings.append(t.problem)
@@ -190,6 +204,21 @@ def detect_environment(check_tools: bool = True) -> Environment:
         tools=tools,
         warnings=warnings,
     )
+
+
+def gpu_sampler_status(vendor: Vendor) -> ToolStatus:
+    """Which GPU sampler a capture will use, and what a different MAX build or package would add."""
+    module, detail = max_gpu_module()
+    if vendor == "amd" and importlib.util.find_spec("amdsmi") is not None:
+        return ToolStatus(name="gpu-sampler", path="amdsmi (sampled in-process: throttle status, partitions)")
+    if module is not None:
+        hint = ("`pip install amdsmi` (matching the ROCm install) adds throttle status and per-partition activity"
+                if vendor == "amd" else None)
+        return ToolStatus(name="gpu-sampler", path=f"{detail}.BackgroundRecorder", install_hint=hint)
+    fallback = "pynvml" if vendor == "nvidia" else "amdsmi"
+    return ToolStatus(name="gpu-sampler", path=f"{fallback} (sampled in-process)",
+                      problem=f"MAX {max_version() or '?'} has no max.profiler.gpu: utilization is read with {fallback} from a thread of the profiled process",
+                      install_hint=f"{MAX_GPU_UPGRADE} (its BackgroundRecorder samples in a child process)")
 
 
 def _cupti_status() -> ToolStatus:

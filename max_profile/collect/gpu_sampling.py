@@ -3,7 +3,9 @@
 Source: ``max.profiler.gpu.BackgroundRecorder`` (NVML on NVIDIA, ROCm SMI on AMD), which
 samples in a child process so the profiled process pays nothing per sample. Its samples carry
 no timestamps: they are spread evenly between the recorder's start and stop, which is what
-the recorder's fixed-interval loop does (the interpolation is said in the report).
+the recorder's fixed-interval loop does (the interpolation is said in the report). On AMD,
+amdsmi is used instead when installed (throttle status, partitions); on a MAX build without the
+recorder, pynvml or amdsmi are read from a thread with real timestamps (:mod:`gpu_backends`).
 
 On Hopper and newer NVIDIA GPUs, NVML GPM (via ``pynvml``) adds *SM activity* over the whole
 window: NVML "utilization" only says some kernel was running, SM activity says how much of
@@ -16,17 +18,30 @@ import contextlib
 import ctypes
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
+
+from max_profile.collect.gpu_backends import MAX_GPU_UPGRADE, AmdSmiReader, GpuReader, NvmlReader, max_gpu_module, open_direct_reader
 from max_profile.model import Unavailable, UtilizationSample
 
 DEFAULT_INTERVAL_S = 0.1
 
 
+MAX_RECORDER_SOURCE = "{module}.BackgroundRecorder (sample times interpolated)"
+
+
 class GpuSampler:
-    """Start/stop wrapper around ``BackgroundRecorder`` plus a GPM window (NVIDIA Hopper+)."""
+    """GPU readings over a window, from the best source this machine has (see :mod:`gpu_backends`).
+
+    Order: amdsmi on AMD (throttle status and partitions, which ROCm SMI through MAX lacks), then MAX's
+    ``BackgroundRecorder`` (a child process: nothing per sample in this process), then pynvml / amdsmi
+    sampled from a thread here when the MAX build has no recorder. Plus a GPM SM-activity window on
+    NVIDIA Hopper+.
+    """
 
     def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, clock: Any = time.perf_counter_ns) -> None:
         if not interval_s > 0:
@@ -36,25 +51,63 @@ class GpuSampler:
         self.interval_s = interval_s
         self._clock = clock
         self._recorder: Any = None
+        self._module_name = ""
+        self._thread: _ThreadSampling | None = None
         self._t0 = 0
         self._t1 = 0
         self._gpm: _GpmWindow | None = None
         self.unavailable: Unavailable | None = None
         self.samples: list[UtilizationSample] = []
+        self.source = "none"
+
+    @property
+    def running(self) -> bool:
+        return self._recorder is not None or self._thread is not None
 
     def start(self) -> None:
-        try:
-            from max.profiler.gpu import BackgroundRecorder
-        except ImportError as exc:
-            self.unavailable = Unavailable(f"max.profiler.gpu is not importable: {exc}")
+        amd = _open_amdsmi()
+        if amd is not None:
+            self._start_thread(amd)
             return
-        self._recorder = BackgroundRecorder(interval=self.interval_s)
-        with child_python_env():
-            self._recorder.__enter__()
+        module, detail = max_gpu_module()
+        if module is not None:
+            self._module_name = detail
+            self.source = MAX_RECORDER_SOURCE.format(module=detail)
+            self._recorder = module.BackgroundRecorder(interval=self.interval_s)
+            with child_python_env():
+                self._recorder.__enter__()
+            self._t0 = self._clock()
+            self._gpm = _GpmWindow.start()
+            return
+        reader, problems = open_direct_reader(prefer_amd=False)
+        if reader is None:
+            self.unavailable = Unavailable(
+                f"no GPU sampler: this MAX build has no max.profiler.gpu ({detail}; {MAX_GPU_UPGRADE} adds it) "
+                f"and {'; '.join(problems)}"
+            )
+            return
+        self._start_thread(reader)
+
+    def _start_thread(self, reader: GpuReader) -> None:
+        self.source = reader.source
         self._t0 = self._clock()
-        self._gpm = _GpmWindow.start()
+        self._gpm = _GpmWindow.start() if isinstance(reader, NvmlReader) else None
+        self._thread = _ThreadSampling(reader, self.interval_s, self._clock)
+        self._thread.start()
 
     def stop(self, failed: bool = False) -> None:
+        if self._thread is not None:
+            thread, self._thread = self._thread, None
+            self._t1 = self._clock()
+            gpm = self._gpm.stop() if self._gpm else {}
+            samples = thread.stop()
+            if failed:
+                self.unavailable = Unavailable("the profiled block raised before sampling finished")
+                return
+            self.samples = [msgspec.structs.replace(s, sm_activity_pct=gpm.get(s.gpu)) if s.gpu in gpm else s for s in samples]
+            if not self.samples:
+                self.unavailable = Unavailable(thread.problem or f"{self.source}: no reading in the window")
+            return
         if self._recorder is None:
             return
         self._t1 = self._clock()
@@ -68,6 +121,47 @@ class GpuSampler:
         self.samples = samples_from_stats(recorder.stats, self._t0, self._t1, gpm)
         if not self.samples:
             self.unavailable = Unavailable(no_gpu_reason())
+
+
+def _open_amdsmi() -> GpuReader | None:
+    try:
+        return AmdSmiReader.open()
+    except Exception:  # noqa: BLE001 - not an AMD machine, or amdsmi not installed
+        return None
+
+
+class _ThreadSampling:
+    """Reads a :class:`GpuReader` every interval on a daemon thread; real timestamps per reading."""
+
+    def __init__(self, reader: GpuReader, interval_s: float, clock: Any) -> None:
+        self._reader = reader
+        self._interval_s = interval_s
+        self._clock = clock
+        self._stop = threading.Event()
+        self._samples: list[UtilizationSample] = []
+        self.problem: str | None = None
+        self._thread = threading.Thread(target=self._run, name="max_profile-gpu-sampler", daemon=True)
+
+    def start(self) -> None:
+        self._take()  # one reading at the start, as the window opens
+        self._thread.start()
+
+    def _take(self) -> None:
+        try:
+            self._samples.extend(self._reader.read(self._clock()))
+        except Exception as exc:  # noqa: BLE001 - a reading that fails is skipped, and said
+            self.problem = f"{self._reader.source}: reading failed ({type(exc).__name__}: {exc})"
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._take()
+
+    def stop(self) -> list[UtilizationSample]:
+        self._stop.set()
+        self._thread.join(timeout=10 * self._interval_s + 5)
+        self._take()  # and one as it closes
+        self._reader.close()
+        return self._samples
 
 
 @contextlib.contextmanager
@@ -143,9 +237,10 @@ def samples_from_stats(
 def no_gpu_reason() -> str:
     """Why ``max.profiler.gpu`` sees no GPU, from its own load errors when it keeps them."""
     try:
-        from max.profiler.gpu import GPUDiagContext
-
-        with GPUDiagContext() as ctx:
+        module, _ = max_gpu_module()
+        if module is None:
+            return "no GPU: MAX's GPU diagnostics module is missing"
+        with module.GPUDiagContext() as ctx:
             if ctx.get_stats():
                 return "the GPU recorder returned no samples"
             errors = getattr(ctx, "_errors", [])

@@ -48,17 +48,21 @@ def environment_section(report: Report) -> RenderableType:
         t.add_row("driver", env.driver_version)
     t.add_row("MAX", env.max_version or "not installed")
     c = report.capture
-    t.add_row("target", c.target + (f"  model {c.model_path}" if c.model_path else "") + (f"  devices {c.devices}" if c.devices else ""))
-    t.add_row("profiling", f"MODULAR_ENABLE_PROFILING={c.profiling_mode or 'off'}, phase markers {c.phase_markers or 'none'}, device graphs {c.device_graph_capture}")
+    if measured_anything(report):  # doctor captured nothing: no target or capture settings to show
+        graphs = {True: "on", False: "off", None: "unknown"}[c.device_graph_capture]
+        t.add_row("target", c.target + (f"  model {c.model_path}" if c.model_path else "") + (f"  devices {c.devices}" if c.devices else ""))
+        t.add_row("profiling", f"MODULAR_ENABLE_PROFILING={c.profiling_mode or 'off'}, phase markers {c.phase_markers or 'none'}, device graphs {graphs}")
     for tool in env.tools:
-        state = f"{tool.path} ({tool.version})" if tool.path else "missing"
+        state = (tool.path + (f" ({tool.version})" if tool.version else "")) if tool.path else "missing"
         if tool.problem:
             state += f" — {tool.problem}"
         t.add_row(tool.name, state)
-        if tool.install_hint and not tool.path:
+        if tool.install_hint:
             t.add_row("", Text(f"install: {tool.install_hint}", style="dim"))
+    said = {tool.problem for tool in env.tools}
     for w in env.warnings:
-        t.add_row("warning", Text(w, style="yellow"))
+        if w not in said:
+            t.add_row("warning", Text(w, style="yellow"))
     return Panel(t, title="Environment", title_align="left")
 
 
@@ -121,8 +125,10 @@ def utilization_section(report: Report) -> RenderableType:
             f"{_f(g.mean_sm_clock_mhz, '.0f')}/{_f(g.max_sm_clock_mhz, 'd')}",
             ", ".join(g.hardware_throttle_reasons) or "none",
         )
+    parts = [Text(f"{g.gpu} partitions (XCP) mean activity %: " + " / ".join(f"{v:.0f}" for v in g.mean_partition_activity_pct))
+             for g in u.gpus if g.mean_partition_activity_pct]
     note = Text(f"{u.source}, every {u.interval_s:g} s; NVML utilization = time some kernel ran, not how much of the GPU it used", style="dim")
-    return Panel(Group(t, note), title="GPU utilization (steps' window)", title_align="left")
+    return Panel(Group(t, *parts, note), title="GPU utilization (steps' window)", title_align="left")
 
 
 def _family_table(rows: list[FamilyRow], title: str) -> Table:
