@@ -5,6 +5,9 @@
         ...generate...
     print(prof.report)
 
+    profiler = Profiler(model.pipeline)       # a long-running app: nothing installed until used
+    raw = profiler.capture(steps=64)           # from another thread while the app generates
+
 Questions, cheapest first: is the GPU used (utilization), where does the time go (kernels by
 family and phase), why is one kernel slow (Nsight Compute). See ``max-profile --help``.
 
@@ -40,7 +43,7 @@ _model.set_text_renderer(render_text)
 
 def __getattr__(name: str) -> object:
     # Heavy imports (MAX, numpy analysis) only when the API is used.
-    if name in ("profile", "ProfileSession"):
+    if name in ("profile", "ProfileSession", "Profiler", "capture"):
         from max_profile import session
 
         return getattr(session, name)
@@ -72,6 +75,7 @@ __all__ = [
     "KernelTable",
     "MaxProfileError",
     "ProfileSession",
+    "Profiler",
     "RawCapture",
     "Report",
     "Step",
@@ -80,6 +84,7 @@ __all__ = [
     "Unavailable",
     "UtilizationSample",
     "build_report",
+    "capture",
     "check_architecture",
     "load",
     "profile",

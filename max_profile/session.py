@@ -1,8 +1,12 @@
-"""``profile(pipeline)``: the in-process profiler.
+"""In-process profiling: :class:`Profiler` (start / stop / capture on a live pipeline, any thread) and
+``profile(pipeline)``, the ``with`` form over it.
 
     with profile(model.pipeline, kernels="cupti") as prof:
         ...generate...
     print(prof.report)
+
+    profiler = Profiler(model.pipeline)      # in a long-running app: costs nothing until started
+    raw = profiler.capture(steps=64)          # from an admin thread, while the app generates
 
 While active it hooks the pipeline's per-step ``execute`` (phase ranges + step records, and the
 token count of the model's own inputs), samples the GPU in the background, and optionally records
@@ -17,6 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Literal
 
@@ -32,9 +37,6 @@ from max_profile.model import Capture, Environment, KernelTable, RawCapture, Rep
 
 KernelMode = Literal["off", "cupti", "nvtx-log", "auto"]
 KERNEL_MODES: tuple[str, ...] = ("off", "cupti", "nvtx-log", "auto")
-
-_active_lock = threading.Lock()
-
 
 def resolve_kernel_mode(mode: KernelMode | bool, vendor: str, nvtx_log_attached: bool) -> KernelMode:
     """``auto``: CUPTI on NVIDIA, MAX's op ranges when an NVTX log is attached, else off. True means CUPTI."""
@@ -59,8 +61,164 @@ def attached_nvtx_log() -> str | None:
     return log_path_for(template)
 
 
-class ProfileSession:
-    """The object ``profile()`` returns; ``report`` and ``raw_capture`` are ready after the ``with`` block."""
+class _Recording:
+    """One start-to-stop recording: the pipeline hook, the GPU sampler and the kernel tracer it started."""
+
+    def __init__(self, owner: Profiler) -> None:
+        self.owner = owner
+        marker, note = make_marker(owner.environment.vendor, owner.phase_markers)
+        self.notes: list[str] = [note] if note else []
+        self.hook = PipelineHook(owner.pipeline, marker, on_step=owner._step_done)
+        self.sampler: GpuSampler | None = None
+        self.cupti: Any = None
+        self.started = 0.0
+        self.kernels: KernelTable = KernelTable.empty()
+        self.kernel_problem: str | None = None
+
+    def start(self) -> None:
+        """Tracers first, the step hook last: the first step recorded already has every collector running."""
+        owner = self.owner
+        self.hook.check_free()  # a busy pipeline fails before anything starts
+        try:
+            self.started = time.time()
+            if owner.kernel_mode == "cupti":
+                try:
+                    self.cupti = make_cupti_collector(self.notes)
+                    self.cupti.start()
+                except MaxProfileError as exc:
+                    self.cupti = None
+                    self.kernel_problem = str(exc)
+            elif owner.kernel_mode == "nvtx-log" and not owner.nvtx_log:
+                self.kernel_problem = (
+                    "kernels='nvtx-log' needs the process started with NVTX_INJECTION64_PATH=<libmax_profile_nvtx.so> "
+                    "and MAX_PROFILE_NVTX_LOG=<file> (see max_profile.collect.nvtx_log)"
+                )
+            if owner.gpu_sampling:
+                self.sampler = GpuSampler(owner.sample_interval_s)
+                self.sampler.start()
+            self.hook.install()  # raises on nested / concurrent use of one pipeline
+        except BaseException:
+            self._stop_cupti_quietly()
+            if self.sampler is not None and self.sampler.running:
+                self.sampler.stop(failed=True)
+            raise
+
+    def _stop_cupti_quietly(self) -> None:
+        if self.cupti is not None:
+            try:
+                self.cupti.stop()
+            except Exception:  # noqa: BLE001 - already failing; the original error matters
+                pass
+            self.cupti = None
+
+    def stop(self, failed: bool) -> None:
+        """Uninstall first (no new step starts), let a step in flight finish, then stop the tracers."""
+        try:
+            self.hook.uninstall()
+            if not self.hook.wait_idle(timeout_s=STEP_DRAIN_TIMEOUT_S):
+                self.notes.append(f"a step was still running {STEP_DRAIN_TIMEOUT_S:g} s after stop(): it is left out")
+            if self.cupti is not None:
+                try:
+                    self.kernels = self.cupti.stop()
+                except Exception as err:  # noqa: BLE001 - reported as the reason kernels are missing
+                    self.kernel_problem = f"CUPTI flush failed: {err}"
+            if self.sampler is not None:
+                self.sampler.stop(failed=failed)
+        finally:
+            self.hook.uninstall()
+
+    def raw(self) -> RawCapture:
+        owner = self.owner
+        steps = list(self.hook.steps)
+        capture = Capture(
+            started_unix_s=self.started,
+            ended_unix_s=time.time(),
+            target=type(owner.pipeline).__name__,
+            model_path=owner.model_path,
+            devices=owner.devices,
+            device_graph_capture=_device_graph_capture(owner.pipeline),
+            profiling_mode=os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
+            collectors=["pipeline-hook"]
+            + ([self.sampler.source] if self.sampler is not None else [])
+            + ([f"kernels:{owner.kernel_mode}"] if owner.kernel_mode != "off" else []),
+            phase_markers=self.hook.marker.kind,
+            model_config=owner._model_config(),
+            unix_minus_perf_counter_ns=UNIX_MINUS_PERF_COUNTER_NS,
+        )
+        raw = RawCapture(environment=owner.environment, capture=capture, steps=steps, sample_interval_s=owner.sample_interval_s, notes=list(self.notes))
+        # every call of execute, the overlap pipeline's empty drain call included: its range is one of ours
+        window = (min(s.start_ns for s in steps), max(s.end_ns for s in steps)) if steps else None
+        sampler = self.sampler
+        if sampler is None:
+            raw.utilization_unavailable = "GPU sampling was turned off (gpu_sampling=False)"
+        elif sampler.unavailable is not None:
+            raw.utilization_unavailable = sampler.unavailable.reason
+        else:
+            raw.samples = sampler.samples
+            raw.sample_source = sampler.source
+        self._fill_kernels(raw, window)
+        return raw
+
+    def _fill_kernels(self, raw: RawCapture, window: tuple[int, int] | None) -> None:
+        owner = self.owner
+        if owner.kernel_mode == "off":
+            return
+        if self.kernel_problem:
+            raw.kernels_unavailable = self.kernel_problem
+            return
+        if owner.kernel_mode == "nvtx-log":
+            from max_profile.collect.nvtx_log import read_nvtx_log
+
+            assert owner.nvtx_log is not None
+            try:
+                log = read_nvtx_log(owner.nvtx_log)
+            except (OSError, ValueError) as exc:
+                raw.kernels_unavailable = f"NVTX log {owner.nvtx_log!r} could not be read: {exc}"
+                return
+            raw.kernels = log.op_table().within(window)
+            raw.ranges = ranges_within(log.phase_ranges(), window)
+            raw.kernel_source = "nvtx-log (MAX op ranges, host time)"
+            if not len(raw.kernels):
+                raw.kernels_unavailable = (
+                    "the NVTX log has no MAX op ranges in the profiled window: MAX emits them only with "
+                    "MODULAR_ENABLE_PROFILING=on (or detailed) set before the model is loaded"
+                )
+            return
+        cupti = self.cupti
+        raw.kernels = self.kernels
+        raw.kernel_source = "cupti" if type(cupti).__name__ == "NativeCuptiCollector" else "cupti (cupti-python)"
+        if cupti is not None:
+            raw.tracer_callback_s = cupti.callback_s_before_stop
+            raw.graph_launches = int(cupti.graph_launches)
+            if cupti.dropped:
+                raw.notes.append(f"CUPTI: {cupti.dropped} kernel records dropped")
+            raw.notes.append(f"CUPTI cost: {cupti.callback_s:.3f} s in buffer callbacks, {cupti.api_records} API records ({cupti.api_filter})"
+                             + (f", {cupti.stop_s:.3f} s to stop and decode" if hasattr(cupti, "stop_s") else ""))
+        if not len(self.kernels):
+            raw.kernels_unavailable = "the kernel tracer recorded no kernel launches in the profiled block"
+
+
+STEP_DRAIN_TIMEOUT_S = 60.0
+"""How long stop() waits for a step that is running on another thread to finish."""
+
+UNIX_MINUS_PERF_COUNTER_NS = time.time_ns() - time.perf_counter_ns()
+"""Wall clock minus the step clock, taken once per process: turns step times into Unix times (spans)."""
+
+
+class Profiler:
+    """Profiling switched on and off on a live pipeline while the application keeps generating.
+
+        profiler = Profiler(pipeline, kernels="auto")      # nothing installed yet: no cost
+        raw = profiler.capture(steps=64)                    # from an admin thread / endpoint
+        print(build_report(raw))
+
+    ``start()`` installs the step hook, the GPU sampler and the kernel tracer; ``stop()`` removes them
+    and returns what was recorded as a :class:`RawCapture`. ``capture(steps=N)`` / ``capture(seconds=S)``
+    do both around a wait and may be called from any thread; ``capture_in_background`` returns a
+    :class:`~concurrent.futures.Future` (for signal handlers and request handlers that must not block).
+    While stopped, the pipeline is exactly the original object: no hook, no flag check.
+    A profiler records one capture at a time; it can be started again after each stop.
+    """
 
     def __init__(
         self,
@@ -84,77 +242,164 @@ class ProfileSession:
         self.kernel_mode: KernelMode = resolve_kernel_mode(kernels, self.environment.vendor, self.nvtx_log is not None)
         self.sample_interval_s = sample_interval_s
         self.gpu_sampling = gpu_sampling
+        self.phase_markers = phase_markers
         self.model_path = model_path
         self.devices = devices
-        marker, note = make_marker(self.environment.vendor, phase_markers)
-        self.notes: list[str] = [note] if note else []
-        self.hook = PipelineHook(self.pipeline, marker, on_step=on_step)
-        self._sampler: GpuSampler | None = None
-        self._cupti: Any = None
-        self._started = 0.0
+        self._on_step = on_step
+        self._lock = threading.Lock()
+        self._recording: _Recording | None = None
+        self._last: _Recording | None = None
+        self._work_steps = 0
+        self._step_budget: int | None = None
+        self._steps_changed = threading.Condition()
+        self._cancel = threading.Event()
+
+    @property
+    def active(self) -> bool:
+        """Whether a capture is being recorded now."""
+        return self._recording is not None
+
+    def start(self) -> None:
+        """Start recording (any thread). Raises :class:`InputError` when already recording."""
+        self._start(step_budget=None)
+
+    def _start(self, step_budget: int | None) -> None:
+        with self._lock:
+            if self._recording is not None:
+                raise InputError("this Profiler is already recording: stop() it first (one capture at a time)")
+            recording = _Recording(self)
+            with self._steps_changed:
+                self._work_steps = 0
+                self._step_budget = step_budget
+            self._cancel.clear()
+            self._recording = recording  # before the hook goes in: a step may end at once
+            try:
+                recording.start()
+            except BaseException:
+                self._recording = None
+                raise
+
+    def stop(self, *, failed: bool = False) -> RawCapture:
+        """Stop recording (any thread) and return what was recorded."""
+        with self._lock:
+            recording, self._recording = self._recording, None
+            if recording is None:
+                raise InputError("this Profiler is not recording: start() it first")
+            self._step_budget = None
+            self._cancel.set()
+            recording.stop(failed=failed)
+            self._last = recording
+            return recording.raw()
+
+    def capture(self, *, steps: int | None = None, seconds: float | None = None, timeout_s: float | None = None) -> RawCapture:
+        """Record ``steps`` pipeline steps (prefill or decode batches) or ``seconds`` of running, then stop.
+
+        With ``steps``, ``timeout_s`` (default: none) bounds the wait when the app generates nothing;
+        the capture then holds the steps seen so far and says so in its notes. Blocks the calling
+        thread only: call it from an admin thread, never from the thread that runs the pipeline.
+        """
+        if (steps is None) == (seconds is None):
+            raise InputError("capture() needs exactly one of steps=N or seconds=S")
+        if steps is not None and steps < 1:
+            raise InputError(f"capture(steps={steps}): needs at least one step")
+        if seconds is not None and not seconds > 0:
+            raise InputError(f"capture(seconds={seconds}): needs a positive duration")
+        if self._is_pipeline_thread():
+            raise InputError("capture() was called from the thread that runs the pipeline: it would wait forever; "
+                             "call it from another thread, or use start() / stop() around the generation")
+        self._start(step_budget=steps)
+        mine = self._recording
+        note = None
+        try:
+            if seconds is not None:
+                self._cancel.wait(seconds)
+            else:
+                assert steps is not None
+                deadline = None if timeout_s is None else time.monotonic() + timeout_s
+                with self._steps_changed:
+                    while self._work_steps < steps and not self._cancel.is_set():
+                        left = None if deadline is None else deadline - time.monotonic()
+                        if left is not None and left <= 0:
+                            note = f"capture(steps={steps}) timed out after {timeout_s:g} s with {self._work_steps} step(s)"
+                            break
+                        self._steps_changed.wait(left if left is not None else 1.0)
+        except BaseException:
+            if self._recording is mine:
+                self.stop(failed=True)
+            raise
+        if self._recording is not mine:
+            raise InputError("this capture was ended by another thread's stop(), which received its RawCapture")
+        raw = self.stop()
+        if note:
+            raw.notes.append(note)
+        return raw
+
+    def capture_in_background(self, *, steps: int | None = None, seconds: float | None = None,
+                              timeout_s: float | None = None) -> Future[RawCapture]:
+        """:meth:`capture` on a new daemon thread; the returned future holds the :class:`RawCapture`."""
+        future: Future[RawCapture] = Future()
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(self.capture(steps=steps, seconds=seconds, timeout_s=timeout_s))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future
+                future.set_exception(exc)
+
+        threading.Thread(target=run, name="max_profile-capture", daemon=True).start()
+        return future
+
+    def _is_pipeline_thread(self) -> bool:
+        last = self._last.hook if self._last is not None else None
+        return last is not None and last.thread == threading.get_ident()
+
+    def _step_done(self, step: Any) -> None:
+        if getattr(step, "batch_size", 0) > 0:
+            with self._steps_changed:
+                self._work_steps += 1
+                if self._step_budget is not None and self._work_steps >= self._step_budget and self._recording is not None:
+                    self._recording.hook.pause()  # exactly N steps, however late the capturing thread wakes
+                self._steps_changed.notify_all()
+        if self._on_step is not None:
+            self._on_step(step)
+
+    def _model_config(self) -> dict[str, object] | None:
+        if not self.model_path:
+            return None
+        from max_profile.analyze.bandwidth import read_model_config
+
+        return read_model_config(self.model_path)
+
+
+class ProfileSession(Profiler):
+    """``with profile(pipeline) as prof:`` — a :class:`Profiler` started on entry and stopped on exit;
+    ``report`` and ``raw_capture`` are ready after the block."""
+
+    def __init__(self, target: Any, **kwargs: Any) -> None:
+        super().__init__(target, **kwargs)
         self._entered = False
-        self.kernels: KernelTable = KernelTable.empty()
-        self.kernel_problem: str | None = None
         self._report: Report | None = None
         self._raw: RawCapture | None = None
 
-    # ------------------------------------------------------------------------------------------
     def __enter__(self) -> ProfileSession:
         if self._entered:
             raise InputError("a profile() session can be entered once; create a new one for another run")
         self._entered = True
-        self.hook.install()  # raises on nested / concurrent use of one pipeline
-        try:
-            self._started = time.time()
-            if self.kernel_mode == "cupti":
-                try:
-                    self._cupti = make_cupti_collector(self.notes)
-                    self._cupti.start()
-                except MaxProfileError as exc:
-                    self._cupti = None
-                    self.kernel_problem = str(exc)
-            elif self.kernel_mode == "nvtx-log" and not self.nvtx_log:
-                self.kernel_problem = (
-                    "kernels='nvtx-log' needs the process started with NVTX_INJECTION64_PATH=<libmax_profile_nvtx.so> "
-                    "and MAX_PROFILE_NVTX_LOG=<file> (see max_profile.collect.nvtx_log)"
-                )
-            if self.gpu_sampling:
-                self._sampler = GpuSampler(self.sample_interval_s)
-                self._sampler.start()
-        except BaseException:
-            self._stop_cupti_quietly()
-            self.hook.uninstall()
-            raise
+        self.start()
         return self
-
-    def _stop_cupti_quietly(self) -> None:
-        if self._cupti is not None:
-            try:
-                self._cupti.stop()
-            except Exception:  # noqa: BLE001 - already failing; the original error matters
-                pass
-            self._cupti = None
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         failed = exc is not None
-        try:
-            if self._cupti is not None:
-                try:
-                    self.kernels = self._cupti.stop()
-                except Exception as err:  # noqa: BLE001 - reported as the reason kernels are missing
-                    self.kernel_problem = f"CUPTI flush failed: {err}"
-            if self._sampler is not None:
-                self._sampler.stop(failed=failed)
-        finally:
-            self.hook.uninstall()
+        raw = self.stop(failed=failed)
         if not failed:
-            self._raw = self.raw()
-            self._report = build_report(self._raw, tool_version=__version__)
+            self._raw = raw
+            self._report = build_report(raw, tool_version=__version__)
 
-    # ------------------------------------------------------------------------------------------
     @property
     def steps(self) -> list[Any]:
-        return list(self.hook.steps)
+        recording = self._recording or self._last
+        return list(recording.hook.steps) if recording is not None else []
 
     @property
     def raw_capture(self) -> RawCapture:
@@ -168,79 +413,9 @@ class ProfileSession:
             raise InputError("the report is built when the `with profile(...)` block ends without an error")
         return self._report
 
-    def _model_config(self) -> dict[str, object] | None:
-        if not self.model_path:
-            return None
-        from max_profile.analyze.bandwidth import read_model_config
-
-        return read_model_config(self.model_path)
-
     def raw(self) -> RawCapture:
         """What this session recorded, before analysis (save it with ``.save(path)``; rebuild with ``build_report``)."""
-        steps = self.steps
-        capture = Capture(
-            started_unix_s=self._started,
-            ended_unix_s=time.time(),
-            target=type(self.pipeline).__name__,
-            model_path=self.model_path,
-            devices=self.devices,
-            device_graph_capture=_device_graph_capture(self.pipeline),
-            profiling_mode=os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
-            collectors=["pipeline-hook"]
-            + (["max.profiler.gpu"] if self.gpu_sampling else [])
-            + ([f"kernels:{self.kernel_mode}"] if self.kernel_mode != "off" else []),
-            phase_markers=self.hook.marker.kind,
-            model_config=self._model_config(),
-        )
-        raw = RawCapture(environment=self.environment, capture=capture, steps=steps, sample_interval_s=self.sample_interval_s, notes=list(self.notes))
-        # every call of execute, the overlap pipeline's empty drain call included: its range is one of ours
-        window = (min(s.start_ns for s in steps), max(s.end_ns for s in steps)) if steps else None
-        sampler = self._sampler
-        if sampler is None:
-            raw.utilization_unavailable = "GPU sampling was turned off (gpu_sampling=False)"
-        elif sampler.unavailable is not None:
-            raw.utilization_unavailable = sampler.unavailable.reason
-        else:
-            raw.samples = sampler.samples
-        self._fill_kernels(raw, window)
-        return raw
-
-    def _fill_kernels(self, raw: RawCapture, window: tuple[int, int] | None) -> None:
-        if self.kernel_mode == "off":
-            return
-        if self.kernel_problem:
-            raw.kernels_unavailable = self.kernel_problem
-            return
-        if self.kernel_mode == "nvtx-log":
-            from max_profile.collect.nvtx_log import read_nvtx_log
-
-            assert self.nvtx_log is not None
-            try:
-                log = read_nvtx_log(self.nvtx_log)
-            except (OSError, ValueError) as exc:
-                raw.kernels_unavailable = f"NVTX log {self.nvtx_log!r} could not be read: {exc}"
-                return
-            raw.kernels = log.op_table().within(window)
-            raw.ranges = ranges_within(log.phase_ranges(), window)
-            raw.kernel_source = "nvtx-log (MAX op ranges, host time)"
-            if not len(raw.kernels):
-                raw.kernels_unavailable = (
-                    "the NVTX log has no MAX op ranges in the profiled window: MAX emits them only with "
-                    "MODULAR_ENABLE_PROFILING=on (or detailed) set before the model is loaded"
-                )
-            return
-        cupti = self._cupti
-        raw.kernels = self.kernels
-        raw.kernel_source = "cupti" if type(cupti).__name__ == "NativeCuptiCollector" else "cupti (cupti-python)"
-        if cupti is not None:
-            raw.tracer_callback_s = cupti.callback_s_before_stop
-            raw.graph_launches = int(cupti.graph_launches)
-            if cupti.dropped:
-                raw.notes.append(f"CUPTI: {cupti.dropped} kernel records dropped")
-            raw.notes.append(f"CUPTI cost: {cupti.callback_s:.3f} s in buffer callbacks, {cupti.api_records} API records ({cupti.api_filter})"
-                             + (f", {cupti.stop_s:.3f} s to stop and decode" if hasattr(cupti, "stop_s") else ""))
-        if not len(self.kernels):
-            raw.kernels_unavailable = "the kernel tracer recorded no kernel launches in the profiled block"
+        return self.raw_capture
 
 
 def _device_graph_capture(pipeline: Any) -> bool | None:
@@ -263,3 +438,8 @@ def profile(target: Any, **kwargs: Any) -> ProfileSession:
         model_path / devices: recorded in the report (model_path also enables bandwidth estimates).
     """
     return ProfileSession(target, **kwargs)
+
+
+def capture(target: Any, *, steps: int | None = None, seconds: float | None = None, timeout_s: float | None = None, **kwargs: Any) -> RawCapture:
+    """``Profiler(target, **kwargs).capture(...)``: one capture of a pipeline another thread is running."""
+    return Profiler(target, **kwargs).capture(steps=steps, seconds=seconds, timeout_s=timeout_s)

@@ -29,6 +29,10 @@ class ProfileTargetError(InputError, TypeError):
     """The object handed to ``profile()`` is not a MAX text-generation pipeline."""
 
 
+class PipelineBusyError(InputError, RuntimeError):
+    """The pipeline is already being profiled (nested ``profile()``, or a second profiler)."""
+
+
 def resolve_pipeline(target: Any) -> Any:
     """Return the pipeline object whose ``execute`` runs each step.
 
@@ -108,13 +112,35 @@ class PipelineHook:
         self._in_step = False
         self._lock = threading.Lock()
         self._thread: int | None = None
+        self._installed = False
+        self._inflight = 0
+        self._idle = threading.Condition()
 
-    def install(self) -> None:
+    @property
+    def thread(self) -> int | None:
+        """``threading.get_ident()`` of the thread that ran the first recorded step (None before one ran)."""
+        return self._thread
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """After :meth:`uninstall`: wait until no step started under the hook is still running."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout_s)
+
+    def pause(self) -> None:
+        """Stop recording steps but leave the wrapper in place (the next calls run the original directly)."""
+        with self._idle:
+            self._installed = False
+
+    def check_free(self) -> None:
+        """Raise :class:`PipelineBusyError` when another hook is installed on this pipeline."""
         if getattr(self.pipeline, _ACTIVE_ATTR, None) is not None:
-            raise RuntimeError(
+            raise PipelineBusyError(
                 "this pipeline is already being profiled: profile() cannot be nested or used from two "
                 "threads on one pipeline; leave the first `with profile(...)` block first"
             )
+
+    def install(self) -> None:
+        self.check_free()
         if "execute" not in dir(self.pipeline):
             raise ProfileTargetError(f"{type(self.pipeline).__name__} has no execute() to hook")
         self._previous = self.pipeline.__dict__.get("execute", _MISSING)
@@ -126,6 +152,8 @@ class PipelineHook:
 
         execute.__wrapped__ = original  # type: ignore[attr-defined]
         setattr(self.pipeline, _ACTIVE_ATTR, self)
+        with self._idle:
+            self._installed = True
         self.pipeline.execute = execute
         self._install_model_hook()
 
@@ -158,6 +186,8 @@ class PipelineHook:
             self._model_tokens = (self._model_tokens or 0) + count
 
     def uninstall(self) -> None:
+        with self._idle:
+            self._installed = False  # a caller that looked the wrapper up just before this runs the original
         try:
             if self._previous is _MISSING:
                 self.pipeline.__dict__.pop("execute", None)
@@ -173,6 +203,18 @@ class PipelineHook:
             self.pipeline.__dict__.pop(_ACTIVE_ATTR, None)
 
     def _run_step(self, original: Callable[[Any], Any], inputs: Any) -> Any:
+        with self._idle:
+            if not self._installed:
+                return original(inputs)
+            self._inflight += 1
+        try:
+            return self._record_step(original, inputs)
+        finally:
+            with self._idle:
+                self._inflight -= 1
+                self._idle.notify_all()
+
+    def _record_step(self, original: Callable[[Any], Any], inputs: Any) -> Any:
         phase, batch_size, input_tokens, context_tokens = classify(inputs)
         label = phase if batch_size else "drain"
         tid = threading.get_ident()
