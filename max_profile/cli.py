@@ -40,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
         raise InputError(f"{verb}: {message}" if verb else message)
 
 
-OUTPUT_FLAGS = ("json", "raw", "html", "perfetto")
+OUTPUT_FLAGS = ("json", "raw", "html", "perfetto", "prometheus")
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
@@ -55,6 +55,10 @@ def _check_outputs(args: argparse.Namespace) -> None:
                 raise InputError(f"--{flag} {path}: the folder {folder} does not exist")
             if Path(path).is_dir():
                 raise InputError(f"--{flag} {path}: is a folder; give a file name")
+    if getattr(args, "otel", False):
+        from max_profile.render.telemetry import otlp_settings
+
+        otlp_settings()  # a missing endpoint is said now, not after a capture of minutes
 
 
 def _emit(raw: Any, args: argparse.Namespace, progress: Progress) -> int:
@@ -68,16 +72,22 @@ def _emit(raw: Any, args: argparse.Namespace, progress: Progress) -> int:
         progress(f"raw capture (steps, kernels, samples) written to {args.raw}")
     report = build_report(raw, tool_version=__version__)
     print_report(report)
-    _write_report(report, args, progress)
     if getattr(args, "perfetto", None):
         from max_profile.render.perfetto import write_perfetto
 
         write_perfetto(raw, args.perfetto)
         progress(f"Perfetto trace written to {args.perfetto} (open it at https://ui.perfetto.dev)")
+    _write_report(report, args, progress, requests=raw.requests)  # last: an --otel export failure comes after every file
     return 0
 
 
-def _write_report(report: Any, args: argparse.Namespace, progress: Progress) -> None:
+def _write_report(report: Any, args: argparse.Namespace, progress: Progress, requests: Any = ()) -> None:
+    if getattr(args, "prometheus", None):
+        from max_profile.render.telemetry import prometheus_text
+        from max_profile.util.files import write_output
+
+        write_output(args.prometheus, prometheus_text(report, requests=requests).encode())
+        progress(f"Prometheus metrics written to {args.prometheus} (text exposition format)")
     if getattr(args, "json", None):
         report.save(args.json)
         progress(f"report written to {args.json}")
@@ -87,6 +97,13 @@ def _write_report(report: Any, args: argparse.Namespace, progress: Progress) -> 
 
         write_output(args.html, render_html(report).encode())
         progress(f"HTML report written to {args.html} (open it in a browser: file://{os.path.abspath(args.html)})")
+    if getattr(args, "otel", False):
+        from max_profile.render.telemetry import export_otel, otlp_providers_from_env
+
+        export = otlp_providers_from_env()
+        export_otel(report, meter_provider=export.meter_provider, tracer_provider=export.tracer_provider, requests=requests)
+        export.finish()
+        progress(f"OpenTelemetry metrics and spans exported to {export.endpoint}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,19 +136,13 @@ def cmd_make_model(args: argparse.Namespace, progress: Progress) -> int:
 
 def _ensure_nvtx_log_env(devices: str, progress: Progress) -> None:
     """--kernels nvtx-log needs the injection library loaded at process start: re-exec once."""
+    from max_profile.collect.nvtx_log import restart_with_nvtx_log
     from max_profile.session import attached_nvtx_log
 
     if attached_nvtx_log():
         return
-    from max_profile.collect.nvtx_log import MAX_GPU_NVTX_PROBLEM, injection_env, max_profiling_usable
-    from max_profile.util.files import cache_dir
-
-    if not max_profiling_usable(devices):
-        raise ToolMissingError(f"--kernels nvtx-log on {devices}: {MAX_GPU_NVTX_PROBLEM}. Use --kernels cupti on NVIDIA GPUs")
-    lib_env = injection_env(str(cache_dir() / "nvtx-%p.log"))
     progress("restarting with the NVTX log library (MODULAR_ENABLE_PROFILING=on: first run of a shape recompiles)")
-    env = {**os.environ, **lib_env}
-    os.execve(sys.executable, [sys.executable, "-m", "max_profile", *sys.argv[1:]], env)
+    restart_with_nvtx_log([sys.executable, "-m", "max_profile", *sys.argv[1:]], devices)
 
 
 def _profile_generation(args: argparse.Namespace, progress: Progress, model_path: str, devices: str, env: Any) -> Any:
@@ -403,6 +414,9 @@ def _add_output_flags(p: argparse.ArgumentParser, raw: bool = True) -> None:
     if raw:
         p.add_argument("--raw", metavar="PATH", help="also write the raw capture (.gz to compress); `max-profile report PATH` rebuilds the report")
         p.add_argument("--perfetto", metavar="PATH", help="write a Perfetto trace (steps, every kernel per stream, launches, GPU counters)")
+        p.add_argument("--prometheus", metavar="PATH", help="write the figures as Prometheus exposition text (node_exporter textfile collector)")
+        p.add_argument("--otel", action="store_true",
+                       help="export the figures and spans over OTLP to OTEL_EXPORTER_OTLP_ENDPOINT (OTEL_* variables as usual)")
 
 
 def _add_generation_flags(p: argparse.ArgumentParser, default_tokens: int = 64) -> None:

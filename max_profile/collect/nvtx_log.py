@@ -255,3 +255,19 @@ def max_profiling_usable(devices: str) -> bool:
         except OSError:
             continue
     return False
+
+
+def restart_with_nvtx_log(argv: list[str], devices: str) -> None:
+    """Re-run this process (``os.execve`` of ``argv``) with the NVTX log library loaded, unless it already is.
+
+    MAX's op ranges reach the log only when the library is injected at process start and
+    ``MODULAR_ENABLE_PROFILING=on`` is set before the model loads; a script calls this first thing
+    (``restart_with_nvtx_log([sys.executable, *sys.argv], "cpu")``) and then profiles with
+    ``kernels="nvtx-log"``. The first run of a model shape with profiling on recompiles it.
+    """
+    if "libmax_profile_nvtx" in os.environ.get("NVTX_INJECTION64_PATH", "") and os.environ.get("MAX_PROFILE_NVTX_LOG"):
+        return
+    if not max_profiling_usable(devices):
+        raise ToolMissingError(f"MAX op ranges on {devices}: {MAX_GPU_NVTX_PROBLEM}. Use kernels='cupti' on NVIDIA GPUs")
+    env = {**os.environ, **injection_env(str(cache_dir() / "nvtx-%p.log"))}
+    os.execve(argv[0], argv, env)
