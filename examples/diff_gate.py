@@ -1,0 +1,64 @@
+"""Diff two runs as a CI gate: record a baseline once, then fail the build when a change makes decode
+significantly slower than the threshold.
+
+    python examples/diff_gate.py --baseline baseline_raw.json.gz [--model-path DIR] [--fail-above 5] [--inject-delay-ms 0]
+
+First run (no baseline file): records it and exits 0. Later runs: profile the same generation,
+compare with ``diff_reports`` (per-step distributions, Mann-Whitney U, so noise alone does not fail
+the gate) and exit 1 on a significant regression above ``--fail-above`` %, 2 when the runs are not
+comparable (another model, device or batch), else 0. ``--inject-delay-ms`` adds a host delay to
+every step, to see what a regression looks like. Same gate from the shell:
+``max-profile diff baseline_raw.json.gz candidate_raw.json.gz --fail-above 5``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import max_profile
+from max_profile.analyze.diff import diff_reports
+from max_profile.render.text import print_diff
+from max_profile.runner import generate, load_model
+from max_profile.tinymodel import build_tiny_llama
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--baseline", required=True, help="raw capture of the baseline (.json.gz); written when missing")
+ap.add_argument("--model-path")
+ap.add_argument("--devices", default="cpu")
+ap.add_argument("--tokens", type=int, default=48)
+ap.add_argument("--fail-above", type=float, default=5.0)
+ap.add_argument("--inject-delay-ms", type=float, default=0.0)
+args = ap.parse_args()
+
+model_path = args.model_path or str(build_tiny_llama(Path(tempfile.gettempdir()) / "max-profile-diff-gate-model"))
+model = load_model(model_path, devices=args.devices)
+generate(model, ["warm up"], 8)
+if args.inject_delay_ms:  # a stand-in for a slower kernel, a lost fusion, a new host sync...
+    original = model.pipeline.execute
+
+    def slower(inputs: Any) -> Any:
+        time.sleep(args.inject_delay_ms / 1e3)
+        return original(inputs)
+
+    model.pipeline.execute = slower
+with max_profile.profile(model.pipeline, model_path=model_path, devices=args.devices) as prof:
+    generate(model, ["I believe the meaning of life is"], args.tokens)
+model.close()
+
+baseline = Path(args.baseline)
+if not baseline.exists():
+    prof.raw_capture.save(str(baseline))
+    print(f"baseline recorded in {baseline}; commit it, later runs are compared with it")
+    sys.exit(0)
+before = max_profile.load(str(baseline))
+result = diff_reports(max_profile.build_report(before), prof.report, a_label=str(baseline), b_label="this run",
+                      fail_above_pct=args.fail_above, a_raw=before, b_raw=prof.raw_capture)
+print_diff(result)
+if not result.comparable:
+    sys.exit(2)
+sys.exit(1 if result.regression else 0)

@@ -1,0 +1,112 @@
+"""Every script in examples/ runs on the CPU with the tiny model, so none rots."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from max_profile.model import Report
+
+from .conftest import REPO
+
+EXAMPLES = REPO / "examples"
+
+
+def _run(script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=timeout, cwd=str(REPO),
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def test_every_example_is_tested_here() -> None:
+    source = Path(__file__).read_text()
+    scripts = sorted(p.name for p in EXAMPLES.glob("*.py"))
+    assert len(scripts) >= 6
+    assert all(f'"{name}"' in source for name in scripts), scripts
+
+
+def test_profile_generation(tmp_path: Path) -> None:
+    res = _run("profile_generation.py", "--tokens", "8", "--out", str(tmp_path))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "TTFT" in res.stdout and "decode" in res.stdout
+    assert (tmp_path / "report.html").stat().st_size > 10_000 and (tmp_path / "raw.json.gz").exists()
+
+
+@pytest.mark.parametrize(("package", "fused"), [("llama_custom", "yes"), ("llama_unfused_attention", "NO")])
+def test_custom_arch_bringup(package: str, fused: str) -> None:
+    res = _run("custom_arch_bringup.py", "--package", str(REPO / "custom_archs" / package), "--tokens", "16")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "import-drift" in res.stdout
+    assert f"fused attention kernel in decode: {fused}" in res.stdout
+    assert "tokens the model computed per decode step: [1]" in res.stdout
+    assert ("unfused-attention" in res.stdout) == (fused == "NO")
+
+
+def test_import_trace_default_and_damaged(tmp_path: Path) -> None:
+    res = _run("import_trace.py")
+    assert res.returncode == 0, res.stderr
+    assert "2,046 kernels from nsys" in res.stdout and "healthy-dense-decode" in res.stdout and "host-bound" in res.stdout
+    broken = tmp_path / "trace.json"
+    broken.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel"')
+    res = _run("import_trace.py", str(broken))
+    assert res.returncode == 1 and "cannot read" in res.stderr and "truncated or invalid JSON" in res.stderr
+
+
+def test_profile_serve(tmp_path: Path) -> None:
+    res = _run("profile_serve.py", "--seconds", "3", "--out", str(tmp_path))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "TTFT p50" in res.stdout and "(0 failed)" in res.stdout
+    assert (tmp_path / "serve_raw.json.gz").exists()
+
+
+def test_diff_gate(tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline_raw.json.gz"
+    res = _run("diff_gate.py", "--baseline", str(baseline))
+    assert res.returncode == 0 and "baseline recorded" in res.stdout, res.stderr[-3000:]
+    res = _run("diff_gate.py", "--baseline", str(baseline), "--inject-delay-ms", "25")
+    assert res.returncode == 1, res.stdout + res.stderr[-2000:]
+    assert "REGRESSION" in res.stdout
+    # a baseline from another machine and model (the H200 capture): not comparable, exit 2
+    res = _run("diff_gate.py", "--baseline", str(REPO / "tests" / "data" / "h200" / "small_cupti_raw.json.gz"))
+    assert res.returncode == 2, res.stdout + res.stderr[-2000:]
+    assert "GPUs: NVIDIA H200 vs none" in res.stdout
+
+
+def test_embed_in_app(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, str(EXAMPLES / "embed_in_app.py"), "--run-seconds", "25", "--steps", "10", "--out", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        while line and not line.startswith("pid "):
+            line = proc.stdout.readline()
+        assert line.startswith("pid "), proc.stderr.read() if proc.stderr else ""
+        port = int(line.rsplit(":", 1)[1].split("/")[0])
+        time.sleep(1.0)
+        os.kill(proc.pid, signal.SIGUSR1)  # capture 1: from a signal handler, in the background
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "capture-1.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/profile?steps=5", timeout=120) as resp:  # capture 2: the admin endpoint
+            served = Report.from_json(resp.read())
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-3000:]
+    first = Report.load(str(tmp_path / "capture-1.json"))
+    assert len([s for s in first.steps if s.batch_size]) == 10
+    assert len([s for s in served.steps if s.batch_size]) == 5
+    assert "2 captures" in out and int(out.split(" completions")[0].split()[-1]) > 3
+    names = {f.name for f in text_string_to_metric_families((tmp_path / "metrics.prom").read_text())}
+    assert "gen_ai_server_time_per_output_token_seconds" in names
+    assert json.loads((tmp_path / "capture-2.json").read_text())["capture"]["target"] == "TextGenerationPipeline"
