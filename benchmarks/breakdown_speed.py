@@ -40,21 +40,9 @@ def make_sqlite(path: Path, n_kernels: int) -> int:
     names = sorted({n for n, _ in mix})
     sid = {n: i + 1 for i, n in enumerate(names)}
     con = sqlite3.connect(path)
-    con.executescript(
-        """
-        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
-        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL,
-            streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL,
-            registersPerThread INTEGER NOT NULL, gridX INTEGER NOT NULL, gridY INTEGER NOT NULL, gridZ INTEGER NOT NULL,
-            blockX INTEGER NOT NULL, blockY INTEGER NOT NULL, blockZ INTEGER NOT NULL, graphNodeId INTEGER);
-        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL, globalTid INTEGER,
-            correlationId INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL);
-        CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER, category INTEGER, color INTEGER,
-            text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, domainId INTEGER);
-        CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT);
-        INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_PRODUCT_VERSION', 'synthetic (max_profile benchmark)');
-        """
-    )
+    from tests.nsys_schema import SCHEMA  # the tables and columns nsys 2025.3 exports
+
+    con.executescript(SCHEMA)
     other_calls = ["cuStreamIsCapturing", "cuEventRecord", "cuEventQuery", "cuTensorMapEncodeTiled"]
     con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, n) for n, i in sid.items()] + [(len(sid) + 1, "cuLaunchKernelEx"), (len(sid) + 2, "decode"), (len(sid) + 3, "prefill")]
                     + [(len(sid) + 4 + i, n) for i, n in enumerate(other_calls)])

@@ -93,7 +93,7 @@ class _Recording:
                     "kernels='nvtx-log' needs the process started with NVTX_INJECTION64_PATH=<libmax_profile_nvtx.so> "
                     "and MAX_PROFILE_NVTX_LOG=<file> (see max_profile.collect.nvtx_log)"
                 )
-            if owner.gpu_sampling:
+            if owner.gpu_sampling and owner.environment.vendor != "none":  # no GPU: no sampler process competing for the CPU
                 self.sampler = GpuSampler(owner.sample_interval_s)
                 self.sampler.start()
             self.hook.install()  # raises on nested / concurrent use of one pipeline
@@ -150,7 +150,8 @@ class _Recording:
         window = (min(s.start_ns for s in steps), max(s.end_ns for s in steps)) if steps else None
         sampler = self.sampler
         if sampler is None:
-            raw.utilization_unavailable = "GPU sampling was turned off (gpu_sampling=False)"
+            raw.utilization_unavailable = ("GPU sampling was turned off (gpu_sampling=False)" if not owner.gpu_sampling
+                                           else f"not sampled: {owner.environment.vendor_reason}")
         elif sampler.unavailable is not None:
             raw.utilization_unavailable = sampler.unavailable.reason
         else:

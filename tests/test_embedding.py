@@ -64,8 +64,7 @@ def test_off_means_nothing_installed(loaded_model: Any) -> None:
 
 
 def test_capture_steps_while_the_app_generates(app: App) -> None:
-    # GPU sampling on: its recorder takes about a second to start, and steps run meanwhile; they are not
-    # part of the capture (the hook goes in last), so the capture still holds the 10 steps asked for
+    # defaults (sampling on: with no GPU here the sampler is not started, and the report says why)
     profiler = Profiler(app.model.pipeline)
     before = app.completions
     raw = profiler.capture(steps=10, timeout_s=120)
@@ -79,6 +78,7 @@ def test_capture_steps_while_the_app_generates(app: App) -> None:
     report = build_report(raw)
     assert isinstance(report.step_summary, StepSummary) and report.step_summary.decode_tokens_per_s
     assert raw.capture.unix_minus_perf_counter_ns is not None
+    assert raw.utilization_unavailable and "no GPU" in raw.utilization_unavailable
 
 
 def test_capture_seconds_and_restart(app: App) -> None:
