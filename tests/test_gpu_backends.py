@@ -161,3 +161,21 @@ def test_doctor_line_with_the_recorder_present() -> None:
 
     status = gpu_sampler_status("nvidia")
     assert status.path == "max.profiler.gpu.BackgroundRecorder" and status.problem is None
+
+
+def test_child_python_env_leaves_os_environ_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MAX sets PYTHONEXECUTABLE / PYTHONPATH=: in the C environment after a load; os.environ must not inherit them."""
+    import ctypes
+    import os
+
+    monkeypatch.delenv("PYTHONEXECUTABLE", raising=False)
+    os.putenv("PYTHONEXECUTABLE", "/usr/bin/python3-from-max")  # C level only, as MAX's native code does
+    try:
+        with gpu_sampling.child_python_env():
+            assert os.environ["PYTHONEXECUTABLE"] == sys.executable
+        assert "PYTHONEXECUTABLE" not in os.environ
+        libc = ctypes.CDLL(None)
+        libc.getenv.restype = ctypes.c_char_p
+        assert libc.getenv(b"PYTHONEXECUTABLE") == b"/usr/bin/python3-from-max"  # MAX's own value, back for MAX
+    finally:
+        os.unsetenv("PYTHONEXECUTABLE")

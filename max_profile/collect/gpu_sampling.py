@@ -175,22 +175,29 @@ def child_python_env() -> Iterator[None]:
     """
     libc = ctypes.CDLL(None)
     libc.getenv.restype = ctypes.c_char_p
-    saved: dict[str, bytes | None] = {}
-    for key in ("PYTHONEXECUTABLE", "PYTHONPATH"):
-        saved[key] = libc.getenv(key.encode())
+    keys = ("PYTHONEXECUTABLE", "PYTHONPATH")
+    saved_c: dict[str, bytes | None] = {key: libc.getenv(key.encode()) for key in keys}
+    saved_py: dict[str, str | None] = {key: os.environ.get(key) for key in keys}
     os.environ["PYTHONEXECUTABLE"] = sys.executable
-    if saved["PYTHONPATH"] is not None and saved["PYTHONPATH"].strip(b":") == b"":
+    if saved_c["PYTHONPATH"] is not None and saved_c["PYTHONPATH"].strip(b":") == b"":
         os.environ.pop("PYTHONPATH", None)
         os.unsetenv("PYTHONPATH")
     try:
         yield
     finally:
-        for key, value in saved.items():
-            if value is None:
+        for key in keys:
+            # os.environ gets its own earlier value back (MAX's C-level values must not leak into it: every
+            # later subprocess.run(env={**os.environ}) would start the wrong Python); the C environment gets MAX's
+            before = saved_py[key]
+            if before is None:
                 os.environ.pop(key, None)
+            else:
+                os.environ[key] = before
+            value = saved_c[key]
+            if value is None:
                 os.unsetenv(key)
             else:
-                os.environ[key] = value.decode()
+                os.putenv(key, value.decode())
 
 
 def clean_child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
