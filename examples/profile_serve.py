@@ -1,7 +1,7 @@
 """Profile ``max serve`` under load: time to ready, client-side TTFT / inter-token latency, GPU
 utilization and (mode ``kernels``) the server's kernels per phase.
 
-    python examples/profile_serve.py [--model-path DIR] [--devices cpu|gpu] [--mode utilization|kernels|nsys|rocprof]
+    python examples/profile_serve.py [--model-path DIR] [--devices cpu|gpu] [--mode utilization|kernels|nsys|rocprof] [--no-warm]
 
 The plan is printed first and nothing starts until it is confirmed (``confirm=True`` here; the CLI
 asks). The server runs in its own process group and temp folder and is stopped — with everything it
@@ -25,11 +25,12 @@ ap.add_argument("--devices", default="cpu")
 ap.add_argument("--mode", default="utilization", choices=["utilization", "kernels", "nsys", "rocprof"])
 ap.add_argument("--seconds", type=float, default=5.0)
 ap.add_argument("--out", default=tempfile.mkdtemp(prefix="profile-serve-"))
+ap.add_argument("--no-warm", action="store_true", help="skip `max warm-cache` (when the compile cache is known warm)")
 args = ap.parse_args()
 model_path = args.model_path or str(build_tiny_llama(Path(args.out) / "tiny-llama"))
 
 plan = ServePlan(model_path=model_path, devices=args.devices, mode=args.mode, duration_s=args.seconds,
-                 port=free_port(), metrics_port=free_port(), max_tokens=16)
+                 port=free_port(), metrics_port=free_port(), max_tokens=16, warm=not args.no_warm)
 print(plan.describe())
 try:
     raw = run_serve_capture(plan, confirm=True, progress=print, artifacts_dir=str(Path(args.out) / "artifacts"))

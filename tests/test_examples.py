@@ -61,7 +61,7 @@ def test_import_trace_default_and_damaged(tmp_path: Path) -> None:
 
 
 def test_profile_serve(tmp_path: Path) -> None:
-    res = _run("profile_serve.py", "--seconds", "3", "--out", str(tmp_path))
+    res = _run("profile_serve.py", "--seconds", "2", "--no-warm", "--out", str(tmp_path))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "TTFT p50" in res.stdout and "(0 failed)" in res.stdout
     assert (tmp_path / "serve_raw.json.gz").exists()
@@ -69,19 +69,19 @@ def test_profile_serve(tmp_path: Path) -> None:
 
 def test_diff_gate(tmp_path: Path) -> None:
     baseline = tmp_path / "baseline_raw.json.gz"
-    res = _run("diff_gate.py", "--baseline", str(baseline))
+    res = _run("diff_gate.py", "--baseline", str(baseline), "--tokens", "20")
     assert res.returncode == 0 and "baseline recorded" in res.stdout, res.stderr[-3000:]
-    res = _run("diff_gate.py", "--baseline", str(baseline), "--inject-delay-ms", "25")
+    res = _run("diff_gate.py", "--baseline", str(baseline), "--tokens", "20", "--inject-delay-ms", "25")
     assert res.returncode == 1, res.stdout + res.stderr[-2000:]
     assert "REGRESSION" in res.stdout
     # a baseline from another machine and model (the H200 capture): not comparable, exit 2
-    res = _run("diff_gate.py", "--baseline", str(REPO / "tests" / "data" / "h200" / "small_cupti_raw.json.gz"))
+    res = _run("diff_gate.py", "--baseline", str(REPO / "tests" / "data" / "h200" / "small_cupti_raw.json.gz"), "--tokens", "4")
     assert res.returncode == 2, res.stdout + res.stderr[-2000:]
     assert "GPUs: NVIDIA H200 vs none" in res.stdout
 
 
 def test_embed_in_app(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, str(EXAMPLES / "embed_in_app.py"), "--run-seconds", "25", "--steps", "10", "--out", str(tmp_path)],
+    proc = subprocess.Popen([sys.executable, str(EXAMPLES / "embed_in_app.py"), "--run-seconds", "10", "--steps", "10", "--out", str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env={**os.environ, "HF_HUB_OFFLINE": "1"},
                             start_new_session=True)
     try:
