@@ -490,9 +490,12 @@ def _corr(x: object, y: object) -> float:
     a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if a.size >= 5:
         b = np.median(np.lib.stride_tricks.sliding_window_view(np.pad(b, 2, mode="edge"), 5), axis=1)
-    if a.size < 2 or a.std() == 0 or b.std() == 0:
+    if a.size < 2:
         return 0.0
-    return float(np.corrcoef(_ranks(a), _ranks(b))[0, 1])
+    ra, rb = _ranks(a), _ranks(b)
+    if ra.std() == 0 or rb.std() == 0:  # ranks of equal values are exactly equal (a float std of them need not be 0)
+        return 0.0
+    return float(np.corrcoef(ra, rb)[0, 1])
 
 
 def _ranks(values: Any) -> Any:
