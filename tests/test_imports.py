@@ -132,6 +132,38 @@ def test_kineto_json_with_phase_annotations(tmp_path: Path) -> None:
     assert _phase(k, "decode").kernels == 2
 
 
+_KERNEL = {"ph": "X", "cat": "kernel", "name": "gemv_split_k_bf16", "ts": 12.0, "dur": 5.0, "args": {"device": 0, "correlation": 7}}
+
+
+@pytest.mark.parametrize(
+    ("extra", "vendor", "gpus"),
+    [
+        # PyTorch / Kineto on CUDA: deviceProperties from cudaGetDeviceProperties
+        ({"deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85089976320, "computeMajor": 8}]},
+         "nvidia", [("nv0", "NVIDIA A100-SXM4-80GB", 85089976320)]),
+        # ROCm builds: hipDeviceProp with gcnArchName
+        ({"deviceProperties": [{"id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem": 206141652992, "gcnArchName": "gfx942:sramecc+:xnack-"},
+                               {"id": 1, "name": "", "totalGlobalMem": "x", "gcnArchName": "gfx942"}]},
+         "amd", [("amd0", "AMD Instinct MI300X", 206141652992), ("amd1", None, None)]),
+        # no deviceProperties: the launch API names the vendor, the GPUs stay unknown
+        ({"launch": "hip_runtime"}, "amd", []),
+        ({"launch": "cuda_driver"}, "nvidia", []),
+        ({}, "none", []),
+        # damaged deviceProperties: ignored, never a crash
+        ({"deviceProperties": "not a list"}, "none", []),
+    ],
+)
+def test_kineto_environment_from_device_properties(tmp_path: Path, extra: dict[str, object], vendor: str, gpus: list[tuple[str, str | None, int | None]]) -> None:
+    events: list[dict[str, object]] = [_KERNEL]
+    launch = extra.pop("launch", None)
+    if launch:
+        events.append({"ph": "X", "cat": launch, "name": "launch", "ts": 10.0, "dur": 1.0, "args": {"correlation": 7}})
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": events, **extra}))
+    env = import_raw(str(tmp_path / "t.json")).environment
+    assert env.vendor == vendor
+    assert [(g.key, g.name, g.memory_total_bytes) for g in env.gpus] == gpus
+
+
 def test_max_generate_profile_output_has_no_kernels(tmp_path: Path) -> None:
     out = ("Note: Nsight Systems (`nsys`) not found on PATH; only Python/CPU profile will be captured.\nPrompt size: 11\nTime to first token: 12.5 ms\n"
            "=== Top 10 Python/CPU functions (50.3% of CPU time, 23.32 ms total) ===\n")

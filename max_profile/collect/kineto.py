@@ -8,7 +8,9 @@ Events used (``ph: "X"``, ``ts`` / ``dur`` in microseconds):
   (launch time and thread: kernels are attributed by launch);
 * ``cat: user_annotation`` / ``gpu_user_annotation`` — ranges: ours (``max_profile:decode``) and
   MAX's scheduler ranges (``_schedule(...)``) become phases;
-* every ``X`` event bounds the capture window (GPU busy is measured over it).
+* every ``X`` event bounds the capture window (GPU busy is measured over it);
+* ``deviceProperties`` (PyTorch / Kineto: ``id``, ``name``, ``totalGlobalMem``; ``gcnArchName`` on
+  ROCm) names the GPUs and the vendor, else the launch categories (``cuda_*`` / ``hip_*``) do.
 
 Equivalent tool: HTA's ``TraceAnalysis(trace_dir=...).get_gpu_kernel_breakdown()``.
 """
@@ -24,7 +26,7 @@ import numpy as np
 
 from max_profile.collect.tables import ns, number, read_text
 from max_profile.errors import TraceFormatError
-from max_profile.model import Capture, Environment, KernelTable, PhaseRange, RawCapture
+from max_profile.model import Capture, Environment, GpuInfo, KernelTable, PhaseRange, RawCapture, Vendor
 
 US = 1e3
 _LAUNCH_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_api")
@@ -50,6 +52,36 @@ def _small(value: Any, default: int) -> int:
     """A device ordinal or register count: 0 <= v < 2**31, else ``default``."""
     v = _int(value, default)
     return v if 0 <= v < 2**31 else default
+
+
+_AMD_NAMES = ("amd", "instinct", "radeon")
+_NVIDIA_NAMES = ("nvidia", "tesla", "geforce", "quadro", "rtx", "a100", "h100", "h200", "b200", "l40", "a10")
+
+
+def _environment(doc: Any, path: str, launch_cats: set[str]) -> Environment:
+    """Vendor and GPUs of an imported trace: ``deviceProperties`` first, else the launch API categories."""
+    props = doc.get("deviceProperties") if isinstance(doc, dict) else None
+    vendor: Vendor = "none"
+    described: list[tuple[int, str | None, int | None]] = []
+    for i, p in enumerate(props[:64] if isinstance(props, list) else []):
+        if not isinstance(p, dict):
+            continue
+        name = p.get("name")
+        name = name.strip()[:200] if isinstance(name, str) and name.strip() else None
+        lowered = (name or "").lower()
+        if "gcnArchName" in p or any(w in lowered for w in _AMD_NAMES):
+            vendor = "amd"
+        elif vendor == "none" and ("computeMajor" in p or any(w in lowered for w in _NVIDIA_NAMES)):
+            vendor = "nvidia"
+        memory = _int(p.get("totalGlobalMem"), -1)
+        described.append((_small(p.get("id", i), i), name, memory if memory > 0 else None))
+    reason = f"imported from {path}; GPUs from the trace's deviceProperties"
+    if vendor == "none":
+        vendor = "amd" if launch_cats & {"hip_runtime", "hip_api"} else "nvidia" if launch_cats & {"cuda_runtime", "cuda_driver"} else "none"
+        reason = f"imported from {path}; " + ("vendor from the launch API events" if vendor != "none" else "environment of the capture unknown")
+    prefix = "amd" if vendor == "amd" else "nv"
+    gpus = [GpuInfo(key=f"{prefix}{dev}", name=name, memory_total_bytes=memory) for dev, name, memory in described] if vendor != "none" else []
+    return Environment(vendor=vendor, vendor_reason=reason, gpus=gpus)
 
 
 def _check_depth(text: str, path: str) -> None:
@@ -89,6 +121,7 @@ def kineto_capture(path: str) -> RawCapture:
     block: list[tuple[int, int, int]] = []
     regs: list[int] = []
     launches: dict[int, tuple[int, int]] = {}
+    launch_cats: set[str] = set()
     ranges: list[PhaseRange] = []
     lo, hi = None, None
     skipped = 0
@@ -117,6 +150,7 @@ def kineto_capture(path: str) -> RawCapture:
             block.append(_dims(args.get("block")) or (0, 0, 0))
             regs.append(_small(args.get("registers per thread", 0), 0))
         elif cat in _LAUNCH_CATS:
+            launch_cats.add(cat)
             c = _int(args.get("correlation", -1), -1)
             if c >= 0:
                 launches[c] = (ts, _int(e.get("tid", -1), -1))
@@ -137,7 +171,7 @@ def kineto_capture(path: str) -> RawCapture:
     counts: dict[str, int] = {}
     for r in ranges:
         counts[r.name] = counts.get(r.name, 0) + 1
-    env = Environment(vendor="none", vendor_reason=f"imported from {path}; environment of the capture unknown")
+    env = _environment(doc, path, launch_cats)
     raw = RawCapture(environment=env, capture=Capture(started_unix_s=time.time(), target="import:kineto-json", collectors=["kineto-json"]),
                      kernels=table, kernel_clock="trace", ranges=keep, range_names=dict(sorted(counts.items(), key=lambda kv: -kv[1])[:200]),
                      kernel_source="kineto json", artifacts=[os.path.abspath(path)])

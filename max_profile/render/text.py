@@ -46,12 +46,14 @@ def environment_section(report: Report) -> RenderableType:
         t.add_row(g.key, f"{g.name or '?'}, {mem}, max SM clock {_f(g.max_sm_clock_mhz, 'd', ' MHz')}")
     if env.driver_version:
         t.add_row("driver", env.driver_version)
-    t.add_row("MAX", env.max_version or "not installed")
     c = report.capture
+    imported = c.target.startswith("import:")  # a trace made elsewhere: what it does not say is unknown, not "off"
+    t.add_row("MAX", env.max_version or ("unknown (imported trace)" if imported else "not installed"))
     if measured_anything(report):  # doctor captured nothing: no target or capture settings to show
         graphs = {True: "on", False: "off", None: "unknown"}[c.device_graph_capture]
         t.add_row("target", c.target + (f"  model {c.model_path}" if c.model_path else "") + (f"  devices {c.devices}" if c.devices else ""))
-        t.add_row("profiling", f"MODULAR_ENABLE_PROFILING={c.profiling_mode or 'off'}, phase markers {c.phase_markers or 'none'}, device graphs {graphs}")
+        profiling = f"MODULAR_ENABLE_PROFILING={c.profiling_mode or ('unknown' if imported else 'off')}"
+        t.add_row("profiling", f"{profiling}, phase markers {c.phase_markers or 'none'}, device graphs {graphs}")
     for tool in env.tools:
         state = (tool.path + (f" ({tool.version})" if tool.version else "")) if tool.path else "missing"
         if tool.problem:
