@@ -117,6 +117,46 @@ def test_nsys_sqlite_kernels_and_ranges(nsys_sqlite: str) -> None:
     assert trace.kernels.launch_tid is not None and not (set(trace.kernels.launch_tid.tolist()) & range_tids)
 
 
+@pytest.mark.parametrize(
+    ("edit", "step_source", "attribution", "gpu_named"),
+    [
+        # `nsys profile --trace=cuda` without the runtime API rows kept: kernels fall back to their start time
+        ("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME", "max_profile ranges", "start time", True),
+        # no NVTX (no --trace=nvtx): no phases, busy % over the window still measured
+        ("DROP TABLE NVTX_EVENTS", "none", None, True),
+        ("DROP TABLE TARGET_INFO_GPU", "max_profile ranges", "launch time (any thread)", False),
+        # exports whose kernel table names kernels by shortName only
+        ("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN demangledName", "max_profile ranges", "launch time (any thread)", True),
+    ],
+)
+def test_nsys_export_variants(nsys_sqlite: str, tmp_path: Path, edit: str, step_source: str, attribution: str | None, gpu_named: bool) -> None:
+    """Exports that lack what an older nsys, other trace flags or a partial export leave out still read; kernels are all kept."""
+    import sqlite3
+
+    db = tmp_path / "variant.sqlite"
+    shutil.copyfile(nsys_sqlite, db)
+    with sqlite3.connect(db) as con:
+        con.execute(edit)
+    report = build_report(nsys_capture(str(db)))
+    bd = report.kernels
+    assert isinstance(bd, KernelBreakdown) and bd.kernels == 2046 and bd.step_source == step_source
+    assert bd.gpu_busy_pct is not None and 0 < bd.gpu_busy_pct < 100
+    if attribution:
+        assert bd.attribution.startswith(attribution) and _phase(bd, "decode").kernels == 2000
+    assert bool(report.environment.gpus) == gpu_named
+
+
+def test_nsys_export_without_string_table_is_refused(nsys_sqlite: str, tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "nostrings.sqlite"
+    shutil.copyfile(nsys_sqlite, db)
+    with sqlite3.connect(db) as con:
+        con.execute("DROP TABLE StringIds")
+    with pytest.raises(TraceFormatError, match="no StringIds table, so kernel names cannot be read"):
+        nsys_capture(str(db))
+
+
 def test_nsys_breakdown_by_launch_time_matches_cupti(nsys_sqlite: str) -> None:
     report = build_report(nsys_capture(nsys_sqlite))
     bd = report.kernels

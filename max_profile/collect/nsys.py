@@ -102,6 +102,9 @@ def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None)
         if "StringIds" not in tables and "META_DATA_EXPORT" not in tables:
             raise TraceFormatError(f"{path}: an SQLite file, but not an nsys export (no CUPTI_ACTIVITY_KIND_KERNEL / StringIds tables)")
         raise TraceFormatError(f"{path}: the nsys export contains no CUDA kernel data (capture with `nsys profile --trace=cuda,nvtx`)")
+    if "StringIds" not in tables:
+        raise TraceFormatError(f"{path}: the nsys export has no StringIds table, so kernel names cannot be read "
+                               "(a partial or hand-edited export? export again with `nsys export --type sqlite REPORT.nsys-rep`)")
     kcols = _columns(con, "CUPTI_ACTIVITY_KIND_KERNEL")
     name_col = "demangledName" if "demangledName" in kcols else "shortName" if "shortName" in kcols else None
     if name_col is None or not {"start", "end", "correlationId"} <= kcols:
