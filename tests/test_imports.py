@@ -74,6 +74,34 @@ def test_fake_rocprofv3_older_columns(tmp_path: Path) -> None:
     assert k.kernels == 1 and k.attribution == "none" and k.top_kernels[0].name == "addition_kernel"
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        # rocprofv2 kernel trace (FAKE: written from its documented column names)
+        "Dispatch_ID,GPU_ID,Queue_ID,Queue_Index,PID,TID,Grid_Size,Workgroup_Size,LDS_Per_Workgroup,Scratch_Per_Workitem,Arch_VGPR,"
+        "Accum_VGPR,SGPR,Wave_Size,Kernel_Name,Start_Timestamp,End_Timestamp,Correlation_ID\n"
+        '1,2,0,0,905,905,8192,256,0,0,32,0,16,64,"gemv_split_k_bf16_gfx942",1000,1400,1\n'
+        '2,2,0,1,905,905,8192,256,0,0,32,0,16,64,"mha_decode_gfx942",1500,1600,2\n',
+        # legacy rocprof --timestamp on results.csv (FAKE, same)
+        "Index,KernelName,gpu-id,queue-id,queue-index,pid,tid,grd,wgr,lds,scr,arch_vgpr,accum_vgpr,sgpr,wave_size,sig,obj,DispatchNs,BeginNs,EndNs,CompleteNs\n"
+        '0,"gemv_split_k_bf16_gfx942",2,0,0,905,905,8192,256,0,0,32,0,16,64,0x0,0x0,900,1000,1400,1450\n'
+        '1,"mha_decode_gfx942",2,0,1,905,905,8192,256,0,0,32,0,16,64,0x0,0x0,1450,1500,1600,1650\n',
+    ],
+    ids=["rocprofv2", "rocprof-v1-results"],
+)
+def test_older_rocprof_kernel_csvs(tmp_path: Path, text: str) -> None:
+    (tmp_path / "results.csv").write_text(text)
+    assert detect_format(str(tmp_path / "results.csv")) == "rocprof-kernel-csv"
+    raw = import_raw(str(tmp_path / "results.csv"))
+    assert raw.environment.vendor == "amd"
+    k = build_report(raw).kernels
+    assert isinstance(k, KernelBreakdown) and k.kernels == 2 and k.devices == [2]
+    assert {f.family for f in k.families} == {"gemv", "attention"} and k.kernel_ms == pytest.approx(0.0005)
+    table = raw.kernels
+    assert table.grid is not None and table.grid[0].tolist() == [8192, 1, 1]
+    assert table.block is not None and table.block[0].tolist() == [256, 1, 1]
+
+
 def test_fake_rocpd_database(tmp_path: Path) -> None:
     db = tmp_path / "900_results.db"
     con = sqlite3.connect(db)

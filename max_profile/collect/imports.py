@@ -67,7 +67,7 @@ def detect_format(path: str) -> str:
         return "kineto-json"
     first_rows = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(NOISE_PREFIXES)]
     header = first_rows[0] if first_rows else ""
-    if "Kernel_Name" in header and ("Kind" in header or "Start_Timestamp" in header):
+    if "Kernel_Name" in header and ("Kind" in header or "Start_Timestamp" in header) or "KernelName" in header and "BeginNs" in header:
         return "rocprof-kernel-csv"
     if "Start (ns)" in header and "Name" in header or "Start (us)" in header:
         return "nsys-gpu-trace-csv"

@@ -38,21 +38,27 @@ def _dims(row: list[str], idx: list[int | None]) -> tuple[int, int, int]:
     out = []
     for i in idx:
         v = ns(row[i]) if i is not None and i < len(row) else None
-        out.append(v if v is not None and 0 <= v < 2**31 else 0)
+        out.append(v if v is not None and 0 <= v < 2**31 else 0 if i is not None else 1)  # a missing Y / Z is 1
     return (out[0], out[1], out[2])
 
 
 def rocprof_csv_capture(path: str) -> RawCapture:
     header, rows = csv_rows(path)
-    i_name = column(header, path, "Kernel_Name")
-    i_start = column(header, path, "Start_Timestamp")
-    i_end = column(header, path, "End_Timestamp")
-    i_agent = optional_column(header, "Agent_Id")
-    i_tid = optional_column(header, "Thread_Id")
-    i_stream = optional_column(header, "Stream_Id", "Queue_Id")
-    i_corr = optional_column(header, "Correlation_Id")
+    # rocprofv3 names first, then rocprofv2's (GPU_ID, TID, Correlation_ID, Grid_Size) and legacy rocprof's
+    # results.csv (KernelName, BeginNs, EndNs, gpu-id, tid, grd, wgr: total sizes, one number each)
+    i_name = column(header, path, "Kernel_Name", "KernelName")
+    i_start = column(header, path, "Start_Timestamp", "BeginNs")
+    i_end = column(header, path, "End_Timestamp", "EndNs")
+    i_agent = optional_column(header, "Agent_Id", "GPU_ID", "gpu-id")
+    i_tid = optional_column(header, "Thread_Id", "TID", "tid")
+    i_stream = optional_column(header, "Stream_Id", "Queue_Id", "Queue_ID", "queue-id")
+    i_corr = optional_column(header, "Correlation_Id", "Correlation_ID")
     grid_cols = [optional_column(header, f"Grid_Size_{a}") for a in "XYZ"]
     block_cols = [optional_column(header, f"Workgroup_Size_{a}") for a in "XYZ"]
+    if grid_cols[0] is None:
+        grid_cols = [optional_column(header, "Grid_Size", "grd"), None, None]
+    if block_cols[0] is None:
+        block_cols = [optional_column(header, "Workgroup_Size", "wgr"), None, None]
     names: dict[str, int] = {}
     idx, start, end, dev, tid, stream, corr, grid, block = [], [], [], [], [], [], [], [], []  # type: ignore[var-annotated]
     skipped = 0
