@@ -192,6 +192,17 @@ def test_kineto_environment_from_device_properties(tmp_path: Path, extra: dict[s
     assert [(g.key, g.name, g.memory_total_bytes) for g in env.gpus] == gpus
 
 
+def test_chrome_array_trace_without_closing_bracket(tmp_path: Path) -> None:
+    """The Chrome trace format lets the array form end without ']' (the writer was killed): read, and said."""
+    lines = ",\n".join(json.dumps({**_KERNEL, "ts": 12.0 + 10 * i}) for i in range(3))
+    (tmp_path / "killed.json").write_text("[\n" + lines + ",\n")
+    raw = import_raw(str(tmp_path / "killed.json"))
+    assert len(raw.kernels) == 3 and any("closing ']'" in n for n in raw.notes)
+    (tmp_path / "cut.json").write_text("[\n" + lines[:-15])  # cut inside an event: still refused
+    with pytest.raises(ImportFormatError, match="truncated or invalid JSON"):
+        import_raw(str(tmp_path / "cut.json"))
+
+
 def test_max_generate_profile_output_has_no_kernels(tmp_path: Path) -> None:
     out = ("Note: Nsight Systems (`nsys`) not found on PATH; only Python/CPU profile will be captured.\nPrompt size: 11\nTime to first token: 12.5 ms\n"
            "=== Top 10 Python/CPU functions (50.3% of CPU time, 23.32 ms total) ===\n")

@@ -101,10 +101,14 @@ def _check_depth(text: str, path: str) -> None:
 def kineto_capture(path: str) -> RawCapture:
     text = read_text(path)
     _check_depth(text, path)
+    unterminated = False
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise TraceFormatError(f"{path}: truncated or invalid JSON ({exc.msg} at line {exc.lineno})") from exc
+        doc = _unterminated_array(text)
+        if doc is None:
+            raise TraceFormatError(f"{path}: truncated or invalid JSON ({exc.msg} at line {exc.lineno})") from exc
+        unterminated = True
     except RecursionError as exc:
         raise TraceFormatError(f"{path}: JSON nested too deep") from exc
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
@@ -179,6 +183,21 @@ def kineto_capture(path: str) -> RawCapture:
         raw.trace_window_ns = (lo, hi)
     if skipped:
         raw.notes.append(f"{skipped} trace event(s) without a usable ts / dur were skipped")
+    if unterminated:
+        raw.notes.append(f"{path}: a JSON array without its closing ']' (the Chrome trace format allows it: the writer stopped); read as written")
     return raw
+
+
+def _unterminated_array(text: str) -> Any:
+    """The Chrome trace format's JSON Array form may lack its closing ``]`` (a tracer that was killed);
+    such a file, ending after a complete event, is read. Anything else stays invalid (None)."""
+    body = text.strip()
+    if not body.startswith("[") or body.endswith("]"):
+        return None
+    try:
+        doc = json.loads(body.rstrip(",") + "]")
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return doc if isinstance(doc, list) else None
 
 
