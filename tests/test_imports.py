@@ -132,6 +132,7 @@ def test_nsys_stats_csv_gpu_trace_with_commas_and_non_ascii(tmp_path: Path) -> N
     assert k.kernels == 2  # the memset row is not a kernel
     names = {r.name for r in k.top_kernels}
     assert names == {"fma_kernel", "sample_kernel_ünïcödé"}
+    assert [(g.key, g.name) for g in import_raw(str(path)).environment.gpus] == [("nv0", "NVIDIA H200")]  # from the Device column
 
 
 def test_nsys_kern_sum_csv_keeps_instance_counts(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from max_profile.collect.tables import column, csv_rows, ns, number, optional_column, read_text
-from max_profile.model import Capture, Environment, KernelTable, KernelTotal, RawCapture
+from max_profile.model import Capture, Environment, GpuInfo, KernelTable, KernelTotal, RawCapture
 
 _DEVICE_ORDINAL = re.compile(r"\((\d+)\)\s*$")
 
@@ -43,6 +43,7 @@ def gpu_trace_capture(path: str) -> RawCapture:
     idx, start, end, dev, stream, corr, grid, block, regs = [], [], [], [], [], [], [], [], []  # type: ignore[var-annotated]
     skipped = 0
     width = max(i_start, i_dur, i_name)
+    gpu_names: dict[int, str | None] = {}  # "NVIDIA H100 80GB HBM3 (0)" in the Device column
 
     def cell(r: list[str], i: int | None) -> str:
         return r[i] if i is not None and i < len(r) else ""
@@ -60,14 +61,20 @@ def gpu_trace_capture(path: str) -> RawCapture:
         idx.append(names.setdefault(r[i_name], len(names)))
         start.append(s)
         end.append(s + d)
-        m = _DEVICE_ORDINAL.search(cell(r, i_dev))
+        device_cell = cell(r, i_dev)
+        m = _DEVICE_ORDINAL.search(device_cell)
         dev.append(int(m.group(1)) if m and len(m.group(1)) < 9 else 0)
+        if m and len(gpu_names) < 64 and dev[-1] not in gpu_names:
+            gpu_names[dev[-1]] = device_cell[: m.start()].strip()[:200] or None
         stream.append(ns(cell(r, i_strm)) or 0)
         corr.append(ns(cell(r, i_corr)) or 0)
         grid.append(tuple(min(max(ns(cell(r, i)) or 0, 0), 2**31 - 1) for i in i_grid))
         block.append(tuple(min(max(ns(cell(r, i)) or 0, 0), 2**31 - 1) for i in i_block))
         regs.append(min(max(ns(cell(r, i_regs)) or 0, 0), 2**31 - 1))
     raw = _raw("nsys-stats-csv", path)
+    if gpu_names:
+        raw.environment = Environment(vendor="nvidia", vendor_reason=f"imported from {path}; GPUs from its Device column",
+                                      gpus=[GpuInfo(key=f"nv{i}", name=name) for i, name in sorted(gpu_names.items())])
     raw.kernels = KernelTable(names=list(names), name_idx=np.array(idx, dtype=np.int32), start_ns=np.array(start, dtype=np.int64),
                               end_ns=np.array(end, dtype=np.int64), device=np.array(dev, dtype=np.int32), stream=np.array(stream, dtype=np.int64),
                               correlation_id=np.array(corr, dtype=np.int64), grid=np.array(grid, dtype=np.int32).reshape(-1, 3),
