@@ -48,6 +48,31 @@ def test_import_drift_reported_with_file_and_line(tmp_path: Path) -> None:
     assert not r.ok
 
 
+def test_attribute_drift_on_imported_max_modules(tmp_path: Path) -> None:
+    """An op or layer renamed between MAX releases is used as `ops.name` / `max.nn.Name`, not imported by name."""
+    pkg = _copy(tmp_path, "attr_drift")
+    (pkg / "uses.py").write_text(
+        "import max.nn\n"
+        "from max.graph import ops, TensorType\n"
+        "import max.graph.ops as graph_ops\n"
+        "\n"
+        "def build(x):\n"
+        "    y = ops.matmul(x, x)  # exists\n"
+        "    y = ops.fused_rope_attention_v9(y)  # no such op\n"
+        "    y = graph_ops.fused_rope_attention_v9(y)  # the same name through another alias: said once per file\n"
+        "    layer = max.nn.Linear  # exists\n"
+        "    other = max.nn.NotALayerAnyMore\n"
+        "    return ops.matmul(y, y), TensorType\n"
+    )
+    (pkg / "shadow.py").write_text("from max.graph import ops\n\nops = object()  # rebinds the name: not checked\nops.whatever\n")
+    r = check_architecture(str(pkg))
+    drift = _failed(r, "import-drift")
+    assert {(c.message, c.where) for c in drift} == {
+        ("name 'fused_rope_attention_v9' in 'max.graph.ops' (used as ops.fused_rope_attention_v9) not found in the installed MAX", "attr_drift/uses.py:7"),
+        ("name 'NotALayerAnyMore' in 'max.nn' (used as max.nn.NotALayerAnyMore) not found in the installed MAX", "attr_drift/uses.py:10"),
+    }
+
+
 def test_builtin_name_clash_warns(tmp_path: Path) -> None:
     pkg = _copy(tmp_path, "clash_llama")
     (pkg / "arch.py").write_text((pkg / "arch.py").read_text().replace('name="MaxProfileLlamaForCausalLM"', 'name="LlamaForCausalLM"'))

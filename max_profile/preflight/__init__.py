@@ -194,7 +194,7 @@ def _run_child(pkg: Path, name: str, model_path: str | None, prompt: str, timeou
                 checks.append(_check("import-drift", False, "error", f"{item['what']} not found in the installed MAX", where=item["where"],
                                      fix="update the import to the installed MAX's layout (see `max list` / the MAX changelog), or install the MAX version it was written for"))
             if not ev["missing"]:
-                checks.append(_check("import-drift", True, "info", f"all {ev['checked']} `max` imports resolve against the installed MAX"))
+                checks.append(_check("import-drift", True, "info", f"all {ev['checked']} `max` imports and module attributes resolve against the installed MAX"))
         elif kind == "builtins":
             result["builtins"] = ev["names"]
         elif kind == "imported":

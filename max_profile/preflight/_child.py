@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import traceback
+import types
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,18 @@ def emit(**event: Any) -> None:
     os.fsync(_OUT.fileno())
 
 
+def _is_max(module: str) -> bool:
+    return module == "max" or module.startswith("max.")
+
+
 def drift_scan(pkg: Path) -> None:
-    """Every absolute ``max`` import of the package, resolved against the installed MAX (nothing of the package runs)."""
+    """Every absolute ``max`` import of the package, resolved against the installed MAX (nothing of the package runs).
+
+    Checked: modules (``import max.x``), names (``from max.x import y``) and attributes used on an
+    imported MAX module (``ops.some_op`` after ``from max.graph import ops``; ``max.nn.Foo`` after
+    ``import max.nn``), the usual way an op or layer renamed between MAX releases shows up. A name the
+    file assigns itself (a local ``ops = ...``) is not checked.
+    """
     missing: list[dict[str, str]] = []
     checked = 0
     cache: dict[str, bool] = {}
@@ -40,21 +51,32 @@ def drift_scan(pkg: Path) -> None:
                 cache[mod] = False
         return cache[mod]
 
+    def load(mod: str) -> Any:
+        try:
+            return importlib.import_module(mod)
+        except Exception:  # noqa: BLE001 - MAX's own module failing to import
+            return None
+
     for path in sorted(pkg.rglob("*.py")):
         try:
             tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
         except SyntaxError as exc:
             missing.append({"what": f"syntax error: {exc.msg}", "where": f"{path.relative_to(pkg.parent)}:{exc.lineno}"})
             continue
+        module_aliases: dict[str, str] = {}  # local name -> the MAX module it names
         for node in ast.walk(tree):
             where = f"{path.relative_to(pkg.parent)}:{getattr(node, 'lineno', 0)}"
             if isinstance(node, ast.Import):
                 for alias in node.names:
-                    if alias.name == "max" or alias.name.startswith("max."):
+                    if _is_max(alias.name):
                         checked += 1
                         if not module_exists(alias.name):
                             missing.append({"what": f"module {alias.name!r}", "where": where})
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (node.module == "max" or node.module.startswith("max.")):
+                        elif alias.asname:
+                            module_aliases[alias.asname] = alias.name
+                        else:
+                            module_aliases["max"] = "max"
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and _is_max(node.module):
                 checked += 1
                 if not module_exists(node.module):
                     missing.append({"what": f"module {node.module!r}", "where": where})
@@ -67,8 +89,45 @@ def drift_scan(pkg: Path) -> None:
                 for alias in node.names:
                     if alias.name == "*":
                         continue
-                    if not hasattr(mod, alias.name) and not module_exists(f"{node.module}.{alias.name}"):
+                    submodule = f"{node.module}.{alias.name}"
+                    if not hasattr(mod, alias.name) and not module_exists(submodule):
                         missing.append({"what": f"name {alias.name!r} in {node.module!r}", "where": where})
+                    elif module_exists(submodule):
+                        module_aliases[alias.asname or alias.name] = submodule
+                    elif isinstance(getattr(mod, alias.name), types.ModuleType):
+                        module_aliases[alias.asname or alias.name] = getattr(mod, alias.name).__name__
+        rebound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+        rebound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in (*n.posonlyargs, *n.args, *n.kwonlyargs)}
+        inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        resolved: dict[tuple[str, str], str | None] = {}  # (module, attr) -> the submodule it names, None: chain ends
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or id(node) in inner:
+                continue  # only whole chains: max.nn.Linear once, not also max.nn
+            parts: list[str] = []
+            cur: ast.expr = node
+            while isinstance(cur, ast.Attribute):
+                parts.append(cur.attr)
+                cur = cur.value
+            if not isinstance(cur, ast.Name) or cur.id not in module_aliases or cur.id in rebound:
+                continue
+            target: str | None = module_aliases[cur.id]
+            for attr in reversed(parts):  # down through submodules to the first name that is not a module
+                assert target is not None
+                key = (target, attr)
+                if key not in resolved:
+                    checked += 1
+                    resolved[key] = None
+                    if module_exists(f"{target}.{attr}"):
+                        resolved[key] = f"{target}.{attr}"
+                    elif (mod := load(target)) is not None:
+                        if not hasattr(mod, attr):
+                            missing.append({"what": f"name {attr!r} in {target!r} (used as {ast.unparse(node)})",
+                                            "where": f"{path.relative_to(pkg.parent)}:{node.lineno}"})
+                        elif isinstance(getattr(mod, attr), types.ModuleType):
+                            resolved[key] = getattr(mod, attr).__name__
+                target = resolved[key]
+                if target is None:
+                    break
     emit(kind="drift", missing=missing, checked=checked)
 
 
