@@ -99,6 +99,9 @@ def drift_scan(pkg: Path) -> None:
         rebound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
         rebound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in (*n.posonlyargs, *n.args, *n.kwonlyargs)}
         inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        # annotations are not evaluated at run time under `from __future__ import annotations`: not drift that breaks
+        annotations = [a for n in ast.walk(tree) for a in (getattr(n, "annotation", None), getattr(n, "returns", None)) if isinstance(a, ast.AST)]
+        inner |= {id(n) for a in annotations for n in ast.walk(a)}
         resolved: dict[tuple[str, str], str | None] = {}  # (module, attr) -> the submodule it names, None: chain ends
         for node in ast.walk(tree):
             if not isinstance(node, ast.Attribute) or id(node) in inner:
