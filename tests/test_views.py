@@ -87,6 +87,16 @@ def test_html_sections_and_no_network(name: str) -> None:
     assert len(page) < 5_000_000
 
 
+def test_html_plots_each_amd_partition() -> None:
+    """Samples with per-partition (XCP) activity (amdsmi on a partitioned Instinct GPU) get a dashed line each."""
+    raw = RawCapture.load(str(TRACING / "serve_util_raw.json.gz"))
+    raw.samples = [msgspec.structs.replace(s, partition_activity_pct=[s.utilization_pct, s.utilization_pct / 2]) for s in raw.samples]
+    page = render_html(build_report(raw))
+    gpu = raw.samples[0].gpu
+    assert f"{gpu} partition (XCP) 0" in page and f"{gpu} partition (XCP) 1" in page
+    assert "partition (XCP)" not in render_html(build_report(RawCapture.load(str(TRACING / "serve_util_raw.json.gz"))))
+
+
 def test_html_and_outputs_refuse_a_missing_folder(tmp_path: Path) -> None:
     res = run_cli("report", str(H200 / "arch_a_raw.json.gz"), "--html", str(tmp_path / "no" / "r.html"), timeout=120)
     assert res.returncode == 2 and "does not exist" in res.stderr and res.stderr.count("max-profile: error:") == 1

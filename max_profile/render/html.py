@@ -141,6 +141,11 @@ def _utilization_plots(report: Report) -> Any | str:
             ys = [float(getattr(s, key)) / (2**30 if key == "memory_used_bytes" else 1) for s in sel]
             top = max(top or 0.0, max(ys))
             fig.line([(s.t_ns - t0) / 1e9 for s in sel], ys, line_width=2, legend_label=gpu)
+            if key == "utilization_pct":  # AMD partitioned GPUs (amdsmi): each compute partition's activity, dashed
+                for i in range(max((len(s.partition_activity_pct) for s in sel), default=0)):
+                    part = [s for s in sel if len(s.partition_activity_pct) > i]
+                    fig.line([(s.t_ns - t0) / 1e9 for s in part], [s.partition_activity_pct[i] for s in part], line_width=1,
+                             line_dash="dashed", legend_label=f"{gpu} partition (XCP) {i}")
         for phase, spans in windows.items():
             if spans:
                 thin = _thin(len(spans), 2000)
