@@ -42,6 +42,16 @@ NAMES = {
     "fused_token_sampling": "sampling",
     "[CUDA memcpy Device-to-Host]": "memcpy",
     "completely_unknown_kernel": "other",
+    # vendor libraries and other frameworks' kernels (names as their profilers print them)
+    "Cijk_Alik_Bljk_BBS_BH_MT128x128x64_MI32x32x8x1_SN_1LDSB0": "gemm",  # Tensile: rocBLAS / hipBLASLt
+    "nvjet_tst_128x64_64x8_1x1_v_bz_coopB_TNT": "gemm",  # cuBLAS on Hopper
+    "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>(Params)": "gemm",
+    "void internal::gemvx::kernel<int, int, __nv_bfloat16>(cublasGemvParamsEx<int>)": "gemv",
+    "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::bfloat16_t>, false>(Flash_fwd_params)": "attention",
+    "void fused_moe_kernel": "grouped_matmul",
+    "__amd_rocclr_fillBufferAligned": "memcpy",
+    "__amd_rocclr_copyBuffer": "memcpy",
+    "void my_kernel<cutlass::bfloat16_t>(float*)": "other",  # a template type alone says nothing
 }
 
 
@@ -55,6 +65,7 @@ def test_base_name_strips_noise_not_meaning() -> None:
     assert base_name("void scale_kernel<float>(T1 *, T1, int)") == "scale_kernel"
     assert base_name("ns::inner::kernel_name<int, 4>(int *)") == "kernel_name"
     assert base_name("elementwise(gather)") == "elementwise(gather)"
+    assert base_name("__amd_rocclr_fillBufferAligned") == "__amd_rocclr_fillBufferAligned"  # a camelCase word, not a hash
     assert distinctive_regex("gemv_split_k_bfloat16_bfloat16_bfloat16_128_abd1b559") == "gemv_split_k_bfloat16_bfloat16_bfloat16_128"
 
 

@@ -49,19 +49,21 @@ FAMILY_DESCRIPTIONS: dict[str, str] = {
     "other": "not matched by any pattern",
 }
 
-# (family, regex) — searched in the normalized, lower-cased name, first match wins.
+# (family, regex) — searched in the normalized, lower-cased name, first match wins. ``^cijk_``: Tensile
+# (rocBLAS / hipBLASLt) GEMMs; ``^nvjet_``: cuBLAS's JIT GEMMs on Hopper / Blackwell; ``rocclr_fill|copy``:
+# the ROCm runtime's blit kernels behind hipMemset / hipMemcpy.
 FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("memcpy", r"^(memcpy|memset)|\b(memcpy|memset)\b|copy_(h|d)to(h|d)|\bdtod\b|\bhtod\b|\bdtoh\b"),
+    ("memcpy", r"^(memcpy|memset)|\b(memcpy|memset)\b|copy_(h|d)to(h|d)|\bdtod\b|\bhtod\b|\bdtoh\b|rocclr_(fill|copy)|^(fill|copy)buffer"),
     ("collective", r"allreduce|all_reduce|allgather|all_gather|reduce_scatter|reducescatter|nccl|rccl|ep_dispatch|ep_combine|dispatch_kernel|combine_kernel|shmem|\bdispatch\b|\bcombine\b|broadcast_pull|multimem"),
     ("sampling", r"topk_topp|top_k_top_p|topp_sampling|sampling|sample_|argmax|logits_processor|min_p|temperature|rejection_sampler|logsoftmax_sampler|gumbel"),
     ("moe_routing", r"moe_create_indices|moe_router|router|topk_route|topk_softmax|moe_align|route_|expert_ids|moe_.*indices|^topk|_topk_"),
-    ("grouped_matmul", r"grouped|block_scaled|moe_matmul|expert.*matmul|bmm_grouped|group_gemm|ragged_matmul"),
+    ("grouped_matmul", r"grouped|block_scaled|moe_matmul|expert.*matmul|bmm_grouped|group_gemm|ragged_matmul|fused_moe"),
     ("quantize", r"quantize|quant_|block_scales|scale_layout|dequant|fp8_cast|to_fp8|nvfp4|mxfp4|scales_interleave|cast_to_f8"),
     ("attention", r"\bmha\b|_mha|mha_|\bmla\b|_mla|mla_|flash|attention|attn|fmha|decode_attn|paged_attention|mo\.mha|flare"),
     ("rope", r"rope|rotary|freqs_cis"),
     ("norm", r"rms_norm|rmsnorm|layer_norm|layernorm|group_norm|\bnorm\b|_norm_|l2_norm"),
     ("gemv", r"gemv|matvec|split_k_reduce|splitk|gevm"),
-    ("gemm", r"matmul|gemm|\bmm\b|cublas|cutlass|hipblaslt|wgmma|hgmma|tensorop|_mma_|\bmma\b|linear"),
+    ("gemm", r"matmul|gemm|\bmm\b|cublas|cutlass|hipblaslt|wgmma|hgmma|tensorop|_mma_|\bmma\b|linear|^cijk_|^nvjet_"),
     ("kv_cache", r"kv_cache|kvcache|store_k|store_v|paged_kv|kv_store|cache_store|fused_qk_rope_store"),
     ("activation", r"silu|gelu|swiglu|swish|relu|sigmoid|tanh|softplus|mish"),
     ("gather_scatter", r"gather|scatter|embedding|index_select|concat|split|take_along|slice|transpose|permute"),
@@ -71,7 +73,8 @@ FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
 _COMPILED: tuple[tuple[str, re.Pattern[str]], ...] = tuple((f, re.compile(p)) for f, p in FAMILY_PATTERNS)
 
 _ARCH_PREFIX = re.compile(r"^(sm_?\d{2,3}[a-z]?|gfx\d{3,4}[a-z]?|mi\d{3}[a-z]?|cdna\d|hopper|blackwell|ampere)_+", re.I)
-_HASH_SUFFIX = re.compile(r"(_+[0-9a-f]{8,}|_+[A-Za-z0-9]{16,})$")
+_HASH_SUFFIX = re.compile(r"(_+[0-9a-f]{8,}|_+(?![a-z]+(?:[A-Z][a-z]+)+$)[A-Za-z0-9]{16,})$")
+"""A hex or base-62 hash at the end; a camelCase word (``_fillBufferAligned``) is part of the name."""
 _PARAMS = re.compile(r"\((?:[^()]*(?:\*|&|\bconst\b|\bint\b|\bfloat\b|\bunsigned\b|\bchar\b|\bdouble\b|\bbool\b|\blong\b|\bsize_t\b|\bT\d\b|\bvoid\b)[^()]*)?\)\s*$")
 _TEMPLATE = re.compile(r"<[^<>]*>")
 _VOID = re.compile(r"^(void|__global__)\s+")
@@ -106,7 +109,17 @@ def classify_kernel(name: str) -> str:
     for family, pattern in _COMPILED:
         if pattern.search(n):
             return family
+    if _GENERIC_BASE.match(n):
+        # `cutlass::Kernel2<cutlass_80_tensorop_..._gemm_...>`, `gemvx::kernel<...>`: the name says nothing, the
+        # namespace and template arguments do (only here: elsewhere template types such as cutlass::bfloat16_t mislead)
+        full = _PARAMS.sub("", _VOID.sub("", name.strip())).lower()
+        for family, pattern in _COMPILED:
+            if pattern.search(full):
+                return family
     return "other"
+
+
+_GENERIC_BASE = re.compile(r"^(kernel\d*|device_kernel|global_kernel|kernel_impl)(\(.*\))?$")
 
 
 def _demangle_light(mangled: str) -> str:
