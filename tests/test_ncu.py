@@ -93,6 +93,47 @@ def test_auto_scaled_units_match_base_units() -> None:
     assert a.duration_ns == pytest.approx(b.duration_ns or 0)
 
 
+def _older_ncu_layout(text: str) -> str:
+    """The H200 details page as older ncu (2022-2023) wrote it without --print-units base: no Block / Grid /
+    Device / CC / rule columns, a Kernel Time column, human units (usecond, Gbyte/second, cycle/nsecond, Kbyte)."""
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(text)))
+    header = rows[0]
+    keep = [header.index(c) for c in ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
+                                      "Section Name", "Metric Name", "Metric Unit", "Metric Value")]
+    human = {"nsecond": ("usecond", 1e-3), "ns": ("usecond", 1e-3), "byte/s": ("Gbyte/second", 1e-9), "hz": ("cycle/nsecond", 1e-9),
+             "byte": ("Kbyte", 1e-3)}
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+    writer.writerow([header[i] for i in keep[:5]] + ["Kernel Time"] + [header[i] for i in keep[5:]])
+    for r in rows[1:]:
+        r = r + [""] * (len(header) - len(r))
+        cells = [r[i] for i in keep]
+        if not cells[8]:
+            continue  # rule rows: older layouts put rules elsewhere
+        unit, value = cells[9], cells[10].replace(",", "")
+        if unit in human and value.replace(".", "", 1).isdigit():
+            cells[9], cells[10] = human[unit][0], f"{float(value) * human[unit][1]:.4f}"
+        writer.writerow(cells[:5] + ["2024-Jan-01 10:00:00"] + cells[5:])
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("name", ["small_ncu_gemv_details.csv", "small_ncu_mha_details.csv", "big_ncu_gemv_details.csv"])
+def test_older_ncu_layout_and_human_units_give_the_same_analysis(name: str) -> None:
+    base = (H200 / name).read_text()
+    old = _older_ncu_layout(base)
+    assert "Gbyte/second" in old and "cycle/nsecond" in old and "Block Size" not in old.splitlines()[0]
+    for a, b in zip((analyze_launch(_launch(v)) for v in parse_ncu_csv(base).values()),
+                    (analyze_launch(_launch(v)) for v in parse_ncu_csv(old).values()), strict=True):
+        assert b.bound == a.bound and b.duration_ns == pytest.approx(a.duration_ns or 0, rel=1e-3)
+        assert b.dram_bytes_per_s == pytest.approx(a.dram_bytes_per_s or 0, rel=1e-3)
+        assert b.achieved_occupancy_pct == pytest.approx(a.achieved_occupancy_pct or 0, rel=1e-3)
+    launches = read_launches(str(H200 / name))
+    assert all(launch.block for launch in launches)
+
+
 def test_ragged_metrics_only_csv() -> None:
     text = (
         '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n'

@@ -32,6 +32,9 @@ _UNIT_SCALE = {
     "byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
     "byte/s": 1.0, "kbyte/s": 1e3, "mbyte/s": 1e6, "gbyte/s": 1e9, "tbyte/s": 1e12,
     "hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9,
+    # without --print-units base (and in older ncu): spelled-out rates, frequencies as cycles per time
+    "byte/second": 1.0, "kbyte/second": 1e3, "mbyte/second": 1e6, "gbyte/second": 1e9, "tbyte/second": 1e12,
+    "cycle/second": 1.0, "cycle/usecond": 1e6, "cycle/nsecond": 1e9,
     "byte/block": 1.0, "kbyte/block": 1e3, "mbyte/block": 1e6,
 }
 
@@ -148,9 +151,17 @@ def read_ncu_files(details_path: str | None, raw_path: str | None = None) -> lis
         src = d or r
         metrics = dict(r.get("metrics", {}))
         metrics.update(d.get("metrics", {}))
-        out.append(NcuLaunch(launch_id=i, name=str(src.get("name") or "?"), grid=src.get("grid"), block=src.get("block"), device=src.get("device"),
+        # older ncu has no Grid / Block Size columns: Launch Statistics' totals stand in ("1024" threads, not "(1024, 1, 1)")
+        grid = src.get("grid") or _total(metrics, "Grid Size")
+        block = src.get("block") or _total(metrics, "Block Size")
+        out.append(NcuLaunch(launch_id=i, name=str(src.get("name") or "?"), grid=grid, block=block, device=src.get("device"),
                              metrics=metrics, sections=dict(d.get("sections", {})), rules=list(d.get("rules", []))))
     return out
+
+
+def _total(metrics: dict[str, float], label: str) -> str | None:
+    value = metrics.get(label)
+    return f"{value:.0f}" if value is not None else None
 
 
 def ncu_capture(details_path: str | None, raw_path: str | None = None, *, target: str = "ncu import") -> RawCapture:
