@@ -117,6 +117,38 @@ def test_fake_rocpd_database(tmp_path: Path) -> None:
     assert _phase(k, "decode").families[0].family == "gemv" and _phase(k, "prefill").families[0].family == "gemm"
 
 
+def _rocpd(tmp_path: Path, kernels_view: str) -> Path:
+    db = tmp_path / "results.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE rocpd_kernel_dispatch (id INTEGER)")
+    con.execute(kernels_view)
+    con.commit()
+    con.close()
+    return db
+
+
+def test_fake_rocpd_full_kernels_view(tmp_path: Path) -> None:
+    """The documented view (data_views.sql): dims, stream and correlation are read too (FAKE: no AMD GPU)."""
+    db = _rocpd(tmp_path, "CREATE VIEW kernels AS SELECT 1 AS id, 'gemv_split_k_bf16' AS name, 905 AS tid, 1 AS pid, 2 AS agent_abs_index, "
+                "0 AS agent_log_index, 3 AS stream_id, 1 AS queue_id, 2000 AS start, 2400 AS end, 400 AS duration, 8192 AS grid_x, 1 AS grid_y, "
+                "1 AS grid_z, 256 AS workgroup_x, 1 AS workgroup_y, 1 AS workgroup_z, 77 AS corr_id")
+    t = import_raw(str(db)).kernels
+    assert t.device.tolist() == [2] and t.stream is not None and t.stream.tolist() == [3]
+    assert t.grid is not None and t.grid.tolist() == [[8192, 1, 1]] and t.block is not None and t.block.tolist() == [[256, 1, 1]]
+    assert t.correlation_id is not None and t.correlation_id.tolist() == [77]
+
+
+def test_fake_rocpd_other_column_names_and_missing_view(tmp_path: Path) -> None:
+    db = _rocpd(tmp_path, "CREATE VIEW kernels AS SELECT 'mha_decode' AS name, 10 AS start, 20 AS end, 5 AS agent_id, 9 AS thread_id")
+    t = import_raw(str(db)).kernels
+    assert t.device.tolist() == [5] and t.launch_tid is not None and t.launch_tid.tolist() == [9] and t.grid is None
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    db = _rocpd(empty, "CREATE TABLE rocpd_region (id INTEGER)")
+    with pytest.raises(ImportFormatError, match="without a kernels view"):
+        import_raw(str(db))
+
+
 def test_nsys_stats_csv_gpu_trace_with_commas_and_non_ascii(tmp_path: Path) -> None:
     text = (
         "Processing [OUT/r3.sqlite] with [/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/reports/cuda_gpu_trace.py]... \n"

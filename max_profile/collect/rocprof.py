@@ -117,11 +117,31 @@ def _markers(kernel_csv: str) -> tuple[list[PhaseRange], int]:
     return out, bad
 
 
+_ROCPD_OPTIONAL = {
+    "device": ("agent_abs_index", "agent_log_index", "agent_id"),
+    "tid": ("tid", "thread_id"),
+    "stream": ("stream_id", "queue_id"),
+    "corr": ("corr_id", "correlation_id"),
+    "grid_x": ("grid_x",), "grid_y": ("grid_y",), "grid_z": ("grid_z",),
+    "block_x": ("workgroup_x",), "block_y": ("workgroup_y",), "block_z": ("workgroup_z",),
+}
+"""Columns of rocpd's ``kernels`` view read when present (their names differ between rocprofiler-sdk versions)."""
+
+
 def rocpd_capture(path: str) -> RawCapture:
+    """A rocpd database (``rocprofv3 --output-format rocpd``): its ``kernels`` and ``regions`` views."""
     try:
         con = open_sqlite_readonly(path)
         try:
-            rows = con.execute("SELECT name, start, end, agent_abs_index, tid FROM kernels").fetchall()
+            have = {str(r[1]) for r in con.execute("PRAGMA table_info(kernels)")}
+            if not have:
+                raise TraceFormatError(f"{path}: a rocpd database without a kernels view (was the kernel trace on? "
+                                       "`rocprofv3 --kernel-trace --output-format rocpd -- CMD`)")
+            if not {"name", "start", "end"} <= have:
+                raise TraceFormatError(f"{path}: the rocpd kernels view lacks name / start / end (columns: {sorted(have)[:20]})")
+            picked = {key: next((c for c in options if c in have), None) for key, options in _ROCPD_OPTIONAL.items()}
+            exprs = ", ".join(f'"{c}"' if c else "NULL" for c in picked.values())
+            rows = con.execute(f"SELECT name, start, end, {exprs} FROM kernels").fetchall()
             try:
                 regions = con.execute(
                     "SELECT coalesce(json_extract(extdata, '$.message'), name), start, end, tid FROM regions WHERE category LIKE 'MARKER%'"
@@ -133,9 +153,14 @@ def rocpd_capture(path: str) -> RawCapture:
     except SQLITE_ERRORS as exc:
         raise TraceFormatError(f"{path}: not a readable rocpd database ({exc})") from exc
     names: dict[str, int] = {}
-    idx, start, end, dev, tid = [], [], [], [], []
+    idx, start, end, dev, tid, stream, corr, grid, block = [], [], [], [], [], [], [], [], []  # type: ignore[var-annotated]
     skipped = 0
-    for name, s, e, agent, t in rows:
+
+    def small(value: object, default: int) -> int:
+        v = ns(value)
+        return v if v is not None and 0 <= v < 2**31 else default
+
+    for name, s, e, agent, t, strm, c, gx, gy, gz, bx, by, bz in rows:
         s_ns, e_ns = ns(s), ns(e)
         if s_ns is None or e_ns is None or not isinstance(name, (str, bytes)):
             skipped += 1
@@ -144,16 +169,24 @@ def rocpd_capture(path: str) -> RawCapture:
         idx.append(names.setdefault(text, len(names)))
         start.append(s_ns)
         end.append(e_ns)
-        a = ns(agent)
-        dev.append(a if a is not None and 0 <= a < 2**31 else 0)
+        dev.append(small(agent, 0))
         tid.append(ns(t) or -1)
+        stream.append(ns(strm) or 0)
+        corr.append(ns(c) or 0)
+        grid.append((small(gx, 0), small(gy, 1), small(gz, 1)))
+        block.append((small(bx, 0), small(by, 1), small(bz, 1)))
+    has_dims = picked["grid_x"] is not None
     table = KernelTable(names=list(names), name_idx=np.array(idx, dtype=np.int32), start_ns=np.array(start, dtype=np.int64),
-                        end_ns=np.array(end, dtype=np.int64), device=np.array(dev, dtype=np.int32), launch_tid=np.array(tid, dtype=np.int64))
+                        end_ns=np.array(end, dtype=np.int64), device=np.array(dev, dtype=np.int32), launch_tid=np.array(tid, dtype=np.int64),
+                        stream=np.array(stream, dtype=np.int64), correlation_id=np.array(corr, dtype=np.int64),
+                        grid=np.array(grid, dtype=np.int32).reshape(-1, 3) if has_dims else None,
+                        block=np.array(block, dtype=np.int32).reshape(-1, 3) if picked["block_x"] is not None else None)
     ranges = []
     for name, s, e, t in regions:
         s_ns, e_ns = ns(s), ns(e)
         if s_ns is None or e_ns is None or name is None:
             skipped += 1
             continue
-        ranges.append(PhaseRange(name=str(name), start_ns=s_ns, end_ns=e_ns, tid=ns(t)))
+        text = str(name)
+        ranges.append(PhaseRange(name=text, start_ns=s_ns, end_ns=e_ns, tid=ns(t), domain="max_profile" if text.startswith("max_profile:") else None))
     return _raw("rocprofv3-rocpd", path, table, ranges, skipped)
