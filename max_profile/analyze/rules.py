@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from max_profile.analyze import bandwidth
 from max_profile.model import (
@@ -486,28 +485,17 @@ def _corr(x: object, y: object) -> float:
     neither makes nor breaks a verdict. 0.0 when either series is constant.
     """
     import numpy as np
+    from scipy.stats import rankdata  # ties share their mean rank
 
     a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if a.size >= 5:
         b = np.median(np.lib.stride_tricks.sliding_window_view(np.pad(b, 2, mode="edge"), 5), axis=1)
     if a.size < 2:
         return 0.0
-    ra, rb = _ranks(a), _ranks(b)
+    ra, rb = rankdata(a), rankdata(b)
     if ra.std() == 0 or rb.std() == 0:  # ranks of equal values are exactly equal (a float std of them need not be 0)
         return 0.0
     return float(np.corrcoef(ra, rb)[0, 1])
-
-
-def _ranks(values: Any) -> Any:
-    """Ranks 0..n-1 of a 1-D array, tied values sharing the mean of their ranks (as scipy's rankdata)."""
-    import numpy as np
-
-    order = np.argsort(values, kind="stable")
-    ranks = np.empty(values.size, dtype=float)
-    ranks[order] = np.arange(values.size, dtype=float)
-    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse, weights=ranks)
-    return sums[inverse] / counts[inverse]
 
 
 def _decode_vs_prefill_mix(report: Report) -> dict[str, float | int | str | None]:
