@@ -103,25 +103,26 @@ def test_older_rocprof_kernel_csvs(tmp_path: Path, text: str) -> None:
 
 
 def test_fake_rocpd_database(tmp_path: Path) -> None:
-    db = tmp_path / "900_results.db"
-    con = sqlite3.connect(db)
-    con.execute("CREATE TABLE rocpd_kernel_dispatch (id INTEGER)")
-    con.execute("CREATE VIEW kernels AS SELECT 'gemv_split_k_bf16' AS name, 2000 AS start, 2400 AS end, 4 AS agent_abs_index, 905 AS tid "
-                "UNION ALL SELECT 'sm90_matmul_bf16', 1000, 1800, 4, 905")
-    con.execute("CREATE VIEW regions AS SELECT 'MARKER_CORE_RANGE_API' AS category, 'roctxThreadRangeA' AS name, 1900 AS start, 3000 AS end, 900 AS tid, "
-                "'{\"message\": \"max_profile:decode\"}' AS extdata UNION ALL SELECT 'MARKER_CORE_RANGE_API', 'roctxThreadRangeA', 900, 1900, 900, '{\"message\": \"max_profile:prefill\"}'")
-    con.commit()
-    con.close()
+    db = _rocpd(
+        tmp_path,
+        "CREATE VIEW kernels AS SELECT 'gemv_split_k_bf16' AS name, 2000 AS start, 2400 AS end, 4 AS agent_abs_index, 905 AS tid "
+        "UNION ALL SELECT 'sm90_matmul_bf16', 1000, 1800, 4, 905",
+        "CREATE VIEW regions AS SELECT 'MARKER_CORE_RANGE_API' AS category, 'roctxThreadRangeA' AS name, 1900 AS start, 3000 AS end, 900 AS tid, "
+        "'{\"message\": \"max_profile:decode\"}' AS extdata UNION ALL SELECT 'MARKER_CORE_RANGE_API', 'roctxThreadRangeA', 900, 1900, 900, '{\"message\": \"max_profile:prefill\"}'",
+        name="900_results.db",
+    )
     k = _bd(db)
     assert k.kernels == 2
     assert _phase(k, "decode").families[0].family == "gemv" and _phase(k, "prefill").families[0].family == "gemm"
 
 
-def _rocpd(tmp_path: Path, kernels_view: str) -> Path:
-    db = tmp_path / "results.db"
+def _rocpd(tmp_path: Path, *views: str, name: str = "results.db") -> Path:
+    """A rocpd-shaped database: a rocpd_ table (how it is recognised) and the given views / tables."""
+    db = tmp_path / name
     con = sqlite3.connect(db)
     con.execute("CREATE TABLE rocpd_kernel_dispatch (id INTEGER)")
-    con.execute(kernels_view)
+    for statement in views:
+        con.execute(statement)
     con.commit()
     con.close()
     return db

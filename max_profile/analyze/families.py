@@ -106,17 +106,16 @@ def classify_kernel(name: str) -> str:
     if name.startswith("_Z"):
         name = _demangle_light(name)
     n = base_name(name).lower()
-    for family, pattern in _COMPILED:
-        if pattern.search(n):
-            return family
-    if _GENERIC_BASE.match(n):
+    family = _first_family(n)
+    if family is None and _GENERIC_BASE.match(n):
         # `cutlass::Kernel2<cutlass_80_tensorop_..._gemm_...>`, `gemvx::kernel<...>`: the name says nothing, the
         # namespace and template arguments do (only here: elsewhere template types such as cutlass::bfloat16_t mislead)
-        full = _PARAMS.sub("", _VOID.sub("", name.strip())).lower()
-        for family, pattern in _COMPILED:
-            if pattern.search(full):
-                return family
-    return "other"
+        family = _first_family(_PARAMS.sub("", _VOID.sub("", name.strip())).lower())
+    return family or "other"
+
+
+def _first_family(text: str) -> str | None:
+    return next((family for family, pattern in _COMPILED if pattern.search(text)), None)
 
 
 _GENERIC_BASE = re.compile(r"^(kernel\d*|device_kernel|global_kernel|kernel_impl)(\(.*\))?$")

@@ -34,11 +34,14 @@ def _raw(source: str, path: str, table: KernelTable, ranges: list[PhaseRange], s
     return raw
 
 
+def _small(value: object, default: int) -> int:
+    """A count, ordinal or size cell: an integer 0 <= v < 2**31, else ``default``."""
+    v = ns(value)
+    return v if v is not None and 0 <= v < 2**31 else default
+
+
 def _dims(row: list[str], idx: list[int | None]) -> tuple[int, int, int]:
-    out = []
-    for i in idx:
-        v = ns(row[i]) if i is not None and i < len(row) else None
-        out.append(v if v is not None and 0 <= v < 2**31 else 0 if i is not None else 1)  # a missing Y / Z is 1
+    out = [1 if i is None else _small(row[i] if i < len(row) else None, 0) for i in idx]  # a missing Y / Z column is 1
     return (out[0], out[1], out[2])
 
 
@@ -155,11 +158,6 @@ def rocpd_capture(path: str) -> RawCapture:
     names: dict[str, int] = {}
     idx, start, end, dev, tid, stream, corr, grid, block = [], [], [], [], [], [], [], [], []  # type: ignore[var-annotated]
     skipped = 0
-
-    def small(value: object, default: int) -> int:
-        v = ns(value)
-        return v if v is not None and 0 <= v < 2**31 else default
-
     for name, s, e, agent, t, strm, c, gx, gy, gz, bx, by, bz in rows:
         s_ns, e_ns = ns(s), ns(e)
         if s_ns is None or e_ns is None or not isinstance(name, (str, bytes)):
@@ -169,12 +167,12 @@ def rocpd_capture(path: str) -> RawCapture:
         idx.append(names.setdefault(text, len(names)))
         start.append(s_ns)
         end.append(e_ns)
-        dev.append(small(agent, 0))
+        dev.append(_small(agent, 0))
         tid.append(ns(t) or -1)
         stream.append(ns(strm) or 0)
         corr.append(ns(c) or 0)
-        grid.append((small(gx, 0), small(gy, 1), small(gz, 1)))
-        block.append((small(bx, 0), small(by, 1), small(bz, 1)))
+        grid.append((_small(gx, 0), _small(gy, 1), _small(gz, 1)))
+        block.append((_small(bx, 0), _small(by, 1), _small(bz, 1)))
     has_dims = picked["grid_x"] is not None
     table = KernelTable(names=list(names), name_idx=np.array(idx, dtype=np.int32), start_ns=np.array(start, dtype=np.int64),
                         end_ns=np.array(end, dtype=np.int64), device=np.array(dev, dtype=np.int32), launch_tid=np.array(tid, dtype=np.int64),
