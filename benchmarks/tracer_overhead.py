@@ -6,6 +6,9 @@
 Arms (each repeat runs every arm once, in a rotated order, after a warm-up):
   off            the pipeline hook alone (host step times)
   native         + max_profile's C recorder (collect/cupti_native.py): buffers handled in C, numpy decode after stop
+  native-kernels + the C recorder without launch-call records (kernels attributed by start time)
+  native-warm    + the C recorder started before a 16-token traced warm-up in the same arm (what `run` does:
+                 CUPTI's first-launch instrumentation is paid before the measured generation)
   python         + cupti-python per-record callbacks (the previous collector)
   ctypes         + idea 1: libcupti's buffer callbacks registered through ctypes, each full buffer copied into
                  Python bytes (one Python call per buffer), records walked in Python after stop
@@ -36,6 +39,13 @@ def decode_tps(steps: list[Any]) -> float:
     dec = [s for s in steps if s.phase == "decode" and s.batch_size > 0]
     secs = sum(s.duration_ns for s in dec) / 1e9
     return sum(s.batch_size for s in dec) / secs if secs else 0.0
+
+
+def step_ms(steps: list[Any]) -> dict[str, float]:
+    """Median decode step time of the first 32 steps and of the rest: where a tracer's cost falls in a generation."""
+    dec = [s.duration_ns / 1e6 for s in steps if s.phase == "decode" and s.batch_size > 0]
+    return {"first32_step_ms": statistics.median(dec[:32]) if dec else 0.0,
+            "rest_step_ms": statistics.median(dec[32:]) if len(dec) > 32 else 0.0}
 
 
 class CtypesBufferCollector:
@@ -162,10 +172,10 @@ def main() -> int:
     cost: dict[str, list[dict[str, float]]] = {a: [] for a in arms}
 
     def make(arm: str) -> Any:
-        if arm == "native":
+        if arm.startswith("native"):
             from max_profile.collect.cupti_native import NativeCuptiCollector
 
-            return NativeCuptiCollector()
+            return NativeCuptiCollector(launches=arm != "native-kernels")
         if arm == "python":
             from max_profile.collect.cupti_kernels import CuptiKernelCollector
 
@@ -182,14 +192,16 @@ def main() -> int:
                     generate(model, prompt, args.tokens)
                 tps[arm].append(decode_tps(p.steps))
                 k = p.report.kernels
-                cost[arm].append({"kernels": float(getattr(k, "kernels", 0) or 0)})
+                cost[arm].append({"kernels": float(getattr(k, "kernels", 0) or 0), **step_ms(p.steps)})
                 continue
             collector = make(arm)
+            if collector is not None:
+                collector.start()
+                if arm == "native-warm":
+                    generate(model, prompt, 16)
             hook = PipelineHook(model.pipeline)
             hook.install()
             try:
-                if collector is not None:
-                    collector.start()
                 generate(model, prompt, args.tokens)
                 if collector is not None:
                     table = collector.stop()
@@ -199,7 +211,11 @@ def main() -> int:
             if collector is not None:
                 cost[arm].append({"kernels": float(len(table)), "callback_s": float(getattr(collector, "callback_s_before_stop", collector.callback_s)),
                                   "stop_s": float(getattr(collector, "stop_s", 0.0)),
-                                  "records": float(getattr(collector, "records", 0) or (len(table) + getattr(collector, "api_records", 0)))})
+                                  "records": float(getattr(collector, "records", 0) or (len(table) + getattr(collector, "api_records", 0))),
+                                  "graph_kernels": float((table.graph_id > 0).sum()) if table.graph_id is not None else 0.0,
+                                  **step_ms(hook.steps)})
+            else:
+                cost[arm].append(step_ms(hook.steps))
         print(f"repeat {i}: " + ", ".join(f"{a} {tps[a][-1]:.1f}" for a in arms), flush=True)
     out: dict[str, Any] = {"model": args.model_path, "tokens": args.tokens, "repeats": args.repeats, "device_graph_capture": args.device_graph_capture,
                            "arms": {}}

@@ -265,7 +265,8 @@ def cmd_kernels(args: argparse.Namespace, progress: Progress) -> int:
         _check_generation_args(args)
         devices = resolve_devices(args.devices, detect_environment(check_tools=False).vendor)
         run = NsysRun(model_path=args.model_path, devices=devices, batch_size=args.batch_size, prompt=args.prompt, warmup=args.warmup,
-                      max_new_tokens=args.max_new_tokens, custom_architectures=list(args.custom_architectures or []))
+                      max_new_tokens=args.max_new_tokens, custom_architectures=list(args.custom_architectures or []),
+                      device_graph_capture=args.device_graph_capture)
         return _emit(profile_generation_with_nsys(run, progress), args, progress)
     if args.backend == "rocprof":
         raise InputError("run the generation under rocprofv3 yourself (rocprofv3 --kernel-trace --marker-trace --output-format csv -d OUT -- "
@@ -430,7 +431,7 @@ def _add_generation_flags(p: argparse.ArgumentParser, default_tokens: int = 64) 
     p.add_argument("--interval", type=float, default=0.1, help="GPU sampling interval in seconds (> 0)")
     p.add_argument("--max-length", type=int, default=None, help="MAX --max-length")
     p.add_argument("--quantization-encoding", default=None, help="MAX --quantization-encoding (e.g. float32, bfloat16)")
-    p.add_argument("--device-graph-capture", action="store_true", help="turn device graph capture on (hides kernels)")
+    p.add_argument("--device-graph-capture", action="store_true", help="turn device graph capture on (MAX's serving default; CUPTI and nsys record the kernels inside the graphs)")
     p.add_argument("--custom-architectures", action="append", metavar="DIR", help="custom architecture package (repeatable)")
     _add_output_flags(p)
 

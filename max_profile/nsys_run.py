@@ -43,6 +43,7 @@ class NsysRun:
     warmup: int = 4
     max_new_tokens: int = 64
     custom_architectures: list[str] = field(default_factory=list)
+    device_graph_capture: bool = False
 
 
 def child_main() -> None:
@@ -53,7 +54,8 @@ def child_main() -> None:
     from max_profile.session import profile
 
     spec = json.loads(os.environ["MAX_PROFILE_NSYS_SPEC"])
-    model = load_model(spec["model_path"], devices=spec["devices"], max_batch_size=spec["batch"], custom_architectures=spec["custom"])
+    model = load_model(spec["model_path"], devices=spec["devices"], max_batch_size=spec["batch"], custom_architectures=spec["custom"],
+                       device_graph_capture=spec.get("graphs", False))
     prompts = [spec["prompt"]] * spec["batch"]
     generate(model, prompts, spec["warmup"])
     # MAX's own cuProfilerStart/Stop bracketing (pushes the context MAX opened): the capture
@@ -78,6 +80,7 @@ def profile_generation_with_nsys(run: NsysRun, progress: Callable[[str], None]) 
     rep = str(out_dir / "capture")
     steps_out = str(out_dir / "host_raw.json")
     spec = {"model_path": run.model_path, "devices": run.devices, "batch": run.batch_size, "custom": run.custom_architectures,
+            "graphs": run.device_graph_capture,
             "prompt": run.prompt, "warmup": max(run.warmup, 1), "tokens": run.max_new_tokens, "steps_out": steps_out}
     env = clean_child_env({"MAX_PROFILE_NSYS_SPEC": json.dumps(spec), "MAX_PROFILE_SYSPATH": json.dumps(sys.path)})
     cmd = nsys_profile_command(nsys, rep) + [sys.executable, "-c", NSYS_CHILD]

@@ -31,7 +31,7 @@ from max_profile.collect.cupti_native import make_cupti_collector
 from max_profile.collect.environment import detect_environment
 from max_profile.collect.gpu_sampling import DEFAULT_INTERVAL_S, GpuSampler
 from max_profile.collect.markers import make_marker
-from max_profile.collect.pipeline_hook import PipelineHook, resolve_pipeline
+from max_profile.collect.pipeline_hook import PipelineHook, resolve_pipeline, synchronize_accelerators
 from max_profile.errors import InputError, MaxProfileError
 from max_profile.model import Capture, Environment, KernelTable, RawCapture, Report, ranges_within
 
@@ -119,6 +119,10 @@ class _Recording:
                 self.notes.append(f"a step was still running {STEP_DRAIN_TIMEOUT_S:g} s after stop(): it is left out")
             if self.cupti is not None:
                 try:
+                    synchronize_accelerators(self.owner.pipeline)  # kernels still running get their end time before the flush
+                except Exception as err:  # noqa: BLE001 - the flush still runs; kernels without an end time are counted
+                    self.notes.append(f"waiting for the GPU before stopping CUPTI failed ({err}): kernels still running were cut")
+                try:
                     self.kernels = self.cupti.stop()
                 except Exception as err:  # noqa: BLE001 - reported as the reason kernels are missing
                     self.kernel_problem = f"CUPTI flush failed: {err}"
@@ -193,6 +197,8 @@ class _Recording:
             raw.graph_launches = int(cupti.graph_launches)
             if cupti.dropped:
                 raw.notes.append(f"CUPTI: {cupti.dropped} kernel records dropped")
+            if getattr(cupti, "unfinished", 0):
+                raw.notes.append(f"CUPTI: {cupti.unfinished} kernel(s) had no start or end time: still running when recording stopped")
             raw.notes.append(f"CUPTI cost: {cupti.callback_s:.3f} s in buffer callbacks, {cupti.api_records} API records ({cupti.api_filter})"
                              + (f", {cupti.stop_s:.3f} s to stop and decode" if hasattr(cupti, "stop_s") else ""))
         if not len(self.kernels):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from max_profile.collect.cupti_decode import CUPTI_13_LAYOUT, RecordLayout, decode
+from max_profile.collect.cupti_decode import CUPTI_13_LAYOUT, RecordLayout, decode, unfinished_records
 from max_profile.errors import TraceFormatError
 
 LAYOUT = RecordLayout.from_values(CUPTI_13_LAYOUT)
@@ -60,6 +60,7 @@ def test_decode_joins_launches_maps_clock_and_marks_zero_timestamps() -> None:
     assert t.start_ns[g] == 10_000_500 and t.end_ns[g] == 10_000_900 and t.launch_ns[g] == 10_000_100  # type: ignore[index]
     assert t.launch_tid[g] == 4300 and list(t.grid[g]) == [1, 1024, 1] and list(t.block[g]) == [128, 1, 1]  # type: ignore[index]
     assert t.graph_id[m] == 3 and t.graph_node_id[m] == 99 and t.graph_id[g] == 0  # type: ignore[index]
+    assert unfinished_records(kernel_bytes, LAYOUT) == 1  # the record a forced flush handed out while its kernel ran
 
 
 def test_decode_refuses_cut_records() -> None:
@@ -83,3 +84,29 @@ def test_recording_from_the_h200_decodes() -> None:
     assert meta["cupti_version"] == 130001 and layout == LAYOUT  # the H200's headers gave CUDA 13.0's layout
     assert t.launch_ns is not None and (t.launch_ns[t.start_ns >= 0] > 0).all()  # every kernel joined to its launch call
     assert any("gemv" in n for n in t.names) and any("mha" in n for n in t.names)
+
+
+def test_accelerators_of_a_pipeline_are_waited_on_and_hosts_are_not() -> None:
+    """Before CUPTI's forced flush the session waits for the pipeline's GPUs (overlap pipelines leave a step running)."""
+    from max_profile.collect.pipeline_hook import pipeline_accelerators, synchronize_accelerators
+
+    class Device:
+        def __init__(self, is_host: bool) -> None:
+            self.is_host, self.waits = is_host, 0
+
+        def synchronize(self) -> None:
+            self.waits += 1
+
+    gpu0, gpu1, cpu = Device(False), Device(False), Device(True)
+
+    class Pipeline:
+        _devices = [gpu0, cpu, gpu1]
+
+    class ModelOnly:
+        class _pipeline_model:  # noqa: N801 - MAX's attribute name
+            devices = (gpu0,)
+
+    assert pipeline_accelerators(Pipeline()) == [gpu0, gpu1]
+    assert synchronize_accelerators(Pipeline()) == 2 and gpu0.waits == 1 and gpu1.waits == 1 and cpu.waits == 0
+    assert pipeline_accelerators(ModelOnly()) == [gpu0]
+    assert synchronize_accelerators(object()) == 0

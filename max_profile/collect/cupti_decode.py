@@ -93,6 +93,12 @@ def host_clock(pairs: Sequence[tuple[int, int]]) -> tuple[float, float, float]:
     return float(h0), float(c0), (h1 - h0) / (c1 - c0) if c1 != c0 else 1.0
 
 
+def unfinished_records(kernel_bytes: bytes, layout: RecordLayout) -> int:
+    """Kernel records without a start or end time: CUPTI's forced flush hands out kernels still running as zeros."""
+    k = np.frombuffer(kernel_bytes, dtype=layout.kernel_dtype())
+    return int(((k["start"] == 0) | (k["end"] == 0)).sum())
+
+
 def decode(kernel_bytes: bytes, api_bytes: bytes, layout: RecordLayout, names: Mapping[int, str], clock_pairs: Sequence[tuple[int, int]],
            *, graph_cbids: frozenset[int] = frozenset(), launch_cbids: frozenset[int] | None = None) -> DecodedKernels:
     """The kernels of a recording, on the host clock, joined to their launch calls.

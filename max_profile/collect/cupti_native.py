@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from max_profile.collect.cupti_decode import CUPTI_13_LAYOUT, DecodedKernels, RecordLayout, decode
+from max_profile.collect.cupti_decode import CUPTI_13_LAYOUT, DecodedKernels, RecordLayout, decode, unfinished_records
 from max_profile.errors import CaptureError, MaxProfileError, ToolMissingError
 from max_profile.model import KernelTable
 from max_profile.util.files import cache_dir
@@ -152,6 +152,8 @@ class NativeCuptiCollector:
         self._sync: list[tuple[int, int]] = []
         self.kernels = KernelTable.empty()
         self.dropped = 0
+        self.unfinished = 0
+        """Kernel records without a start or end time: the kernel was still running at the forced flush."""
         self.other_records = 0
         self.api_records = 0
         self.graph_launches = 0
@@ -200,6 +202,7 @@ class NativeCuptiCollector:
         self.recorded_bytes = len(kernel_bytes) + len(api_bytes)
         names = self._names(kernel_bytes)
         decoded = self._decode(kernel_bytes, api_bytes, names)
+        self.unfinished = unfinished_records(kernel_bytes, self.layout)
         self.raw = (kernel_bytes, api_bytes, names)
         self._lib.mp_clear()
         self.kernels = decoded.table

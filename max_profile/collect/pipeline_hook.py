@@ -64,6 +64,30 @@ def _looks_like_pipeline(obj: Any) -> bool:
     return bool(cls_names & {"TextGenerationPipeline", "OverlapTextGenerationPipeline", "TextGenerationPipelineInterface"})
 
 
+def pipeline_accelerators(pipeline: Any) -> list[Any]:
+    """The accelerators a MAX pipeline runs on: its ``_devices`` (both text pipelines) or its model's ``devices``, hosts left out."""
+    holders = (pipeline, getattr(pipeline, "_pipeline_model", None))
+    for holder in holders:
+        for attr in ("_devices", "devices"):
+            devices = getattr(holder, attr, None) if holder is not None else None
+            if isinstance(devices, (list, tuple)) and devices:
+                return [d for d in devices if callable(getattr(d, "synchronize", None)) and not getattr(d, "is_host", True)]
+    return []
+
+
+def synchronize_accelerators(pipeline: Any) -> int:
+    """Wait until the GPU work the pipeline queued has finished (``Device.synchronize()``); returns the devices waited on.
+
+    A generation returns while work it queued may still run (the overlap pipeline launches the next
+    step before it reads the last token): a tracer stopped before that work ends gets kernels without
+    an end time. Equivalent: ``cudaDeviceSynchronize()`` before ``cuptiActivityFlushAll``.
+    """
+    devices = pipeline_accelerators(pipeline)
+    for device in devices:
+        device.synchronize()
+    return len(devices)
+
+
 def classify(inputs: Any) -> tuple[Phase, int, int, int | None]:
     """(phase, batch size, input tokens, context tokens) of a ``TextGenerationInputs``.
 

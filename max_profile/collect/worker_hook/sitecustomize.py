@@ -70,6 +70,8 @@ def _watch(folder: str) -> None:
     _wait_for(stop, None, 0.02)
     stopped = time.perf_counter_ns()
     kernels = collector.stop()
+    if getattr(collector, "unfinished", 0):
+        notes.append(f"CUPTI: {collector.unfinished} kernel(s) were still running when the window closed (no end time): left out")
     if len(kernels):
         import json
 
