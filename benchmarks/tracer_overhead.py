@@ -235,6 +235,9 @@ def main() -> int:
         rec = NativeCuptiCollector()
         rec.start()
         generate(model, prompt, 16)
+        from max_profile.collect.pipeline_hook import synchronize_accelerators
+
+        synchronize_accelerators(model.pipeline)
         table = rec.stop()
         assert rec.raw is not None
         kernel_bytes, api_bytes, names = rec.raw
@@ -242,7 +245,8 @@ def main() -> int:
                             meta=np.frombuffer(json.dumps({"layout": rec.layout.values(), "names": {str(k): v for k, v in names.items()},
                                                            "clock": rec._sync, "cupti_version": rec.cupti_version, "kernels": len(table),
                                                            "api_records": rec.api_records, "libcupti": rec.libcupti,
-                                                           "stop_s": rec.stop_s}).encode(), dtype=np.uint8))
+                                                           "stop_s": rec.stop_s, "unfinished": rec.unfinished,
+                                                           "device_graph_capture": args.device_graph_capture}).encode(), dtype=np.uint8))
         print(f"recorded {len(table)} kernels / {rec.api_records} launch records into {args.record}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
