@@ -61,6 +61,13 @@ def attached_nvtx_log() -> str | None:
     return log_path_for(template)
 
 
+CUPTI_WITHOUT_GRAPHS_NOTE = (
+    "CUPTI instruments every kernel launch: without device graphs decode ran 2-11 % slower under it on an H200 (24-layer "
+    "bf16 Llama, interleaved with untraced runs), with them 1-2 %; for step times as untraced, record with "
+    "--device-graph-capture (MAX serve's default) or compare against `--kernels off`")
+"""Said with every CUPTI recording made with device graphs off (benchmarks/tracer_overhead.py, tests/data/h200/README.md)."""
+
+
 class _Recording:
     """One start-to-stop recording: the pipeline hook, the GPU sampler and the kernel tracer it started."""
 
@@ -201,6 +208,8 @@ class _Recording:
                 raw.notes.append(f"CUPTI: {cupti.unfinished} kernel(s) had no start or end time: still running when recording stopped")
             raw.notes.append(f"CUPTI cost: {cupti.callback_s:.3f} s in buffer callbacks, {cupti.api_records} API records ({cupti.api_filter})"
                              + (f", {cupti.stop_s:.3f} s to stop and decode" if hasattr(cupti, "stop_s") else ""))
+            if raw.capture.device_graph_capture is False and len(self.kernels):
+                raw.notes.append(CUPTI_WITHOUT_GRAPHS_NOTE)
         if not len(self.kernels):
             raw.kernels_unavailable = "the kernel tracer recorded no kernel launches in the profiled block"
 

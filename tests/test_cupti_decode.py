@@ -110,3 +110,26 @@ def test_accelerators_of_a_pipeline_are_waited_on_and_hosts_are_not() -> None:
     assert synchronize_accelerators(Pipeline()) == 2 and gpu0.waits == 1 and gpu1.waits == 1 and cpu.waits == 0
     assert pipeline_accelerators(ModelOnly()) == [gpu0]
     assert synchronize_accelerators(object()) == 0
+
+
+def test_graphs_on_recording_from_the_h200_ties_graph_kernels_to_their_graph_launch() -> None:
+    """16 tokens of the 24-layer model with device graphs on: kernels inside graphs carry graph and node ids, and their
+    correlation id is their graph launch's (cuGraphLaunch), so each one gets that launch's time and thread."""
+    data = np.load(RECORDING.with_name("cupti_recording_graphs.npz"))
+    meta = json.loads(data["meta"].tobytes())
+    layout = RecordLayout.from_values(meta["layout"])
+    names = {int(k): v for k, v in meta["names"].items()}
+    assert meta["device_graph_capture"] is True and meta["unfinished"] == 0 and unfinished_records(data["kernels"].tobytes(), layout) == 0
+    out = decode(data["kernels"].tobytes(), data["apis"].tobytes(), layout, names, [tuple(p) for p in meta["clock"]])
+    t = out.table
+    assert len(t) == meta["kernels"] == 3906 and out.api_records == meta["api_records"] == 402
+    assert t.graph_id is not None and t.graph_node_id is not None and t.launch_ns is not None and t.launch_tid is not None
+    in_graph = t.graph_id > 0
+    assert in_graph.sum() > 0.9 * len(t) and (t.graph_node_id[in_graph] > 0).all()
+    # many kernels per launch record: every graph kernel shares its graph launch's correlation id, launch time and thread
+    graph_corr = np.unique(t.correlation_id[in_graph])
+    assert graph_corr.size < in_graph.sum() / 50
+    assert (t.launch_ns[in_graph] > 0).all() and (t.launch_ns[in_graph] <= t.start_ns[in_graph]).all()
+    for c in graph_corr[:5]:
+        same = t.correlation_id == c
+        assert np.unique(t.launch_ns[same]).size == 1 and np.unique(t.launch_tid[same]).size == 1

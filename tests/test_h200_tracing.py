@@ -66,3 +66,29 @@ def test_serve_worker_records_graph_kernels_with_graphs_on() -> None:
     assert report.serve is not None and report.serve.output_tokens == 4736
     _, untraced = _report("serve_util_raw.json.gz")
     assert untraced.serve is not None and untraced.serve.output_tokens == 5184
+
+
+@pytest.mark.parametrize("graphs", ["graphs", "eager"])
+def test_recorder_equals_nsys_on_the_gpu_bound_model(graphs: str) -> None:
+    """24-layer bf16 Llama, 64 tokens, device graphs on and off (session 6, `tracing.sh verify`): the recorder and nsys
+    (`--cuda-graph-trace=node`) see the same 14,946 kernels, the same 14,080 inside graphs, 226 + 230 per decode step."""
+    raw, cupti = _report(f"m24_{graphs}_cupti_raw.json.gz")
+    _, nsys = _report(f"m24_{graphs}_nsys_raw.json.gz")
+    a, b = _k(cupti), _k(nsys)
+    assert a.source == "cupti" and b.source == "nsys"
+    assert a.kernels == b.kernels == 14946 and a.invalid_kernels == b.invalid_kernels == 0
+    assert a.graph_kernels == b.graph_kernels == (14080 if graphs == "graphs" else 0)
+    assert raw.capture.device_graph_capture is (graphs == "graphs") and nsys.capture.device_graph_capture is (graphs == "graphs")
+    per_step = [(p.phase, p.steps, p.kernels) for p in a.phases]
+    assert per_step == [(p.phase, p.steps, p.kernels) for p in b.phases] == [("prefill", 1, 226), ("decode", 64, 14720)]
+    assert a.kernel_ms == pytest.approx(b.kernel_ms, rel=0.05)
+    assert not any("no start or end time" in n for n in raw.notes)
+
+
+def test_without_the_gpu_wait_a_forced_flush_cut_the_last_kernels() -> None:
+    """The same graphs-on run before the session waited for the GPU: CUPTI's forced flush handed out the 161 kernels the
+    overlap pipeline still had running with zero timestamps (dropped and counted): 14,785 of nsys's 14,946."""
+    _, report = _report("m24_graphs_cupti_before_gpu_wait_raw.json.gz")
+    k = _k(report)
+    assert k.kernels == 14785 and k.invalid_kernels == 161 and k.kernels + k.invalid_kernels == 14946
+    assert any("161 of 14946 kernel records had invalid timestamps" in n for n in report.notes)

@@ -100,3 +100,44 @@ def test_accepts_automodel_like_wrapper(loaded_model: Any) -> None:
     with profile(Wrapper(), gpu_sampling=False) as prof:
         generate(loaded_model, ["w"], 3)
     assert len([s for s in prof.steps if s.batch_size]) == 3
+
+
+def test_cupti_recording_waits_for_the_gpu_and_says_what_it_cost(loaded_model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """profile(kernels="cupti") with a stand-in for the C recorder (CI has no GPU / CUPTI): the session waits for the pipeline's
+    accelerators before the recorder's stop (its flush), and says when kernels were cut and that graphs were off."""
+    from time import perf_counter_ns
+
+    import numpy as np
+
+    import max_profile.session as session
+    from max_profile.model import KernelTable
+
+    order: list[str] = []
+    def wait_for_gpu(pipeline: Any) -> int:
+        order.append("gpu wait")
+        return 0
+
+    monkeypatch.setattr(session, "synchronize_accelerators", wait_for_gpu)
+
+    class StandInRecorder:  # a FAKE of NativeCuptiCollector: what its stop() leaves behind on a GPU
+        callback_s_before_stop = callback_s = stop_s = 0.0
+        graph_launches = dropped = 0
+        unfinished, api_records, api_filter = 3, 2, "launch calls only (27 kept)"
+
+        def start(self) -> None:
+            order.append("start")
+
+        def stop(self) -> KernelTable:
+            order.append("stop")
+            ns = np.array([perf_counter_ns() + 1_000, perf_counter_ns() + 2_000], dtype=np.int64)
+            return KernelTable(names=["gemv_bf16"], name_idx=np.zeros(2, dtype=np.int32), start_ns=ns, end_ns=ns + 500,
+                               device=np.zeros(2, dtype=np.int32), stream=np.zeros(2, dtype=np.int64))
+
+    monkeypatch.setattr(session, "make_cupti_collector", lambda notes, launches=True: StandInRecorder())
+    with profile(loaded_model.pipeline, kernels="cupti", gpu_sampling=False) as prof:
+        generate(loaded_model, ["hello world"], 4)
+    assert order == ["start", "gpu wait", "stop"]
+    raw = prof.raw_capture
+    assert len(raw.kernels) == 2 and raw.capture.device_graph_capture is False
+    assert any("3 kernel(s) had no start or end time" in n for n in raw.notes)
+    assert session.CUPTI_WITHOUT_GRAPHS_NOTE in raw.notes
