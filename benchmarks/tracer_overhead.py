@@ -7,8 +7,8 @@ Arms (each repeat runs every arm once, in a rotated order, after a warm-up):
   off            the pipeline hook alone (host step times)
   native         + max_profile's C recorder (collect/cupti_native.py): buffers handled in C, numpy decode after stop
   native-kernels + the C recorder without launch-call records (kernels attributed by start time)
-  native-warm    + the C recorder started before a 16-token traced warm-up in the same arm (what `run` does:
-                 CUPTI's first-launch instrumentation is paid before the measured generation)
+  native-warm    + the C recorder started before a 16-token traced warm-up in the same arm: whether CUPTI's cost is
+                 paid once after enabling it (it is not: on the H200 this arm costs what `native` costs)
   python         + cupti-python per-record callbacks (the previous collector)
   ctypes         + idea 1: libcupti's buffer callbacks registered through ctypes, each full buffer copied into
                  Python bytes (one Python call per buffer), records walked in Python after stop

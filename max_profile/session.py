@@ -62,8 +62,8 @@ def attached_nvtx_log() -> str | None:
 
 
 CUPTI_WITHOUT_GRAPHS_NOTE = (
-    "CUPTI instruments every kernel launch: without device graphs decode ran 2-11 % slower under it on an H200 (24-layer "
-    "bf16 Llama, interleaved with untraced runs), with them 1-2 %; for step times as untraced, record with "
+    "CUPTI instruments every kernel launch: without device graphs decode ran 2-12 % slower under it on an H200 (24-layer "
+    "bf16 Llama, interleaved with untraced runs), with them under 2 %; for step times as untraced, record with "
     "--device-graph-capture (MAX serve's default) or compare against `--kernels off`")
 """Said with every CUPTI recording made with device graphs off (benchmarks/tracer_overhead.py, tests/data/h200/README.md)."""
 
