@@ -20,7 +20,7 @@ from pathlib import Path
 
 from max_profile.collect.environment import require_tool
 from max_profile.collect.gpu_sampling import clean_child_env
-from max_profile.collect.nsys import read_nsys_sqlite
+from max_profile.collect.nsys import note_graph_replays, read_nsys_sqlite
 from max_profile.errors import CaptureError
 from max_profile.model import RawCapture
 from max_profile.util.models import check_model_folder
@@ -101,6 +101,7 @@ def profile_generation_with_nsys(run: NsysRun, progress: Callable[[str], None]) 
     raw.ranges = trace.ranges
     raw.range_names = trace.all_range_names
     raw.kernel_source = "nsys"
+    note_graph_replays(raw, trace)
     raw.capture.collectors = [*raw.capture.collectors, "nsys"]
     raw.artifacts = [rep + ".nsys-rep  (open with: nsys-ui " + rep + ".nsys-rep)", sqlite_path]
     if not len(trace.kernels):

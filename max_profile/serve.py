@@ -499,7 +499,7 @@ def _capture_nsys(plan: ServePlan, env: Environment, preflight: list[PreflightRe
                   progress: Callable[[str], None], artifacts_dir: str | None) -> RawCapture:
     """nsys launch / start / stop / shutdown with a unique session; the report is kept and read back."""
     from max_profile.collect import serve_profilers as sp
-    from max_profile.collect.nsys import export_sqlite, read_nsys_sqlite
+    from max_profile.collect.nsys import export_sqlite, note_graph_replays, read_nsys_sqlite
     from max_profile.errors import TraceFormatError
 
     tool_env = _server_env(plan, tmp, {})
@@ -554,6 +554,7 @@ def _capture_nsys(plan: ServePlan, env: Environment, preflight: list[PreflightRe
             raw.kernels, raw.ranges, raw.range_names = trace.kernels, trace.ranges, trace.all_range_names
             raw.kernel_clock = "trace"
             raw.kernel_source = "nsys (max serve)"
+            note_graph_replays(raw, trace)
         except TraceFormatError as exc:
             raw.kernels_unavailable = f"the nsys report could not be read back: {exc}"
     artifacts = [f"{rep}  (open with: nsys-ui {rep})", sqlite_path, str(dest / "server.log")]

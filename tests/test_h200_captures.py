@@ -380,3 +380,37 @@ def test_serve_tracer_overhead_explains_the_low_utilization_of_in_worker_cupti()
         assert other.serve is not None and other.serve.output_tokens > 3 * traced.serve.output_tokens  # type: ignore[union-attr]
         assert isinstance(other.utilization, UtilizationSection) and other.utilization.gpus[0].mean_utilization_pct > 4 * 8.8  # type: ignore[operator]
     assert "host-bound" not in {f.id for f in evaluate(untraced)}  # 46.6 % with no tracer (nsys: 36.0 %, still host-bound)
+
+
+def test_nsys_export_with_graphs_recorded_whole_is_marked_unreliable(nsys_sqlite: str, tmp_path: Path) -> None:
+    """A FAKE graph-level export made from the real one: each decode step's 50 kernels replaced by one
+    CUPTI_ACTIVITY_KIND_GRAPH_TRACE row (what `nsys profile` records by default, --cuda-graph-trace=graph, when MAX
+    replays device graphs). The kernel timeline then misses most GPU work: no host-bound verdict from it, the
+    breakdown marked unreliable, and the note says how to record the kernels."""
+    import sqlite3
+
+    db = tmp_path / "graph_level.sqlite"
+    shutil.copyfile(nsys_sqlite, db)
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER, "
+                    "contextId INTEGER, greenContextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, graphId INTEGER, "
+                    "graphExecId INTEGER)")
+        steps = con.execute("SELECT n.start, n.end FROM NVTX_EVENTS n JOIN StringIds s ON n.textId = s.id "
+                            "WHERE s.value = 'decode' AND n.eventType = 59 ORDER BY n.start").fetchall()  # our ranges, domain max_profile
+        assert len(steps) == 40
+        for s0, s1 in steps:
+            rows = con.execute("SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, k.globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                               "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId WHERE r.start >= ? AND r.start < ?",
+                               (s0, s1)).fetchall()
+            assert len(rows) == 50
+            con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, ?, 1, 0, ?, ?, ?, 7, 7)",
+                        (min(r[0] for r in rows), max(r[1] for r in rows), rows[0][2], rows[0][3], rows[0][4], rows[0][5]))
+            con.executemany("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE correlationId = ?", [(r[4],) for r in rows])
+    raw = nsys_capture(str(db))
+    assert raw.graph_launches == 40 and len(raw.kernels) == 46
+    assert any("40 device-graph replays" in n and "--cuda-graph-trace=node" in n for n in raw.notes)
+    report = build_report(raw)
+    bd = report.kernels
+    assert isinstance(bd, KernelBreakdown) and bd.unreliable is not None and "graph" in bd.unreliable
+    ids = {f.id for f in report.findings}
+    assert "device-graphs" in ids and "host-bound" not in ids  # the untouched export says host-bound (test above)

@@ -198,8 +198,8 @@ def build_breakdown(
     # and still no kernel record from inside a graph
     if not graph_kernels and (graph_launches or (device_graph_capture and not launches_recorded)):
         # graphs ran but no kernel record says it ran inside one: the tracer saw graph replays, not their kernels
-        unreliable = ("device graph capture was on and the trace holds no kernel of a graph: kernels ran as graph replays the tracer "
-                      "did not open, so per-step attribution and per-kernel counts are unreliable; record with max_profile's CUPTI "
+        unreliable = ("device graphs ran (graph launches or replays recorded, or capture on) and the trace holds no kernel of a graph: "
+                      "kernels ran as graph replays the tracer did not open, so per-step attribution and per-kernel counts are unreliable; record with max_profile's CUPTI "
                       "recorder (it records each kernel of a graph) or nsys --cuda-graph-trace=node, or re-run with --no-device-graph-capture")
     devices = sorted(int(d) for d in np.unique(table.device)) if n else []
     return KernelBreakdown(

@@ -112,7 +112,8 @@ def rule_host_bound(report: Report, th: Thresholds) -> list[Finding]:
         if g.mean_utilization_pct is not None and g.mean_utilization_pct < th.host_bound_util_pct:
             low_util = True
             evidence.update({"gpu": g.gpu, "mean_utilization_pct": round(g.mean_utilization_pct, 1), "peak_utilization_pct": g.peak_utilization_pct, "samples": g.samples})
-    busy, scope = _busy_scope(k) if k and _gpu_kernels(k) else (None, "")
+    # a trace that missed the kernels inside device graphs understates busy time: only NVML's reading counts then
+    busy, scope = _busy_scope(k) if k and _gpu_kernels(k) and not k.unreliable else (None, "")
     if busy is not None and busy >= th.host_bound_busy_pct:
         return []
     busy_low = busy is not None

@@ -3,7 +3,8 @@
 Tables used (schema 3.16 - 3.25; columns checked with ``PRAGMA table_info``, tables are lazy):
 ``CUPTI_ACTIVITY_KIND_KERNEL`` (kernels), ``CUPTI_ACTIVITY_KIND_RUNTIME`` (runtime *and* driver
 API calls, joined on ``correlationId``: launch time and thread), ``NVTX_EVENTS`` (ranges: event
-types 59/60/70/71; domains from type 75), ``StringIds``, ``TARGET_INFO_GPU``.
+types 59/60/70/71; domains from type 75), ``StringIds``, ``TARGET_INFO_GPU``, and
+``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` (device graphs recorded whole, counted: their kernels are missing).
 
 Equivalent: ``nsys stats --report cuda_gpu_kern_sum --report nvtx_kern_sum REPORT.sqlite``.
 """
@@ -38,6 +39,9 @@ class NsysTrace:
     gpu_names: list[str] = field(default_factory=list)
     product_version: str | None = None
     graph_kernels: int = 0
+    graph_replays: int = 0
+    """Device-graph executions recorded whole (``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``: ``--cuda-graph-trace=graph``, nsys's default)."""
+    graph_replay_ms: float = 0.0
 
 
 def _columns(con: sqlite3.Connection, table: str) -> set[str]:
@@ -80,6 +84,7 @@ def nsys_capture(path: str, *, pid: int | None = None) -> RawCapture:
     raw = RawCapture(environment=env, capture=Capture(started_unix_s=time.time(), target="import:nsys", collectors=["nsys"]),
                      kernels=trace.kernels, kernel_clock="trace", ranges=trace.ranges, range_names=trace.all_range_names,
                      kernel_source="nsys", artifacts=[os.path.abspath(path)])
+    note_graph_replays(raw, trace)
     if not len(trace.kernels):
         raw.kernels_unavailable = f"{path}: the capture holds no kernels"
     return raw
@@ -166,11 +171,43 @@ def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None)
     gpus: list[str] = []
     if "TARGET_INFO_GPU" in tables:
         gpus = [str(r[0]) for r in con.execute("SELECT name FROM TARGET_INFO_GPU ORDER BY id")]
+    replays, replay_ms = _graph_replays(con, tables, pid)
     version = None
     if "META_DATA_EXPORT" in tables:
         row = con.execute("SELECT value FROM META_DATA_EXPORT WHERE name='EXPORT_PRODUCT_VERSION'").fetchone()
         version = str(row[0]) if row else None
-    return NsysTrace(kernels=kernels, ranges=ranges, all_range_names=counts, gpu_names=gpus, product_version=version, graph_kernels=int(graph.sum()))
+    return NsysTrace(kernels=kernels, ranges=ranges, all_range_names=counts, gpu_names=gpus, product_version=version, graph_kernels=int(graph.sum()),
+                     graph_replays=replays, graph_replay_ms=replay_ms)
+
+
+GRAPH_TRACE_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+
+
+def _graph_replays(con: sqlite3.Connection, tables: set[str], pid: int | None) -> tuple[int, float]:
+    """(executions, GPU ms) of device graphs recorded whole: their kernels are not in the kernel table."""
+    if GRAPH_TRACE_TABLE not in tables:
+        return 0, 0.0
+    cols = _columns(con, GRAPH_TRACE_TABLE)
+    if not {"start", "end"} <= cols:
+        return 0, 0.0
+    where = "end > start"
+    if pid is not None and "globalPid" in cols:
+        where += f" AND ((globalPid >> 24) & 16777215) = {int(pid)}"
+    count, total = con.execute(f"SELECT count(*), coalesce(sum(end - start), 0) FROM {GRAPH_TRACE_TABLE} WHERE {where}").fetchone()
+    return int(count), float(total) / 1e6
+
+
+def note_graph_replays(raw: RawCapture, trace: NsysTrace) -> None:
+    """Say that device graphs ran as opaque replays (and count them as graph launches, so the breakdown is marked unreliable)."""
+    if not trace.graph_replays:
+        return
+    raw.graph_launches = max(raw.graph_launches, trace.graph_replays)
+    if trace.graph_kernels:
+        return
+    raw.notes.append(
+        f"{trace.graph_replays} device-graph replays ({trace.graph_replay_ms:.1f} ms of GPU time) were recorded whole "
+        "(nsys --cuda-graph-trace=graph, its default): the kernels inside them are not in this trace, so GPU busy, families and "
+        "per-step kernel numbers cover only the kernels launched outside graphs; record with `nsys profile --cuda-graph-trace=node`")
 
 
 def _text(value: object, string_id: int) -> str:
