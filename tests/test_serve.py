@@ -204,6 +204,7 @@ def test_nsys_session_names_and_stale_cleanup_touch_only_ours() -> None:
     assert a != b and a.startswith(f"max-profile-{os.getpid()}-")
     cmd = sp.nsys_launch_command("/x/nsys", a, ["max", "serve", "--model-path", "m; rm -rf /"])
     assert cmd[:3] == ["/x/nsys", "launch", f"--session-new={a}"] and cmd[-1] == "m; rm -rf /"  # an argument, never a shell string
+    assert "--cuda-graph-trace=node" in cmd[:cmd.index("max")]  # max serve replays device graphs: their kernels recorded one by one
 
 
 def _fake_env(monkeypatch: pytest.MonkeyPatch, vendor: str) -> None:

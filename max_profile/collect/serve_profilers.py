@@ -68,7 +68,9 @@ def stale_sessions(sessions: Sequence[tuple[int, str, str]], alive: Callable[[in
 
 
 def nsys_launch_command(nsys: str, session: str, serve_cmd: Sequence[str]) -> list[str]:
-    return [nsys, "launch", f"--session-new={session}", "--trace=cuda,nvtx", *serve_cmd]
+    """``nsys launch``: with ``--cuda-graph-trace=node``, as `max serve` replays device graphs by default and nsys's own
+    default (``graph``) would record each replay whole, without its kernels (the switch is accepted by ``launch``: nsys 2025.3.1)."""
+    return [nsys, "launch", f"--session-new={session}", "--trace=cuda,nvtx", "--cuda-graph-trace=node", *serve_cmd]
 
 
 def nsys_start_command(nsys: str, session: str, output: str) -> list[str]:
