@@ -407,7 +407,7 @@ def test_nsys_export_with_graphs_recorded_whole_is_marked_unreliable(nsys_sqlite
                         (min(r[0] for r in rows), max(r[1] for r in rows), rows[0][2], rows[0][3], rows[0][4], rows[0][5]))
             con.executemany("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE correlationId = ?", [(r[4],) for r in rows])
     raw = nsys_capture(str(db))
-    assert raw.graph_launches == 40 and len(raw.kernels) == 46
+    assert raw.graph_launches == 40 and len(raw.kernels) == 46 and raw.capture.device_graph_capture is True
     assert any("40 device-graph replays" in n and "--cuda-graph-trace=node" in n for n in raw.notes)
     report = build_report(raw)
     bd = report.kernels

@@ -85,6 +85,8 @@ def nsys_capture(path: str, *, pid: int | None = None) -> RawCapture:
                      kernels=trace.kernels, kernel_clock="trace", ranges=trace.ranges, range_names=trace.all_range_names,
                      kernel_source="nsys", artifacts=[os.path.abspath(path)])
     note_graph_replays(raw, trace)
+    if trace.graph_kernels or trace.graph_replays:
+        raw.capture.device_graph_capture = True  # seen in the trace: kernels inside graphs, or graph replays
     if not len(trace.kernels):
         raw.kernels_unavailable = f"{path}: the capture holds no kernels"
     return raw
