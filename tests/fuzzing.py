@@ -87,6 +87,27 @@ def _kineto(out: Path) -> Path:
     return seed
 
 
+def _rocprof_json(out: Path) -> Path:
+    """rocprofv3 JSON (its documented layout) holding 200 real kernels of the H200 capture and one roctx range."""
+    from max_profile.model import RawCapture
+
+    t = RawCapture.load(str(DATA / "h200" / "small_cupti_raw.json.gz")).kernels
+    symbols = [{"kernel_id": i, "kernel_name": name} for i, name in enumerate(t.names)]
+    dispatches = [{"kind": 11, "thread_id": 905, "correlation_id": {"internal": i + 1, "external": 0}, "start_timestamp": int(t.start_ns[i]),
+                   "end_timestamp": int(t.end_ns[i]), "dispatch_info": {"agent_id": {"handle": 40}, "queue_id": {"handle": 7},
+                                                                       "kernel_id": int(t.name_idx[i]), "grid_size": {"x": 64, "y": 1, "z": 1},
+                                                                       "workgroup_size": {"x": 128, "y": 1, "z": 1}}} for i in range(200)]
+    marker = {"kind": 1, "thread_id": 900, "correlation_id": {"internal": 9999, "external": 0}, "start_timestamp": int(t.start_ns[0]) - 5000,
+              "end_timestamp": int(t.start_ns[0]) + 500_000}
+    process = {"agents": [{"id": {"handle": 40}, "type": 2, "logical_node_type_id": 0, "product_name": "AMD Instinct MI300X"}],
+               "kernel_symbols": symbols, "strings": {"buffer_records": [{"kind": "NONE"}, {"kind": "MARKER_CORE_RANGE_API"}],
+                                                      "marker_api": [{"key": 9999, "value": "max_profile:decode"}]},
+               "buffer_records": {"kernel_dispatch": dispatches, "marker_api": [marker]}}
+    seed = out / "seed_rocprof.json"
+    seed.write_text(json.dumps({"rocprofiler-sdk-tool": [process]}))
+    return seed
+
+
 def _raw_capture(out: Path) -> tuple[Path, Path]:
     from max_profile.analyze.report import build_report
     from max_profile.model import KernelTable, RawCapture
@@ -431,6 +452,7 @@ def readers(workdir: Path) -> dict[str, Reader]:
         Reader("rocprofv3-csv", "_kernel_trace.csv", _text_mutator(mutate_csv), _import_and_build, rocprof),
         Reader("rocpd", ".db", mutate_sqlite, _import_and_build, _rocpd(workdir)),
         Reader("kineto-json", ".json", _text_mutator(mutate_json), _import_and_build, _kineto(workdir)),
+        Reader("rocprofv3-json", ".json", _text_mutator(mutate_json), _import_and_build, _rocprof_json(workdir)),
         Reader("ncu-details-csv", ".csv", _text_mutator(mutate_csv), lambda p: _ncu_pair(p, None), DATA / "h200" / "small_ncu_mha_details.csv"),
         Reader("ncu-raw-csv", ".csv", _text_mutator(mutate_csv), lambda p: _ncu_pair(DATA / "h200" / "small_ncu_mha_details.csv", p), ncu_raw),
         Reader("nvtx-log", ".log", _text_mutator(mutate_lines), _nvtx, DATA / "cpu" / "nvtx_log_sample.txt"),

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from .fuzzing import CATEGORIES, Reader, mutate_bytes, readers, run_one
 
-READERS = ("nsys-sqlite", "nsys-gpu-trace-csv", "nsys-kern-sum-csv", "rocprofv3-csv", "rocpd", "kineto-json", "ncu-details-csv",
+READERS = ("nsys-sqlite", "nsys-gpu-trace-csv", "nsys-kern-sum-csv", "rocprofv3-csv", "rocpd", "kineto-json", "rocprofv3-json", "ncu-details-csv",
            "ncu-raw-csv", "nvtx-log", "raw-capture-json", "report-json", "serve-log")
-EXAMPLES = {"nsys-sqlite": 80, "kineto-json": 100}  # the slower readers get fewer inputs
+EXAMPLES = {"nsys-sqlite": 80, "kineto-json": 100, "rocprofv3-json": 100}  # the slower readers get fewer inputs
 DEFAULT_EXAMPLES = 150
 
 

@@ -63,6 +63,77 @@ def test_fake_rocprofv3_csv_with_markers(tmp_path: Path) -> None:
     assert [f.family for f in dec.families] == ["gemv", "attention"]
 
 
+def _fake_rocprofv3_json(dispatch_extra: list[object] | None = None) -> dict[str, object]:
+    """FAKE rocprofv3 ``--output-format json`` of the run the CSV fakes above describe, written from the documented
+    layout (rocprofiler-sdk's JSON tests: buffer_records.kernel_dispatch / marker_api, kernel_symbols, agents, strings)."""
+    symbols = [{"kernel_id": 10, "kernel_name": "matmul_bfloat16_kernel", "formatted_kernel_name": "matmul_bfloat16_kernel(bf16*, bf16 const*, int)"},
+               {"kernel_id": 11, "kernel_name": "mha_decode_gfx942_bf16"},
+               {"kernel_id": 12, "truncated_kernel_name": "gemv_split_k_bf16_gfx942"}]
+    agents = [{"id": {"handle": 1}, "type": 1, "name": "AMD EPYC 9654"},
+              {"id": {"handle": 40}, "type": 2, "logical_node_type_id": 0, "name": "gfx942", "product_name": "AMD Instinct MI300X"},
+              {"id": {"handle": 50}, "type": 2, "logical_node_type_id": 1, "name": "gfx942", "product_name": "AMD Instinct MI300X"}]
+
+    def dispatch(kernel_id: int, agent: int, tid: int, corr: int, start: int, end: int, grid: int) -> dict[str, object]:
+        return {"size": 120, "kind": 11, "operation": 0, "thread_id": tid, "correlation_id": {"internal": corr, "external": 0},
+                "start_timestamp": start, "end_timestamp": end,
+                "dispatch_info": {"agent_id": {"handle": agent}, "queue_id": {"handle": 7}, "kernel_id": kernel_id, "dispatch_id": corr,
+                                  "workgroup_size": {"x": 64, "y": 1, "z": 1}, "grid_size": {"x": grid, "y": 1, "z": 1}}}
+
+    dispatches: list[object] = [dispatch(10, 40, 901, 1, 1000, 1900, 1024), dispatch(11, 40, 905, 2, 2100, 2150, 64),
+                                dispatch(12, 40, 905, 3, 2200, 2600, 64), dispatch(12, 50, 905, 4, 3100, 3500, 64), *(dispatch_extra or [])]
+    kinds = [{"kind": "NONE", "operations": []}, {"kind": "MARKER_CORE_API", "operations": ["roctxRangePushA"]},
+             {"kind": "MARKER_CORE_RANGE_API", "operations": ["roctxRange"]}]
+    markers = [{"kind": 2, "operation": 0, "thread_id": 900, "correlation_id": {"internal": 21, "external": 0}, "start_timestamp": 950, "end_timestamp": 2000},
+               {"kind": 2, "operation": 0, "thread_id": 900, "correlation_id": {"internal": 22, "external": 0}, "start_timestamp": 2050, "end_timestamp": 3000},
+               {"kind": 2, "operation": 0, "thread_id": 900, "correlation_id": {"internal": 23, "external": 0}, "start_timestamp": 3050, "end_timestamp": 4000},
+               # the roctxRangePushA call itself (an API record, not a range): left out
+               {"kind": 1, "operation": 0, "thread_id": 900, "correlation_id": {"internal": 24, "external": 0}, "start_timestamp": 3050, "end_timestamp": 3051}]
+    strings = {"buffer_records": kinds, "marker_api": [{"key": 21, "value": "max_profile:prefill"}, {"key": 22, "value": "max_profile:decode"},
+                                                       {"key": 23, "value": "max_profile:decode"}, {"key": 24, "value": "max_profile:decode"}]}
+    process = {"metadata": {"pid": 900}, "agents": agents, "kernel_symbols": symbols, "strings": strings,
+               "buffer_records": {"kernel_dispatch": dispatches, "marker_api": markers}}
+    return {"rocprofiler-sdk-tool": [process]}
+
+
+def test_fake_rocprofv3_json_reads_as_its_csv(tmp_path: Path) -> None:
+    """The same run written as rocprofv3 JSON gives the CSV's breakdown, plus GPU names from the agents (FAKE: no AMD GPU)."""
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(_fake_rocprofv3_json([{"kind": 11, "start_timestamp": 5}, "not a record"])))
+    assert detect_format(str(path)) == "rocprof-json"
+    raw = import_raw(str(path))
+    assert raw.kernel_source == "rocprofv3 json" and [g.name for g in raw.environment.gpus] == ["AMD Instinct MI300X"] * 2
+    assert [r.name for r in raw.ranges] == ["max_profile:prefill", "max_profile:decode", "max_profile:decode"]
+    assert any("2 row(s)" in n for n in raw.notes)  # the two broken dispatch records, counted
+    assert raw.kernels.grid is not None and raw.kernels.grid[0].tolist() == [1024, 1, 1]
+    report = build_report(raw)
+    k = report.kernels
+    assert isinstance(k, KernelBreakdown) and report.environment.vendor == "amd"
+    assert k.kernels == 4 and k.devices == [0, 1]
+    assert _phase(k, "prefill").families[0].family == "gemm"
+    dec = _phase(k, "decode")
+    assert dec.steps == 2 and dec.kernels == 3
+    assert [f.family for f in dec.families] == ["gemv", "attention"]
+    # names from kernel_symbols: formatted_kernel_name first, then kernel_name, then truncated_kernel_name
+    assert sorted(raw.kernels.names) == ["gemv_split_k_bf16_gfx942", "matmul_bfloat16_kernel(bf16*, bf16 const*, int)", "mha_decode_gfx942_bf16"]
+
+
+@pytest.mark.parametrize(
+    ("doc", "match"),
+    [
+        ({"rocprofiler-sdk-tool": "nope"}, "list of process objects"),
+        ({"rocprofiler-sdk-tool": [{"buffer_records": {"kernel_dispatch": {"a": 1}}}]}, "kernel_dispatch is not a list"),
+    ],
+)
+def test_broken_rocprofv3_json_is_refused(tmp_path: Path, doc: dict[str, object], match: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ImportFormatError, match=match):
+        import_raw(str(path))
+    path.write_text(json.dumps(_fake_rocprofv3_json())[:-40])  # cut short
+    with pytest.raises(ImportFormatError, match="truncated or invalid JSON"):
+        import_raw(str(path))
+
+
 def test_fake_rocprofv3_older_columns(tmp_path: Path) -> None:
     old = (
         '"Kind","Agent_Id","Queue_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name","Correlation_Id","Start_Timestamp","End_Timestamp",'

@@ -7,6 +7,7 @@ Formats, detected by content (not by extension):
 * ``nsys stats --format csv``: ``cuda_gpu_trace`` (per kernel) or ``cuda_gpu_kern_sum`` (totals)
 * rocprofv3 ``*_kernel_trace.csv`` (+ ``*_marker_api_trace.csv`` beside it for phase ranges)
 * rocprofv3 rocpd SQLite (``kernels`` and ``regions`` views)
+* rocprofv3 JSON (``--output-format json``: a ``rocprofiler-sdk-tool`` document)
 * Kineto / Chrome-trace JSON (``traceEvents`` with ``cat: kernel``), optionally gzipped
 * ``max generate --profile`` stdout (its top-kernels table; without nsys only a cProfile table: said so)
 
@@ -24,14 +25,14 @@ from pathlib import Path
 from max_profile.collect.kineto import kineto_capture
 from max_profile.collect.nsys import SQLITE_MAGIC, export_sqlite, nsys_capture
 from max_profile.collect.nsys_stats import gpu_trace_capture, kern_sum_capture, max_generate_capture
-from max_profile.collect.rocprof import rocpd_capture, rocprof_csv_capture
+from max_profile.collect.rocprof import ROCPROF_JSON_KEY, rocpd_capture, rocprof_csv_capture, rocprof_json_capture
 from max_profile.collect.tables import NOISE_PREFIXES
 from max_profile.errors import TraceFormatError
 from max_profile.model import RawCapture, Report, load_saved
 from max_profile.util.files import SQLITE_ERRORS, check_input_path, is_gzip, open_sqlite_readonly, read_head, read_input
 
 FORMATS = ("max-profile-json", "gzipped-sqlite", "nsys-sqlite", "nsys-rep", "nsys-gpu-trace-csv", "nsys-kern-sum-csv", "rocprof-kernel-csv", "rocpd",
-           "kineto-json", "max-generate-profile")
+           "rocprof-json", "kineto-json", "max-generate-profile")
 
 
 def detect_format(path: str) -> str:
@@ -58,6 +59,8 @@ def detect_format(path: str) -> str:
     text = head.decode("utf-8", errors="replace")
     stripped = text.lstrip()
     if stripped.startswith("{"):
+        if f'"{ROCPROF_JSON_KEY}"' in text:
+            return "rocprof-json"
         if '"traceEvents"' in text:
             return "kineto-json"
         if '"schema_version"' in text or '"environment"' in text or '"capture"' in text:
@@ -77,7 +80,7 @@ def detect_format(path: str) -> str:
         return "max-generate-profile"
     raise TraceFormatError(
         f"{path}: unrecognized format (expected a max_profile raw capture, an nsys .sqlite/.nsys-rep or stats CSV, a rocprofv3 "
-        f"kernel_trace CSV or rocpd database, Kineto JSON, or `max generate --profile` output); first line: {header[:100]!r}"
+        f"kernel_trace CSV, rocpd database or JSON, Kineto JSON, or `max generate --profile` output); first line: {header[:100]!r}"
     )
 
 
@@ -111,6 +114,7 @@ def import_trace(path: str, fmt: str | None = None) -> RawCapture:
         "nsys-kern-sum-csv": kern_sum_capture,
         "rocprof-kernel-csv": rocprof_csv_capture,
         "rocpd": rocpd_capture,
+        "rocprof-json": rocprof_json_capture,
         "kineto-json": kineto_capture,
         "max-generate-profile": max_generate_capture,
     }

@@ -24,14 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from max_profile.collect.tables import ns, number, read_text
+from max_profile.collect.tables import check_json_depth, ns, number, read_text
 from max_profile.errors import TraceFormatError
 from max_profile.model import Capture, Environment, GpuInfo, KernelTable, PhaseRange, RawCapture, Vendor
 
 US = 1e3
 _LAUNCH_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_api")
 _RANGE_CATS = ("user_annotation", "gpu_user_annotation")
-MAX_NESTING = 10_000
 """JSON nested deeper than this is refused (a trace is a flat list of events)."""
 
 
@@ -84,23 +83,9 @@ def _environment(doc: Any, path: str, launch_cats: set[str]) -> Environment:
     return Environment(vendor=vendor, vendor_reason=reason, gpus=gpus)
 
 
-def _check_depth(text: str, path: str) -> None:
-    depth = 0
-    deepest = 0
-    for ch in text[:1_000_000] if len(text) > 1_000_000 else text:
-        if ch in "[{":
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > MAX_NESTING:
-                    raise TraceFormatError(f"{path}: JSON nested more than {MAX_NESTING} levels deep; not a trace")
-        elif ch in "]}":
-            depth -= 1
-
-
 def kineto_capture(path: str) -> RawCapture:
     text = read_text(path)
-    _check_depth(text, path)
+    check_json_depth(text, path)
     unterminated = False
     try:
         doc = json.loads(text)

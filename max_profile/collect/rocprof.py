@@ -4,27 +4,29 @@
 ``<pid>_kernel_trace.csv`` (columns in ../shared/research/formats.md §2; older builds lack
 ``Stream_Id`` and name the segment sizes differently) and ``<pid>_marker_api_trace.csv`` (roctx
 ranges: ours are ``max_profile:prefill`` / ``decode``). ``--output-format rocpd`` writes an SQLite
-database with ``kernels`` and ``regions`` views. Timestamps are nanoseconds.
+database with ``kernels`` and ``regions`` views; ``--output-format json`` one ``rocprofiler-sdk-tool``
+document. Timestamps are nanoseconds.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
 
 import numpy as np
 
-from max_profile.collect.tables import column, csv_rows, ns, optional_column
+from max_profile.collect.tables import check_json_depth, column, csv_rows, ns, optional_column, read_text
 from max_profile.errors import TraceFormatError
-from max_profile.model import Capture, Environment, KernelTable, PhaseRange, RawCapture
+from max_profile.model import Capture, Environment, GpuInfo, KernelTable, PhaseRange, RawCapture
 from max_profile.util.files import SQLITE_ERRORS, open_sqlite_readonly
 
 _AGENT_DIGITS = re.compile(r"\d+")
 
 
-def _raw(source: str, path: str, table: KernelTable, ranges: list[PhaseRange], skipped: int) -> RawCapture:
-    env = Environment(vendor="amd", vendor_reason=f"imported from {path}; environment of the capture unknown")
+def _raw(source: str, path: str, table: KernelTable, ranges: list[PhaseRange], skipped: int, gpus: list[GpuInfo] | None = None) -> RawCapture:
+    env = Environment(vendor="amd", vendor_reason=f"imported from {path}; environment of the capture unknown", gpus=gpus or [])
     raw = RawCapture(environment=env, capture=Capture(started_unix_s=time.time(), target=f"import:{source}", collectors=[source]),
                      kernels=table, kernel_clock="trace", ranges=ranges, kernel_source=source.replace("-", " "), artifacts=[os.path.abspath(path)])
     if skipped:
@@ -188,3 +190,135 @@ def rocpd_capture(path: str) -> RawCapture:
         text = str(name)
         ranges.append(PhaseRange(name=text, start_ns=s_ns, end_ns=e_ns, tid=ns(t), domain="max_profile" if text.startswith("max_profile:") else None))
     return _raw("rocprofv3-rocpd", path, table, ranges, skipped)
+
+
+ROCPROF_JSON_KEY = "rocprofiler-sdk-tool"
+_GPU_AGENT_TYPES = (2, "GPU", "ROCPROFILER_AGENT_TYPE_GPU")
+
+
+def rocprof_json_capture(path: str) -> RawCapture:
+    """rocprofv3 ``--output-format json`` (``{"rocprofiler-sdk-tool": [one object per process]}``) as a raw capture.
+
+    Per process: ``buffer_records.kernel_dispatch`` (start / end timestamps in ns, ``dispatch_info`` with
+    kernel id, agent and queue handles, grid and workgroup sizes), ``kernel_symbols`` (kernel id → name),
+    ``agents`` (GPU names), and roctx ranges from ``buffer_records.marker_api`` records of kind
+    ``MARKER_CORE_RANGE_API`` named through ``strings.marker_api`` (correlation id → message).
+    Equivalent: ``rocprofv3 --kernel-trace --marker-trace --output-format json -d OUT -- <cmd>``.
+    """
+    text = read_text(path)
+    check_json_depth(text, path)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(f"{path}: truncated or invalid JSON ({exc.msg} at line {exc.lineno})") from exc
+    tool = doc.get(ROCPROF_JSON_KEY) if isinstance(doc, dict) else None
+    processes = tool if isinstance(tool, list) else [tool] if isinstance(tool, dict) else None
+    if not processes or not all(isinstance(p, dict) for p in processes):
+        raise TraceFormatError(f"{path}: JSON without a {ROCPROF_JSON_KEY!r} list of process objects (not rocprofv3 JSON output)")
+    names: dict[str, int] = {}
+    cols: dict[str, list[int]] = {k: [] for k in ("idx", "start", "end", "dev", "tid", "stream", "corr")}
+    grid: list[tuple[int, int, int]] = []
+    block: list[tuple[int, int, int]] = []
+    ranges: list[PhaseRange] = []
+    gpu_names: dict[int, str] = {}
+    skipped = 0
+    for proc in processes:
+        symbols = _json_symbols(proc.get("kernel_symbols"))
+        agents = _json_gpu_agents(proc.get("agents"), gpu_names)
+        found = proc.get("buffer_records")
+        buffers: dict[str, object] = found if isinstance(found, dict) else {}
+        dispatches = buffers.get("kernel_dispatch") or []
+        if not isinstance(dispatches, list):
+            raise TraceFormatError(f"{path}: buffer_records.kernel_dispatch is not a list")
+        for rec in dispatches:
+            info = rec.get("dispatch_info") if isinstance(rec, dict) else None
+            s, e = (ns(rec.get("start_timestamp")), ns(rec.get("end_timestamp"))) if isinstance(info, dict) else (None, None)
+            if s is None or e is None or not isinstance(info, dict):
+                skipped += 1
+                continue
+            kernel_id = _small(info.get("kernel_id"), -1)
+            name = symbols.get(kernel_id) or f"<kernel id {kernel_id}>"
+            cols["idx"].append(names.setdefault(name, len(names)))
+            cols["start"].append(s)
+            cols["end"].append(e)
+            cols["dev"].append(agents.get(_small(_handle(info.get("agent_id")), -1), 0))
+            cols["tid"].append(_small(rec.get("thread_id"), -1))
+            cols["stream"].append(_small(_handle(info.get("queue_id")), 0))
+            cols["corr"].append(_small(_handle(rec.get("correlation_id"), "internal"), 0))
+            grid.append(_xyz(info.get("grid_size")))
+            block.append(_xyz(info.get("workgroup_size")))
+        ranges += _json_ranges(proc, buffers)
+    table = KernelTable(names=list(names), name_idx=np.array(cols["idx"], dtype=np.int32), start_ns=np.array(cols["start"], dtype=np.int64),
+                        end_ns=np.array(cols["end"], dtype=np.int64), device=np.array(cols["dev"], dtype=np.int32),
+                        launch_tid=np.array(cols["tid"], dtype=np.int64), stream=np.array(cols["stream"], dtype=np.int64),
+                        correlation_id=np.array(cols["corr"], dtype=np.int64), grid=np.array(grid, dtype=np.int32).reshape(-1, 3),
+                        block=np.array(block, dtype=np.int32).reshape(-1, 3))
+    return _raw("rocprofv3-json", path, table, ranges, skipped, gpus=[GpuInfo(key=f"amd{i}", name=gpu_names[i]) for i in sorted(gpu_names)])
+
+
+def _handle(value: object, key: str = "handle") -> object:
+    """``{"handle": N}`` (agents, queues) or ``{"internal": N, "external": M}`` (correlation ids) as N; a bare number as is."""
+    return value.get(key) if isinstance(value, dict) else value
+
+
+def _xyz(value: object) -> tuple[int, int, int]:
+    if not isinstance(value, dict):
+        return (0, 0, 0)
+    return (_small(value.get("x"), 0), _small(value.get("y"), 1), _small(value.get("z"), 1))
+
+
+def _json_symbols(symbols: object) -> dict[int, str]:
+    """Kernel id → name from ``kernel_symbols`` (a list of objects with ``kernel_id``, or indexed by it)."""
+    entries = symbols if isinstance(symbols, list) else list(symbols.values()) if isinstance(symbols, dict) else []
+    out: dict[int, str] = {}
+    for i, sym in enumerate(entries):
+        if not isinstance(sym, dict):
+            continue
+        name = sym.get("formatted_kernel_name") or sym.get("kernel_name") or sym.get("truncated_kernel_name")
+        if isinstance(name, str) and name:
+            out[_small(sym.get("kernel_id"), i)] = name
+    return out
+
+
+def _json_gpu_agents(agents: object, gpu_names: dict[int, str]) -> dict[int, int]:
+    """Agent handle → GPU ordinal (``logical_node_type_id``, else the order among GPU agents); GPU names collected."""
+    out: dict[int, int] = {}
+    for agent in agents if isinstance(agents, list) else []:
+        if not isinstance(agent, dict) or agent.get("type") not in _GPU_AGENT_TYPES:
+            continue
+        ordinal = _small(agent.get("logical_node_type_id"), len(out))
+        out[_small(_handle(agent.get("id")), -1)] = ordinal
+        product = agent.get("product_name") or agent.get("name")
+        if isinstance(product, str) and product:
+            gpu_names.setdefault(ordinal, product)
+    return out
+
+
+def _json_ranges(proc: dict[str, object], buffers: dict[str, object]) -> list[PhaseRange]:
+    """roctx ranges: ``marker_api`` records of a range kind, their text from ``strings.marker_api`` by correlation id."""
+    strings = proc.get("strings")
+    strings = strings if isinstance(strings, dict) else {}
+    messages = {}
+    marker_strings = strings.get("marker_api")
+    for item in marker_strings if isinstance(marker_strings, list) else []:
+        if isinstance(item, dict) and isinstance(item.get("value"), str):
+            messages[_small(item.get("key"), -1)] = item["value"]
+    kind_list = strings.get("buffer_records")
+    kinds: list[object] = kind_list if isinstance(kind_list, list) else []
+    records = buffers.get("marker_api") or []
+    out: list[PhaseRange] = []
+    for rec in records if isinstance(records, list) else []:
+        if not isinstance(rec, dict):
+            continue
+        kind = _small(rec.get("kind"), -1)
+        entry = kinds[kind] if 0 <= kind < len(kinds) else None
+        kind_name = entry.get("kind") if isinstance(entry, dict) else None
+        if kind_name is not None and kind_name != "MARKER_CORE_RANGE_API":
+            continue  # roctx API calls themselves, marks, names: not ranges
+        name = messages.get(_small(_handle(rec.get("correlation_id"), "internal"), -1))
+        s, e = ns(rec.get("start_timestamp")), ns(rec.get("end_timestamp"))
+        if name is None or s is None or e is None or e <= s:
+            continue
+        out.append(PhaseRange(name=name, start_ns=s, end_ns=e, tid=ns(rec.get("thread_id")),
+                              domain="max_profile" if name.startswith("max_profile:") else None))
+    return out

@@ -22,6 +22,25 @@ def read_text(path: str) -> str:
     return read_input(path).decode("utf-8", errors="replace")
 
 
+MAX_NESTING = 10_000
+"""JSON nested deeper than this is refused before parsing (Python's parser would recurse into a RecursionError)."""
+
+
+def check_json_depth(text: str, path: str) -> None:
+    """Refuse JSON nested more than :data:`MAX_NESTING` levels (checked over the first million characters)."""
+    depth = 0
+    deepest = 0
+    for ch in text[:1_000_000] if len(text) > 1_000_000 else text:
+        if ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_NESTING:
+                    raise TraceFormatError(f"{path}: JSON nested more than {MAX_NESTING} levels deep; not a trace")
+        elif ch in "]}":
+            depth -= 1
+
+
 def csv_rows(path: str, text: str | None = None) -> tuple[list[str], list[list[str]]]:
     """Header and rows of a CSV file, tool noise lines dropped."""
     text = read_text(path) if text is None else text
