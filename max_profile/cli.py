@@ -280,9 +280,13 @@ def cmd_kernel(args: argparse.Namespace, progress: Progress) -> int:
     from max_profile.ncu_run import KernelRun, profile_kernel
 
     if args.import_file:
-        from max_profile.collect.ncu import ncu_capture
+        from max_profile.collect.ncu import ncu_capture, ncu_rep_capture
 
-        raw = ncu_capture(args.import_file, args.import_raw, target=f"ncu:{args.name or 'import'}")
+        target = f"ncu:{args.name or 'import'}"
+        if args.import_file.endswith(".ncu-rep"):
+            raw = ncu_rep_capture(args.import_file, target=target)
+        else:
+            raw = ncu_capture(args.import_file, args.import_raw, target=target)
         return _emit(raw, args, progress)
     if not args.name:
         raise InputError("kernel needs a kernel NAME (or regex:...) to profile; or --import CSV to read existing ncu output")
@@ -493,7 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=1800, help="seconds before the ncu run is stopped")
     p.add_argument("--output-dir", help="where the .ncu-rep and CSVs go (default: a temp folder)")
     p.add_argument("--suggest-from", metavar="REPORT_JSON", help="a kernels report whose names are suggested when the regex matches nothing")
-    p.add_argument("--import", dest="import_file", metavar="CSV", help="an existing `ncu --csv --page details` output (no NAME needed)")
+    p.add_argument("--import", dest="import_file", metavar="CSV", help="an existing `ncu --csv --page details` output, or a .ncu-rep report (read through ncu) (no NAME needed)")
     p.add_argument("--import-raw", metavar="CSV", help="the matching `--page raw` output (stall reasons, roofline)")
     _add_output_flags(p)
     p.set_defaults(func=cmd_kernel)

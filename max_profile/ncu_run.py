@@ -21,7 +21,7 @@ from pathlib import Path
 from max_profile.analyze.families import distinctive_regex
 from max_profile.collect.environment import detect_environment, require_tool
 from max_profile.collect.gpu_sampling import clean_child_env
-from max_profile.collect.ncu import NO_KERNELS, PERMISSION_ERRORS, PERMISSION_FIX, ncu_capture
+from max_profile.collect.ncu import NO_KERNELS, PERMISSION_ERRORS, PERMISSION_FIX, export_ncu_pages, ncu_capture
 from max_profile.errors import CaptureError, InputError
 from max_profile.model import KernelBreakdown, RawCapture, load_saved
 from max_profile.util.models import check_model_folder
@@ -102,17 +102,12 @@ def profile_kernel(run: KernelRun, progress: Callable[[str], None]) -> RawCaptur
         raise CaptureError(PERMISSION_FIX)
     if NO_KERNELS in out or not os.path.exists(report_base + ".ncu-rep"):
         raise CaptureError(no_kernels_message(run.name, run.suggest_from))
-    pages = {}
-    for page in ("details", "raw"):
-        res = subprocess.run([ncu, "--import", report_base + ".ncu-rep", "--csv", "--page", page, "--print-units", "base"],
-                             capture_output=True, text=True, timeout=600, check=False)
-        pages[page] = work / f"kernel_{page}.csv"
-        pages[page].write_text(res.stdout)
-    raw = ncu_capture(str(pages["details"]), str(pages["raw"]), target=f"ncu:{run.name}")
+    pages = export_ncu_pages(ncu, report_base + ".ncu-rep", str(work))
+    raw = ncu_capture(pages["details"], pages["raw"], target=f"ncu:{run.name}")
     raw.environment = detect_environment(check_tools=False)
     raw.capture.model_path = run.model_path
     raw.capture.devices = run.devices
-    raw.artifacts = [f"{report_base}.ncu-rep  (open with: ncu-ui {report_base}.ncu-rep)", str(pages["details"]), str(pages["raw"])]
+    raw.artifacts = [f"{report_base}.ncu-rep  (open with: ncu-ui {report_base}.ncu-rep)", pages["details"], pages["raw"]]
     return raw
 
 

@@ -186,3 +186,47 @@ def test_recorded_no_match_message() -> None:
     assert "matched no launch" in text and "Traceback" not in text
     gz = gzip.decompress((H200 / "small_ncu_mha_raw.csv.gz").read_bytes()).decode()
     assert '"ID"' in gz.splitlines()[next(i for i, ln in enumerate(gz.splitlines()) if ln.startswith('"ID"'))]
+
+
+def _fake_ncu(folder: Path, fail_page: str | None = None) -> Path:
+    """A FAKE `ncu` (CI has no Nsight Compute): `--version`, and `--import R --csv --page details|raw --print-units base`
+    printing the H200 pages of the decode attention kernel, as the real one prints them from its report."""
+    script = folder / "ncu"
+    details, raw = H200 / "small_ncu_mha_details.csv", H200 / "small_ncu_mha_raw.csv.gz"
+    fail = f'  *"--page {fail_page}"*) echo "==ERROR== Failed to load report" >&2; exit 1;;\n' if fail_page else ""
+    script.write_text("#!/bin/sh\n# FAKE ncu for tests\ncase \"$*\" in\n"
+                      "  *--version*) echo 'NVIDIA (R) Nsight Compute Command Line Profiler'; echo 'Version 2025.3.1.0 (build 36398880)';;\n"
+                      f"{fail}"
+                      f"  *'--import'*'--page details'*) cat '{details}';;\n"
+                      f"  *'--import'*'--page raw'*) gzip -dc '{raw}';;\n"
+                      "  *) exit 2;;\nesac\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_ncu_rep_is_read_through_ncu_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`report R.ncu-rep` / `kernel --import R.ncu-rep`: the pages come from `ncu --import` (a FAKE ncu here) and read
+    as the same pages imported as CSV; a failing ncu names the page and its error; no ncu: exit 3 with the install command."""
+    from max_profile.analyze.report import build_report
+    from max_profile.collect.imports import detect_format, import_trace
+    from max_profile.errors import ToolMissingError, TraceFormatError
+
+    rep = tmp_path / "kernel.ncu-rep"
+    rep.write_bytes(b"\x00binary report")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _fake_ncu(bin_dir)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    assert detect_format(str(rep)) == "ncu-rep"
+    report = build_report(import_trace(str(rep)))
+    direct = read_ncu_files(str(H200 / "small_ncu_mha_details.csv"), str(H200 / "small_ncu_mha_raw.csv.gz"))
+    assert [a.kernel_name for a in report.kernel_analyses] == [a.kernel_name for a in direct]
+    assert report.kernel_analyses[0].bound == "latency" == direct[0].bound
+    assert report.artifacts == [str(rep)]
+    _fake_ncu(bin_dir, fail_page="raw")
+    with pytest.raises(TraceFormatError, match="--page raw` failed: ==ERROR== Failed to load report"):
+        import_trace(str(rep))
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr("max_profile.collect.environment.find_tool", lambda name: None)
+    with pytest.raises(ToolMissingError, match="ncu is needed for reading .*Install: Nsight Compute"):
+        import_trace(str(rep))

@@ -10,6 +10,7 @@ Formats, detected by content (not by extension):
 * rocprofv3 JSON (``--output-format json``: a ``rocprofiler-sdk-tool`` document)
 * Kineto / Chrome-trace JSON (``traceEvents`` with ``cat: kernel``), optionally gzipped
 * ``max generate --profile`` stdout (its top-kernels table; without nsys only a cProfile table: said so)
+* an Nsight Compute report (``.ncu-rep``, read through ``ncu --import``: the per-kernel deep dive)
 
 Every problem raises :class:`~max_profile.errors.TraceFormatError` (or ``InputError``) naming the file.
 """
@@ -19,10 +20,11 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from max_profile.collect.kineto import kineto_capture
+from max_profile.collect.ncu import ncu_rep_capture
 from max_profile.collect.nsys import SQLITE_MAGIC, export_sqlite, nsys_capture
 from max_profile.collect.nsys_stats import gpu_trace_capture, kern_sum_capture, max_generate_capture
 from max_profile.collect.rocprof import ROCPROF_JSON_KEY, rocpd_capture, rocprof_csv_capture, rocprof_json_capture
@@ -32,7 +34,7 @@ from max_profile.model import RawCapture, Report, load_saved
 from max_profile.util.files import SQLITE_ERRORS, check_input_path, is_gzip, open_sqlite_readonly, read_head, read_input
 
 FORMATS = ("max-profile-json", "gzipped-sqlite", "nsys-sqlite", "nsys-rep", "nsys-gpu-trace-csv", "nsys-kern-sum-csv", "rocprof-kernel-csv", "rocpd",
-           "rocprof-json", "kineto-json", "max-generate-profile")
+           "rocprof-json", "kineto-json", "max-generate-profile", "ncu-rep")
 
 
 def detect_format(path: str) -> str:
@@ -56,6 +58,8 @@ def detect_format(path: str) -> str:
         raise TraceFormatError(f"{path}: an SQLite database, but neither an nsys export nor a rocprofv3 rocpd file")
     if path.endswith(".nsys-rep") or head[4:8] == b"QDST":
         return "nsys-rep"
+    if path.endswith(".ncu-rep"):
+        return "ncu-rep"
     text = head.decode("utf-8", errors="replace")
     stripped = text.lstrip()
     if stripped.startswith("{"):
@@ -80,7 +84,7 @@ def detect_format(path: str) -> str:
         return "max-generate-profile"
     raise TraceFormatError(
         f"{path}: unrecognized format (expected a max_profile raw capture, an nsys .sqlite/.nsys-rep or stats CSV, a rocprofv3 "
-        f"kernel_trace CSV, rocpd database or JSON, Kineto JSON, or `max generate --profile` output); first line: {header[:100]!r}"
+        f"kernel_trace CSV, rocpd database or JSON, Kineto JSON, `max generate --profile` output or an .ncu-rep); first line: {header[:100]!r}"
     )
 
 
@@ -108,7 +112,7 @@ def import_trace(path: str, fmt: str | None = None) -> RawCapture:
             raw = import_trace(plain)
         raw.artifacts = [os.path.abspath(path)]
         return raw
-    readers = {
+    readers: dict[str, Callable[[str], RawCapture]] = {
         "nsys-sqlite": nsys_capture,
         "nsys-gpu-trace-csv": gpu_trace_capture,
         "nsys-kern-sum-csv": kern_sum_capture,
@@ -117,6 +121,7 @@ def import_trace(path: str, fmt: str | None = None) -> RawCapture:
         "rocprof-json": rocprof_json_capture,
         "kineto-json": kineto_capture,
         "max-generate-profile": max_generate_capture,
+        "ncu-rep": ncu_rep_capture,
     }
     return readers[fmt](path)
 

@@ -174,3 +174,55 @@ def ncu_capture(details_path: str | None, raw_path: str | None = None, *, target
 
 def _read(path: str) -> str:
     return read_input(path).decode("utf-8", errors="replace")
+
+
+NCU_PAGES = ("details", "raw")
+
+
+def export_ncu_pages(ncu: str, report: str, out_dir: str, *, timeout_s: float = 600) -> dict[str, str]:
+    """``ncu --import REPORT --csv --page details|raw --print-units base`` into ``out_dir``: the page files by name.
+
+    Each call runs in its own process group (ended on timeout or Ctrl-C); a failing call raises
+    :class:`TraceFormatError` with ncu's own words.
+    """
+    import os
+    import subprocess
+
+    from max_profile.util.procs import kill_group
+
+    pages = {}
+    for page in NCU_PAGES:
+        out = os.path.join(out_dir, f"{os.path.basename(report).removesuffix('.ncu-rep')}_{page}.csv")
+        with open(out, "wb") as fh:
+            proc = subprocess.Popen([ncu, "--import", report, "--csv", "--page", page, "--print-units", "base"], stdout=fh,
+                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                _, err = proc.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                kill_group(proc)
+                raise TraceFormatError(f"{report}: `ncu --import` did not finish within {timeout_s:.0f} s") from None
+            except BaseException:
+                kill_group(proc)
+                raise
+        if proc.returncode != 0:
+            why = err.decode(errors="replace").strip()[-300:] or f"exit {proc.returncode}"
+            raise TraceFormatError(f"{report}: `ncu --import ... --page {page}` failed: {why}")
+        pages[page] = out
+    return pages
+
+
+def ncu_rep_capture(report: str, *, target: str = "ncu import") -> RawCapture:
+    """An Nsight Compute report (``.ncu-rep``) read through ``ncu --import`` (needs ncu; says how to install it)."""
+    import os
+    import tempfile
+
+    from max_profile.collect.environment import require_tool
+    from max_profile.util.files import check_input_path
+
+    check_input_path(report)
+    ncu = require_tool("ncu", f"reading {report} (a .ncu-rep is read through `ncu --import {report} --csv --page details`)")
+    with tempfile.TemporaryDirectory(prefix="max-profile-ncu-") as tmp:
+        pages = export_ncu_pages(ncu, report, tmp)
+        raw = ncu_capture(pages["details"], pages["raw"], target=target)
+    raw.artifacts = [os.path.abspath(report)]
+    return raw
