@@ -335,8 +335,9 @@ def cmd_serve(args: argparse.Namespace, progress: Progress) -> int:
         extra = extra[1:]
     if not args.duration > 0:
         raise InputError("--duration must be > 0 seconds")
-    devices = resolve_devices(args.devices, detect_environment(check_tools=False).vendor)
-    plan = ServePlan(model_path=args.model_path, devices=devices, mode=args.mode, duration_s=args.duration,
+    vendor = detect_environment(check_tools=False).vendor
+    devices = resolve_devices(args.devices, vendor)
+    plan = ServePlan(model_path=args.model_path, devices=devices, mode=args.mode, duration_s=args.duration, vendor=vendor,
                      port=args.port or free_port(), metrics_port=args.metrics_port or free_port(),
                      custom_architectures=list(args.custom_architectures or []), extra_args=extra, warm=not args.no_warm, max_tokens=args.max_tokens,
                      profiling_mode=args.profiling_mode)
@@ -435,7 +436,9 @@ def _add_generation_flags(p: argparse.ArgumentParser, default_tokens: int = 64) 
     p.add_argument("--interval", type=float, default=0.1, help="GPU sampling interval in seconds (> 0)")
     p.add_argument("--max-length", type=int, default=None, help="MAX --max-length")
     p.add_argument("--quantization-encoding", default=None, help="MAX --quantization-encoding (e.g. float32, bfloat16)")
-    p.add_argument("--device-graph-capture", action="store_true", help="turn device graph capture on (MAX's serving default; CUPTI and nsys record the kernels inside the graphs)")
+    p.add_argument("--device-graph-capture", action=argparse.BooleanOptionalAction, default=None,
+                   help="force device graph capture on / off (default: MAX decides, as `max generate` does: on for supported "
+                   "architectures on a GPU; CUPTI and nsys record the kernels inside the graphs)")
     p.add_argument("--custom-architectures", action="append", metavar="DIR", help="custom architecture package (repeatable)")
     _add_output_flags(p)
 

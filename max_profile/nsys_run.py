@@ -43,7 +43,8 @@ class NsysRun:
     warmup: int = 4
     max_new_tokens: int = 64
     custom_architectures: list[str] = field(default_factory=list)
-    device_graph_capture: bool = False
+    device_graph_capture: bool | None = None
+    """None: MAX decides (as ``max generate``)."""
 
 
 def child_main() -> None:
@@ -55,7 +56,7 @@ def child_main() -> None:
 
     spec = json.loads(os.environ["MAX_PROFILE_NSYS_SPEC"])
     model = load_model(spec["model_path"], devices=spec["devices"], max_batch_size=spec["batch"], custom_architectures=spec["custom"],
-                       device_graph_capture=spec.get("graphs", False))
+                       device_graph_capture=spec.get("graphs"))
     prompts = [spec["prompt"]] * spec["batch"]
     generate(model, prompts, spec["warmup"])
     # MAX's own cuProfilerStart/Stop bracketing (pushes the context MAX opened): the capture

@@ -49,11 +49,15 @@ def load_model(
     max_batch_size: int = 1,
     custom_architectures: Sequence[str] = (),
     quantization_encoding: str | None = None,
-    device_graph_capture: bool = False,
+    device_graph_capture: bool | None = None,
     gpu_profiling: str | None = None,
     extra: dict[str, Any] | None = None,
 ) -> LoadedModel:
-    """Compile (or load from the compile cache) and return a ready pipeline."""
+    """Compile (or load from the compile cache) and return a ready pipeline.
+
+    ``device_graph_capture``: None leaves it to MAX, as ``max generate`` / ``max serve`` do (on for the
+    architectures that support it on a GPU, off on the CPU); True / False force it.
+    """
     check_model_folder(model_path)
     try:
         from max.pipelines import PIPELINE_REGISTRY
@@ -65,8 +69,9 @@ def load_model(
         "model_path": model_path,
         "device_specs": _device_specs(devices),
         "max_batch_size": max_batch_size,
-        "device_graph_capture": device_graph_capture,
     }
+    if device_graph_capture is not None:
+        kwargs["device_graph_capture"] = device_graph_capture
     if max_length is not None:
         kwargs["max_length"] = max_length
     if custom_architectures:
@@ -82,14 +87,16 @@ def load_model(
         pipeline = retrieved.factory()
     except Exception as exc:  # MAX raises ValueError / RuntimeError / pydantic errors
         raise InputError(_explain_load_error(exc, model_path, devices, custom_architectures)) from exc
+    resolved = getattr(getattr(config, "runtime", None), "device_graph_capture", None)
+    graphs = bool(device_graph_capture if resolved is None else resolved)
     warmup = getattr(pipeline, "warmup_graph_capture", None)
-    if device_graph_capture and callable(warmup):
+    if graphs and callable(warmup):
         # as `max generate` / AutoModel do: without it every step runs eagerly and no graph is replayed
         try:
             warmup()
         except Exception as exc:  # noqa: BLE001 - MAX's own error, one line
             raise InputError(f"device graph capture warm-up failed on {devices}: {type(exc).__name__}: {exc}") from exc
-    return LoadedModel(pipeline, retrieved.tokenizer, config, device_graph_capture, model_path, devices)
+    return LoadedModel(pipeline, retrieved.tokenizer, config, graphs, model_path, devices)
 
 
 def _device_specs(devices: str) -> Any:

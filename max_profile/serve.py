@@ -104,6 +104,9 @@ class ServePlan:
     warm: bool = True
     prompt: str = "I believe the meaning of life is"
     max_tokens: int = 64
+    vendor: str = "none"
+    """The GPU vendor here: on NVIDIA the kernel modes keep MAX's device graphs (CUPTI and nsys record each kernel
+    inside them); elsewhere they are turned off, as MAX's op ranges and rocprof's trace would hide graph replays."""
     profiling_mode: str = "auto"
     """MODULAR_ENABLE_PROFILING in the kernel modes: ``on`` carries MAX's scheduler ranges (the phases; it shares
     the compile cache with ``max-profile run --kernels nvtx-log``); ``detailed`` adds Python spans (another compile);
@@ -120,7 +123,8 @@ class ServePlan:
         cmd = [*max_command(), "serve", "--model-path", self.model_path, "--devices", self.devices, "--host", "127.0.0.1", "--port", str(self.port)]
         for c in self.custom_architectures:
             cmd += ["--custom-architectures", c]
-        if self.mode in KERNEL_MODES and "--device-graph-capture" not in self.extra_args:
+        chosen = {"--device-graph-capture", "--no-device-graph-capture"} & set(self.extra_args)
+        if self.mode in KERNEL_MODES and self.vendor != "nvidia" and not chosen:
             cmd.append("--no-device-graph-capture")
         return cmd + list(self.extra_args)
 
@@ -139,7 +143,8 @@ class ServePlan:
         if self.warm:
             lines.append("warm pass    " + " ".join(self.warm_command()))
         if self.mode == "nsys":
-            lines.append("server       nsys launch --session-new=max-profile-<pid>-<random> --trace=cuda,nvtx " + " ".join(self.serve_command()))
+            lines.append("server       nsys launch --session-new=max-profile-<pid>-<random> --trace=cuda,nvtx --cuda-graph-trace=node "
+                         + " ".join(self.serve_command()))
             lines.append("window       nsys start --session=… -o <artifacts>/serve  …  nsys stop; nsys export --type sqlite; nsys shutdown")
         elif self.mode == "rocprof":
             lines.append("pass 2       " + " ".join(self.serve_command()) + "   (measures R2 = launch → /health 200, then stops)")

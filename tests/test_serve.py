@@ -306,3 +306,19 @@ def test_worker_hook_prepares_before_the_window(tmp_path: Path, loads_driver: bo
         (folder / "stop").touch()
         proc.kill()
         proc.wait()
+
+
+def test_kernel_modes_keep_maxs_device_graphs_on_nvidia_only(tiny_model_dir: Path) -> None:
+    """On NVIDIA the kernel modes serve MAX's default configuration (CUPTI and nsys --cuda-graph-trace=node record each
+    kernel inside device graphs); elsewhere graphs go off (MAX's op ranges and rocprof would see only replays); a
+    choice the user passed after `--` is kept either way."""
+    def cmd(**kw: object) -> list[str]:
+        return _plan(tiny_model_dir, **kw).serve_command()
+
+    assert "--no-device-graph-capture" not in cmd(mode="kernels", vendor="nvidia")
+    assert "--no-device-graph-capture" not in cmd(mode="nsys", vendor="nvidia")
+    assert "--no-device-graph-capture" in cmd(mode="kernels", vendor="amd") and "--no-device-graph-capture" in cmd(mode="rocprof", vendor="amd")
+    assert "--no-device-graph-capture" not in cmd(mode="utilization", vendor="amd")
+    assert cmd(mode="kernels", vendor="amd", extra_args=["--device-graph-capture"]).count("--no-device-graph-capture") == 0
+    assert cmd(mode="kernels", vendor="nvidia", extra_args=["--no-device-graph-capture"]).count("--no-device-graph-capture") == 1
+    assert "--cuda-graph-trace=node" in _plan(tiny_model_dir, mode="nsys", vendor="nvidia").describe()

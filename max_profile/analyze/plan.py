@@ -55,7 +55,7 @@ def next_measurement(report: Report) -> str | None:
     k = report.kernels
     if k.unreliable:
         return (f"max-profile kernels {_model_args(report)} --backend cupti   "
-                "# device graph capture stays off there; for max serve pass --no-device-graph-capture")
+                "# the recorder records each kernel inside device graphs; or re-run with --no-device-graph-capture")
     if ids & _HEALTHY_IDS and not any(f.severity != "info" for f in report.findings):
         return None
     if report.environment.vendor != "nvidia":

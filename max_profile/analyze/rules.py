@@ -230,7 +230,8 @@ def rule_graphs_hid_kernels(report: Report, th: Thresholds) -> list[Finding]:
             title="Device graphs replayed the kernels: per-kernel and per-step numbers are unreliable",
             evidence={"kernels": k.kernels, "source": k.source, "device_graph_capture": str(report.capture.device_graph_capture)},
             confidence=0.8,
-            next_step="Re-run with --no-device-graph-capture to see each kernel.",
+            next_step="Record with a tracer that opens graphs (`max-profile kernels --backend cupti`, or `nsys profile "
+            "--cuda-graph-trace=node`), or re-run with --no-device-graph-capture to see each kernel.",
             detail=k.unreliable,
         )
     ]
