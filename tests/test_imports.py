@@ -69,9 +69,10 @@ def _fake_rocprofv3_json(dispatch_extra: list[object] | None = None) -> dict[str
     symbols = [{"kernel_id": 10, "kernel_name": "matmul_bfloat16_kernel", "formatted_kernel_name": "matmul_bfloat16_kernel(bf16*, bf16 const*, int)"},
                {"kernel_id": 11, "kernel_name": "mha_decode_gfx942_bf16"},
                {"kernel_id": 12, "truncated_kernel_name": "gemv_split_k_bf16_gfx942"}]
-    agents = [{"id": {"handle": 1}, "type": 1, "name": "AMD EPYC 9654"},
-              {"id": {"handle": 40}, "type": 2, "logical_node_type_id": 0, "name": "gfx942", "product_name": "AMD Instinct MI300X"},
-              {"id": {"handle": 50}, "type": 2, "logical_node_type_id": 1, "name": "gfx942", "product_name": "AMD Instinct MI300X"}]
+    # agent handles as rocprofiler-sdk hands them out: 64-bit values, not small ordinals
+    agents = [{"id": {"handle": 94_558_436_325_552}, "type": 1, "name": "AMD EPYC 9654"},
+              {"id": {"handle": 94_558_436_325_600}, "type": 2, "logical_node_type_id": 0, "name": "gfx942", "product_name": "AMD Instinct MI300X"},
+              {"id": {"handle": 94_558_436_325_648}, "type": 2, "logical_node_type_id": 1, "name": "gfx942", "product_name": "AMD Instinct MI300X"}]
 
     def dispatch(kernel_id: int, agent: int, tid: int, corr: int, start: int, end: int, grid: int) -> dict[str, object]:
         return {"size": 120, "kind": 11, "operation": 0, "thread_id": tid, "correlation_id": {"internal": corr, "external": 0},
@@ -79,8 +80,9 @@ def _fake_rocprofv3_json(dispatch_extra: list[object] | None = None) -> dict[str
                 "dispatch_info": {"agent_id": {"handle": agent}, "queue_id": {"handle": 7}, "kernel_id": kernel_id, "dispatch_id": corr,
                                   "workgroup_size": {"x": 64, "y": 1, "z": 1}, "grid_size": {"x": grid, "y": 1, "z": 1}}}
 
-    dispatches: list[object] = [dispatch(10, 40, 901, 1, 1000, 1900, 1024), dispatch(11, 40, 905, 2, 2100, 2150, 64),
-                                dispatch(12, 40, 905, 3, 2200, 2600, 64), dispatch(12, 50, 905, 4, 3100, 3500, 64), *(dispatch_extra or [])]
+    gpu0, gpu1 = 94_558_436_325_600, 94_558_436_325_648
+    dispatches: list[object] = [dispatch(10, gpu0, 901, 1, 1000, 1900, 1024), dispatch(11, gpu0, 905, 2, 2100, 2150, 64),
+                                dispatch(12, gpu0, 905, 3, 2200, 2600, 64), dispatch(12, gpu1, 905, 4, 3100, 3500, 64), *(dispatch_extra or [])]
     kinds = [{"kind": "NONE", "operations": []}, {"kind": "MARKER_CORE_API", "operations": ["roctxRangePushA"]},
              {"kind": "MARKER_CORE_RANGE_API", "operations": ["roctxRange"]}]
     markers = [{"kind": 2, "operation": 0, "thread_id": 900, "correlation_id": {"internal": 21, "external": 0}, "start_timestamp": 950, "end_timestamp": 2000},

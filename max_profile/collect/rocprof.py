@@ -241,10 +241,11 @@ def rocprof_json_capture(path: str) -> RawCapture:
             cols["idx"].append(names.setdefault(name, len(names)))
             cols["start"].append(s)
             cols["end"].append(e)
-            cols["dev"].append(agents.get(_small(_handle(info.get("agent_id")), -1), 0))
-            cols["tid"].append(_small(rec.get("thread_id"), -1))
-            cols["stream"].append(_small(_handle(info.get("queue_id")), 0))
-            cols["corr"].append(_small(_handle(rec.get("correlation_id"), "internal"), 0))
+            # handles are 64-bit values (often addresses): kept whole, not bounded like counts
+            cols["dev"].append(agents.get(_id(_handle(info.get("agent_id"))), 0))
+            cols["tid"].append(_id(rec.get("thread_id")))
+            cols["stream"].append(max(_id(_handle(info.get("queue_id"))), 0))
+            cols["corr"].append(max(_id(_handle(rec.get("correlation_id"), "internal")), 0))
             grid.append(_xyz(info.get("grid_size")))
             block.append(_xyz(info.get("workgroup_size")))
         ranges += _json_ranges(proc, buffers)
@@ -254,6 +255,12 @@ def rocprof_json_capture(path: str) -> RawCapture:
                         correlation_id=np.array(cols["corr"], dtype=np.int64), grid=np.array(grid, dtype=np.int32).reshape(-1, 3),
                         block=np.array(block, dtype=np.int32).reshape(-1, 3))
     return _raw("rocprofv3-json", path, table, ranges, skipped, gpus=[GpuInfo(key=f"amd{i}", name=gpu_names[i]) for i in sorted(gpu_names)])
+
+
+def _id(value: object) -> int:
+    """A non-negative id or handle (up to 64 bits), else -1."""
+    v = ns(value)
+    return v if v is not None and v >= 0 else -1
 
 
 def _handle(value: object, key: str = "handle") -> object:
@@ -287,7 +294,7 @@ def _json_gpu_agents(agents: object, gpu_names: dict[int, str]) -> dict[int, int
         if not isinstance(agent, dict) or agent.get("type") not in _GPU_AGENT_TYPES:
             continue
         ordinal = _small(agent.get("logical_node_type_id"), len(out))
-        out[_small(_handle(agent.get("id")), -1)] = ordinal
+        out[_id(_handle(agent.get("id")))] = ordinal
         product = agent.get("product_name") or agent.get("name")
         if isinstance(product, str) and product:
             gpu_names.setdefault(ordinal, product)
@@ -302,7 +309,7 @@ def _json_ranges(proc: dict[str, object], buffers: dict[str, object]) -> list[Ph
     marker_strings = strings.get("marker_api")
     for item in marker_strings if isinstance(marker_strings, list) else []:
         if isinstance(item, dict) and isinstance(item.get("value"), str):
-            messages[_small(item.get("key"), -1)] = item["value"]
+            messages[_id(item.get("key"))] = item["value"]
     kind_list = strings.get("buffer_records")
     kinds: list[object] = kind_list if isinstance(kind_list, list) else []
     records = buffers.get("marker_api") or []
@@ -315,7 +322,7 @@ def _json_ranges(proc: dict[str, object], buffers: dict[str, object]) -> list[Ph
         kind_name = entry.get("kind") if isinstance(entry, dict) else None
         if kind_name is not None and kind_name != "MARKER_CORE_RANGE_API":
             continue  # roctx API calls themselves, marks, names: not ranges
-        name = messages.get(_small(_handle(rec.get("correlation_id"), "internal"), -1))
+        name = messages.get(_id(_handle(rec.get("correlation_id"), "internal")))
         s, e = ns(rec.get("start_timestamp")), ns(rec.get("end_timestamp"))
         if name is None or s is None or e is None or e <= s:
             continue
