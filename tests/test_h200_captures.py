@@ -414,3 +414,7 @@ def test_nsys_export_with_graphs_recorded_whole_is_marked_unreliable(nsys_sqlite
     assert isinstance(bd, KernelBreakdown) and bd.unreliable is not None and "graph" in bd.unreliable
     ids = {f.id for f in report.findings}
     assert "device-graphs" in ids and "host-bound" not in ids  # the untouched export says host-bound (test above)
+    with sqlite3.connect(db) as con:  # every kernel inside graphs: nsys then writes no kernel table at all
+        con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+    with pytest.raises(TraceFormatError, match="device-graph replays but no kernel.*--cuda-graph-trace=node"):
+        nsys_capture(str(db))

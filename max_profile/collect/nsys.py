@@ -108,6 +108,9 @@ def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None)
     if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
         if "StringIds" not in tables and "META_DATA_EXPORT" not in tables:
             raise TraceFormatError(f"{path}: an SQLite file, but not an nsys export (no CUPTI_ACTIVITY_KIND_KERNEL / StringIds tables)")
+        if GRAPH_TRACE_TABLE in tables:
+            raise TraceFormatError(f"{path}: the nsys export holds device-graph replays but no kernel: nsys recorded the graphs whole "
+                                   "(--cuda-graph-trace=graph, its default); capture with `nsys profile --trace=cuda,nvtx --cuda-graph-trace=node`")
         raise TraceFormatError(f"{path}: the nsys export contains no CUDA kernel data (capture with `nsys profile --trace=cuda,nvtx`)")
     if "StringIds" not in tables:
         raise TraceFormatError(f"{path}: the nsys export has no StringIds table, so kernel names cannot be read "
