@@ -207,7 +207,19 @@ def _prepare_run(args: argparse.Namespace, progress: Progress, op_ranges_on_cpu:
     if args.kernels == "nvtx-log":
         _ensure_nvtx_log_env(devices, progress)
     args.kernels = resolve_kernel_mode(args.kernels, env.vendor, attached_nvtx_log() is not None)
+    requested = getattr(args, "device_graph_capture", None)
+    args.device_graph_capture = device_graphs_for(args.kernels, devices, requested)
+    if args.device_graph_capture is False and requested is None:
+        progress("device graphs off: MAX's op ranges (--kernels nvtx-log) are not emitted for graph replays")
     return env, devices
+
+
+def device_graphs_for(kernels: str, devices: str, requested: bool | None) -> bool | None:
+    """Device graph capture for a run: the user's choice, else MAX's (None), except with MAX's op ranges on a GPU
+    (--kernels nvtx-log): they are host-side ranges around each op's launch, and a graph replay has none."""
+    if requested is not None:
+        return requested
+    return False if kernels == "nvtx-log" and devices != "cpu" else None
 
 
 def cmd_run(args: argparse.Namespace, progress: Progress) -> int:

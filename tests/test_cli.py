@@ -124,3 +124,13 @@ def test_import_real_nsys_capture(tmp_path: Path) -> None:
     report = Report.load(str(tmp_path / "r.json"))
     assert report.kernels is not None and report.kernels.kernels == 2046  # type: ignore[union-attr]
     assert "gemv_split_k" in res.stdout
+
+
+def test_device_graphs_follow_max_except_for_op_ranges_on_a_gpu() -> None:
+    from max_profile.cli import device_graphs_for
+
+    assert device_graphs_for("cupti", "gpu", None) is None  # MAX decides (on for supported architectures on a GPU)
+    assert device_graphs_for("off", "gpu", None) is None
+    assert device_graphs_for("nvtx-log", "gpu:0", None) is False  # op ranges are not emitted for graph replays
+    assert device_graphs_for("nvtx-log", "cpu", None) is None
+    assert device_graphs_for("nvtx-log", "gpu", True) is True and device_graphs_for("cupti", "gpu", False) is False  # the user's choice wins
