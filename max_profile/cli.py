@@ -207,7 +207,7 @@ def _prepare_run(args: argparse.Namespace, progress: Progress, op_ranges_on_cpu:
     if args.kernels == "nvtx-log":
         _ensure_nvtx_log_env(devices, progress)
     args.kernels = resolve_kernel_mode(args.kernels, env.vendor, attached_nvtx_log() is not None)
-    requested = getattr(args, "device_graph_capture", None)
+    requested = args.device_graph_capture
     args.device_graph_capture = device_graphs_for(args.kernels, devices, requested)
     if args.device_graph_capture is False and requested is None:
         progress("device graphs off: MAX's op ranges (--kernels nvtx-log) are not emitted for graph replays")

@@ -31,7 +31,6 @@ from max_profile.model import Capture, Environment, GpuInfo, KernelTable, PhaseR
 US = 1e3
 _LAUNCH_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_api")
 _RANGE_CATS = ("user_annotation", "gpu_user_annotation")
-"""JSON nested deeper than this is refused (a trace is a flat list of events)."""
 
 
 def _dims(value: Any) -> tuple[int, int, int] | None:

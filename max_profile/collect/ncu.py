@@ -12,6 +12,8 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
+import tempfile
 import time
 from typing import Any
 
@@ -185,27 +187,15 @@ def export_ncu_pages(ncu: str, report: str, out_dir: str, *, timeout_s: float = 
     Each call runs in its own process group (ended on timeout or Ctrl-C); a failing call raises
     :class:`TraceFormatError` with ncu's own words.
     """
-    import os
-    import subprocess
-
-    from max_profile.util.procs import kill_group
+    from max_profile.util.procs import run_bounded
 
     pages = {}
     for page in NCU_PAGES:
         out = os.path.join(out_dir, f"{os.path.basename(report).removesuffix('.ncu-rep')}_{page}.csv")
         with open(out, "wb") as fh:
-            proc = subprocess.Popen([ncu, "--import", report, "--csv", "--page", page, "--print-units", "base"], stdout=fh,
-                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
-            try:
-                _, err = proc.communicate(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                kill_group(proc)
-                raise TraceFormatError(f"{report}: `ncu --import` did not finish within {timeout_s:.0f} s") from None
-            except BaseException:
-                kill_group(proc)
-                raise
-        if proc.returncode != 0:
-            why = err.decode(errors="replace").strip()[-300:] or f"exit {proc.returncode}"
+            rc, err = run_bounded([ncu, "--import", report, "--csv", "--page", page, "--print-units", "base"], timeout_s=timeout_s, stdout=fh)
+        if rc != 0:
+            why = err.strip()[-300:] or f"exit {rc}"
             raise TraceFormatError(f"{report}: `ncu --import ... --page {page}` failed: {why}")
         pages[page] = out
     return pages
@@ -213,9 +203,6 @@ def export_ncu_pages(ncu: str, report: str, out_dir: str, *, timeout_s: float = 
 
 def ncu_rep_capture(report: str, *, target: str = "ncu import") -> RawCapture:
     """An Nsight Compute report (``.ncu-rep``) read through ``ncu --import`` (needs ncu; says how to install it)."""
-    import os
-    import tempfile
-
     from max_profile.collect.environment import require_tool
     from max_profile.util.files import check_input_path
 

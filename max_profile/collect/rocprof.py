@@ -36,6 +36,11 @@ def _raw(source: str, path: str, table: KernelTable, ranges: list[PhaseRange], s
     return raw
 
 
+def _roctx_range(name: str, start_ns: int, end_ns: int, tid: int | None) -> PhaseRange:
+    """A roctx range; ours (``max_profile:prefill`` / ``decode``) carry the max_profile domain."""
+    return PhaseRange(name=name, start_ns=start_ns, end_ns=end_ns, tid=tid, domain="max_profile" if name.startswith("max_profile:") else None)
+
+
 def _small(value: object, default: int) -> int:
     """A count, ordinal or size cell: an integer 0 <= v < 2**31, else ``default``."""
     v = ns(value)
@@ -117,8 +122,7 @@ def _markers(kernel_csv: str) -> tuple[list[PhaseRange], int]:
             bad += 1
             continue
         name = r[i_fn]
-        out.append(PhaseRange(name=name, start_ns=s, end_ns=e, tid=ns(r[i_tid]) if i_tid is not None and i_tid < len(r) else None,
-                              domain="max_profile" if name.startswith("max_profile:") else None))
+        out.append(_roctx_range(name, s, e, ns(r[i_tid]) if i_tid is not None and i_tid < len(r) else None))
     return out, bad
 
 
@@ -187,8 +191,7 @@ def rocpd_capture(path: str) -> RawCapture:
         if s_ns is None or e_ns is None or name is None:
             skipped += 1
             continue
-        text = str(name)
-        ranges.append(PhaseRange(name=text, start_ns=s_ns, end_ns=e_ns, tid=ns(t), domain="max_profile" if text.startswith("max_profile:") else None))
+        ranges.append(_roctx_range(str(name), s_ns, e_ns, ns(t)))
     return _raw("rocprofv3-rocpd", path, table, ranges, skipped)
 
 
@@ -326,6 +329,5 @@ def _json_ranges(proc: dict[str, object], buffers: dict[str, object]) -> list[Ph
         s, e = ns(rec.get("start_timestamp")), ns(rec.get("end_timestamp"))
         if name is None or s is None or e is None or e <= s:
             continue
-        out.append(PhaseRange(name=name, start_ns=s, end_ns=e, tid=ns(rec.get("thread_id")),
-                              domain="max_profile" if name.startswith("max_profile:") else None))
+        out.append(_roctx_range(name, s, e, ns(rec.get("thread_id"))))
     return out

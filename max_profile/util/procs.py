@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Sequence
+from typing import IO
 
 
 def kill_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
@@ -25,18 +26,21 @@ def kill_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
             continue
 
 
-def run_bounded(cmd: Sequence[str], env: dict[str, str] | None = None, timeout_s: float = 300.0) -> tuple[int, str]:
+def run_bounded(cmd: Sequence[str], env: dict[str, str] | None = None, timeout_s: float = 300.0, stdout: IO[bytes] | None = None) -> tuple[int, str]:
     """Run one tool call (argument list, never a shell string) in its own process group; (exit code, output).
 
-    124 on timeout; the group is ended on timeout, error or Ctrl-C.
+    124 on timeout; the group is ended on timeout, error or Ctrl-C. With ``stdout`` (an open file) the
+    tool's standard output goes there and the text returned is its standard error.
     """
-    proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    out_to = subprocess.PIPE if stdout is None else stdout
+    err_to = subprocess.STDOUT if stdout is None else subprocess.PIPE
+    proc = subprocess.Popen(list(cmd), stdout=out_to, stderr=err_to, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
+        out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         kill_group(proc)
         return 124, f"timed out after {timeout_s:.0f} s"
     except BaseException:
         kill_group(proc)
         raise
-    return proc.returncode, out.decode(errors="replace")
+    return proc.returncode, (out if stdout is None else err).decode(errors="replace")
