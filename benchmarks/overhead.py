@@ -5,7 +5,8 @@
 Each repeat runs one unprofiled and one profiled generation (order alternating), after a
 warm-up; decode tokens/s come from the host step times of the same pipeline hook in both
 arms (the unprofiled arm uses a bare hook with no markers, sampling or kernel tracing), so
-both are measured identically. Prints per-repeat numbers and the median ratio.
+both are measured identically. Prints every repeat (with the host's load), each arm's spread, the median ratio and the
+ratio paired per repeat.
 Target: <= 1 % overhead on the H200 (phase markers + GPU sampling).
 """
 
@@ -15,6 +16,10 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from repeats import RepeatLoad, report_arms  # noqa: E402
 
 
 def decode_tps(steps: list) -> float:  # type: ignore[type-arg]
@@ -46,8 +51,8 @@ def main() -> int:
     prof: list[float] = []
     wall_base: list[float] = []
     wall_prof: list[float] = []
-    for i in range(args.repeats):
-        order = ("base", "prof") if i % 2 == 0 else ("prof", "base")
+
+    def run_repeat(order: tuple[str, str]) -> None:
         for arm in order:
             if arm == "base":
                 hook = PipelineHook(model.pipeline)
@@ -65,7 +70,14 @@ def main() -> int:
                     generate(model, prompt, args.tokens)
                 wall_prof.append(time.perf_counter() - t0)
                 prof.append(decode_tps(p.steps))
-        print(f"repeat {i}: decode tok/s without {base[-1]:.1f}, with profile() {prof[-1]:.1f}", flush=True)
+
+    load = RepeatLoad()
+    for i in range(args.repeats):
+        order = ("base", "prof") if i % 2 == 0 else ("prof", "base")
+        with load.repeat(i):
+            run_repeat(order)
+        print(f"repeat {i}: decode tok/s without {base[-1]:.1f}, with profile() {prof[-1]:.1f}   ({load.describe(i)})", flush=True)
+    report_arms({"without": base, "with profile()": prof}, {"with profile()": "without"}, load)
     mb, mp = statistics.median(base), statistics.median(prof)
     overhead = 100.0 * (mb - mp) / mb if mb else float("nan")
     print(f"median decode tok/s: without {mb:.1f}, with profile(kernels={args.kernels}) {mp:.1f}")

@@ -14,7 +14,8 @@ Arms (each repeat runs every arm once, in a rotated order, after a warm-up):
                  Python bytes (one Python call per buffer), records walked in Python after stop
   profile-off / profile-cupti   the product path, ``profile(kernels="off" | "cupti")`` with sampling and markers
 
-Prints per-repeat decode tok/s, each arm's median and its ratio to ``off`` (or ``profile-off``), and per
+Prints per-repeat decode tok/s (with the host's load around each repeat), each arm's median, min, max and spread, its
+ratio to ``off`` (or ``profile-off``) of medians and paired per repeat, and per
 recorder: records, seconds in buffer callbacks while recording, seconds to stop + decode.
 ``--record PATH`` saves one native recording (arrays, names, layout, clock pairs) as .npz for CPU tests.
 """
@@ -33,6 +34,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from repeats import RepeatLoad, report_arms  # noqa: E402
 
 
 def decode_tps(steps: list[Any]) -> float:
@@ -184,8 +187,7 @@ def main() -> int:
             return CtypesBufferCollector()
         return None
 
-    for i in range(args.repeats):
-        order = arms[i % len(arms):] + arms[: i % len(arms)]
+    def run_repeat(order: list[str]) -> None:
         for arm in order:
             if arm.startswith("profile-"):
                 with profile(model.pipeline, kernels=arm.removeprefix("profile-"), sample_interval_s=0.1) as p:  # type: ignore[arg-type]
@@ -216,17 +218,22 @@ def main() -> int:
                                   **step_ms(hook.steps)})
             else:
                 cost[arm].append(step_ms(hook.steps))
-        print(f"repeat {i}: " + ", ".join(f"{a} {tps[a][-1]:.1f}" for a in arms), flush=True)
+
+    load = RepeatLoad()
+    for i in range(args.repeats):
+        order = arms[i % len(arms):] + arms[: i % len(arms)]
+        with load.repeat(i):
+            run_repeat(order)
+        print(f"repeat {i}: " + ", ".join(f"{a} {tps[a][-1]:.1f}" for a in arms) + f"   ({load.describe(i)})", flush=True)
+    base_of = {arm: "profile-off" if arm.startswith("profile-") else "off" for arm in arms}
+    summary = report_arms(tps, base_of, load)
     out: dict[str, Any] = {"model": args.model_path, "tokens": args.tokens, "repeats": args.repeats, "device_graph_capture": args.device_graph_capture,
-                           "arms": {}}
+                           "arms": {}, "busy_repeats": summary.pop("_busy_repeats")}
     for arm in arms:
-        base = "profile-off" if arm.startswith("profile-") else "off"
-        med = statistics.median(tps[arm])
-        ratio = med / statistics.median(tps[base]) if base in tps and tps[base] else float("nan")
         c = {key: statistics.median(x[key] for x in cost[arm]) for key in (cost[arm][0] if cost[arm] else {})}
-        out["arms"][arm] = {"decode_tok_s": med, "ratio_to_" + base: ratio, "all": tps[arm], **c}
-        extra = ", ".join(f"{k} {v:.4g}" for k, v in c.items())
-        print(f"{arm:14s} median decode {med:8.1f} tok/s  ratio to {base}: {ratio:.4f}  {extra}")
+        out["arms"][arm] = {"decode_tok_s": summary[arm]["median"], **summary[arm], **c}
+        if c:
+            print(f"{arm:14s} " + ", ".join(f"{k} {v:.4g}" for k, v in c.items()))
     if args.record:
         import numpy as np
 

@@ -40,70 +40,40 @@ class _Parser(argparse.ArgumentParser):
         raise InputError(f"{verb}: {message}" if verb else message)
 
 
-OUTPUT_FLAGS = ("json", "raw", "html", "perfetto", "prometheus")
+def _requested_outputs(args: argparse.Namespace) -> dict[str, str | bool | None]:
+    from max_profile.render.outputs import OUTPUTS
+
+    return {o.name: getattr(args, o.name, None) for o in OUTPUTS}
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    """Every output path's folder exists (checked before a capture of minutes, not after)."""
-    from pathlib import Path
+    """Every requested output writable and renderable (its libraries import) before a capture of minutes, not after."""
+    from max_profile.render.outputs import check_outputs
 
-    for flag in OUTPUT_FLAGS:
-        path = getattr(args, flag, None)
-        if path:
-            folder = Path(path).expanduser().resolve().parent
-            if not folder.is_dir():
-                raise InputError(f"--{flag} {path}: the folder {folder} does not exist")
-            if Path(path).is_dir():
-                raise InputError(f"--{flag} {path}: is a folder; give a file name")
-    if getattr(args, "otel", False):
-        from max_profile.render.telemetry import otlp_settings
-
-        otlp_settings()  # a missing endpoint is said now, not after a capture of minutes
+    check_outputs(_requested_outputs(args))
 
 
 def _emit(raw: Any, args: argparse.Namespace, progress: Progress) -> int:
-    """Analyse a raw capture, print the report, write --json / --raw / --html / --perfetto. Returns the exit code."""
+    """Analyse a raw capture, print the report, write every requested output. Returns the exit code."""
     from max_profile import __version__
     from max_profile.analyze.report import build_report
     from max_profile.render.text import print_report
 
-    if getattr(args, "raw", None):
+    raw.capture.interface = "cli"  # next steps are said as command lines
+    if getattr(args, "raw", None):  # first: the capture is kept even if the analysis fails
         raw.save(args.raw)
         progress(f"raw capture (steps, kernels, samples) written to {args.raw}")
     report = build_report(raw, tool_version=__version__)
     print_report(report)
-    if getattr(args, "perfetto", None):
-        from max_profile.render.perfetto import write_perfetto
-
-        write_perfetto(raw, args.perfetto)
-        progress(f"Perfetto trace written to {args.perfetto} (open it at https://ui.perfetto.dev)")
-    _write_report(report, args, progress, requests=raw.requests)  # last: an --otel export failure comes after every file
+    _write_report(report, args, progress, raw=raw, skip=("raw",))
     return 0
 
 
-def _write_report(report: Any, args: argparse.Namespace, progress: Progress, requests: Any = ()) -> None:
-    if getattr(args, "prometheus", None):
-        from max_profile.render.telemetry import prometheus_text
-        from max_profile.util.files import write_output
+def _write_report(report: Any, args: argparse.Namespace, progress: Progress, raw: Any = None, skip: tuple[str, ...] = ()) -> None:
+    from max_profile.render.outputs import write_outputs
 
-        write_output(args.prometheus, prometheus_text(report, requests=requests).encode())
-        progress(f"Prometheus metrics written to {args.prometheus} (text exposition format)")
-    if getattr(args, "json", None):
-        report.save(args.json)
-        progress(f"report written to {args.json}")
-    if getattr(args, "html", None):
-        from max_profile.render.html import render_html
-        from max_profile.util.files import write_output
-
-        write_output(args.html, render_html(report).encode())
-        progress(f"HTML report written to {args.html} (open it in a browser: file://{os.path.abspath(args.html)})")
-    if getattr(args, "otel", False):
-        from max_profile.render.telemetry import export_otel, otlp_providers_from_env
-
-        export = otlp_providers_from_env()
-        export_otel(report, meter_provider=export.meter_provider, tracer_provider=export.tracer_provider, requests=requests)
-        export.finish()
-        progress(f"OpenTelemetry metrics and spans exported to {export.endpoint}")
+    targets = {k: v for k, v in _requested_outputs(args).items() if k not in skip}
+    write_outputs(report, raw, progress=progress, **targets)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,8 +91,15 @@ def cmd_doctor(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_make_model(args: argparse.Namespace, progress: Progress) -> int:
+    from pathlib import Path
+
+    from max_profile.render.outputs import probe_writable
     from max_profile.tinymodel import DEFAULT_CHAT_TEMPLATE, ModelShape, build_tiny_llama
 
+    existing = Path(args.dir).expanduser().resolve()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent  # the folder is created with its parents: the nearest existing one must take it
+    probe_writable(str(existing / "config.json"), f"make-model {args.dir}:")
     shape = ModelShape(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads, intermediate=args.intermediate, vocab=args.vocab)
     progress(f"building a random-weight Llama ({args.dtype}, hidden {args.hidden}, {args.layers} layers) in {args.dir}")
     try:
@@ -240,10 +217,14 @@ def cmd_demo(args: argparse.Namespace, progress: Progress) -> int:
     if not out.is_dir():
         if not out.parent.is_dir():
             raise InputError(f"--out {args.out}: the folder {out.parent} does not exist")
-        out.mkdir()
+        try:
+            out.mkdir()
+        except OSError as exc:
+            raise InputError(f"--out {args.out}: cannot create the folder ({exc.strerror or exc})") from exc
     args.json = args.json or str(out / "report.json")
     args.html = args.html or str(out / "report.html")
     args.raw = args.raw or str(out / "raw.json.gz")
+    _check_outputs(args)  # the defaults too: a read-only --out or a missing renderer fails before the model is built
     env, devices = _prepare_run(args, progress, op_ranges_on_cpu=True)
     on_gpu = devices.startswith("gpu")
     dtype: Literal["float32", "bfloat16"] = "bfloat16" if on_gpu else "float32"
@@ -309,7 +290,8 @@ def cmd_kernel(args: argparse.Namespace, progress: Progress) -> int:
     devices = resolve_devices(args.devices, detect_environment(check_tools=False).vendor)
     run = KernelRun(name=args.name, model_path=args.model_path, devices=devices, launches=args.launches, launch_skip=args.launch_skip,
                     section_set=args.set, max_new_tokens=args.max_new_tokens, timeout_s=args.timeout, output_dir=args.output_dir,
-                    suggest_from=args.suggest_from)
+                    suggest_from=args.suggest_from, batch_size=args.batch_size, custom_architectures=list(args.custom_architectures or []),
+                    device_graph_capture=bool(args.device_graph_capture))
     return _emit(profile_kernel(run, progress), args, progress)
 
 
@@ -352,7 +334,7 @@ def cmd_serve(args: argparse.Namespace, progress: Progress) -> int:
     plan = ServePlan(model_path=args.model_path, devices=devices, mode=args.mode, duration_s=args.duration, vendor=vendor,
                      port=args.port or free_port(), metrics_port=args.metrics_port or free_port(),
                      custom_architectures=list(args.custom_architectures or []), extra_args=extra, warm=not args.no_warm, max_tokens=args.max_tokens,
-                     profiling_mode=args.profiling_mode)
+                     profiling_mode=args.profiling_mode, concurrency=list(args.concurrency), slo_ms=dict(args.slo))
     print("max-profile serve plan:\n" + plan.describe(), file=sys.stderr)
 
     def confirm(p: ServePlan) -> bool:
@@ -364,6 +346,20 @@ def cmd_serve(args: argparse.Namespace, progress: Progress) -> int:
 
     raw = run_serve_capture(plan, confirm=confirm, progress=progress, ready_timeout_s=args.ready_timeout, artifacts_dir=args.artifacts_dir)
     return _emit(raw, args, progress)
+
+
+def cmd_attach(args: argparse.Namespace, progress: Progress) -> int:
+    """A bounded, read-only window on a running server; exit 4 (after the report) when the server died in it."""
+    from max_profile.attach import AttachPlan, run_attach
+    from max_profile.errors import CaptureError
+
+    plan = AttachPlan(url=args.url, metrics_url=args.metrics_url, duration_s=args.duration, probe=args.probe, concurrency=list(args.concurrency),
+                      slo_ms=dict(args.slo), max_tokens=args.max_tokens)
+    result = run_attach(plan, progress)
+    code = _emit(result.raw, args, progress)
+    if result.failure:
+        raise CaptureError(f"{args.url}: {result.failure}; the report above holds what was seen before")
+    return code
 
 
 def cmd_report(args: argparse.Namespace, progress: Progress) -> int:
@@ -427,14 +423,15 @@ def cmd_diff(args: argparse.Namespace, progress: Progress) -> int:
 
 # ---------------------------------------------------------------------------------------------
 def _add_output_flags(p: argparse.ArgumentParser, raw: bool = True) -> None:
-    p.add_argument("--json", metavar="PATH", help="write the analysed report as JSON")
-    p.add_argument("--html", metavar="PATH", help="write the report as one self-contained HTML page (plots inlined, works offline)")
-    if raw:
-        p.add_argument("--raw", metavar="PATH", help="also write the raw capture (.gz to compress); `max-profile report PATH` rebuilds the report")
-        p.add_argument("--perfetto", metavar="PATH", help="write a Perfetto trace (steps, every kernel per stream, launches, GPU counters)")
-        p.add_argument("--prometheus", metavar="PATH", help="write the figures as Prometheus exposition text (node_exporter textfile collector)")
-        p.add_argument("--otel", action="store_true",
-                       help="export the figures and spans over OTLP to OTEL_EXPORTER_OTLP_ENDPOINT (OTEL_* variables as usual)")
+    from max_profile.render.outputs import OUTPUTS
+
+    for o in OUTPUTS:
+        if not raw and o.name not in ("json", "html"):
+            continue
+        if o.takes_path:
+            p.add_argument(f"--{o.name}", metavar="PATH", help=o.help)
+        else:
+            p.add_argument(f"--{o.name}", action="store_true", help=o.help)
 
 
 def _add_generation_flags(p: argparse.ArgumentParser, default_tokens: int = 64) -> None:
@@ -455,60 +452,115 @@ def _add_generation_flags(p: argparse.ArgumentParser, default_tokens: int = 64) 
     _add_output_flags(p)
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Help with each option's default shown (only where it has one worth saying)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default is None or action.default is False or action.default == argparse.SUPPRESS or action.default in ([], {}) \
+                or "%(default)" in text or "default" in text:
+            return text
+        return super()._get_help_string(action) or text
+
+
+def _levels(text: str) -> list[int]:
+    """``--concurrency 1,4,16``."""
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected concurrency levels like 1,4,16") from None
+    if not levels or any(c < 1 for c in levels):
+        raise argparse.ArgumentTypeError(f"{text!r}: levels must be whole numbers >= 1")
+    return levels
+
+
+def _slo(text: str) -> dict[str, float]:
+    """``--slo ttft=500,itl=50`` (milliseconds)."""
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, _, value = part.partition("=")
+        key = key.strip().lower()
+        if key not in ("ttft", "itl") or not value:
+            raise argparse.ArgumentTypeError(f"{part!r}: expected ttft=MS and / or itl=MS (e.g. ttft=500,itl=50)")
+        try:
+            ms = float(value.strip().removesuffix("ms"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r}: {value!r} is not a number of milliseconds") from None
+        if not ms > 0:
+            raise argparse.ArgumentTypeError(f"{part!r}: the objective must be > 0 ms")
+        out[key] = ms
+    if not out:
+        raise argparse.ArgumentTypeError("expected ttft=MS and / or itl=MS")
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     from max_profile.preflight import DEFAULT_TIMEOUT_S
     from max_profile.serve import MODES, READY_TIMEOUT_S
 
-    parser = _Parser(prog="max-profile", description="Profile models run with Modular's MAX: utilization, kernels by phase, single-kernel deep dives.")
+    common = _Parser(add_help=False)
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress lines on stderr")
+    parser = _Parser(prog="max-profile", description="Profile models run with Modular's MAX: utilization, kernels by phase, single-kernel deep dives.",
+                     formatter_class=_Help)
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=_Parser)
 
-    p = sub.add_parser("doctor", help="what this machine has: GPU vendor, profilers (with install commands), MAX version")
-    p.add_argument("--json", metavar="PATH")
-    p.add_argument("--html", metavar="PATH")
+    def verb(name: str, help_text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_text, description=help_text, parents=[common], formatter_class=_Help)
+
+    p = verb("doctor", "what this machine has and what a capture will use: GPUs, driver, MAX, profilers with install commands, samplers, output libraries")
+    p.add_argument("--json", metavar="PATH", help="write the findings as JSON (the environment section of a report)")
+    p.add_argument("--html", metavar="PATH", help="write them as one HTML page")
     p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("make-model", help="build a random-weight Llama model in HF format, offline")
-    p.add_argument("dir")
-    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--kv-heads", type=int, default=2)
-    p.add_argument("--intermediate", type=int, default=None)
-    p.add_argument("--vocab", type=int, default=320)
+    p = verb("make-model", "build a random-weight Llama model in HF format (config, safetensors, tokenizer trained locally), offline")
+    p.add_argument("dir", help="folder to write (created with its parents)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float8_e4m3fn"], default="float32",
+                   help="weights: float32 (CPU), bfloat16 (GPU), float8_e4m3fn (block-scaled FP8, quant_method fp8, 128x128 blocks; GPU)")
+    p.add_argument("--hidden", type=int, default=64, help="hidden size")
+    p.add_argument("--layers", type=int, default=2, help="decoder layers")
+    p.add_argument("--heads", type=int, default=4, help="attention heads")
+    p.add_argument("--kv-heads", type=int, default=2, help="key / value heads (grouped-query attention)")
+    p.add_argument("--intermediate", type=int, default=None, help="MLP intermediate size (default: 2 x hidden)")
+    p.add_argument("--vocab", type=int, default=320, help="tokenizer vocabulary to train")
     p.add_argument("--architecture", default="LlamaForCausalLM", help="config.json architectures[0]")
-    p.add_argument("--no-chat-template", action="store_true")
+    p.add_argument("--no-chat-template", action="store_true", help="write no chat template (a base model)")
     p.set_defaults(func=cmd_make_model)
 
-    p = sub.add_parser("demo", help="build a tiny model, warm up, profile a generation on the best device, print the report")
+    p = verb("demo", "build a tiny model, warm up, profile a generation on the best device, print the report")
     _add_generation_flags(p)
     p.add_argument("--hidden", type=int, default=None, help="demo model hidden size (default: 64 on CPU, 2048 on GPU)")
     p.add_argument("--layers", type=int, default=None, help="demo model layers (default: 2 on CPU, 4 on GPU)")
-    p.add_argument("--out", default="max-profile-demo", help="folder for report.json, report.html and raw.json.gz (default ./max-profile-demo)")
+    p.add_argument("--out", default="max-profile-demo", help="folder for report.json, report.html and raw.json.gz")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("run", help="profile a generation of a local model")
-    p.add_argument("--model-path", required=True)
+    p = verb("run", "profile a generation of a local model")
+    p.add_argument("--model-path", required=True, help="local Hugging Face model folder")
     _add_generation_flags(p)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("kernels", help="kernel breakdown by family and phase (run a generation, or --import a trace)")
-    p.add_argument("--model-path")
-    p.add_argument("--backend", choices=["cupti", "nsys", "nvtx-log", "rocprof"], default="cupti")
+    p = verb("kernels", "kernel breakdown by family and phase (run a generation, or --import a trace)")
+    p.add_argument("--model-path", help="local model folder (or --import FILE)")
+    p.add_argument("--backend", choices=["cupti", "nsys", "nvtx-log", "rocprof"], default="cupti",
+                   help="cupti: in-process recorder (NVIDIA); nsys: a run under Nsight Systems; nvtx-log: MAX's op ranges (any device)")
     p.add_argument("--import", dest="import_file", metavar="FILE",
                    help="nsys .sqlite/.nsys-rep/stats CSV, rocprofv3 CSV/rocpd db, Kineto JSON, `max generate --profile` output, or a raw capture")
     _add_generation_flags(p)
     p.set_defaults(func=cmd_kernels)
 
-    p = sub.add_parser("kernel", help="why is this kernel slow: a targeted Nsight Compute run (or --import an ncu CSV)")
+    p = verb("kernel", "why is this kernel slow: a targeted Nsight Compute run (or --import an ncu CSV / .ncu-rep)")
     p.add_argument("name", nargs="?", help="kernel name (hash suffix ignored) or regex (regex:...) — required for a run: ncu never profiles every kernel here")
-    p.add_argument("--model-path")
+    p.add_argument("--model-path", help="local model folder")
     p.add_argument("--devices", default=None, help="default: gpu")
     p.add_argument("--launches", "-c", type=int, default=3, help="launches to profile (1..20)")
     p.add_argument("--launch-skip", type=int, default=16, help="matching launches to skip first (past prefill into decode)")
     p.add_argument("--set", default="full", choices=["basic", "full"], help="ncu section set")
     p.add_argument("--max-new-tokens", type=int, default=24, help="tokens of the generation run under ncu")
+    p.add_argument("--batch-size", type=int, default=1, help="prompts in the batch of the generation run under ncu")
+    p.add_argument("--custom-architectures", action="append", metavar="DIR", help="custom architecture package (repeatable)")
+    p.add_argument("--device-graph-capture", action=argparse.BooleanOptionalAction, default=False,
+                   help="device graphs in the profiled generation (default off: ncu replays each launch, and MAX 26.7 "
+                   "capturing graphs under ncu crashed on an H200)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before the ncu run is stopped")
     p.add_argument("--output-dir", help="where the .ncu-rep and CSVs go (default: a temp folder)")
     p.add_argument("--suggest-from", metavar="REPORT_JSON", help="a kernels report whose names are suggested when the regex matches nothing")
@@ -517,23 +569,27 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output_flags(p)
     p.set_defaults(func=cmd_kernel)
 
-    p = sub.add_parser("check-arch", help="preflight a --custom-architectures package before the long load")
+    p = verb("check-arch", "preflight a --custom-architectures package before the long load")
     p.add_argument("spec", nargs="+", help="package folder or IMPORT_PATH:MODULE, as given to --custom-architectures")
     p.add_argument("--model-path", help="the model folder that will use it (checks config.json and the tokenizer)")
     p.add_argument("--serve", action="store_true", help="also check what `max serve` needs (chat template, embeddings)")
     p.add_argument("--max-length", type=int, help="--max-length that will be used (predicts PromptTooLongError)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds allowed for the package import")
-    p.add_argument("--json", metavar="PATH")
+    p.add_argument("--json", metavar="PATH", help="write every check as JSON")
     p.set_defaults(func=cmd_check_arch)
 
-    p = sub.add_parser("serve", help="profile `max serve`: plan, confirm, warm, capture under a concurrency-1 load, clean up")
-    p.add_argument("--model-path", required=True)
+    p = verb("serve", "profile `max serve`: plan, confirm, warm, capture under a streaming load (one concurrency or a sweep), clean up")
+    p.add_argument("--model-path", required=True, help="local model folder to serve")
     p.add_argument("--devices", help="cpu, gpu, gpu:N ... (default: gpu when one is visible, else cpu)")
-    p.add_argument("--mode", choices=MODES, default="utilization")
-    p.add_argument("--duration", type=float, default=10.0, help="capture window in seconds (about 10 s shows the kernel mix)")
+    p.add_argument("--mode", choices=MODES, default="utilization",
+                   help="utilization: GPU samples and server metrics; kernels: the model worker's kernels (CUPTI / MAX op ranges); nsys; rocprof")
+    p.add_argument("--duration", type=float, default=10.0, help="capture window in seconds, per concurrency level (about 10 s shows the kernel mix)")
+    p.add_argument("--concurrency", type=_levels, default=[1], metavar="N[,N...]",
+                   help="requests in flight (closed loop); several levels (1,4,16,64) make a load sweep on one server (default: 1)")
+    p.add_argument("--slo", type=_slo, default={}, metavar="ttft=MS,itl=MS", help="objectives for goodput (requests/s meeting every one)")
     p.add_argument("--port", type=int, help="API port (default: a free one)")
     p.add_argument("--metrics-port", type=int, help="Prometheus metrics port (default: a free one; MAX's own default is a fixed 8001)")
-    p.add_argument("--custom-architectures", action="append", metavar="DIR")
+    p.add_argument("--custom-architectures", action="append", metavar="DIR", help="custom architecture package (repeatable)")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens per load request")
     p.add_argument("--profiling-mode", choices=["auto", "on", "detailed", "off"], default="auto",
                    help="MODULAR_ENABLE_PROFILING for the kernel modes (auto: on, unless MAX cannot use NVTX on this GPU)")
@@ -545,12 +601,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("extra", nargs=argparse.REMAINDER, help="-- then extra `max serve` flags")
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("report", help="re-analyse a saved raw capture (.json/.json.gz), show a saved report, or import any supported trace")
+    p = verb("attach", "read-only look at a running `max serve`: its metrics over a window, the GPUs, client latency with --probe, or a load sweep")
+    p.add_argument("url", help="the server's API, http://HOST:PORT")
+    p.add_argument("--metrics-url", help="its Prometheus endpoint (default: http://HOST:8001/metrics, MAX's default port)")
+    p.add_argument("--duration", type=float, default=10.0, help="window in seconds (per concurrency level)")
+    p.add_argument("--probe", action="store_true", help="send a few streaming requests of our own in the window (client TTFT / ITL)")
+    p.add_argument("--concurrency", type=_levels, default=[], metavar="N[,N...]", help="drive our own closed-loop load per level (a sweep) instead")
+    p.add_argument("--slo", type=_slo, default={}, metavar="ttft=MS,itl=MS", help="objectives for goodput")
+    p.add_argument("--max-tokens", type=int, default=64, help="tokens per request of ours")
+    _add_output_flags(p)
+    p.set_defaults(func=cmd_attach)
+
+    p = verb("report", "re-analyse a saved raw capture (.json/.json.gz), show a saved report, or import any supported trace")
     p.add_argument("file", help="a --raw capture, a --json report, or an nsys / rocprofv3 / Kineto / ncu / `max generate --profile` file")
     _add_output_flags(p)
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("diff", help="compare run B against baseline A (raw captures, reports or traces): exit 1 on a significant regression")
+    p = verb("diff", "compare run B against baseline A (raw captures, reports or traces): exit 1 on a significant regression")
     p.add_argument("a", metavar="A", help="the baseline")
     p.add_argument("b", metavar="B", help="the run to judge")
     p.add_argument("--fail-above", type=float, default=5.0, metavar="PCT", help="a significant slowdown above this %% is a regression (exit 1)")

@@ -107,6 +107,8 @@ class Environment(msgspec.Struct, frozen=True):
     python_version: str = ""
     platform: str = ""
     modular_enable_profiling: str | None = None
+    max_profiling_problem: str | None = None
+    """Why MAX cannot run with ``MODULAR_ENABLE_PROFILING=on`` on this machine's GPUs (None: it can, or no GPU)."""
     tools: list[ToolStatus] = []
     warnings: list[str] = []
 
@@ -114,6 +116,52 @@ class Environment(msgspec.Struct, frozen=True):
 # --------------------------------------------------------------------------------------------
 # Capture metadata and host steps
 # --------------------------------------------------------------------------------------------
+
+
+class WeightGroup(msgspec.Struct, frozen=True):
+    """Stored tensors of one role: bytes on disk (= bytes a full read moves), elements, tensor count."""
+
+    bytes: int
+    elements: int
+    tensors: int
+
+
+class ModelWeights(msgspec.Struct, frozen=True):
+    """A model's stored weights by role (``embedding``, ``lm_head``, ``layers``, ``experts``, ``shared_experts``) and by
+    stored dtype (``BF16``, ``F8_E4M3``, ``F32`` scales ...), read from its safetensors headers: what a decode step
+    reads, in the encoding it is stored in (FP8 1 byte + scales, packed FP4, biases)."""
+
+    source: str
+    groups: dict[str, WeightGroup]
+    dtypes: dict[str, int]
+    """Bytes per stored dtype (safetensors names)."""
+    tied_embeddings: bool
+    """No separate lm_head: the output projection reads the embedding table."""
+
+
+class BusyProcess(msgspec.Struct, frozen=True):
+    """Another process that used the CPU during the capture window."""
+
+    pid: int
+    name: str
+    cores: float
+    """CPU seconds it used over the window's seconds (1.0 = one core busy the whole window)."""
+
+
+class HostLoad(msgspec.Struct, frozen=True):
+    """How busy the host's CPUs were over the capture window, split into the profiled process tree and everything
+    else (two snapshots of per-process CPU time; equivalent: ``pidstat 1``)."""
+
+    window_s: float
+    cores: int
+    cpu_busy_pct: float | None
+    """Share of all cores' time not idle over the window."""
+    own_cores: float
+    """Cores' worth of CPU time the profiled process and its children used."""
+    other_cores: float
+    """Cores' worth of CPU time every other process used."""
+    load_avg_1m: float | None = None
+    busiest_others: list[BusyProcess] = []
 
 
 class Capture(msgspec.Struct):
@@ -133,6 +181,12 @@ class Capture(msgspec.Struct):
     """How phases were marked: ``nvtx:<domain>``, ``roctx``, ``host-only`` or None."""
     model_config: dict[str, object] | None = None
     """Selected fields of the model's config.json (hidden size, layers, heads, dtype...)."""
+    model_weights: ModelWeights | None = None
+    """The model's stored weights by role and dtype (safetensors headers), when the folder was readable."""
+    host_load: HostLoad | None = None
+    """The host's CPU load over the capture window (None: not recorded)."""
+    interface: str = ""
+    """How the capture was asked for: ``cli`` (max-profile) or ``python`` (profile() / Profiler); next steps are said the same way."""
     unix_minus_perf_counter_ns: int | None = None
     """Unix time minus the step clock (``time.perf_counter_ns``) in the profiled process: step times plus
     this are Unix nanoseconds (spans). None for imported traces, whose clock is the trace's own."""
@@ -519,6 +573,35 @@ class RequestRecord(msgspec.Struct, frozen=True):
     ttft_ms: float | None = None
     itl_ms: list[float] = []
     error: str | None = None
+    truncated: bool = False
+    """The client stopped reading before the stream ended (the load stopped mid-request)."""
+
+
+class MetricPoint(msgspec.Struct, frozen=True, array_like=True):
+    """One sample of a Prometheus exposition (a histogram's buckets, sum and count are samples of their own)."""
+
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+class MetricsScrape(msgspec.Struct, frozen=True):
+    """One read of a server's /metrics, on the host clock; ``problem`` when it could not be read."""
+
+    t_ns: int
+    url: str
+    points: list[MetricPoint] = []
+    problem: str | None = None
+
+
+class LoadWindow(msgspec.Struct, frozen=True):
+    """One window of load at a fixed concurrency: the requests that overlapped it and the server's metrics around it."""
+
+    concurrency: int
+    window_ns: tuple[int, int]
+    requests: list[RequestRecord] = []
+    metrics_before: MetricsScrape | None = None
+    metrics_after: MetricsScrape | None = None
 
 
 class ServeRun(msgspec.Struct, frozen=True):
@@ -645,6 +728,50 @@ class KernelBreakdown(msgspec.Struct, frozen=True, tag=True):
     (holding the profiled process's GIL); None when the trace was collected outside the process."""
 
 
+class FamilyRoofline(msgspec.Struct, frozen=True):
+    """One priced part of a decode step against the GPU's two roofs: the bytes and FLOPs the model says it must
+    move and do per step, over the time it took (per step), as a share of the datasheet peaks."""
+
+    family: str
+    ms_per_step: float | None
+    """Kernel time per step (the whole step: its host step time, or its kernel time)."""
+    bytes_per_step: float
+    flops_per_step: float
+    achieved_GBps: float | None
+    pct_of_peak_bandwidth: float | None
+    achieved_TFLOPs: float | None
+    pct_of_peak_compute: float | None
+
+
+class DecodeCost(msgspec.Struct, frozen=True, tag=True):
+    """The bytes-and-FLOPs model of one decode step (median batch and context of the decode steps).
+
+    ``weight_bytes``: every weight a token passes through, read once (dense layers, shared experts, the output
+    projection, the routed experts the batch selects), in its stored encoding. ``kv_bytes``: the KV cache of every
+    request (``context_tokens`` is already summed over the batch). Equivalent: ``ncu --metrics dram__bytes.sum``
+    summed over a step's kernels."""
+
+    batch: int
+    context_tokens: float
+    weight_bytes: float
+    kv_bytes: float
+    embedding_bytes: float
+    flops: float
+    weights_basis: str
+    """How the weights were counted: the safetensors headers (stored dtypes) or a config.json estimate."""
+    operand: str
+    """``bf16`` or ``fp8``: which compute peak applies to the matmuls."""
+    gpu: str | None
+    peak_bandwidth_GBps: float | None
+    peak_TFLOPs: float | None
+    step: FamilyRoofline
+    """The whole step over its host step time (p50)."""
+    kernels: FamilyRoofline | None = None
+    """The whole step over its kernel time (when kernels were recorded)."""
+    families: list[FamilyRoofline] = []
+    """Matmul families against the weights, attention against the KV cache."""
+
+
 class StallReason(msgspec.Struct, frozen=True):
     reason: str
     cycles_per_instruction: float
@@ -677,6 +804,16 @@ class KernelAnalysis(msgspec.Struct, frozen=True):
     device: str | None = None
 
 
+class Command(msgspec.Struct, frozen=True):
+    """A measurement to run next, as data: shown as a ``max-profile`` command line to CLI users and as the equivalent
+    Python call to those who profiled from Python (``verb`` ``shell``: another tool's command, the same for both)."""
+
+    verb: str
+    args: dict[str, str | int | float | bool] = {}
+    positional: list[str] = []
+    comment: str | None = None
+
+
 class Finding(msgspec.Struct, frozen=True):
     """A verdict with the evidence it rests on and what to do next."""
 
@@ -687,6 +824,8 @@ class Finding(msgspec.Struct, frozen=True):
     confidence: float
     next_step: str | None = None
     detail: str | None = None
+    command: Command | None = None
+    """The measurement the next step names (rendered for the report's interface: CLI or Python)."""
 
 
 class PreflightCheck(msgspec.Struct, frozen=True):
@@ -717,6 +856,62 @@ class Histogram(msgspec.Struct, frozen=True):
     counts: list[int]
 
 
+class LatencyStats(msgspec.Struct, frozen=True):
+    """Percentiles of one latency (ms) over the requests or tokens of a window."""
+
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    samples: int
+
+
+class ServerMetrics(msgspec.Struct, frozen=True):
+    """What the server's own metrics say about a window: counter and histogram deltas, gauges at its end.
+
+    Read from ``max serve``'s Prometheus endpoint before and after the window; a metric the server does not export
+    stays None and is listed in ``missing``. Equivalent: two ``curl -s HOST:8001/metrics`` and a subtraction."""
+
+    url: str
+    window_s: float
+    requests: float | None = None
+    output_tokens: float | None = None
+    batches: dict[str, float] = {}
+    """Batches executed in the window by batch type (CE: context encoding / prefill, TG: token generation / decode)."""
+    batch_execution_ms_mean: dict[str, float] = {}
+    batch_size_mean: float | None = None
+    ttft_ms_mean: float | None = None
+    itl_ms_mean: float | None = None
+    requests_queued: float | None = None
+    requests_running: float | None = None
+    kv_cache_used_pct: float | None = None
+    kv_blocks_used: float | None = None
+    kv_blocks_total: float | None = None
+    preemptions: float | None = None
+    missing: list[str] = []
+    unavailable: str | None = None
+
+
+class LoadLevel(msgspec.Struct, frozen=True):
+    """One concurrency level of a load sweep, client and server side.
+
+    Goodput: completed requests per second that met every SLO (TTFT and the request's p90 inter-token latency)."""
+
+    concurrency: int
+    window_s: float
+    requests: int
+    completed: int
+    failed: int
+    output_tokens: int
+    output_tok_per_s: float
+    request_rate_rps: float
+    ttft_ms: LatencyStats
+    itl_ms: LatencyStats
+    goodput_rps: float | None = None
+    slo_met_pct: float | None = None
+    gpu_utilization_pct: float | None = None
+    server: ServerMetrics | None = None
+
+
 class ServeSummary(msgspec.Struct, frozen=True):
     """What a `max-profile serve` capture measured from the client side, and how the server ran."""
 
@@ -737,6 +932,8 @@ class ServeSummary(msgspec.Struct, frozen=True):
     first_error: str | None = None
     ttft_histogram: Histogram | None = None
     itl_histogram: Histogram | None = None
+    output_tok_per_s: float | None = None
+    """Tokens streamed to the client over the window's seconds (all requests)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -819,12 +1016,21 @@ class Report(msgspec.Struct):
     step_summary: StepSummary | Unavailable | None = None
     utilization: UtilizationSection | Unavailable | None = None
     kernels: KernelBreakdown | Unavailable | None = None
+    decode_cost: DecodeCost | None = None
+    """The decode step's bytes-and-FLOPs model against the GPU's peaks (needs the model's config or weights)."""
     kernel_analyses: list[KernelAnalysis] = []
     findings: list[Finding] = []
     preflight: list[PreflightResult] = []
     serve: ServeSummary | None = None
+    server_metrics: ServerMetrics | None = None
+    """The server's own metrics over the (last) window of a serve / attach capture."""
+    load_levels: list[LoadLevel] = []
+    """A concurrency sweep, one entry per level (``--concurrency 1,4,16``)."""
+    slo_ms: dict[str, float] = {}
     next_measurement: str | None = None
-    """The next, costlier measurement the escalation plan proposes (exact command), if any."""
+    """The next, costlier measurement the escalation plan proposes (exact command, in the capture's interface), if any."""
+    next_command: Command | None = None
+    """The same as data."""
     artifacts: list[str] = []
     notes: list[str] = []
     """What the collection and analysis left out or assumed (dropped records, clock alignment...)."""
@@ -904,6 +1110,10 @@ class RawCapture(msgspec.Struct):
     """Seconds the in-process kernel tracer spent in its buffer callbacks while recording."""
     requests: list[RequestRecord] = []
     serve: ServeRun | None = None
+    load_windows: list[LoadWindow] = []
+    """The load windows of a serve / attach capture (one, or one per concurrency level of a sweep)."""
+    slo_ms: dict[str, float] = {}
+    """Service-level objectives for goodput: ``ttft`` and / or ``itl`` in ms."""
     ncu_launches: list[NcuLaunch] = []
     preflight: list[PreflightResult] = []
     artifacts: list[str] = []

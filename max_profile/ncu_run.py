@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from max_profile.analyze.families import distinctive_regex
@@ -54,7 +54,8 @@ def ncu_command(ncu: str, name: str, launches: int, launch_skip: int, section_se
             "-c", str(launches), "--set", section_set, "-o", report, "-f", *target]
 
 
-def run_ncu(cmd: list[str], log_path: Path, timeout_s: float, progress: Callable[[str], None]) -> str:
+def run_ncu(cmd: list[str], log_path: Path, timeout_s: float, progress: Callable[[str], None]) -> tuple[int, str]:
+    """(ncu's exit code, its log: ncu's own ``==PROF==`` / ``==ERROR==`` lines and the application's output)."""
     progress("running: " + " ".join(cmd))
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=clean_child_env(), start_new_session=True)
@@ -69,7 +70,66 @@ def run_ncu(cmd: list[str], log_path: Path, timeout_s: float, progress: Callable
         except BaseException:
             kill_group(proc, grace_s=10)
             raise
-    return log_path.read_text(errors="replace")
+    return int(proc.returncode), log_path.read_text(errors="replace")
+
+
+_APP_ERROR = re.compile(r"==ERROR== The application returned an error code \((-?\d+)\)")
+_SIGNALS = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 7: "SIGBUS", 4: "SIGILL", 8: "SIGFPE"}
+_APP_CRASH_LINE = re.compile(r"(malloc\(\)|free\(\)|double free|corrupted|Segmentation fault|core dumped|Aborted|"
+                             r"Traceback \(most recent call last\)|Error:|error:|CUDA_ERROR|terminate called|Fatal|FATAL|ABORT)")
+
+
+@dataclass(frozen=True)
+class NcuOutcome:
+    """What an ncu run's log says happened: the application's exit code under ncu, ncu's own errors,
+    whether it matched no launch, and the application's last output lines."""
+
+    app_exit_code: int | None
+    ncu_errors: list[str]
+    no_kernels: bool
+    app_tail: list[str]
+
+    @property
+    def app_crashed(self) -> bool:
+        return self.app_exit_code not in (None, 0)
+
+
+def read_ncu_log(text: str, tail: int = 6) -> NcuOutcome:
+    """Parse an ncu log. ``==ERROR== The application returned an error code (N)`` means the profiled program
+    itself failed under ncu (N = its exit code; a signal number when it crashed: 6 abort, 11 segfault)."""
+    codes = [int(m.group(1)) for m in _APP_ERROR.finditer(text)]
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    ncu_errors = [ln[:300] for ln in lines if ln.startswith("==ERROR==") and not _APP_ERROR.search(ln)]
+    app_lines = [ln[:300] for ln in lines if not ln.startswith("==")]
+    # the lines that explain a crash (allocator aborts, tracebacks, MAX errors), else simply the last ones
+    telling = [ln for ln in app_lines if _APP_CRASH_LINE.search(ln)]
+    return NcuOutcome(app_exit_code=codes[-1] if codes else None, ncu_errors=ncu_errors, no_kernels=NO_KERNELS in text,
+                      app_tail=(telling or app_lines)[-tail:])
+
+
+def crash_message(outcome: NcuOutcome, ncu_exit: int, graphs: bool | None) -> str:
+    """One line for a profiled program that died under ncu: its exit code (a signal named), its last lines, and what to try."""
+    code = outcome.app_exit_code
+    if code in _SIGNALS:
+        msg = f"the profiled generation crashed under ncu (the application returned error code {code}: {_SIGNALS[code]}; ncu exit {ncu_exit})"
+    else:
+        msg = f"the profiled generation failed under ncu (the application returned error code {code}; ncu exit {ncu_exit})"
+    if outcome.app_tail:
+        msg += ": " + " | ".join(outcome.app_tail)
+    if outcome.ncu_errors:
+        msg += "; ncu: " + " | ".join(outcome.ncu_errors[-2:])
+    if graphs:
+        msg += (". The child ran with device graphs on (--device-graph-capture): MAX 26.7 captured its graphs under ncu and "
+                "crashed on the H200 that way; leave the flag out (device graphs off under ncu, the default)")
+    else:
+        msg += ". Re-run it without ncu (`max-profile run --model-path P --kernels off`) to see whether the program fails on its own"
+    return msg
+
+
+GRAPHS_OFF_UNDER_NCU_NOTE = (
+    "the profiled generation ran with device graphs off: ncu replays each launch on its own, and MAX 26.7 capturing its "
+    "device graphs under ncu crashed the process on the H200 (malloc abort / segfault); the kernels are the same code, "
+    "launched eagerly (--device-graph-capture forces graphs on)")
 
 
 @dataclass
@@ -84,6 +144,10 @@ class KernelRun:
     timeout_s: float = 1800.0
     output_dir: str | None = None
     suggest_from: str | None = None
+    batch_size: int = 1
+    custom_architectures: list[str] = field(default_factory=list)
+    device_graph_capture: bool = False
+    """Device graphs in the profiled child: off unless forced (see GRAPHS_OFF_UNDER_NCU_NOTE)."""
 
 
 def profile_kernel(run: KernelRun, progress: Callable[[str], None]) -> RawCapture:
@@ -95,19 +159,34 @@ def profile_kernel(run: KernelRun, progress: Callable[[str], None]) -> RawCaptur
     work.mkdir(parents=True, exist_ok=True)
     report_base = str(work / "kernel")
     target = [sys.executable, "-m", "max_profile", "-q", "run", "--model-path", run.model_path, "--devices", run.devices,
-              "--max-new-tokens", str(run.max_new_tokens), "--warmup", "0", "--kernels", "off"]
+              "--max-new-tokens", str(run.max_new_tokens), "--warmup", "0", "--kernels", "off", "--batch-size", str(run.batch_size),
+              "--device-graph-capture" if run.device_graph_capture else "--no-device-graph-capture"]
+    for spec in run.custom_architectures:
+        target += ["--custom-architectures", spec]
     cmd = ncu_command(ncu, run.name, run.launches, run.launch_skip, run.section_set, report_base, target)
-    out = run_ncu(cmd, work / "ncu.log", run.timeout_s, progress)
+    ncu_exit, out = run_ncu(cmd, work / "ncu.log", run.timeout_s, progress)
     if any(e in out for e in PERMISSION_ERRORS):
         raise CaptureError(PERMISSION_FIX)
-    if NO_KERNELS in out or not os.path.exists(report_base + ".ncu-rep"):
-        raise CaptureError(no_kernels_message(run.name, run.suggest_from))
+    outcome = read_ncu_log(out)
+    have_report = os.path.exists(report_base + ".ncu-rep")
+    if outcome.app_crashed and not have_report:
+        raise CaptureError(crash_message(outcome, ncu_exit, run.device_graph_capture))
+    if not have_report:
+        if outcome.no_kernels:
+            raise CaptureError(no_kernels_message(run.name, run.suggest_from))
+        why = " | ".join(outcome.ncu_errors[-2:] or outcome.app_tail[-3:]) or "no output"
+        raise CaptureError(f"ncu wrote no report (ncu exit {ncu_exit}): {why}; its log: {work / 'ncu.log'}")
     pages = export_ncu_pages(ncu, report_base + ".ncu-rep", str(work))
     raw = ncu_capture(pages["details"], pages["raw"], target=f"ncu:{run.name}")
     raw.environment = detect_environment(check_tools=False)
     raw.capture.model_path = run.model_path
     raw.capture.devices = run.devices
+    raw.capture.device_graph_capture = bool(run.device_graph_capture)
     raw.artifacts = [f"{report_base}.ncu-rep  (open with: ncu-ui {report_base}.ncu-rep)", pages["details"], pages["raw"]]
+    if not run.device_graph_capture:
+        raw.notes.append(GRAPHS_OFF_UNDER_NCU_NOTE)
+    if outcome.app_crashed:
+        raw.notes.append(crash_message(outcome, ncu_exit, run.device_graph_capture) + " — after the launches above were profiled")
     return raw
 
 

@@ -30,10 +30,12 @@ from max_profile.analyze.report import build_report
 from max_profile.collect.cupti_native import make_cupti_collector
 from max_profile.collect.environment import detect_environment
 from max_profile.collect.gpu_sampling import DEFAULT_INTERVAL_S, GpuSampler
+from max_profile.collect.host_load import HostLoadProbe
 from max_profile.collect.markers import make_marker
+from max_profile.collect.model_files import read_model_config, read_model_weights
 from max_profile.collect.pipeline_hook import PipelineHook, resolve_pipeline, synchronize_accelerators
 from max_profile.errors import InputError, MaxProfileError
-from max_profile.model import Capture, Environment, KernelTable, RawCapture, Report, ranges_within
+from max_profile.model import Capture, Environment, HostLoad, KernelTable, RawCapture, Report, ranges_within
 
 KernelMode = Literal["off", "cupti", "nvtx-log", "auto"]
 KERNEL_MODES: tuple[str, ...] = ("off", "cupti", "nvtx-log", "auto")
@@ -77,10 +79,12 @@ class _Recording:
         self.notes: list[str] = [note] if note else []
         self.hook = PipelineHook(owner.pipeline, marker, on_step=owner._step_done)
         self.sampler: GpuSampler | None = None
+        self.host_load = HostLoadProbe()
         self.cupti: Any = None
         self.started = 0.0
         self.kernels: KernelTable = KernelTable.empty()
         self.kernel_problem: str | None = None
+        self.load: HostLoad | None = None
 
     def start(self) -> None:
         """Tracers first, the step hook last: the first step recorded already has every collector running."""
@@ -88,6 +92,7 @@ class _Recording:
         self.hook.check_free()  # a busy pipeline fails before anything starts
         try:
             self.started = time.time()
+            self.host_load.start()
             if owner.kernel_mode == "cupti":
                 try:
                     self.cupti = make_cupti_collector(self.notes)
@@ -135,6 +140,7 @@ class _Recording:
                     self.kernel_problem = f"CUPTI flush failed: {err}"
             if self.sampler is not None:
                 self.sampler.stop(failed=failed)
+            self.load = self.host_load.stop()
         finally:
             self.hook.uninstall()
 
@@ -153,7 +159,10 @@ class _Recording:
             + ([self.sampler.source] if self.sampler is not None else [])
             + ([f"kernels:{owner.kernel_mode}"] if owner.kernel_mode != "off" else []),
             phase_markers=self.hook.marker.kind,
-            model_config=owner._model_config(),
+            model_config=read_model_config(owner.model_path) if owner.model_path else None,
+            model_weights=read_model_weights(owner.model_path) if owner.model_path else None,
+            host_load=self.load,
+            interface="python",
             unix_minus_perf_counter_ns=UNIX_MINUS_PERF_COUNTER_NS,
         )
         raw = RawCapture(environment=owner.environment, capture=capture, steps=steps, sample_interval_s=owner.sample_interval_s, notes=list(self.notes))
@@ -380,12 +389,6 @@ class Profiler:
         if self._on_step is not None:
             self._on_step(step)
 
-    def _model_config(self) -> dict[str, object] | None:
-        if not self.model_path:
-            return None
-        from max_profile.analyze.bandwidth import read_model_config
-
-        return read_model_config(self.model_path)
 
 
 class ProfileSession(Profiler):

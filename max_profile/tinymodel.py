@@ -19,7 +19,12 @@ from typing import Literal
 
 import numpy as np
 
-Dtype = Literal["float32", "bfloat16"]
+Dtype = Literal["float32", "bfloat16", "float8_e4m3fn"]
+"""``float8_e4m3fn``: block-scaled FP8 as DeepSeek / Qwen3-FP8 checkpoints store it (``quant_method: fp8``,
+``weight_block_size [128, 128]``, dynamic activation scales): the layers' projections in FP8 E4M3 with one float32
+scale per 128x128 block (``<proj>.weight_scale``, the name MAX's Linear reads); embeddings, norms and lm_head in bf16."""
+
+FP8_BLOCK = 128
 
 
 DEFAULT_CHAT_TEMPLATE = (
@@ -68,22 +73,51 @@ def _bf16_bytes(a: np.ndarray) -> bytes:
     return rounded.astype(np.uint16).tobytes()
 
 
+def _e4m3_table() -> tuple[np.ndarray, np.ndarray]:
+    """Every finite FP8 E4M3 (fn) value, sorted, and its byte code (NaN codes 0x7F / 0xFF left out)."""
+    codes = np.array([c for c in range(256) if c & 0x7F != 0x7F], dtype=np.uint8)
+    sign = np.where(codes & 0x80, -1.0, 1.0)
+    exp = (codes >> 3) & 0xF
+    man = (codes & 0x7).astype(np.float64)
+    values = sign * np.where(exp == 0, man / 8.0 * 2.0**-6, (1.0 + man / 8.0) * 2.0 ** (exp.astype(np.float64) - 7))
+    order = np.argsort(values, kind="stable")
+    return values[order], codes[order]
+
+
+def _e4m3_bytes(a: np.ndarray) -> bytes:
+    """float32 -> FP8 E4M3 (fn) by nearest value (saturating at +-448), as raw bytes."""
+    values, codes = _e4m3_table()
+    x = np.clip(np.ascontiguousarray(a, dtype=np.float64).reshape(-1), values[0], values[-1])
+    hi = np.clip(np.searchsorted(values, x), 1, values.size - 1)
+    nearest = np.where(np.abs(values[hi - 1] - x) <= np.abs(values[hi] - x), hi - 1, hi)
+    return codes[nearest].tobytes()
+
+
+_ENCODERS: dict[str, tuple[int, Callable[[np.ndarray], bytes]]] = {
+    "F32": (4, lambda a: np.ascontiguousarray(a, dtype=np.float32).tobytes()),
+    "BF16": (2, _bf16_bytes),
+    "F8_E4M3": (1, _e4m3_bytes),
+}
+"""safetensors dtype -> (bytes per element, encoder from float32)."""
+
 TensorSpec = tuple[tuple[int, ...], Callable[[], np.ndarray]]
+"""(shape, make): ``make`` returns float32 values, or a uint8 array already in the stored encoding (tiled FP8 codes)."""
 
 
-def write_safetensors(path: Path, tensors: dict[str, TensorSpec], dtype: Dtype) -> None:
+def write_safetensors(path: Path, tensors: dict[str, TensorSpec], dtype: Dtype, *, stored: dict[str, str] | None = None) -> None:
     """Write tensors as a safetensors file (8-byte header length, JSON header, raw data).
 
     Each tensor is (shape, make) and is generated only when written, so a multi-GB model never
-    sits in memory at once.
+    sits in memory at once. ``stored`` gives a tensor's safetensors dtype when it is not the model's
+    (FP8 projections and their float32 scales).
     """
-    st_dtype = "BF16" if dtype == "bfloat16" else "F32"
-    itemsize = 2 if dtype == "bfloat16" else 4
+    default = "BF16" if dtype in ("bfloat16", "float8_e4m3fn") else "F32"
+    kinds = {name: (stored or {}).get(name, default) for name in tensors}
     header: dict[str, object] = {}
     offset = 0
     for name, (shape, _) in tensors.items():
-        nbytes = int(np.prod(shape)) * itemsize
-        header[name] = {"dtype": st_dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        nbytes = int(np.prod(shape)) * _ENCODERS[kinds[name]][0]
+        header[name] = {"dtype": kinds[name], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     header["__metadata__"] = {"format": "pt"}
     raw = json.dumps(header).encode()
@@ -91,9 +125,10 @@ def write_safetensors(path: Path, tensors: dict[str, TensorSpec], dtype: Dtype) 
     with open(path, "wb") as fh:
         fh.write(struct.pack("<Q", len(raw)))
         fh.write(raw)
-        for shape, make in tensors.values():
-            a = np.ascontiguousarray(make(), dtype=np.float32).reshape(shape)
-            fh.write(_bf16_bytes(a) if dtype == "bfloat16" else a.tobytes())
+        for name, (shape, make) in tensors.items():
+            values = make()
+            encoded = values.dtype == np.uint8 and _ENCODERS[kinds[name]][0] == 1
+            fh.write(values.tobytes() if encoded else _ENCODERS[kinds[name]][1](np.ascontiguousarray(values, dtype=np.float32).reshape(shape)))
 
 
 def _train_tokenizer(out: Path, vocab_target: int, chat_template: str | None) -> tuple[int, dict[str, int]]:
@@ -168,12 +203,15 @@ def build_tiny_llama(
         "bos_token_id": ids["<|begin_of_text|>"],
         "eos_token_id": ids["<|eot_id|>"],
         "pad_token_id": ids["<|pad|>"],
-        "torch_dtype": dtype,
+        "torch_dtype": "bfloat16" if dtype == "float8_e4m3fn" else dtype,
         "attention_bias": False,
         "mlp_bias": False,
         "initializer_range": 0.02,
         **shape.extra_config,
     }
+    if dtype == "float8_e4m3fn":
+        config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                         "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
     (path / "config.json").write_text(json.dumps(config, indent=2))
     gen = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
     (path / "generation_config.json").write_text(json.dumps(gen, indent=2))
@@ -215,7 +253,25 @@ def build_tiny_llama(
             return lambda: (fresh.standard_normal(dims, dtype=np.float32) * 0.02).astype(np.float32)
 
         tensors = {name: ((dims, normal(dims)) if len(dims) == 2 else (dims, make)) for name, (dims, make) in tensors.items()}
-    write_safetensors(path / "model.safetensors", tensors, dtype)
+    stored: dict[str, str] = {}
+    if dtype == "float8_e4m3fn":
+        codes = np.frombuffer(_e4m3_bytes(block), dtype=np.uint8)  # encoded once: big projections tile the codes
+
+        def tiled_codes(n: int) -> Callable[[], np.ndarray]:
+            return lambda: np.resize(codes, n)
+
+        def unit_scales(dims: tuple[int, int]) -> Callable[[], np.ndarray]:
+            return lambda: np.ones(dims, np.float32)
+
+        for name in [n for n, (dims, _) in tensors.items() if n.startswith("model.layers.") and len(dims) == 2]:
+            rows, cols = tensors[name][0]
+            if rows * cols > block.size:
+                tensors[name] = ((rows, cols), tiled_codes(rows * cols))
+            scale = name.removesuffix(".weight") + ".weight_scale"
+            blocks = (-(-rows // FP8_BLOCK), -(-cols // FP8_BLOCK))
+            tensors[scale] = (blocks, unit_scales(blocks))
+            stored[name], stored[scale] = "F8_E4M3", "F32"
+    write_safetensors(path / "model.safetensors", tensors, dtype, stored=stored)
     (path / "max_profile_model.json").write_text(
         json.dumps({"builder": "max_profile.tinymodel", "dtype": dtype, "shape": asdict(shape), "seed": seed})
     )

@@ -230,3 +230,56 @@ def test_ncu_rep_is_read_through_ncu_import(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr("max_profile.collect.environment.find_tool", lambda name: None)
     with pytest.raises(ToolMissingError, match="ncu is needed for reading .*Install: Nsight Compute"):
         import_trace(str(rep))
+
+
+def _fake_ncu_run(folder: Path, log: str, write_report: bool) -> Path:
+    """A FAKE `ncu` for a profiling run (CI has no Nsight Compute): prints ``log`` as ncu prints its own lines and the
+    application's output, records its arguments, and writes the ``-o`` report only when ``write_report``."""
+    script = folder / "ncu"
+    (folder / "log.txt").write_text(log)
+    report = ('out=""; prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done; '
+              'printf x > "$out.ncu-rep"\n') if write_report else ""
+    script.write_text("#!/bin/sh\n# FAKE ncu for tests\n"
+                      "case \"$*\" in *--version*) echo 'Version 2025.3.1.0'; exit 0;; esac\n"
+                      f"echo \"$@\" > '{folder}/args.txt'\ncat '{folder}/log.txt'\n{report}exit 0\n")
+    script.chmod(0o755)
+    return script
+
+
+# ncu's lines as Nsight Compute 2025.3.1 prints them (`==PROF==` / `==ERROR==` / `==WARNING==`), around the application's own output
+CRASH_LOG = """==PROF== Connected to process 1234 (/opt/torch/.venv/bin/python3.12)
+[max-profile    1.0s] loading /tmp/m24 on gpu
+malloc(): unaligned tcache chunk detected
+==PROF== Disconnected from process 1234
+==ERROR== The application returned an error code (6).
+==WARNING== No kernels were profiled.
+"""
+NO_MATCH_LOG = """==PROF== Connected to process 1234 (/opt/torch/.venv/bin/python3.12)
+==PROF== Disconnected from process 1234
+==WARNING== No kernels were profiled.
+"""
+
+
+@pytest.mark.parametrize("log, expect", [
+    (CRASH_LOG, "crashed under ncu .*error code 6: SIGABRT.*malloc\\(\\): unaligned tcache chunk detected"),
+    (CRASH_LOG.replace("(6)", "(11)"), "error code 11: SIGSEGV"),
+    (NO_MATCH_LOG, "ncu profiled no kernel: the filter 'regex:gemv_split_k' matched no launch"),
+])
+def test_kernel_run_tells_a_crash_from_no_match(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log: str, expect: str) -> None:
+    """A profiled program that dies under ncu is reported as a crash (its error code named, a signal spelled out, its last
+    telling line), never as "no match"; a real no-match still says so. The child runs with device graphs off."""
+    from max_profile.errors import CaptureError
+    from max_profile.ncu_run import KernelRun, profile_kernel
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _fake_ncu_run(bin_dir, log, write_report=False)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"x")
+    with pytest.raises(CaptureError, match=expect):
+        profile_kernel(KernelRun(name="gemv_split_k", model_path=str(model), output_dir=str(tmp_path / "out")), progress=lambda m: None)
+    args = (bin_dir / "args.txt").read_text().split()
+    assert "--no-device-graph-capture" in args and args[args.index("-k") + 1] == "regex:gemv_split_k"

@@ -270,7 +270,7 @@ def test_worker_hook_prepares_before_the_window(tmp_path: Path, loads_driver: bo
     CUPTI up front (here a stand-in libcuda.so.1 and no usable CUPTI: it says why, before `start`)."""
     import shutil
 
-    from max_profile.serve import _prepare_worker_hook
+    from max_profile.collect.worker_protocol import WorkerHook
 
     folder = tmp_path / "cupti"
     folder.mkdir()
@@ -291,7 +291,7 @@ def test_worker_hook_prepares_before_the_window(tmp_path: Path, loads_driver: bo
     try:
         time.sleep(0.5)
         assert not any(folder.iterdir()), "the hook must wait for `prepare`"
-        line = _prepare_worker_hook(folder, _Child(proc), timeout_s=3 if not loads_driver else 60)  # type: ignore[arg-type]
+        line = WorkerHook(folder).prepare(_Child(proc).alive, timeout_s=3 if not loads_driver else 60)
         names = sorted(p.name for p in folder.iterdir())
         if loads_driver:
             assert f"unavailable-{proc.pid}.txt" in names and "CUPTI unavailable in the model worker" in line, (names, line)
@@ -303,7 +303,7 @@ def test_worker_hook_prepares_before_the_window(tmp_path: Path, loads_driver: bo
             assert f"skipped-{proc.pid}.txt" in names and not any(n.startswith(("ready-", "unavailable-")) for n in names), names
             assert "no process answered as CUPTI-ready" in line
     finally:
-        (folder / "stop").touch()
+        WorkerHook(folder).quit()
         proc.kill()
         proc.wait()
 

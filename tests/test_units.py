@@ -195,12 +195,15 @@ def test_cupti_api_records_kept_for_launch_calls_only() -> None:
 def test_serve_coverage_reports_the_tracer_share_of_the_window(tmp_path: Path) -> None:
     import json
 
-    from max_profile.serve import _coverage
+    from max_profile.collect.worker_protocol import WorkerHook
 
-    assert _coverage(tmp_path, (0, 10_000_000_000)) == ("", None)
-    (tmp_path / "coverage-77.json").write_text(json.dumps({"started_ns": 100_000_000, "stopped_ns": 12_000_000_000, "dropped": 0,
-                                                           "callback_s": 3.87, "api_records": 72983, "api_filter": "launch calls only"}))
-    text, callback_s = _coverage(tmp_path, (0, 10_000_000_000))
+    hook = WorkerHook(tmp_path)
+    assert hook._coverage(1, (0, 10_000_000_000)) is None
+    (tmp_path / "coverage-77-1.json").write_text(json.dumps({"started_ns": 100_000_000, "stopped_ns": 12_000_000_000, "dropped": 0,
+                                                             "callback_s": 3.87, "api_records": 72983, "api_filter": "launch calls only"}))
+    coverage = hook._coverage(1, (0, 10_000_000_000))
+    assert coverage is not None and hook._coverage(2, (0, 10_000_000_000)) is None  # one window's file, not another's
+    text, callback_s = coverage.describe(), coverage.callback_s
     assert text == ", recorded 9.9 of 10.0 s, 3.87 s in CUPTI callbacks for 72983 API records" and callback_s == pytest.approx(3.87)
     from max_profile.analyze.report import tracer_overhead_pct
 

@@ -57,7 +57,7 @@ FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
     ("collective", r"allreduce|all_reduce|allgather|all_gather|reduce_scatter|reducescatter|nccl|rccl|ep_dispatch|ep_combine|dispatch_kernel|combine_kernel|shmem|\bdispatch\b|\bcombine\b|broadcast_pull|multimem"),
     ("sampling", r"topk_topp|top_k_top_p|topp_sampling|sampling|sample_|argmax|logits_processor|min_p|temperature|rejection_sampler|logsoftmax_sampler|gumbel"),
     ("moe_routing", r"moe_create_indices|moe_router|router|topk_route|topk_softmax|moe_align|route_|expert_ids|moe_.*indices|^topk|_topk_"),
-    ("grouped_matmul", r"grouped|block_scaled|moe_matmul|expert.*matmul|bmm_grouped|group_gemm|ragged_matmul|fused_moe"),
+    ("grouped_matmul", r"grouped|block_?(wise_)?scaled|moe_matmul|expert.*matmul|bmm_grouped|group_gemm|ragged_matmul|fused_moe|fp8_quantization_naive"),
     ("quantize", r"quantize|quant_|block_scales|scale_layout|dequant|fp8_cast|to_fp8|nvfp4|mxfp4|scales_interleave|cast_to_f8"),
     ("attention", r"\bmha\b|_mha|mha_|\bmla\b|_mla|mla_|flash|attention|attn|fmha|decode_attn|paged_attention|mo\.mha|flare"),
     ("rope", r"rope|rotary|freqs_cis"),
@@ -71,6 +71,24 @@ FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
 )
 
 _COMPILED: tuple[tuple[str, re.Pattern[str]], ...] = tuple((f, re.compile(p)) for f, p in FAMILY_PATTERNS)
+
+SLOW_PATHS: tuple[tuple[str, str, str], ...] = (
+    ("fp8_quantization_naive|naive_blockwise_scaled",
+     "MAX's naive FP8 block-scaled matmul (a CUDA-core fallback, no tensor cores)",
+     "MAX 26.7 takes this fallback for block-scaled FP8 weights its fast path does not cover on this GPU: try per-channel "
+     "FP8 scales (a checkpoint without weight_block_size, or compressed-tensors channel scaling), bf16 weights "
+     "(--quantization-encoding bfloat16 on a bf16 checkpoint), or a GPU with a block-scaled tensor-core path (sm100); "
+     "report the GPU and scale layout to Modular"),
+    (r"(^|_)naive(_|$)", "a naive fallback kernel", "MAX used a reference (naive) kernel here: another encoding or shape may hit a tuned kernel; report it to Modular"),
+)
+"""Kernels that are known slow paths (regex on the normalized name, what it is, what to try): named in verdicts."""
+_SLOW_COMPILED = tuple((re.compile(p), what, advice) for p, what, advice in SLOW_PATHS)
+
+
+def slow_path(name: str) -> tuple[str, str] | None:
+    """(what it is, what to try) when a kernel name is a known slow fallback (see :data:`SLOW_PATHS`), else None."""
+    n = base_name(name).lower()
+    return next(((what, advice) for pattern, what, advice in _SLOW_COMPILED if pattern.search(n)), None)
 
 _ARCH_PREFIX = re.compile(r"^(sm_?\d{2,3}[a-z]?|gfx\d{3,4}[a-z]?|mi\d{3}[a-z]?|cdna\d|hopper|blackwell|ampere)_+", re.I)
 _HASH_SUFFIX = re.compile(r"(_+[0-9a-f]{8,}|_+(?![a-z]+(?:[A-Z][a-z]+)+$)[A-Za-z0-9]{16,})$")

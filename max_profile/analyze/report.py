@@ -10,16 +10,20 @@ and the next measurement planned once (:mod:`~max_profile.analyze.plan`). Pure: 
 from __future__ import annotations
 
 import msgspec
+import numpy as np
 
 from max_profile.analyze.breakdown import breakdown_from_totals, build_breakdown
+from max_profile.analyze.commands import say
+from max_profile.analyze.load import load_level
 from max_profile.analyze.ncu import analyze_launch, kernel_findings
-from max_profile.analyze.plan import next_measurement
+from max_profile.analyze.plan import next_command
+from max_profile.analyze.roofline import decode_roofline
 from max_profile.analyze.rules import Thresholds, evaluate
 from max_profile.analyze.serve import summarize_serve
 from max_profile.analyze.steps import summarize_steps
 from max_profile.analyze.timeline import step_timeline
 from max_profile.analyze.utilization import summarize_gpus, window_samples
-from max_profile.model import KernelBreakdown, RawCapture, Report, Unavailable, UtilizationSection
+from max_profile.model import DecodeCost, KernelBreakdown, RawCapture, Report, Unavailable, UtilizationSection
 
 
 def tracer_overhead_pct(callback_s: float | None, window: tuple[int, int] | None) -> float | None:
@@ -27,6 +31,43 @@ def tracer_overhead_pct(callback_s: float | None, window: tuple[int, int] | None
     if callback_s is None or window is None or window[1] <= window[0]:
         return None
     return 100.0 * callback_s / ((window[1] - window[0]) / 1e9)
+
+
+def observed_device_graphs(raw: RawCapture, kernels: KernelBreakdown | Unavailable | None) -> tuple[bool | None, str]:
+    """Whether device graphs ran, from the trace itself: kernels recorded inside graphs or graph launches say on; a
+    tracer that records graph membership (its graph-id column) seeing many kernels and none in a graph says off.
+    (None, "") when the trace cannot tell (MAX's op ranges, summaries)."""
+    if isinstance(kernels, KernelBreakdown) and kernels.graph_kernels:
+        return True, f"{kernels.graph_kernels:,} of {kernels.kernels:,} kernels inside graphs"
+    if raw.graph_launches:
+        return True, f"{raw.graph_launches:,} graph launches"
+    if isinstance(kernels, KernelBreakdown) and raw.kernels.graph_id is not None and kernels.kernels >= GRAPHS_OFF_MIN_KERNELS:
+        return False, f"{kernels.kernels:,} kernels, none inside a graph"
+    return None, ""
+
+
+GRAPHS_OFF_MIN_KERNELS = 100
+"""Kernels a graph-aware trace needs, none of them in a graph, before it says device graphs were off."""
+
+
+def decode_cost_of(report: Report) -> DecodeCost | None:
+    """The decode step's bytes-and-FLOPs model from the decode steps (median batch, summed context, p50 time) and the
+    decode phase's kernel families; None without decode steps or a model description."""
+    cfg = dict(report.capture.model_config or {})
+    weights = report.capture.model_weights
+    steps = [s for s in report.steps if s.phase == "decode" and s.batch_size > 0]
+    if not steps or not (cfg or weights):
+        return None
+    gpu = report.environment.gpus[0].name if report.environment.gpus else None
+    per_step: dict[str, float] | None = None
+    k = report.kernels
+    if isinstance(k, KernelBreakdown) and not k.source.startswith("nvtx-log"):
+        d = next((p for p in k.phases if p.phase == "decode"), None)
+        if d is not None and d.steps:
+            per_step = {r.family: r.total_ms / d.steps for r in d.families}
+    return decode_roofline(cfg, weights, gpu, batch=int(np.median([s.batch_size for s in steps])),
+                           context_tokens=float(np.median([s.context_tokens or 0 for s in steps])),
+                           step_ms=float(np.median([s.duration_ns / 1e6 for s in steps])), family_ms_per_step=per_step)
 
 
 def build_report(raw: RawCapture, *, tool_version: str = "", thresholds: Thresholds | None = None) -> Report:
@@ -78,13 +119,26 @@ def build_report(raw: RawCapture, *, tool_version: str = "", thresholds: Thresho
     elif raw.kernel_totals:
         kernels = breakdown_from_totals(raw.kernel_totals, source=raw.kernel_source or "kernel totals")
 
+    if raw.load_windows:
+        levels = [load_level(w, raw.slo_ms, raw.samples) for w in raw.load_windows]
+        report.server_metrics = levels[-1].server
+        report.slo_ms = dict(raw.slo_ms)
+        if len(levels) > 1:
+            report.load_levels = levels
     if raw.serve is not None:
         report.serve = summarize_serve(raw.serve, raw.requests, raw.window_ns)
         if report.serve.requests and report.serve.requests == report.serve.failed_requests and kernels is None:
             kernels = Unavailable(f"no request completed in the window: {report.serve.first_error or 'no request completed'}")
     report.kernels = kernels
+    observed, why = observed_device_graphs(raw, kernels)
+    if observed is not None and observed != raw.capture.device_graph_capture:
+        said = {True: "on", False: "off", None: "left to MAX"}[raw.capture.device_graph_capture]
+        notes.append(f"device graphs {'on' if observed else 'off'}, from what ran ({why}); the capture's settings said {said}")
+        report.capture = msgspec.structs.replace(raw.capture, device_graph_capture=observed)
+    report.decode_cost = decode_cost_of(report)
     report.kernel_analyses = [analyze_launch(launch) for launch in raw.ncu_launches]
     report.notes = notes
     report.findings = evaluate(report, thresholds) + [f for a in report.kernel_analyses for f in kernel_findings(a)]
-    report.next_measurement = next_measurement(report)
+    report.next_command = next_command(report)
+    report.next_measurement = say(report.next_command, report.capture.interface) if report.next_command is not None else None
     return report

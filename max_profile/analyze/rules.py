@@ -10,11 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from max_profile.analyze import bandwidth
+from max_profile.analyze.commands import cli, for_model, kernel_command, shell
+from max_profile.analyze.families import slow_path
 from max_profile.model import (
+    Command,
+    DecodeCost,
+    FamilyRoofline,
     Finding,
     GpuUtilization,
     KernelBreakdown,
+    KernelRow,
     PhaseBreakdown,
     Report,
     StepSummary,
@@ -46,8 +51,17 @@ class Thresholds:
     """Decode reads below this % of peak DRAM bandwidth while the GPU is busy → far from roofline."""
     communication_share_pct: float = 30.0
     """Multi-GPU: collectives above this % of a device's decode kernel time → communication dominates."""
-    min_attention_share_pct: float = 0.5
-    """Attention family share below this in a decoder's kernels → attention is not fused."""
+    min_attention_kernels_per_step: float = 0.5
+    """Attention kernels per decode step below this (none, in practice) in a decoder with matmuls → attention is not fused.
+    Judged by presence, never by share: a slow matmul drives attention's share of time to ~0 with attention fused."""
+    slow_matmul_share_pct: float = 50.0
+    """Matmul families at least this share of decode kernel time ..."""
+    slow_matmul_roofline_pct: float = 25.0
+    """... reading the weights below this % of peak bandwidth and computing below this % of peak FLOP/s → far below the roofline."""
+    batched_decode_min_batch: int = 2
+    """Decode batches of at least this many requests are GEMM-shaped (judged as batched decode)."""
+    batched_healthy_roofline_pct: float = 35.0
+    """Batched decode whose matmuls run at this % or more of either roof (bandwidth or compute) → healthy."""
     tracer_overhead_pct: float = 5.0
     """In-process tracer callbacks above this % of the capture window → timing figures are distorted."""
     throttle_clock_pct: float = 97.0
@@ -58,6 +72,24 @@ class Thresholds:
     """Model input tokens per request growing with the sequence at this correlation or more → the model re-encodes it."""
     no_phase_confidence_scale: float = 0.75
     """Confidence of a verdict drawn from a whole capture without phase ranges, relative to the per-phase one."""
+    host_load_other_cores: float = 0.75
+    """Other processes using at least this many cores' worth of CPU during the window ..."""
+    host_load_busy_fraction: float = 0.85
+    """... while the profiled tree and the others together used this share of all cores or more → timing figures unreliable."""
+    knee_min_gain: float = 0.15
+    """A sweep level whose output tok/s grew by less than this share over the level before (concurrency up) → throughput stopped scaling ..."""
+    knee_itl_growth: float = 1.5
+    """... or whose ITL p50 grew by this factor or more: latency bends there."""
+    knee_batch_growth: float = 1.15
+    """Batch size (server metrics) growing by less than this factor while concurrency rose → the batch limit is reached."""
+    knee_kv_pressure_pct: float = 90.0
+    """KV-cache use at or above this % at the knee (or any preemption) → KV-cache pressure."""
+    knee_itl_spike_ratio: float = 3.0
+    """ITL p99 / p50 at or above this with prefill (CE) batches in the window → prefill interference."""
+    knee_gpu_saturated_pct: float = 90.0
+    """NVML utilization at or above this at the knee → the GPU is saturated (the knee is its capacity)."""
+    unfused_norm_min_kernels: int = 50
+    """Kernels a capture needs before a missing norm kernel is worth saying."""
 
 
 Rule = Callable[[Report, Thresholds], list[Finding]]
@@ -96,6 +128,17 @@ def _busy_scope(k: KernelBreakdown) -> tuple[float | None, str]:
     if not k.phases and k.gpu_busy_pct is not None:
         return k.gpu_busy_pct, "capture"
     return None, ""
+
+
+def _top_kernel_command(report: Report, families: tuple[str, ...]) -> Command | None:
+    """A deep dive of the top decode kernel (or top kernel) of these families."""
+    k = _kern(report)
+    if not k:
+        return None
+    d = _phase(k, "decode")
+    rows = d.top_kernels if d else k.top_kernels
+    top = next((r for r in rows if r.family in families), None)
+    return kernel_command(report, top.name) if top else None
 
 
 def rule_host_bound(report: Report, th: Thresholds) -> list[Finding]:
@@ -147,6 +190,33 @@ def rule_host_bound(report: Report, th: Thresholds) -> list[Finding]:
             "or profile the host (py-spy record --native, or `max generate --profile` for its cProfile table).",
         )
     ]
+
+
+def rule_host_time_between_ops(report: Report, th: Thresholds) -> list[Finding]:
+    """MAX's own op ranges (host clock) cover little of the decode window: the rest is host work between ops.
+
+    The op ranges time MAX's ops on the host (on a CPU: the ops' compute); the remainder of each step is Python,
+    scheduling, sampling and token handling. When ops cover less than the host-bound threshold, the framework's
+    per-step cost, not the model's math, sets the speed.
+    """
+    k = _kern(report)
+    if not k or _gpu_kernels(k) or report.environment.vendor != "none":
+        return []
+    busy, scope = _busy_scope(k)
+    if busy is None or busy >= th.host_bound_busy_pct:
+        return []
+    s = _steps(report)
+    dec = next((p for p in s.phases if p.phase == "decode"), None) if s else None
+    return [Finding(
+        id="host-time-between-ops", severity="info", confidence=0.7 if scope == "decode" else 0.5,
+        title=f"MAX's ops ran {busy:.0f}% of the {'decode steps' if scope == 'decode' else 'capture window'}: the other {100 - busy:.0f}% is host work "
+        "between ops (Python, scheduling, sampling)",
+        evidence={"ops_cover_pct": round(busy, 1), "scope": scope, "source": k.source, "decode_step_p50_ms": round(dec.p50_ms, 3) if dec else None,
+                  "threshold_pct": th.host_bound_busy_pct},
+        next_step="At this model size the framework's per-step cost sets the speed, not the model's math: see where the host time goes "
+        "with py-spy, or profile a larger model.",
+        command=shell("pip install py-spy && py-spy record --native -o host.svg -- " + cli(for_model(report, "run", kernels="off"))),
+    )]
 
 
 def rule_gpu_bound(report: Report, th: Thresholds) -> list[Finding]:
@@ -230,8 +300,9 @@ def rule_graphs_hid_kernels(report: Report, th: Thresholds) -> list[Finding]:
             title="Device graphs replayed the kernels: per-kernel and per-step numbers are unreliable",
             evidence={"kernels": k.kernels, "source": k.source, "device_graph_capture": str(report.capture.device_graph_capture)},
             confidence=0.8,
-            next_step="Record with a tracer that opens graphs (`max-profile kernels --backend cupti`, or `nsys profile "
-            "--cuda-graph-trace=node`), or re-run with --no-device-graph-capture to see each kernel.",
+            next_step="Record with a tracer that opens graphs (max_profile's CUPTI recorder, or `nsys profile --cuda-graph-trace=node`), "
+            "or re-run with device graphs off to see each kernel.",
+            command=for_model(report, "kernels", backend="cupti"),
             detail=k.unreliable,
         )
     ]
@@ -263,6 +334,92 @@ def rule_tracer_overhead(report: Report, th: Thresholds) -> list[Finding]:
     ]
 
 
+def rule_host_contention(report: Report, th: Thresholds) -> list[Finding]:
+    """Other processes kept the host's CPUs busy while the capture ran: step times, tokens/s and tracer cost are not reliable.
+
+    MAX's host side (the Python scheduler, the runtime's launch thread) needs its cores; with the machine full, steps
+    wait for a CPU and every timing figure says more about the neighbours than about the model.
+    """
+    load = report.capture.host_load
+    if load is None or load.other_cores < th.host_load_other_cores or (load.own_cores + load.other_cores) < th.host_load_busy_fraction * load.cores:
+        return []
+    busiest = ", ".join(f"{p.name} (pid {p.pid}) {p.cores:.2f}" for p in load.busiest_others[:3])
+    return [Finding(
+        id="host-contention", severity="warning", confidence=0.7,
+        title=f"Other processes used {load.other_cores:.1f} of {load.cores} CPU cores during the capture: its timing figures are not reliable",
+        evidence={"cores": load.cores, "profiled_process_cores": load.own_cores, "other_processes_cores": load.other_cores,
+                  "cpu_busy_pct": load.cpu_busy_pct, "load_avg_1m": load.load_avg_1m, "busiest_others_cores": busiest,
+                  "window_s": load.window_s},
+        next_step="Re-run on a quiet machine (or give the profiled process its own cores: taskset / numactl --cpunodebind); "
+        "kernel families and per-kernel durations still hold, step times and tokens/s do not.",
+    )]
+
+
+def rule_latency_knee(report: Report, th: Thresholds) -> list[Finding]:
+    """The concurrency where a load sweep stops scaling (throughput flat) or latency bends, and why.
+
+    Causes, in order of evidence: KV-cache pressure (use near 100 %, preemptions), the batch limit (batch size stops
+    growing while requests queue), prefill interference (ITL spikes with context-encoding batches in the window), a
+    saturated GPU (its capacity: healthy), host-bound (GPU idle while requests queue).
+    """
+    levels = sorted(report.load_levels, key=lambda lv: lv.concurrency)
+    if len(levels) < 2:
+        return []
+    knee = None
+    for prev, cur in zip(levels, levels[1:], strict=False):
+        gain = cur.output_tok_per_s / prev.output_tok_per_s - 1.0 if prev.output_tok_per_s > 0 else 0.0
+        itl_growth = (cur.itl_ms.p50 / prev.itl_ms.p50) if cur.itl_ms.p50 and prev.itl_ms.p50 else 1.0
+        if gain < th.knee_min_gain or itl_growth >= th.knee_itl_growth:
+            knee = (prev, cur, gain, itl_growth)
+            break
+    best = max(levels, key=lambda lv: lv.output_tok_per_s)
+    if knee is None:
+        return [Finding(id="load-scales", severity="info", confidence=0.6,
+                        title=f"Throughput scaled over the whole sweep: {levels[0].output_tok_per_s:.0f} -> {levels[-1].output_tok_per_s:.0f} output tok/s "
+                        f"from concurrency {levels[0].concurrency} to {levels[-1].concurrency}; try higher concurrency to find the knee",
+                        evidence={"levels": ",".join(str(lv.concurrency) for lv in levels), "best_output_tok_per_s": best.output_tok_per_s})]
+    prev, cur, gain, itl_growth = knee
+    srv = cur.server
+    ev: dict[str, float | int | str | None] = {
+        "knee_concurrency": cur.concurrency, "previous_concurrency": prev.concurrency,
+        "output_tok_per_s_before": prev.output_tok_per_s, "output_tok_per_s_at_knee": cur.output_tok_per_s, "throughput_gain_pct": round(100 * gain, 1),
+        "itl_p50_ms_before": prev.itl_ms.p50, "itl_p50_ms_at_knee": cur.itl_ms.p50, "itl_p99_ms_at_knee": cur.itl_ms.p99,
+        "ttft_p90_ms_at_knee": cur.ttft_ms.p90, "gpu_utilization_pct_at_knee": cur.gpu_utilization_pct,
+    }
+    cause, why, advice = "unknown", "the server's metrics do not say why", "Read the server's metrics at this concurrency (KV-cache use, batch size, queue)."
+    prev_batch = prev.server.batch_size_mean if prev.server else None
+    if srv is not None and not srv.unavailable:
+        ev.update({"batch_size_mean": srv.batch_size_mean, "batch_size_mean_before": prev_batch, "requests_queued": srv.requests_queued,
+                   "kv_cache_used_pct": srv.kv_cache_used_pct, "preemptions": srv.preemptions,
+                   "ce_batches": srv.batches.get("CE"), "ce_batch_ms_mean": srv.batch_execution_ms_mean.get("CE"),
+                   "tg_batch_ms_mean": srv.batch_execution_ms_mean.get("TG")})
+    spike = (cur.itl_ms.p99 / cur.itl_ms.p50) if cur.itl_ms.p99 and cur.itl_ms.p50 else None
+    if srv is not None and ((srv.kv_cache_used_pct or 0) >= th.knee_kv_pressure_pct or (srv.preemptions or 0) > 0):
+        cause, why = "kv-cache-pressure", f"KV cache {srv.kv_cache_used_pct or 0:.0f}% used, {srv.preemptions or 0:.0f} preemptions in the window"
+        advice = "More KV-cache memory (--device-memory-utilization), shorter --max-length, or fewer concurrent requests per replica."
+    elif srv is not None and srv.batch_size_mean and prev_batch and srv.batch_size_mean < th.knee_batch_growth * prev_batch:
+        cause = "batch-limit"
+        why = (f"the batch stayed at {srv.batch_size_mean:.1f} requests (was {prev_batch:.1f}) while concurrency went "
+               f"{prev.concurrency} -> {cur.concurrency}: requests wait for a batch slot (TTFT p90 {prev.ttft_ms.p90 or 0:.0f} -> {cur.ttft_ms.p90 or 0:.0f} ms)")
+        advice = "Raise --max-batch-size (if memory allows) or add replicas."
+    elif spike is not None and spike >= th.knee_itl_spike_ratio and srv is not None and (srv.batches.get("CE") or 0) > 0:
+        cause = "prefill-interference"
+        why = f"ITL p99 is {spike:.1f}x its p50 with {srv.batches.get('CE', 0):.0f} prefill (CE) batches of {srv.batch_execution_ms_mean.get('CE', 0):.1f} ms mean in the window"
+        advice = "Chunked prefill / a smaller prefill token budget (--max-batch-input-tokens), or disaggregated prefill."
+    elif cur.gpu_utilization_pct is not None and cur.gpu_utilization_pct >= th.knee_gpu_saturated_pct:
+        cause, why = "gpu-saturated", f"the GPU was busy {cur.gpu_utilization_pct:.0f}% of the time: this is its capacity for this model"
+        advice = "Healthy: for more throughput, a larger batch per step (if latency allows), quantized weights, or more GPUs."
+    elif cur.gpu_utilization_pct is not None and cur.gpu_utilization_pct < th.host_bound_util_pct:
+        cause, why = "host-bound", f"the GPU was busy only {cur.gpu_utilization_pct:.0f}% of the time while requests waited"
+        advice = "The host side (tokenization, scheduling, streaming) limits: profile the server's processes (py-spy) or add API workers."
+    ev["cause"] = cause
+    return [Finding(
+        id="latency-knee", severity="info" if cause == "gpu-saturated" else "warning", confidence=0.7 if cause != "unknown" else 0.5, evidence=ev,
+        title=f"Latency bends at concurrency {cur.concurrency} (throughput +{100 * gain:.0f}% over {prev.concurrency}, ITL p50 x{itl_growth:.2f}): {why}",
+        next_step=advice,
+    )]
+
+
 def rule_phase_markers_missing(report: Report, th: Thresholds) -> list[Finding]:
     k = _kern(report)
     if not k or k.attribution not in ("none", "totals only") or not k.kernels:
@@ -274,11 +431,25 @@ def rule_phase_markers_missing(report: Report, th: Thresholds) -> list[Finding]:
             title="The trace has no phase ranges: kernels cannot be split into prefill and decode",
             evidence={"kernels": k.kernels, "source": k.source, "gpu_busy_pct": round(k.gpu_busy_pct, 1) if k.gpu_busy_pct is not None else None},
             confidence=0.9,
-            next_step="Capture with max-profile (it marks prefill/decode in the `max_profile` NVTX domain), or set "
-            "MODULAR_ENABLE_PROFILING=on so MAX's scheduler ranges (_schedule(... batch_type=CE|TG)) appear; "
-            "check with `nsys stats --report nvtx_sum REPORT`. Busy time and family verdicts below cover the whole capture.",
+            next_step=_phase_next_step(report),
+            command=for_model(report, "run", kernels="cupti") if report.serve is not None and report.environment.max_profiling_problem else None,
         )
     ]
+
+
+def _phase_next_step(report: Report) -> str:
+    """How to get phase ranges, consistent with what the report knows of this machine (MAX's own ranges may not work here)."""
+    problem = report.environment.max_profiling_problem
+    if problem and report.serve is not None:
+        return ("MAX's scheduler ranges need MODULAR_ENABLE_PROFILING=on, which cannot work on this GPU image (" + problem + "). "
+                "For a prefill / decode split, profile the model in-process, where max_profile marks the phases itself. "
+                "Busy time and family verdicts below cover the whole capture.")
+    if problem:
+        return ("Capture with max-profile (it marks prefill/decode in the `max_profile` NVTX domain; MODULAR_ENABLE_PROFILING=on "
+                "cannot work on this GPU image: " + problem + "). Busy time and family verdicts below cover the whole capture.")
+    return ("Capture with max-profile (it marks prefill/decode in the `max_profile` NVTX domain), or set "
+            "MODULAR_ENABLE_PROFILING=on so MAX's scheduler ranges (_schedule(... batch_type=CE|TG)) appear; "
+            "check with `nsys stats --report nvtx_sum REPORT`. Busy time and family verdicts below cover the whole capture.")
 
 
 def rule_dense_decode(report: Report, th: Thresholds) -> list[Finding]:
@@ -327,7 +498,8 @@ def rule_moe(report: Report, th: Thresholds) -> list[Finding]:
     ev: dict[str, float | int | str | None] = {"grouped_matmul_ms": round(grouped, 3), "routing_and_gather_ms": round(routing, 3), "ratio": round(ratio, 2), "threshold": th.routing_vs_matmul_ratio}
     if ratio >= th.routing_vs_matmul_ratio:
         return [Finding(id="moe-routing-heavy", severity="warning", title="MoE routing and gather/scatter rival the expert matmuls", evidence=ev, confidence=0.7,
-                        next_step="Look at the top routing/gather kernels in the table; a single-kernel deep dive (max-profile kernel) shows whether they are latency-bound.")]
+                        next_step="Look at the top routing/gather kernels in the table; a single-kernel deep dive shows whether they are latency-bound.",
+                        command=_top_kernel_command(report, ("moe_routing", "gather_scatter")))]
     return [Finding(id="healthy-moe", severity="info", title="Healthy MoE: grouped expert matmuls dominate; routing cost is expected", evidence=ev, confidence=0.7)]
 
 
@@ -344,29 +516,49 @@ def rule_quant_prep(report: Report, th: Thresholds) -> list[Finding]:
     ev: dict[str, float | int | str | None] = {"quantize_ms": round(quant, 3), "matmul_ms": round(matmul, 3), "ratio": round(ratio, 2)}
     if ratio > th.quant_vs_matmul_ratio:
         return [Finding(id="quant-prep-heavy", severity="warning", title="Low-bit quantization prep takes longer than the matmuls it feeds", evidence=ev, confidence=0.7,
-                        next_step="Deep-dive the top quantize kernel (max-profile kernel NAME) and check the scale layout matches the matmul's.")]
+                        next_step="Deep-dive the top quantize kernel and check the scale layout matches the matmul's.",
+                        command=_top_kernel_command(report, ("quantize",)))]
     return [Finding(id="low-bit-normal", severity="info", title="Low-bit weights: activation quantization and scale layout present at normal cost", evidence=ev, confidence=0.6)]
 
 
+def _attention_presence(k: KernelBreakdown) -> tuple[float | None, str, int]:
+    """(attention kernels per decode step, or per capture when no phases; the scope; attention kernels counted)."""
+    d = _phase(k, "decode")
+    if d is not None and d.steps:
+        n = sum(r.kernels for r in d.families if r.family == "attention")
+        return n / d.steps, "decode", n
+    if k.phases:
+        return None, "", 0
+    n = sum(r.kernels for r in k.families if r.family == "attention")
+    return float(n), "capture", n
+
+
 def rule_unfused(report: Report, th: Thresholds) -> list[Finding]:
-    """A decoder whose kernels show no fused attention / norm / RoPE: a wiring problem at bring-up."""
+    """A decoder whose kernels show no fused attention / norm: a wiring problem at bring-up.
+
+    Attention is judged by presence (attention kernels per decode step), never by its share of time: a slow
+    matmul elsewhere (an FP8 fallback) makes a fused attention's share ~0 without anything being unfused.
+    """
     k = _kern(report)
     if not k or k.unreliable or not k.kernels:
         return []
     rows = k.families
-    total = sum(r.total_ms for r in rows) or 1.0
     has_matmul = any(r.family in ("gemm", "gemv", "grouped_matmul") for r in rows)
     if not has_matmul:
         return []
     out = []
-    attn_share = 100.0 * _fam_ms(rows, "attention") / total
-    if attn_share < th.min_attention_share_pct:
+    per_step, scope, count = _attention_presence(k)
+    if per_step is not None and per_step < th.min_attention_kernels_per_step:
+        total = sum(r.total_ms for r in rows) or 1.0
         ev: dict[str, float | int | str | None] = {
-            "attention_share_pct": round(attn_share, 3),
+            "attention_kernels": count,
+            "attention_kernels_per_decode_step" if scope == "decode" else "attention_kernels_in_capture": round(per_step, 2),
+            "attention_share_pct": round(100.0 * _fam_ms(rows, "attention") / total, 3),
             "matmul_ms": round(_fam_ms(rows, "gemm") + _fam_ms(rows, "gemv"), 3),
             "elementwise_ms": round(_fam_ms(rows, "elementwise") + _fam_ms(rows, "activation"), 3),
             "top_families": ",".join(r.family for r in rows[:5]),
             "source": k.source,
+            "threshold_per_step": th.min_attention_kernels_per_step,
         }
         out.append(
             Finding(
@@ -374,7 +566,7 @@ def rule_unfused(report: Report, th: Thresholds) -> list[Finding]:
                 severity="warning",
                 title="No fused attention kernel: attention runs as generic matmul / softmax / elementwise ops",
                 evidence=ev,
-                confidence=0.75,
+                confidence=0.75 if scope == "decode" else round(0.75 * th.no_phase_confidence_scale, 2),
                 next_step="Wire the architecture's attention to MAX's fused attention (e.g. the KV-cache-aware attention "
                 "layers in max.nn that launch *_mha_* kernels) and compare this breakdown again.",
             )
@@ -382,7 +574,7 @@ def rule_unfused(report: Report, th: Thresholds) -> list[Finding]:
     # RoPE is fused into other kernels by MAX on GPUs (no kernel carries its name on the H200),
     # so only the norm is checked by name.
     for family, what in (("norm", "RMS norm"),):
-        if _fam_ms(rows, family) <= 0 and k.kernels > 50:
+        if _fam_ms(rows, family) <= 0 and k.kernels > th.unfused_norm_min_kernels:
             out.append(
                 Finding(
                     id=f"unfused-{family}",
@@ -547,44 +739,129 @@ def _per_step_kernel_growth(report: Report, decode_steps: list) -> tuple[float |
     return (b / a if a > 0 else None), corr
 
 
-def rule_decode_bandwidth(report: Report, th: Thresholds) -> list[Finding]:
-    cfg = report.capture.model_config
-    s = _steps(report)
-    if not cfg or not s or report.environment.vendor == "none":
-        return []
-    steps = [st for st in report.steps if st.phase == "decode" and st.batch_size > 0]
-    if not steps:
-        return []
-    gpu_name = report.environment.gpus[0].name if report.environment.gpus else None
-    peak = bandwidth.peak_bandwidth(gpu_name)
-    import numpy as np
+def _cost_evidence(c: DecodeCost) -> dict[str, float | int | str | None]:
+    ev: dict[str, float | int | str | None] = {
+        "batch": c.batch,
+        "context_tokens": c.context_tokens,
+        "weight_bytes_per_step": round(c.weight_bytes),
+        "kv_bytes_per_step": round(c.kv_bytes),
+        "bytes_per_step": round(c.weight_bytes + c.kv_bytes + c.embedding_bytes),
+        "decode_step_p50_ms": c.step.ms_per_step,
+        "achieved_GBps": c.step.achieved_GBps,
+        "peak_GBps": c.peak_bandwidth_GBps,
+        "pct_of_peak": c.step.pct_of_peak_bandwidth,
+        "gpu": c.gpu,
+        "weights": c.weights_basis,
+    }
+    if c.kernels is not None:
+        ev["pct_of_peak_kernel_time"] = c.kernels.pct_of_peak_bandwidth
+    return ev
 
-    ctx = float(np.median([st.context_tokens or 0 for st in steps]))
-    batch = int(np.median([st.batch_size for st in steps]))
-    need = bandwidth.decode_step_bytes(cfg, ctx * batch)
+
+def _matmul_row(c: DecodeCost) -> FamilyRoofline | None:
+    return next((r for r in c.families if r.family.startswith("matmul")), None)
+
+
+def rule_decode_bandwidth(report: Report, th: Thresholds) -> list[Finding]:
+    """Decode's bytes (weights once + the KV cache of every request) over the step time, against peak bandwidth."""
+    c = report.decode_cost
+    if c is None or report.environment.vendor == "none" or c.step.pct_of_peak_bandwidth is None:
+        return []
+    pct = c.step.pct_of_peak_bandwidth
+    ev = _cost_evidence(c)
     k = _kern(report)
     d = _phase(k, "decode") if k else None
-    step_ms = float(np.median([st.duration_ns / 1e6 for st in steps]))
-    gpu_ms = d.kernel_ms_per_step if d and d.kernel_ms_per_step else None
-    if need is None or peak is None:
-        return []
-    achieved = need / (step_ms / 1e3)
-    pct = 100.0 * achieved / peak
-    ev: dict[str, float | int | str | None] = {
-        "bytes_per_step": round(need),
-        "decode_step_p50_ms": round(step_ms, 4),
-        "achieved_GBps": round(achieved / 1e9, 1),
-        "peak_GBps": round(peak / 1e9, 1),
-        "pct_of_peak": round(pct, 1),
-        "gpu": gpu_name,
-    }
-    if gpu_ms:
-        ev["pct_of_peak_kernel_time"] = round(100.0 * need / (gpu_ms / 1e3) / peak, 1)
     busy = d.gpu_busy_pct if d else None
     if pct < th.decode_bw_low_pct and (busy is None or busy >= th.host_bound_busy_pct):
         return [Finding(id="decode-bandwidth-low", severity="warning", title=f"Decode reads memory at {pct:.0f}% of the GPU's peak bandwidth", evidence=ev, confidence=0.6,
-                        next_step="Find the decode kernel furthest from bandwidth peak: max-profile kernel <top gemv/attention kernel>.")]
-    return [Finding(id="decode-bandwidth", severity="info", title=f"Decode reads memory at {pct:.0f}% of the GPU's peak bandwidth (weights + KV cache per step)", evidence=ev, confidence=0.6)]
+                        next_step="Find the decode kernel furthest from bandwidth peak: deep-dive the top decode kernel.",
+                        command=_top_kernel_command(report, ("gemv", "gemm", "grouped_matmul", "attention")))]
+    return [Finding(id="decode-bandwidth", severity="info", title=f"Decode reads memory at {pct:.0f}% of the GPU's peak bandwidth (weights + KV cache per step)",
+                    evidence=ev, confidence=0.6)]
+
+
+def _decode_matmul_kernels(k: KernelBreakdown) -> list[KernelRow]:
+    d = _phase(k, "decode")
+    rows = d.top_kernels if d else k.top_kernels
+    return [r for r in rows if r.family in ("gemv", "gemm", "grouped_matmul")]
+
+
+def rule_matmul_roofline(report: Report, th: Thresholds) -> list[Finding]:
+    """Decode matmuls that dominate the step while running far below both roofs (bandwidth and compute).
+
+    The weights a step must read over the matmul kernels' time says how far they are from the memory roof; the FLOPs
+    over the same time, from the compute roof. A matmul family far below both that still takes most of the step is a
+    slow kernel path (MAX's naive FP8 fallback is named when its kernels ran). Host-bound runs are left to that verdict.
+    """
+    c, k = report.decode_cost, _kern(report)
+    if c is None or not k or k.unreliable or not _gpu_kernels(k):
+        return []
+    m = _matmul_row(c)
+    d = _phase(k, "decode")
+    if m is None or d is None or not d.kernel_ms or m.ms_per_step is None:
+        return []
+    share = 100.0 * m.ms_per_step * d.steps / d.kernel_ms
+    bw, fl = m.pct_of_peak_bandwidth, m.pct_of_peak_compute
+    if share < th.slow_matmul_share_pct or bw is None or bw >= th.slow_matmul_roofline_pct or (fl is not None and fl >= th.slow_matmul_roofline_pct):
+        return []
+    if d.gpu_busy_pct is not None and d.gpu_busy_pct < th.host_bound_busy_pct:
+        return []
+    kernels = _decode_matmul_kernels(k)
+    slow = [(r, slow_path(r.name)) for r in kernels]
+    named = [(r, sp) for r, sp in slow if sp is not None]
+    ev: dict[str, float | int | str | None] = {
+        "matmul_share_of_decode_kernel_pct": round(share, 1),
+        "matmul_ms_per_step": m.ms_per_step,
+        "weight_bytes_per_step": round(c.weight_bytes),
+        "matmul_achieved_GBps": m.achieved_GBps,
+        "pct_of_peak_bandwidth": bw,
+        "matmul_achieved_TFLOPs": m.achieved_TFLOPs,
+        "pct_of_peak_compute": fl,
+        "operand": c.operand,
+        "top_matmul_kernels": ", ".join(r.name[:80] for r in kernels[:3]),
+        "weights": c.weights_basis,
+        "threshold_pct": th.slow_matmul_roofline_pct,
+    }
+    if named:
+        what, advice = named[0][1]
+        share_named = sum(r.share_pct for r, _ in named)
+        ev["slow_path_share_of_decode_pct"] = round(share_named, 1)
+        return [Finding(
+            id="matmul-slow-path", severity="warning", confidence=0.85, evidence=ev,
+            title=f"Decode matmuls run through {what}: {share_named:.0f}% of decode kernel time at {bw:.0f}% of peak bandwidth",
+            next_step=advice + ". A deep dive of the fallback kernel shows why it is slow:",
+            command=kernel_command(report, named[0][0].name),
+        )]
+    return [Finding(
+        id="matmul-below-roofline", severity="warning", confidence=0.7, evidence=ev,
+        title=f"Decode matmuls take {share:.0f}% of decode kernel time at {bw:.0f}% of peak bandwidth"
+        + (f" and {fl:.0f}% of peak compute" if fl is not None else "") + ": far below the roofline",
+        next_step="Deep-dive the top matmul kernel; try another quantization encoding or batch size, and report the shape to Modular if it persists.",
+        command=kernel_command(report, kernels[0].name) if kernels else None,
+    )]
+
+
+def rule_batched_decode(report: Report, th: Thresholds) -> list[Finding]:
+    """Decode at batch > 1 is GEMM-shaped; near either roof (weights over matmul time, or FLOP/s) it is healthy."""
+    c, k = report.decode_cost, _kern(report)
+    if c is None or c.batch < th.batched_decode_min_batch or not k or k.unreliable or not _gpu_kernels(k):
+        return []
+    m = _matmul_row(c)
+    d = _phase(k, "decode")
+    if m is None or d is None or not d.families:
+        return []
+    top = d.families[0]
+    best = max(v for v in (m.pct_of_peak_bandwidth, m.pct_of_peak_compute, 0.0) if v is not None)
+    if top.family not in ("gemm", "gemv", "grouped_matmul") or best < th.batched_healthy_roofline_pct:
+        return []
+    ev: dict[str, float | int | str | None] = {
+        "batch": c.batch, "top_family": top.family, "top_family_share_pct": round(top.share_pct, 1),
+        "matmul_pct_of_peak_bandwidth": m.pct_of_peak_bandwidth, "matmul_pct_of_peak_compute": m.pct_of_peak_compute,
+        "step_pct_of_peak_bandwidth": c.step.pct_of_peak_bandwidth, "threshold_pct": th.batched_healthy_roofline_pct,
+    }
+    return [Finding(id="healthy-batched-decode", severity="info", confidence=0.75, evidence=ev,
+                    title=f"Healthy batched decode: {c.batch} requests per step, matrix products ({top.family}) dominate and read the weights "
+                    f"at {m.pct_of_peak_bandwidth or 0:.0f}% of peak bandwidth")]
 
 
 def rule_communication(report: Report, th: Thresholds) -> list[Finding]:
@@ -614,17 +891,22 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("kv-cache", rule_kv_cache),
     ("host-bound", rule_host_bound),
     ("gpu-bound", rule_gpu_bound),
+    ("host-time-between-ops", rule_host_time_between_ops),
     ("throttled", rule_throttled),
     ("near-oom", rule_near_oom),
     ("device-graphs", rule_graphs_hid_kernels),
     ("tracer-overhead", rule_tracer_overhead),
+    ("host-contention", rule_host_contention),
     ("phases-missing", rule_phase_markers_missing),
     ("unfused", rule_unfused),
     ("dense-decode", rule_dense_decode),
     ("moe", rule_moe),
     ("quant", rule_quant_prep),
     ("decode-bandwidth", rule_decode_bandwidth),
+    ("matmul-roofline", rule_matmul_roofline),
+    ("batched-decode", rule_batched_decode),
     ("communication", rule_communication),
+    ("latency-knee", rule_latency_knee),
 )
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -633,13 +915,15 @@ _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 SUPERSEDED_BY: dict[str, frozenset[str]] = {
     # a decode that re-encodes the sequence, or runs attention as generic ops, is not a healthy decode,
     # and its bytes-per-step model (weights + KV cache once) does not apply
-    "healthy-dense-decode": frozenset({"kv-cache-broken", "unfused-attention"}),
+    "healthy-dense-decode": frozenset({"kv-cache-broken", "unfused-attention", "matmul-slow-path", "matmul-below-roofline", "healthy-batched-decode"}),
     "decode-bandwidth": frozenset({"kv-cache-broken"}),
-    "decode-bandwidth-low": frozenset({"kv-cache-broken"}),
+    # a host-bound decode explains its low bandwidth; a named slow matmul path says more than the number alone
+    "decode-bandwidth-low": frozenset({"kv-cache-broken", "host-bound", "matmul-slow-path", "matmul-below-roofline"}),
     # utilization and GPU-busy figures measured while the tracer stalled the process say nothing about the host
     "host-bound": frozenset({"tracer-overhead"}),
     # a named healthy mix already says where the busy GPU's time goes
-    "gpu-bound": frozenset({"healthy-dense-decode", "healthy-moe", "moe-routing-heavy", "kv-cache-broken", "tracer-overhead"}),
+    "gpu-bound": frozenset({"healthy-dense-decode", "healthy-moe", "moe-routing-heavy", "kv-cache-broken", "tracer-overhead", "healthy-batched-decode",
+                            "matmul-slow-path", "matmul-below-roofline"}),
 }
 """Findings dropped when a finding that explains the same numbers better fired."""
 

@@ -47,6 +47,7 @@ def summarize_serve(run: ServeRun, records: Sequence[RequestRecord], window: tup
         failed_requests=len(records) - len(good), output_tokens=sum(r.tokens for r in good),
         ttft_ms_p50=_pct(ttft, 50), ttft_ms_p90=_pct(ttft, 90), itl_ms_p50=itl_p50, itl_ms_p90=_pct(itl, 90),
         tokens_per_s=(1e3 / itl_p50) if itl_p50 else None, time_to_ready_s=run.time_to_ready_s, commands=list(run.commands),
+        output_tok_per_s=round(sum(r.tokens for r in good) / ((window[1] - window[0]) / 1e9), 2) if window and window[1] > window[0] else None,
         server_log=run.server_log, first_error=next((r.error for r in records if r.error), None),
         ttft_histogram=histogram(ttft), itl_histogram=histogram(itl),
     )

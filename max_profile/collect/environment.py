@@ -192,6 +192,11 @@ def detect_environment(check_tools: bool = True) -> Environment:
     mode = os.environ.get("MODULAR_ENABLE_PROFILING")
     if mode and mode not in ("off", "on", "detailed"):
         warnings.append(f"MODULAR_ENABLE_PROFILING={mode!r} is invalid: MAX accepts off, on or detailed and fails at load")
+    profiling_problem = None
+    if vendor == "nvidia":
+        from max_profile.collect.nvtx_log import MAX_GPU_NVTX_PROBLEM, max_profiling_usable
+
+        profiling_problem = None if max_profiling_usable("gpu") else MAX_GPU_NVTX_PROBLEM
     return Environment(
         vendor=vendor,
         vendor_reason=reason,
@@ -201,6 +206,7 @@ def detect_environment(check_tools: bool = True) -> Environment:
         python_version=sys.version.split()[0],
         platform=f"{platform.system()} {platform.machine()}",
         modular_enable_profiling=mode,
+        max_profiling_problem=profiling_problem,
         tools=tools,
         warnings=warnings,
     )

@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from max_profile.analyze.commands import say
 from max_profile.analyze.diff import DiffResult
 from max_profile.model import FamilyRow, KernelAnalysis, KernelBreakdown, Report, StepSummary, Unavailable, UtilizationSection
 
-SECTIONS = ("verdicts", "steps", "utilization", "families", "kernels", "ncu", "serve")
+SECTIONS = ("summary", "verdicts", "steps", "utilization", "families", "kernels", "roofline", "ncu", "serve", "server", "sweep")
 MAX_POINTS = 4000
 """Steps plotted at most (evenly thinned beyond that)."""
 HEATMAP_COLUMNS = 400
@@ -39,7 +40,9 @@ section h2{font-size:16px;margin:0 0 10px}.na{color:#777;font-style:italic}.card
 .card h3{margin:0 0 6px;font-size:14px}.card .sev{font-size:11px;text-transform:uppercase;font-weight:700}
 .card table{font-size:12px;border-collapse:collapse}.card td{padding:1px 8px 1px 0;vertical-align:top}.card .next{font-size:12px;margin-top:6px}
 .next-measurement{margin-top:12px;font-size:13px}code{background:#eef1f5;padding:1px 4px;border-radius:3px}
-.notes li{font-size:13px;color:#444}.meta{font-size:12px;color:#555}
+.notes li{font-size:13px;color:#444}.meta{font-size:12px;color:#555}.card.metric{flex:0 1 200px;border-left-color:#2c7fb8}
+table.figures{border-collapse:collapse;font-size:13px}table.figures th,table.figures td{padding:3px 10px;border-bottom:1px solid #e3e6ea;text-align:right}
+table.figures th:first-child,table.figures td:first-child{text-align:left}
 """
 
 
@@ -71,6 +74,8 @@ def _verdicts(report: Report) -> str:
         rows = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in f.evidence.items())
         color = SEVERITY_COLORS.get(f.severity, "#999")
         nxt = f'<div class="next"><b>next:</b> {_esc(f.next_step)}</div>' if f.next_step else ""
+        if f.command is not None:
+            nxt += f'<div class="next"><b>run:</b> <code>{_esc(say(f.command, report.capture.interface))}</code></div>'
         cards.append(f'<div class="card finding" style="border-left-color:{color}"><span class="sev" style="color:{color}">{_esc(f.severity)}</span>'
                      f' <span class="meta">{_esc(f.id)}, confidence {f.confidence:.0%}</span><h3>{_esc(f.title)}</h3><table>{rows}</table>{nxt}</div>')
     body = f'<div class="cards">{"".join(cards)}</div>' if cards else '<p class="na">no findings</p>'
@@ -109,9 +114,22 @@ def _steps_plot(report: Report) -> Any | str:
             fig.line("x", "ms", source=src, color=PHASE_COLORS[phase], alpha=0.5)
         if kernel_ms is not None:
             fig.scatter(x[sel], kernel_ms[sel], size=4, marker="triangle", color=PHASE_COLORS[phase], alpha=0.6, legend_label=f"{phase} kernel time")
-    fig.legend.location = "top_left"
-    fig.legend.click_policy = "hide"
+    _legend_outside(fig)
     return fig
+
+
+def _legend_outside(fig: Any) -> None:
+    """The legend beside the plot, never over its data; clicking an entry hides its glyphs."""
+    if fig.legend:
+        fig.legend.click_policy = "hide"
+        fig.add_layout(fig.legend[0], "right")
+
+
+def _integer_counts(fig: Any) -> None:
+    """Count axes tick at whole numbers only (no 0.5 requests)."""
+    from bokeh.models import AdaptiveTicker
+
+    fig.yaxis.ticker = AdaptiveTicker(min_interval=1, num_minor_ticks=0)
 
 
 def _utilization_plots(report: Report) -> Any | str:
@@ -152,7 +170,7 @@ def _utilization_plots(report: Report) -> Any | str:
                 fig.quad(source=ColumnDataSource({"left": [spans[i][0] / 1e9 for i in thin], "right": [spans[i][1] / 1e9 for i in thin]}),
                          left="left", right="right", bottom=0, top=top or 1.0, fill_color=PHASE_COLORS[phase], fill_alpha=0.12, line_alpha=0,
                          legend_label=f"{phase} steps")
-        fig.legend.location = "top_left"
+        _legend_outside(fig)
         figs.append(fig)
     return column(*figs, sizing_mode="stretch_width")
 
@@ -165,13 +183,16 @@ def _family_plots(k: KernelBreakdown | Unavailable | None) -> Any | str:
     if not isinstance(k, KernelBreakdown):
         return _na(k.reason if isinstance(k, Unavailable) else "no kernel trace")
     scopes: list[tuple[str, list[FamilyRow]]] = [(str(p.phase), p.families) for p in k.phases] or [("whole capture", k.families)]
-    families = sorted({r.family for _, rows in scopes for r in rows}, key=lambda f: -sum(r.total_ms for _, rows in scopes for r in rows if r.family == f))
+    # every family the page shows anywhere (the per-step heat map too) gets a legend entry, in order of time
+    in_steps = {f for p in k.per_step for f in p.families}
+    families = sorted({r.family for _, rows in scopes for r in rows} | in_steps,
+                      key=lambda f: -sum(r.total_ms for _, rows in scopes for r in rows if r.family == f))
     palette = (Category20[20] * 2)[: max(len(families), 3)]
     data: dict[str, Any] = {"scope": [name for name, _ in scopes]}
     for fam in families:
         data[fam] = [next((r.share_pct for r in rows if r.family == fam), 0.0) for _, rows in scopes]
-    bars = _figure("Kernel time by family, per phase (% of the phase's kernel time)", y_range=data["scope"], height=90 + 45 * len(scopes),
-                   x_axis_label="% of kernel time")
+    bars = _figure("Kernel time by family, per phase (% of the phase's kernel time)", y_range=data["scope"],
+                   height=max(90 + 45 * len(scopes), 50 + 22 * len(families)), x_axis_label="% of kernel time")  # tall enough for every legend entry
     bars.hbar_stack(families, y="scope", height=0.7, color=palette[: len(families)], source=ColumnDataSource(data), legend_label=families)
     bars.legend.click_policy = "hide"
     bars.add_layout(bars.legend[0], "right")
@@ -254,10 +275,99 @@ def _serve_plots(report: Report) -> Any | str:
             continue
         fig = _figure(title, height=260, x_axis_label="ms", y_axis_label="count")
         fig.quad(left=hist.edges[:-1], right=hist.edges[1:], bottom=0, top=hist.counts, fill_color="#756bb1", line_color="white")
+        _integer_counts(fig)
         figs.append(fig)
     if not figs:
         return _na(f"no request completed ({s.first_error or 'no request'})")
     return row(*figs, sizing_mode="stretch_width")
+
+
+def _figures_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    head = "".join(f"<th>{_esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f'<table class="figures"><tr>{head}</tr>{body}</table>'
+
+
+def _n(v: float | int | None, fmt: str = ".2f", unit: str = "") -> str:
+    return "n/a" if v is None else f"{v:{fmt}}{unit}"
+
+
+def _summary(report: Report) -> str:
+    """The headline figures the text report leads with: TTFT, decode tok/s, step times, serve latency."""
+    items: list[tuple[str, str]] = []
+    s = report.step_summary
+    if isinstance(s, StepSummary):
+        items += [("TTFT", _n(s.ttft_ms, ".2f", " ms")), ("decode", _n(s.decode_tokens_per_s, ".1f", " tok/s"))]
+        dec = next((p for p in s.phases if p.phase == "decode"), None)
+        if dec:
+            items.append(("decode step p50 / p90", f"{dec.p50_ms:.3f} / {dec.p90_ms:.3f} ms"))
+    if report.serve is not None:
+        sv = report.serve
+        items += [("TTFT p50 / p90 (client)", f"{_n(sv.ttft_ms_p50)} / {_n(sv.ttft_ms_p90)} ms"), ("ITL p50 / p90 (client)", f"{_n(sv.itl_ms_p50)} / {_n(sv.itl_ms_p90)} ms"),
+                  ("streamed", _n(sv.output_tok_per_s, ".1f", " tok/s")), ("requests", f"{sv.requests} ({sv.failed_requests} failed)")]
+    c = report.decode_cost
+    if c is not None and c.step.pct_of_peak_bandwidth is not None:
+        items.append(("decode bandwidth", f"{c.step.achieved_GBps:.0f} GB/s, {c.step.pct_of_peak_bandwidth:.0f}% of peak"))
+    load = report.capture.host_load
+    if load is not None:
+        items.append(("host CPU", f"{load.cpu_busy_pct or 0:.0f}% busy; others {load.other_cores:.2f} of {load.cores} cores"))
+    if not items:
+        return _na("no step or request timings in this report")
+    return '<div class="cards">' + "".join(f'<div class="card metric"><span class="meta">{_esc(k)}</span><h3>{_esc(v)}</h3></div>' for k, v in items) + "</div>"
+
+
+def _decode_cost(report: Report) -> str:
+    c = report.decode_cost
+    if c is None:
+        return _na("no decode steps with a model description (config.json / safetensors) in this capture")
+    rows = [[r.family, _n(r.ms_per_step, ".4f"), _n(r.bytes_per_step / 1e9, ".4f"), _n(r.achieved_GBps, ".1f"), _n(r.pct_of_peak_bandwidth, ".1f"),
+             _n(r.achieved_TFLOPs, ".2f"), _n(r.pct_of_peak_compute, ".1f")] for r in [c.step, *([c.kernels] if c.kernels else []), *c.families]]
+    head = (f"<p class='meta'>batch {c.batch}, context {c.context_tokens:.0f} tokens (summed over the batch); weights {c.weight_bytes / 1e9:.3f} GB, "
+            f"KV {c.kv_bytes / 1e9:.4f} GB per step; peaks {_n(c.peak_bandwidth_GBps, '.0f', ' GB/s')}, {_n(c.peak_TFLOPs, '.0f', ' TFLOP/s')} "
+            f"({_esc(c.operand)}); {_esc(c.weights_basis)}</p>")
+    return head + _figures_table(["part", "ms / step", "GB / step", "GB/s", "% of peak bandwidth", "TFLOP/s", "% of peak compute"], rows)
+
+
+def _server(report: Report) -> str:
+    m = report.server_metrics
+    if m is None:
+        return _na("no server metrics (not a serve / attach capture)")
+    if m.unavailable:
+        return _na(m.unavailable)
+    rows = [["requests finished", _n(m.requests, ".0f")], ["output tokens", _n(m.output_tokens, ".0f")],
+            *[[f"{k} batches (mean ms)", f"{v:.0f} ({m.batch_execution_ms_mean.get(k, float('nan')):.2f} ms)"] for k, v in sorted(m.batches.items())],
+            ["batch size (mean)", _n(m.batch_size_mean)], ["TTFT / ITL mean (server)", f"{_n(m.ttft_ms_mean)} / {_n(m.itl_ms_mean)} ms"],
+            ["queued / running at the end", f"{_n(m.requests_queued, '.0f')} / {_n(m.requests_running, '.0f')}"],
+            ["KV cache used", _n(m.kv_cache_used_pct, ".1f", " %")], ["preemptions", _n(m.preemptions, ".0f") if m.preemptions is not None else "0 (none recorded)"]]
+    return f"<p class='meta'>{_esc(m.url)}, {m.window_s:.1f} s window</p>" + _figures_table(["metric", "value"], rows)
+
+
+def _sweep_plots(report: Report) -> Any | str:
+    from bokeh.layouts import row
+
+    levels = sorted(report.load_levels, key=lambda lv: lv.concurrency)
+    if not levels:
+        return _na("no load sweep (serve / attach --concurrency 1,4,16)")
+    xs = [lv.concurrency for lv in levels]
+    lat = _figure("Latency against concurrency (client, ms)", height=300, x_axis_label="concurrency", y_axis_label="ms", x_axis_type="log")
+    for label, values, color in (("TTFT p50", [lv.ttft_ms.p50 for lv in levels], "#d95f02"), ("TTFT p90", [lv.ttft_ms.p90 for lv in levels], "#fdae6b"),
+                                 ("ITL p50", [lv.itl_ms.p50 for lv in levels], "#1b9e77"), ("ITL p99", [lv.itl_ms.p99 for lv in levels], "#66c2a4")):
+        ys = [v if v is not None else float("nan") for v in values]
+        lat.line(xs, ys, line_width=2, color=color, legend_label=label)
+        lat.scatter(xs, ys, size=6, color=color, legend_label=label)
+    _legend_outside(lat)
+    thr = _figure("Throughput and goodput against concurrency", height=300, x_axis_label="concurrency", y_axis_label="tok/s", x_axis_type="log")
+    thr.line(xs, [lv.output_tok_per_s for lv in levels], line_width=2, color="#2c7fb8", legend_label="output tok/s")
+    thr.scatter(xs, [lv.output_tok_per_s for lv in levels], size=6, color="#2c7fb8", legend_label="output tok/s")
+    if any(lv.goodput_rps is not None for lv in levels):
+        from bokeh.models import LinearAxis, Range1d
+
+        good = [lv.goodput_rps or 0.0 for lv in levels]
+        thr.extra_y_ranges = {"rps": Range1d(start=0, end=max(max(good), 1e-3) * 1.15)}
+        thr.add_layout(LinearAxis(y_range_name="rps", axis_label="goodput (requests/s)"), "right")
+        thr.line(xs, good, y_range_name="rps", line_width=2, line_dash="dashed", color="#756bb1", legend_label="goodput req/s")
+    _legend_outside(thr)
+    return row(lat, thr, sizing_mode="stretch_width")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,17 +376,21 @@ def render_html(report: Report) -> str:
     from bokeh.embed import components
     from bokeh.resources import Resources
 
-    titles = {"verdicts": "Verdicts", "steps": "Steps", "utilization": "GPU utilization over time", "families": "Where the time goes: kernel families",
-              "kernels": "Top kernels", "ncu": "Kernel deep dive (Nsight Compute)", "serve": "max serve: client-side latency"}
+    titles = {"summary": "Summary", "verdicts": "Verdicts", "steps": "Steps", "utilization": "GPU utilization over time",
+              "families": "Where the time goes: kernel families", "kernels": "Top kernels", "roofline": "Decode step against the roofline",
+              "ncu": "Kernel deep dive (Nsight Compute)", "serve": "max serve: client-side latency", "server": "Server metrics (its /metrics over the window)",
+              "sweep": "Load sweep"}
     built: dict[str, Any] = {
+        "summary": _summary(report), "verdicts": _verdicts(report),
         "steps": _steps_plot(report), "utilization": _utilization_plots(report), "families": _family_plots(report.kernels),
-        "kernels": _kernel_table(report.kernels), "ncu": _ncu_plots(report.kernel_analyses), "serve": _serve_plots(report),
+        "kernels": _kernel_table(report.kernels), "roofline": _decode_cost(report), "ncu": _ncu_plots(report.kernel_analyses), "serve": _serve_plots(report),
+        "server": _server(report), "sweep": _sweep_plots(report),
     }
     models = {name: obj for name, obj in built.items() if not isinstance(obj, str)}
     script, divs = components(models) if models else ("", {})
     body = []
     for name in SECTIONS:
-        content = _verdicts(report) if name == "verdicts" else divs[name] if name in divs else built[name]
+        content = divs[name] if name in divs else built[name]
         body.append(f'<section id="{name}" data-section="{name}"><h2>{titles[name]}</h2>{content}</section>')
     if report.notes:
         body.append('<section id="notes"><h2>Notes</h2><ul class="notes">' + "".join(f"<li>{_esc(n)}</li>" for n in report.notes) + "</ul></section>")
@@ -317,11 +431,12 @@ def render_diff_html(result: DiffResult) -> str:
         script, divs = components({"chart": fig})
         chart = divs["chart"]
         js = Resources(mode="inline", components=["bokeh"]).render_js()
-    rows = "".join(f"<tr><td>{_esc(x.metric)}</td><td>{x.a:.4g}</td><td>{x.b:.4g}</td><td>{x.delta:+.4g} {_esc(x.unit)}</td>"
+    rows = "".join(f"<tr><td>{_esc(x.metric)}</td><td>{x.a:.4g} {_esc(x.unit)}</td><td>{x.b:.4g} {_esc(x.unit)}</td><td>{x.delta:+.4g} {_esc(x.unit)}</td>"
                    f"<td>{'' if x.delta_pct is None else f'{x.delta_pct:+.1f} %'}</td><td>{'no test' if x.p_value is None else f'{x.p_value:.2g}'}</td>"
                    f"<td>{'REGRESSION' if x.regression else 'significant' if x.significant else ''}</td></tr>" for x in result.lines)
     body.append(f'<section id="chart" data-section="chart"><h2>Deltas</h2>{chart or _na("nothing compared")}</section>')
-    body.append('<section id="table" data-section="table"><h2>Every metric</h2><table class="card"><tr><th>metric</th><th>A</th><th>B</th><th>delta</th>'
-                f"<th>%</th><th>p (Mann-Whitney U)</th><th></th></tr>{rows}</table></section>")
+    body.append('<section id="table" data-section="table"><h2>Every metric (A = baseline, B = the run judged)</h2><table class="figures"><tr><th>metric</th>'
+                "<th>A</th><th>B</th><th>delta (B - A)</th><th>delta %</th><th>p (Mann-Whitney U)</th><th>verdict</th></tr>"
+                f"{rows}</table></section>")
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>max_profile diff</title><style>{_CSS}</style>{js}</head><body>'
             f"<header><h1>max_profile diff</h1><p>A = {_esc(result.a)}<br>B = {_esc(result.b)}</p></header><main>{''.join(body)}</main>{script}</body></html>\n")

@@ -9,18 +9,27 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from max_profile.analyze.commands import say
 from max_profile.analyze.diff import DiffResult
 from max_profile.model import (
+    DecodeCost,
     FamilyRow,
     KernelAnalysis,
     KernelBreakdown,
     KernelRow,
+    LoadLevel,
     PreflightResult,
     Report,
+    ServerMetrics,
     StepSummary,
     Unavailable,
     UtilizationSection,
 )
+from max_profile.render.tables import Col, fitted_tables
+
+DEFAULT_WIDTH = 120
+INNER = 4
+"""A panel's border and padding take this many columns of the console width."""
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "green"}
 
@@ -68,22 +77,32 @@ def environment_section(report: Report) -> RenderableType:
     return Panel(t, title="Environment", title_align="left")
 
 
-def steps_section(report: Report) -> RenderableType:
+def growth_text(s: StepSummary) -> str | None:
+    """Decode step growth with the context, said as a trend only when it is one (two decimals; flat otherwise)."""
+    g = s.decode_step_growth_ms_per_100_ctx
+    if g is None:
+        return None
+    decode = next((p for p in s.phases if p.phase == "decode"), None)
+    floor = 0.01 * decode.p50_ms if decode else 0.0
+    if g <= floor:
+        return f"decode step time flat with the context ({g:+.2f} ms per 100 tokens)"
+    return f"decode step +{g:.2f} ms per 100 context tokens"
+
+
+def steps_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableType:
     s = report.step_summary
     if isinstance(s, Unavailable):
         return Panel(_na(s.reason), title="Steps", title_align="left")
     if not isinstance(s, StepSummary):
         return Panel(_na("no steps recorded"), title="Steps", title_align="left")
-    t = Table(box=None)
-    for col in ("phase", "steps", "p50 ms", "p90 ms", "max ms", "total ms", "tokens"):
-        t.add_column(col, justify="right" if col != "phase" else "left")
-    for p in s.phases:
-        t.add_row(p.phase, str(p.steps), _f(p.p50_ms, ".3f"), _f(p.p90_ms, ".3f"), _f(p.max_ms, ".3f"), _f(p.total_ms, ".1f"), str(p.tokens))
+    cols = [Col("phase", numeric=False), Col("steps"), Col("p50 ms"), Col("p90 ms"), Col("max ms"), Col("total ms"), Col("tokens")]
+    rows = [[p.phase, str(p.steps), _f(p.p50_ms, ".3f"), _f(p.p90_ms, ".3f"), _f(p.max_ms, ".3f"), _f(p.total_ms, ".1f"), str(p.tokens)] for p in s.phases]
     head = Text(f"TTFT {_f(s.ttft_ms, '.2f', ' ms')}   decode {_f(s.decode_tokens_per_s, '.1f', ' tok/s')}   steps {s.steps}"
                 + (f"   (from {s.source})" if s.source != "host steps" else ""))
-    if s.decode_step_growth_ms_per_100_ctx is not None:
-        head.append(f"   decode step growth {s.decode_step_growth_ms_per_100_ctx:+.4f} ms / 100 ctx tokens")
-    return Panel(Group(head, t), title="Steps (host)" if s.source == "host steps" else "Steps", title_align="left")
+    growth = growth_text(s)
+    if growth:
+        head.append(f"   {growth}")
+    return Panel(Group(head, *fitted_tables(cols, rows, width - INNER)), title="Steps (host)" if s.source == "host steps" else "Steps", title_align="left")
 
 
 def serve_section(report: Report) -> RenderableType | None:
@@ -97,73 +116,110 @@ def serve_section(report: Report) -> RenderableType | None:
     t.add_row("requests", f"{s.requests} ({s.failed_requests} failed), {s.output_tokens} streamed chunks")
     t.add_row("TTFT", f"p50 {_f(s.ttft_ms_p50, '.2f', ' ms')}, p90 {_f(s.ttft_ms_p90, '.2f', ' ms')} (client side)")
     t.add_row("inter-token", f"p50 {_f(s.itl_ms_p50, '.2f', ' ms')}, p90 {_f(s.itl_ms_p90, '.2f', ' ms')} -> {_f(s.tokens_per_s, '.1f', ' tok/s')} per request")
+    if s.output_tok_per_s is not None:
+        t.add_row("streamed", f"{s.output_tok_per_s:.1f} tok/s over the window (all requests)")
     for cmd in s.commands:
         t.add_row("server", Text(" ".join(cmd), style="dim"))
     if s.first_error:
         t.add_row("first error", Text(s.first_error[:200], style="yellow"))
     if s.server_log:
         t.add_row("log", s.server_log)
-    return Panel(t, title="max serve (concurrency 1)", title_align="left")
+    label = "attached: max serve" if s.mode == "attach" else "max serve"
+    return Panel(t, title=label, title_align="left")
 
 
-def utilization_section(report: Report) -> RenderableType:
+def server_metrics_section(m: ServerMetrics | None) -> RenderableType | None:
+    """The server's own metrics over the window (deltas of its counters and histograms, gauges at the end)."""
+    if m is None:
+        return None
+    if m.unavailable:
+        return Panel(_na(m.unavailable), title="Server metrics", title_align="left")
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("window", f"{m.window_s:.1f} s, {m.url}")
+    t.add_row("requests", f"{_f(m.requests, '.0f')} finished, {_f(m.output_tokens, '.0f')} output tokens")
+    if m.batches:
+        t.add_row("batches", ", ".join(f"{k} {v:.0f} x {m.batch_execution_ms_mean.get(k, float('nan')):.2f} ms" for k, v in sorted(m.batches.items()))
+                  + "  (CE = prefill, TG = decode; mean execution time)")
+    t.add_row("batch size", f"mean {_f(m.batch_size_mean, '.2f')} requests")
+    t.add_row("latency", f"TTFT mean {_f(m.ttft_ms_mean, '.2f', ' ms')}, ITL mean {_f(m.itl_ms_mean, '.2f', ' ms')} (server side)")
+    t.add_row("queue", f"{_f(m.requests_queued, '.0f')} queued, {_f(m.requests_running, '.0f')} running at the end")
+    t.add_row("KV cache", f"{_f(m.kv_cache_used_pct, '.1f', '%')} used (blocks {_f(m.kv_blocks_used, '.0f')} / {_f(m.kv_blocks_total, '.0f')}), "
+              f"preemptions {_f(m.preemptions, '.0f') if m.preemptions is not None else '0 (none recorded)'}")
+    if m.missing:
+        t.add_row("not exported", Text(", ".join(m.missing), style="dim"))
+    return Panel(t, title="Server metrics (its /metrics, over the window)", title_align="left")
+
+
+def load_levels_section(levels: list[LoadLevel], slo: dict[str, float], width: int = DEFAULT_WIDTH) -> RenderableType | None:
+    if not levels:
+        return None
+    cols = [Col("concurrency"), Col("requests"), Col("output tok/s"), Col("TTFT p50 ms"), Col("TTFT p90 ms"), Col("TTFT p99 ms"),
+            Col("ITL p50 ms"), Col("ITL p90 ms"), Col("ITL p99 ms"), Col("goodput req/s"), Col("batch size"), Col("CE batch ms"),
+            Col("TG batch ms"), Col("KV %"), Col("GPU util %")]
+    rows = []
+    for lv in levels:
+        m = lv.server if lv.server is not None and not lv.server.unavailable else None
+        rows.append([str(lv.concurrency), str(lv.completed), _f(lv.output_tok_per_s, ".1f"), _f(lv.ttft_ms.p50, ".1f"), _f(lv.ttft_ms.p90, ".1f"),
+                     _f(lv.ttft_ms.p99, ".1f"), _f(lv.itl_ms.p50, ".2f"), _f(lv.itl_ms.p90, ".2f"), _f(lv.itl_ms.p99, ".2f"), _f(lv.goodput_rps, ".2f"),
+                     _f(m.batch_size_mean if m else None, ".2f"), _f(m.batch_execution_ms_mean.get("CE") if m else None, ".2f"),
+                     _f(m.batch_execution_ms_mean.get("TG") if m else None, ".2f"), _f(m.kv_cache_used_pct if m else None, ".1f"),
+                     _f(lv.gpu_utilization_pct, ".1f")])
+    note = Text("goodput: completed requests/s meeting " + (", ".join(f"{k} <= {v:g} ms" for k, v in slo.items()) if slo else "no SLO (pass --slo ttft=MS,itl=MS)")
+                + "; batch size, batch times and KV use from the server's metrics", style="dim")
+    return Panel(Group(*fitted_tables(cols, rows, width - INNER), note), title="Load sweep", title_align="left")
+
+
+def utilization_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableType:
     u = report.utilization
     if isinstance(u, Unavailable) or u is None:
         return Panel(_na(u.reason if u else "not measured"), title="GPU utilization", title_align="left")
     assert isinstance(u, UtilizationSection)
-    t = Table(box=None)
-    for col in ("gpu", "samples", "util peak %", "util mean %", "SM activity %", "mem peak", "mem % total", "SM clock mean/max MHz", "HW throttle"):
-        t.add_column(col, justify="right" if col not in ("gpu", "HW throttle") else "left")
+    cols = [Col("gpu", numeric=False), Col("samples"), Col("util peak %"), Col("util mean %"), Col("SM activity %"), Col("mem peak"),
+            Col("mem % total"), Col("SM clock mean/max MHz"), Col("HW throttle", numeric=False)]
+    rows = []
     for g in u.gpus:
         mem = f"{g.peak_memory_bytes / 2**30:.2f} GiB" if g.peak_memory_bytes is not None else "n/a"
-        t.add_row(
-            g.gpu,
-            str(g.samples),
-            _f(g.peak_utilization_pct, ".0f"),
-            _f(g.mean_utilization_pct, ".1f"),
-            _f(g.mean_sm_activity_pct, ".1f"),
-            mem,
-            _f(g.peak_memory_pct, ".1f"),
-            f"{_f(g.mean_sm_clock_mhz, '.0f')}/{_f(g.max_sm_clock_mhz, 'd')}",
-            ", ".join(g.hardware_throttle_reasons) or "none",
-        )
+        rows.append([g.gpu, str(g.samples), _f(g.peak_utilization_pct, ".0f"), _f(g.mean_utilization_pct, ".1f"), _f(g.mean_sm_activity_pct, ".1f"), mem,
+                     _f(g.peak_memory_pct, ".1f"), f"{_f(g.mean_sm_clock_mhz, '.0f')}/{_f(g.max_sm_clock_mhz, 'd')}", ", ".join(g.hardware_throttle_reasons) or "none"])
+    tables = fitted_tables(cols, rows, width - INNER)
     parts = [Text(f"{g.gpu} partitions (XCP) mean activity %: " + " / ".join(f"{v:.0f}" for v in g.mean_partition_activity_pct))
              for g in u.gpus if g.mean_partition_activity_pct]
     note = Text(f"{u.source}, every {u.interval_s:g} s; NVML utilization = time some kernel ran, not how much of the GPU it used", style="dim")
-    return Panel(Group(t, *parts, note), title="GPU utilization (steps' window)", title_align="left")
+    return Panel(Group(*tables, *parts, note), title="GPU utilization (steps' window)", title_align="left")
 
 
-def _family_table(rows: list[FamilyRow], title: str) -> Table:
-    t = Table(title=title, box=None, title_justify="left")
-    for col in ("family", "kernels", "ms", "share %"):
-        t.add_column(col, justify="left" if col == "family" else "right")
-    for r in rows:
-        t.add_row(r.family, str(r.kernels), _f(r.total_ms, ".3f"), _f(r.share_pct, ".1f"))
-    return t
+def _family_tables(rows: list[FamilyRow], title: str, width: int, unit: str) -> list[Table]:
+    cols = [Col("family", numeric=False), Col(unit), Col("ms"), Col("share %")]
+    return fitted_tables(cols, [[r.family, str(r.kernels), _f(r.total_ms, ".3f"), _f(r.share_pct, ".1f")] for r in rows], width, title=title)
 
 
-def _kernel_table(rows: list[KernelRow], title: str) -> Table:
-    t = Table(title=title, box=None, title_justify="left")
-    for col in ("kernel", "family", "count", "ms", "mean µs", "share %"):
-        t.add_column(col, justify="left" if col in ("kernel", "family") else "right", overflow="fold")
-    for r in rows:
-        t.add_row(r.name[:90], r.family, str(r.count), _f(r.total_ms, ".3f"), _f(r.mean_us, ".2f"), _f(r.share_pct, ".1f"))
-    return t
+def _kernel_tables(rows: list[KernelRow], title: str, width: int, unit: str) -> list[Table]:
+    cols = [Col(unit.rstrip("s"), numeric=False, wrap=True), Col("family", numeric=False), Col("count"), Col("ms"), Col("mean µs"), Col("share %")]
+    return fitted_tables(cols, [[r.name[:160], r.family, str(r.count), _f(r.total_ms, ".3f"), _f(r.mean_us, ".2f"), _f(r.share_pct, ".1f")] for r in rows],
+                         width, title=title)
 
 
-def kernels_section(report: Report) -> RenderableType | None:
+def kernels_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableType | None:
     k = report.kernels
     if k is None:
         return None
     if isinstance(k, Unavailable):
         return Panel(_na(k.reason), title="Kernels", title_align="left")
     assert isinstance(k, KernelBreakdown)
-    head = (f"{k.kernels} kernels, {k.kernel_ms:.3f} ms of kernel time, source {k.source}; steps from {k.step_source}, attribution by {k.attribution}")
+    inner = width - INNER
+    ops = k.source.startswith("nvtx-log")
+    unit = "ops" if ops else "kernels"  # MAX's op ranges on the host clock are not GPU kernels: the columns say so
+    head = (f"{k.kernels} {'MAX ops' if ops else 'kernels'}, {k.kernel_ms:.3f} ms of {'op time (host clock)' if ops else 'kernel time'}, source {k.source}; "
+            f"steps from {k.step_source}, attribution by {k.attribution}")
     if k.gpu_busy_pct is not None:
-        what = "MAX ops (host time) cover" if k.source.startswith("nvtx-log") else "GPU busy"
+        what = "MAX ops cover" if ops else "GPU busy"
         head += f"; {what} {k.gpu_busy_pct:.1f}% of the {_f(k.window_ms, '.3f')} ms window"
+        if ops:
+            head += f" (the other {100 - k.gpu_busy_pct:.1f}% is host time between ops: Python, scheduling, sampling)"
     if k.unattributed_kernels and k.step_source != "none":
-        head += f"; {k.unattributed_kernels} kernels outside every step"
+        head += f"; {k.unattributed_kernels} {unit} outside every step"
     if k.invalid_kernels:
         head += f"; {k.invalid_kernels} records with invalid timestamps dropped"
     if k.tracer_overhead_pct is not None:
@@ -172,31 +228,42 @@ def kernels_section(report: Report) -> RenderableType | None:
     if k.unreliable:
         parts.append(Text(f"UNRELIABLE: {k.unreliable}", style="bold yellow"))
     if k.phases:
-        pt = Table(box=None)
-        for col in ("phase", "steps", "kernels", "kernel ms", "wall ms", "GPU busy %", "kernels/step", "kernel ms/step", "kernel µs/token"):
-            pt.add_column(col, justify="left" if col == "phase" else "right")
-        for p in k.phases:
-            pt.add_row(p.phase, str(p.steps), str(p.kernels), _f(p.kernel_ms, ".3f"), _f(p.wall_ms, ".3f"), _f(p.gpu_busy_pct, ".1f"),
-                       _f(p.kernels_per_step, ".1f"), _f(p.kernel_ms_per_step, ".4f"), _f(p.kernel_us_per_token, ".2f"))
-        parts.append(pt)
+        busy = "ops cover %" if ops else "GPU busy %"
+        cols = [Col("phase", numeric=False), Col("steps"), Col(unit), Col(f"{'op' if ops else 'kernel'} ms"), Col("wall ms"), Col(busy),
+                Col(f"{unit} /step"), Col(f"{'op' if ops else 'kernel'} ms /step"), Col("µs /token")]
+        rows = [[p.phase, str(p.steps), str(p.kernels), _f(p.kernel_ms, ".3f"), _f(p.wall_ms, ".3f"), _f(p.gpu_busy_pct, ".1f"), _f(p.kernels_per_step, ".1f"),
+                 _f(p.kernel_ms_per_step, ".4f"), _f(p.kernel_us_per_token, ".2f")] for p in k.phases]
+        parts += fitted_tables(cols, rows, inner)
     if k.per_device:
-        dt = Table(title="Per device", box=None, title_justify="left")
-        for col in ("device", "kernels", "kernel ms", "GPU busy %", "collective ms/decode step", "collective % of decode", "top families"):
-            dt.add_column(col, justify="left" if col in ("device", "top families") else "right")
-        for d in k.per_device:
-            dt.add_row(str(d.device), str(d.kernels), _f(d.kernel_ms, ".3f"), _f(d.gpu_busy_pct, ".1f"), _f(d.collective_ms_per_decode_step, ".4f"),
-                       _f(d.collective_share_of_decode_pct, ".1f"), ", ".join(f.family for f in d.families[:3]))
-        parts.append(dt)
-    parts.append(_family_table(k.families, "Families (all phases)"))
+        cols = [Col("device"), Col("kernels"), Col("kernel ms"), Col("GPU busy %"), Col("collective ms /decode step"), Col("collective % of decode"),
+                Col("top families", numeric=False, wrap=True)]
+        rows = [[str(d.device), str(d.kernels), _f(d.kernel_ms, ".3f"), _f(d.gpu_busy_pct, ".1f"), _f(d.collective_ms_per_decode_step, ".4f"),
+                 _f(d.collective_share_of_decode_pct, ".1f"), ", ".join(f.family for f in d.families[:3])] for d in k.per_device]
+        parts += fitted_tables(cols, rows, inner, title="Per device")
+    parts += _family_tables(k.families, "Families (all phases)", inner, unit)
     for p in k.phases:
-        parts.append(_family_table(p.families, f"Families — {p.phase}"))
-    parts.append(_kernel_table(k.top_kernels, "Top kernels (all phases)"))
+        parts += _family_tables(p.families, f"Families — {p.phase}", inner, unit)
+    parts += _kernel_tables(k.top_kernels, f"Top {unit} (all phases)", inner, unit)
     for p in k.phases:
         if p.phase == "decode":
-            parts.append(_kernel_table(p.top_kernels, "Top kernels — decode"))
+            parts += _kernel_tables(p.top_kernels, f"Top {unit} — decode", inner, unit)
     if k.unknown_kernel_names:
         parts.append(Text("unclassified (family 'other'): " + ", ".join(k.unknown_kernel_names[:10]), style="dim"))
     return Panel(Group(*parts), title="Where the time goes", title_align="left")
+
+
+def decode_cost_section(c: DecodeCost | None, width: int = DEFAULT_WIDTH) -> RenderableType | None:
+    """The decode step's bytes and FLOPs against the GPU's peaks (whole step, and the priced families)."""
+    if c is None:
+        return None
+    head = Text(f"batch {c.batch}, context {c.context_tokens:.0f} tokens (summed over the batch); per step: weights {c.weight_bytes / 1e9:.3f} GB, "
+                f"KV cache {c.kv_bytes / 1e9:.4f} GB, {c.flops / 1e9:.1f} GFLOP ({c.operand} operands); peaks: "
+                f"{_f(c.peak_bandwidth_GBps, '.0f', ' GB/s')}, {_f(c.peak_TFLOPs, '.0f', ' TFLOP/s')} ({c.gpu or 'GPU unknown'})")
+    cols = [Col("part", numeric=False), Col("ms /step"), Col("GB /step"), Col("GB/s"), Col("% of peak BW"), Col("TFLOP/s"), Col("% of peak compute")]
+    rows = [[r.family, _f(r.ms_per_step, ".4f"), _f(r.bytes_per_step / 1e9, ".4f"), _f(r.achieved_GBps, ".1f"), _f(r.pct_of_peak_bandwidth, ".1f"),
+             _f(r.achieved_TFLOPs, ".2f"), _f(r.pct_of_peak_compute, ".1f")] for r in [c.step, *([c.kernels] if c.kernels else []), *c.families]]
+    note = Text(f"weights counted from {c.weights_basis}", style="dim")
+    return Panel(Group(head, *fitted_tables(cols, rows, width - INNER), note), title="Decode step against the roofline", title_align="left")
 
 
 def analyses_section(analyses: list[KernelAnalysis]) -> RenderableType | None:
@@ -253,6 +320,8 @@ def findings_section(report: Report) -> RenderableType:
         parts.append(Text(f"    evidence: {ev}", style="dim"))
         if f.next_step:
             parts.append(Text(f"    next: {f.next_step}"))
+        if f.command is not None:
+            parts.append(Text(f"    run: {say(f.command, report.capture.interface)}"))
     verdict = Text("Next measurement: ", style="bold")
     verdict.append(report.next_measurement or "none — the question is answered at this level")
     parts.append(verdict)
@@ -265,17 +334,30 @@ def measured_anything(report: Report) -> bool:
                 report.kernel_analyses, report.serve is not None, report.preflight, report.findings))
 
 
-def render_renderables(report: Report) -> list[RenderableType]:
+def host_load_line(report: Report) -> RenderableType | None:
+    load = report.capture.host_load
+    if load is None:
+        return None
+    others = ", ".join(f"{p.name} {p.cores:.2f}" for p in load.busiest_others[:3])
+    return Text(f"host CPU over the window: {_f(load.cpu_busy_pct, '.0f', '%')} busy of {load.cores} cores; this process tree {load.own_cores:.2f} cores, "
+                f"other processes {load.other_cores:.2f}" + (f" ({others})" if others else ""), style="dim")
+
+
+def render_renderables(report: Report, width: int = DEFAULT_WIDTH) -> list[RenderableType]:
     measured = measured_anything(report)
     sections: list[RenderableType | None] = [
         environment_section(report),
         preflight_section(report.preflight),
         serve_section(report),
-        steps_section(report) if report.steps or report.step_summary is not None else None,
-        utilization_section(report) if report.utilization is not None or (measured and report.serve is None and report.steps) else None,
-        kernels_section(report),
+        server_metrics_section(report.server_metrics),
+        load_levels_section(report.load_levels, report.slo_ms, width),
+        steps_section(report, width) if report.steps or report.step_summary is not None else None,
+        utilization_section(report, width) if report.utilization is not None or (measured and report.serve is None and report.steps) else None,
+        kernels_section(report, width),
+        decode_cost_section(report.decode_cost, width),
         analyses_section(report.kernel_analyses),
         findings_section(report) if measured else None,
+        host_load_line(report),
     ]
     if report.notes:
         sections.append(Panel(Text("\n".join(report.notes), style="dim"), title="Notes", title_align="left"))
@@ -284,21 +366,21 @@ def render_renderables(report: Report) -> list[RenderableType]:
     return [s for s in sections if s is not None]
 
 
-def render_text(report: Report, width: int = 120, color: bool = False) -> str:
+def render_text(report: Report, width: int = DEFAULT_WIDTH, color: bool = False) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=color, color_system="auto" if color else None, highlight=False)
-    for r in render_renderables(report):
+    for r in render_renderables(report, width):
         console.print(r)
     return buf.getvalue()
 
 
 def print_report(report: Report, console: Console | None = None) -> None:
     console = console or Console(highlight=False)
-    for r in render_renderables(report):
+    for r in render_renderables(report, console.width):
         console.print(r)
 
 
-def diff_renderables(result: DiffResult) -> list[RenderableType]:
+def diff_renderables(result: DiffResult, width: int = DEFAULT_WIDTH) -> list[RenderableType]:
     """A diff: comparability, the verdict lines, and every compared metric."""
     parts: list[RenderableType] = []
     head = Text(f"A = {result.a}\nB = {result.b}\n")
@@ -308,21 +390,17 @@ def diff_renderables(result: DiffResult) -> list[RenderableType]:
             head.append(f"  - {r}\n", style="yellow")
     parts.append(head)
     if result.lines:
-        t = Table(box=None)
-        for col in ("metric", "A", "B", "delta", "delta %", "test", "samples"):
-            t.add_column(col, justify="left" if col in ("metric", "test") else "right", overflow="fold")
-        for line in result.lines:
-            style = "bold red" if line.regression else "green" if line.significant and line.delta < 0 else ""
-            t.add_row(Text(line.metric[:80], style=style), f"{line.a:.4g}", f"{line.b:.4g}", f"{line.delta:+.4g} {line.unit}",
-                      _f(line.delta_pct, "+.1f"), "no test" if line.p_value is None else f"p={line.p_value:.2g}", f"{line.samples[0]}/{line.samples[1]}")
-        parts.append(t)
+        cols = [Col("metric", numeric=False, wrap=True), Col("A"), Col("B"), Col("delta"), Col("delta %"), Col("test", numeric=False), Col("samples A/B")]
+        rows = [[line.metric[:120], f"{line.a:.4g} {line.unit}", f"{line.b:.4g} {line.unit}", f"{line.delta:+.4g} {line.unit}", _f(line.delta_pct, "+.1f"),
+                 "no test" if line.p_value is None else f"p={line.p_value:.2g}", f"{line.samples[0]}/{line.samples[1]}"] for line in result.lines]
+        parts += fitted_tables(cols, rows, width - INNER)
     return [Panel(Group(*parts), title=f"max-profile diff (regression threshold {result.fail_above_pct:g} %)", title_align="left")]
 
 
 def print_diff(result: DiffResult, console: Console | None = None) -> None:
     """The comparison, then one unwrapped line per verdict (what a CI log is searched for)."""
     console = console or Console(highlight=False)
-    for r in diff_renderables(result):
+    for r in diff_renderables(result, console.width):
         console.print(r)
     for v in result.verdicts:
         console.print(Text(v, style="bold red" if v.startswith("REGRESSION") else ""), soft_wrap=True)

@@ -142,11 +142,19 @@ def write_output(path: str | os.PathLike[str], data: bytes) -> None:
             tmp.write_bytes(data)
         os.replace(tmp, p)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        _remove_quietly(tmp)
         raise InputError(f"{p}: cannot write ({exc.strerror or exc})") from exc
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _remove_quietly(tmp)
         raise
+
+
+def _remove_quietly(path: Path) -> None:
+    """Remove a temporary file on an error path; a failure here (a read-only folder refuses even that) must not mask the first error."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def cache_dir(*parts: str) -> Path:

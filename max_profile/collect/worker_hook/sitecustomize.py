@@ -7,9 +7,12 @@ follows files that max_profile creates in that folder:
 - ``prepare`` (after /health answers): a process without the CUDA driver loaded writes
   ``skipped-<pid>.txt`` and ends the hook; the others import CUPTI and write ``ready-<pid>``
   (or ``unavailable-<pid>.txt`` with the reason), so the import is done before the window;
-- ``start`` / ``stop``: kernels are recorded in between, then written as ``kernels-<pid>.json``
-  (a KernelTable as JSON, host perf_counter clock) with ``coverage-<pid>.json`` (when the
-  recording really ran, and records CUPTI dropped).
+- ``start-N`` / ``stop-N`` (N = 1, 2, ...: one server, several windows): kernels are recorded in between,
+  then written as ``kernels-<pid>-N.json`` (a KernelTable as JSON, host perf_counter clock) with
+  ``coverage-<pid>-N.json`` (when the recording really ran, records CUPTI dropped, its callback time);
+- ``quit``: the hook ends (a process that never saw ``prepare`` too).
+
+The controller side is :mod:`max_profile.collect.worker_protocol`.
 """
 
 from __future__ import annotations
@@ -43,47 +46,55 @@ def _write(path: str, text: str) -> None:
 
 def _watch(folder: str) -> None:
     pid = os.getpid()
-    prepare, start, stop = (os.path.join(folder, name) for name in ("prepare", "start", "stop"))
-    if not _wait_for(prepare, stop, 0.05):
+    prepare, quit_ = os.path.join(folder, "prepare"), os.path.join(folder, "quit")
+    if not _wait_for(prepare, quit_, 0.05):
         return
     if not _cuda_driver_loaded():
         _write(os.path.join(folder, f"skipped-{pid}.txt"), "no libcuda in this process\n")
         return
-    notes: list[str] = []
     try:
         from max_profile.collect.cupti_native import make_cupti_collector
 
+        notes: list[str] = []
         # launch records only where phase ranges will need them (MAX_PROFILE_WORKER_CUPTI_LAUNCHES=1)
         collector = make_cupti_collector(notes, launches=os.environ.get("MAX_PROFILE_WORKER_CUPTI_LAUNCHES", "1") == "1")
     except Exception as exc:  # noqa: BLE001 - no CUPTI in this process: say so once
         _write(os.path.join(folder, f"unavailable-{pid}.txt"), f"{type(exc).__name__}: {exc}\n")
         return
     _write(os.path.join(folder, f"ready-{pid}"), "")
-    if not _wait_for(start, stop, 0.01):
-        return
-    try:
-        collector.start()
-    except Exception as exc:  # noqa: BLE001 - e.g. another CUPTI client holds this process: say why, record nothing
-        _write(os.path.join(folder, f"unavailable-{pid}.txt"), f"{type(exc).__name__}: {exc}\n")
-        return
-    started = time.perf_counter_ns()
-    _wait_for(stop, None, 0.02)
-    stopped = time.perf_counter_ns()
-    kernels = collector.stop()
-    if getattr(collector, "unfinished", 0):
-        notes.append(f"CUPTI: {collector.unfinished} kernel(s) were still running when the window closed (no end time): left out")
-    if len(kernels):
-        import json
+    window = 0
+    while True:
+        window += 1
+        if not _wait_for(os.path.join(folder, f"start-{window}"), quit_, 0.01):
+            return
+        try:
+            collector.start()
+        except Exception as exc:  # noqa: BLE001 - e.g. another CUPTI client holds this process: say why, record nothing
+            _write(os.path.join(folder, f"unavailable-{pid}.txt"), f"{type(exc).__name__}: {exc}\n")
+            return
+        started = time.perf_counter_ns()
+        _wait_for(os.path.join(folder, f"stop-{window}"), None, 0.02)
+        stopped = time.perf_counter_ns()
+        kernels = collector.stop()
+        window_notes = list(notes)
+        if getattr(collector, "unfinished", 0):
+            window_notes.append(f"CUPTI: {collector.unfinished} kernel(s) were still running when the window closed (no end time): left out")
+        _dump(folder, pid, window, kernels, collector, started, stopped, window_notes)
 
-        tmp = os.path.join(folder, f".kernels-{pid}.json")
+
+def _dump(folder: str, pid: int, window: int, kernels: object, collector: object, started: int, stopped: int, notes: list[str]) -> None:
+    """``kernels-<pid>-<window>.json`` (a KernelTable) and ``coverage-<pid>-<window>.json``, each written whole or not at all."""
+    import json
+
+    coverage = {"started_ns": started, "stopped_ns": stopped, "dropped": getattr(collector, "dropped", 0),
+                "callback_s": getattr(collector, "callback_s_before_stop", None), "api_records": getattr(collector, "api_records", 0),
+                "api_filter": getattr(collector, "api_filter", ""), "notes": notes, "stop_s": getattr(collector, "stop_s", None),
+                "collector": type(collector).__name__, "kernels": len(kernels)}  # type: ignore[arg-type]
+    for name, data in ((f"kernels-{pid}-{window}.json", kernels.to_json()), (f"coverage-{pid}-{window}.json", json.dumps(coverage).encode())):  # type: ignore[attr-defined]
+        tmp = os.path.join(folder, "." + name)
         with open(tmp, "wb") as fh:
-            fh.write(kernels.to_json())
-        _write(os.path.join(folder, f"coverage-{pid}.json"), json.dumps({"started_ns": started, "stopped_ns": stopped, "dropped": collector.dropped,
-                                                                             "callback_s": collector.callback_s_before_stop, "api_records": collector.api_records,
-                                                                             "api_filter": collector.api_filter, "notes": notes,
-                                                                             "stop_s": getattr(collector, "stop_s", None),
-                                                                             "collector": type(collector).__name__}))
-        os.replace(tmp, os.path.join(folder, f"kernels-{pid}.json"))
+            fh.write(data)
+        os.replace(tmp, os.path.join(folder, name))
 
 
 _folder = os.environ.get("MAX_PROFILE_WORKER_CUPTI_DIR")

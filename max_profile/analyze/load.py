@@ -1,0 +1,181 @@
+"""Load windows of ``max serve`` (one window, or one per concurrency level of a sweep): client latency percentiles,
+goodput against SLOs, and what the server's own metrics say over each window. Pure functions of the raw capture.
+
+Goodput (requests/s that met every SLO) follows AIPerf / ``vllm bench serve --goodput``: a request counts when it
+completed inside the window, its TTFT is within the TTFT objective and its p90 inter-token gap within the ITL one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from max_profile.model import (
+    LatencyStats,
+    LoadLevel,
+    LoadWindow,
+    MetricPoint,
+    MetricsScrape,
+    RequestRecord,
+    ServerMetrics,
+    UtilizationSample,
+)
+
+METRIC_NAMES: dict[str, tuple[str, ...]] = {
+    "requests": ("maxserve_request_count",),
+    "output_tokens": ("maxserve_num_output_tokens",),
+    "batch_execution": ("maxserve_batch_execution_time",),
+    "batch_size": ("maxserve_batch_size",),
+    "ttft": ("maxserve_time_to_first_token",),
+    "itl": ("maxserve_itl",),
+    "queued": ("maxserve_num_requests_queued",),
+    "running": ("maxserve_num_requests_running",),
+    "kv_used_blocks": ("maxserve_cache_num_used_blocks",),
+    "kv_total_blocks": ("maxserve_cache_num_total_blocks",),
+    "kv_used_pct": ("maxserve_cache_used_kv_pct",),
+    "preemptions": ("maxserve_cache_preemption_count",),
+}
+"""What each figure is called in MAX 26.7's exposition (OpenTelemetry names with dots as underscores; the exporter appends
+the unit, ``_total`` to counters and ``_bucket`` / ``_sum`` / ``_count`` to histograms: matched by prefix)."""
+
+
+def latency(values: Sequence[float]) -> LatencyStats:
+    if not len(values):
+        return LatencyStats(p50=None, p90=None, p99=None, samples=0)
+    a = np.asarray(values, dtype=float)
+    return LatencyStats(p50=round(float(np.percentile(a, 50)), 4), p90=round(float(np.percentile(a, 90)), 4),
+                        p99=round(float(np.percentile(a, 99)), 4), samples=int(a.size))
+
+
+def _matching(points: Sequence[MetricPoint], prefixes: tuple[str, ...], suffix: str = "") -> list[MetricPoint]:
+    """Samples whose name starts with one of ``prefixes`` and ends with ``suffix`` (``_sum``, ``_count``, or a plain value)."""
+    out = []
+    for p in points:
+        if not p.name.startswith(prefixes):
+            continue
+        if suffix:
+            if p.name.endswith(suffix):
+                out.append(p)
+        elif not p.name.endswith(("_bucket", "_sum", "_count", "_created")):
+            out.append(p)
+    return out
+
+
+def _by_labels(points: Sequence[MetricPoint], key: str | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for p in points:
+        label = p.labels.get(key, "") if key else ""
+        out[label] = out.get(label, 0.0) + p.value
+    return out
+
+
+def _delta(before: MetricsScrape, after: MetricsScrape, prefixes: tuple[str, ...], suffix: str, key: str | None = None) -> dict[str, float] | None:
+    a = _by_labels(_matching(after.points, prefixes, suffix), key)
+    if not a:
+        return None
+    b = _by_labels(_matching(before.points, prefixes, suffix), key)
+    return {label: max(value - b.get(label, 0.0), 0.0) for label, value in a.items()}
+
+
+def _mean_of_histogram(before: MetricsScrape, after: MetricsScrape, prefixes: tuple[str, ...], key: str | None = None) -> dict[str, float] | None:
+    sums, counts = _delta(before, after, prefixes, "_sum", key), _delta(before, after, prefixes, "_count", key)
+    if sums is None or counts is None:
+        return None
+    return {label: sums[label] / counts[label] for label in sums if counts.get(label)}
+
+
+def _gauge(scrape: MetricsScrape, prefixes: tuple[str, ...]) -> float | None:
+    points = _matching(scrape.points, prefixes)
+    return float(sum(p.value for p in points)) if points else None
+
+
+def server_metrics(before: MetricsScrape | None, after: MetricsScrape | None, window_s: float) -> ServerMetrics | None:
+    """Counter and histogram deltas between two scrapes, gauges at the second; None when no scrape was taken."""
+    if before is None and after is None:
+        return None
+    url = (after or before).url  # type: ignore[union-attr]
+    for scrape in (before, after):
+        if scrape is None or scrape.problem:
+            why = scrape.problem if scrape is not None else "not read"
+            return ServerMetrics(url=url, window_s=window_s, unavailable=f"{url}: {why}")
+    assert before is not None and after is not None
+    if not after.points:
+        return ServerMetrics(url=url, window_s=window_s, unavailable=f"{url}: the endpoint answered with no metrics")
+    missing: list[str] = []
+
+    def total(name: str, suffix: str) -> float | None:
+        d = _delta(before, after, METRIC_NAMES[name], suffix)
+        if d is None:
+            missing.append(name)
+            return None
+        return round(sum(d.values()), 3)
+
+    def mean(name: str, key: str | None = None) -> dict[str, float] | None:
+        m = _mean_of_histogram(before, after, METRIC_NAMES[name], key)
+        if m is None:
+            missing.append(name)
+        return m
+
+    def gauge(name: str) -> float | None:
+        v = _gauge(after, METRIC_NAMES[name])
+        if v is None:
+            missing.append(name)
+        return v
+
+    counts = _delta(before, after, METRIC_NAMES["batch_execution"], "_count", "batch_type") or {}
+    exec_ms = mean("batch_execution", "batch_type") or {}
+    size = mean("batch_size")
+    ttft, itl = mean("ttft"), mean("itl")
+    used, total_blocks = gauge("kv_used_blocks"), gauge("kv_total_blocks")
+    kv_hist = _mean_of_histogram(before, after, METRIC_NAMES["kv_used_pct"])  # MAX 26.7 records it per batch (a histogram)
+    pct = next(iter(kv_hist.values())) if kv_hist else _gauge(after, METRIC_NAMES["kv_used_pct"])
+    if pct is None and used is not None and total_blocks:
+        pct = 100.0 * used / total_blocks
+    return ServerMetrics(
+        url=url, window_s=window_s, requests=total("requests", ""), output_tokens=total("output_tokens", ""),
+        batches={k or "all": round(v, 1) for k, v in counts.items()}, batch_execution_ms_mean={k or "all": round(v, 4) for k, v in exec_ms.items()},
+        batch_size_mean=round(next(iter(size.values())), 3) if size else None,
+        ttft_ms_mean=round(next(iter(ttft.values())), 4) if ttft else None, itl_ms_mean=round(next(iter(itl.values())), 4) if itl else None,
+        requests_queued=gauge("queued"), requests_running=gauge("running"), kv_cache_used_pct=round(pct, 2) if pct is not None else None,
+        kv_blocks_used=used, kv_blocks_total=total_blocks, preemptions=total("preemptions", ""), missing=sorted(set(missing)),
+    )
+
+
+def _inside(records: Sequence[RequestRecord], window: tuple[int, int]) -> list[RequestRecord]:
+    return [r for r in records if r.ended_ns >= window[0] and r.started_ns <= window[1]]
+
+
+def _meets(r: RequestRecord, slo: dict[str, float]) -> bool:
+    if "ttft" in slo and (r.ttft_ms is None or r.ttft_ms > slo["ttft"]):
+        return False
+    if "itl" in slo and r.itl_ms and float(np.percentile(r.itl_ms, 90)) > slo["itl"]:
+        return False
+    return True
+
+
+def load_level(window: LoadWindow, slo: dict[str, float], samples: Sequence[UtilizationSample] = ()) -> LoadLevel:
+    """One load window summarized: throughput over the window, latency percentiles, goodput, the server's metrics."""
+    w0, w1 = window.window_ns
+    secs = max((w1 - w0) / 1e9, 1e-9)
+    records = _inside(window.requests, window.window_ns)
+    good = [r for r in records if r.ok]
+    completed = [r for r in good if not r.truncated and w0 <= r.ended_ns <= w1]
+    # tokens streamed inside the window: a request that straddles an edge counts its share by time
+    tokens = 0.0
+    for r in good:
+        span = max(r.ended_ns - r.started_ns, 1)
+        tokens += r.tokens * max(min(r.ended_ns, w1) - max(r.started_ns, w0), 0) / span
+    goodput = slo_pct = None
+    if slo:
+        met = [r for r in completed if _meets(r, slo)]
+        goodput = round(len(met) / secs, 4)
+        slo_pct = round(100.0 * len(met) / len(completed), 1) if completed else None
+    inside = [s.utilization_pct for s in samples if w0 <= s.t_ns <= w1 and s.utilization_pct is not None]
+    return LoadLevel(
+        concurrency=window.concurrency, window_s=round(secs, 3), requests=len(records), completed=len(completed), failed=len(records) - len(good),
+        output_tokens=int(round(tokens)), output_tok_per_s=round(tokens / secs, 2), request_rate_rps=round(len(completed) / secs, 4),
+        ttft_ms=latency([r.ttft_ms for r in good if r.ttft_ms is not None]), itl_ms=latency([g for r in good for g in r.itl_ms]),
+        goodput_rps=goodput, slo_met_pct=slo_pct, gpu_utilization_pct=round(float(np.mean(inside)), 1) if inside else None,
+        server=server_metrics(window.metrics_before, window.metrics_after, secs),
+    )

@@ -1,0 +1,296 @@
+"""What each ``max-profile serve`` mode records over a window, behind one :class:`ServeRecorder` interface.
+
+The server lifecycle (``max_profile.serve``) is the same for every mode: plan, confirm, warm, start, fail fast,
+/health, windows under load, teardown. A recorder plugs into it: it may wrap the launch command (``nsys launch``,
+``rocprofv3 ... --``), add to the server's environment (the worker hook, the NVTX log library), get ready after
+/health, start and stop a window, read what the window recorded into the :class:`RawCapture`, and clean up.
+
+* :class:`UtilizationRecorder` — nothing beyond the GPU samples every window gets.
+* :class:`WorkerKernelRecorder` — the model worker's kernels (CUPTI in the worker on NVIDIA, several windows per
+  server) and MAX's op / scheduler ranges through the NVTX log (any device).
+* :class:`NsysRecorder` — ``nsys launch`` / ``start`` / ``stop`` / ``shutdown`` with a unique session.
+* :class:`RocprofRecorder` — rocprofv3's collection period, timed from launch (R2 measured by a probe pass).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from max_profile.collect import serve_profilers as sp
+from max_profile.collect.worker_protocol import WorkerHook
+from max_profile.errors import CaptureError, MaxProfileError, ToolMissingError, TraceFormatError
+from max_profile.model import KernelTable, PhaseRange, RawCapture, ranges_within
+from max_profile.util.procs import run_bounded
+
+Progress = Callable[[str], None]
+
+
+class ServerHandle(Protocol):
+    """The running server as a recorder sees it."""
+
+    def alive(self) -> bool: ...
+
+
+class ServeRecorder(Protocol):
+    """One mode's recording around a server's windows (see the module docstring)."""
+
+    mode: str
+    multi_window: bool
+    """Whether one server can record several windows (a load sweep, A/B pairs)."""
+
+    def command(self, serve_cmd: list[str]) -> list[str]: ...
+    def env(self) -> dict[str, str]: ...
+    def launched(self, at_monotonic: float) -> None: ...
+    def ready(self, server: ServerHandle, progress: Progress) -> None: ...
+    def start(self, window: int, progress: Progress) -> None: ...
+    def stop(self, window: int, progress: Progress) -> None: ...
+    def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None: ...
+    def close(self) -> None: ...
+    def artifacts(self) -> list[str]: ...
+
+
+class UtilizationRecorder:
+    """No tracer: the window's GPU samples, client latencies and server metrics are the measurement."""
+
+    mode = "utilization"
+    multi_window = True
+
+    def command(self, serve_cmd: list[str]) -> list[str]:
+        return serve_cmd
+
+    def env(self) -> dict[str, str]:
+        return {}
+
+    def launched(self, at_monotonic: float) -> None:
+        return None
+
+    def ready(self, server: ServerHandle, progress: Progress) -> None:
+        return None
+
+    def start(self, window: int, progress: Progress) -> None:
+        return None
+
+    def stop(self, window: int, progress: Progress) -> None:
+        return None
+
+    def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def artifacts(self) -> list[str]:
+        return []
+
+
+class WorkerKernelRecorder(UtilizationRecorder):
+    """The model worker's kernels: CUPTI through the worker hook on NVIDIA (``cupti=True``), and MAX's op and scheduler
+    ranges through the NVTX log when MAX's profiling is on (``nvtx_template``)."""
+
+    mode = "kernels"
+
+    def __init__(self, tmp: Path, *, cupti: bool, profiling: str, progress: Progress) -> None:
+        self.tmp = tmp
+        self.nvtx_template: str | None = None
+        self.extra: dict[str, str] = {}
+        self.hook: WorkerHook | None = None
+        if profiling != "off":
+            from max_profile.collect.nvtx_log import build_injection_library
+
+            try:
+                self.nvtx_template = str(tmp / "nvtx-%p.log")
+                self.extra.update({"NVTX_INJECTION64_PATH": build_injection_library(), "MAX_PROFILE_NVTX_LOG": self.nvtx_template})
+            except ToolMissingError as exc:
+                self.nvtx_template = None
+                progress(f"no NVTX log ({exc})")
+        if cupti:
+            from max_profile.collect.cupti_native import build_cupti_library
+
+            library = None
+            try:  # built here, once, so the worker's prepare step only loads it
+                library = build_cupti_library()
+            except MaxProfileError as exc:
+                progress(f"the C CUPTI recorder is unavailable ({exc}); the worker falls back to cupti-python (slower, said in the report)")
+            self.hook = WorkerHook(tmp / "cupti")
+            self.extra.update(self.hook.env(library, launches=profiling != "off"))
+
+    def env(self) -> dict[str, str]:
+        return dict(self.extra)
+
+    def ready(self, server: ServerHandle, progress: Progress) -> None:
+        if self.hook is not None:
+            progress(self.hook.prepare(server.alive))
+
+    def start(self, window: int, progress: Progress) -> None:
+        if self.hook is not None:
+            self.hook.start(window)
+
+    def stop(self, window: int, progress: Progress) -> None:
+        if self.hook is not None:
+            self.hook.stop(window)
+
+    def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None:
+        """Kernels (or ops) the model worker ran in the window, with MAX's scheduler ranges as phases, into ``raw``."""
+        from max_profile.collect.nvtx_log import read_nvtx_log
+
+        ranges: list[PhaseRange] = []
+        ops: list[KernelTable] = []
+        for path in self.tmp.glob("nvtx-*.log"):
+            try:
+                log = read_nvtx_log(path)
+            except (OSError, ValueError):
+                continue
+            ranges += ranges_within(log.phase_ranges(), span)
+            ops.append(log.op_table().within(span))
+        raw.ranges = [*raw.ranges, *ranges]
+        if self.hook is not None:
+            kernels, coverage = self.hook.read(window, span, server.alive)
+            if kernels is not None and len(kernels):
+                raw.kernels = KernelTable.concat([raw.kernels, kernels])
+                raw.kernel_source = "cupti (model worker" + (coverage.describe() if coverage else "") + ")"
+                if coverage is not None:
+                    if coverage.callback_s is not None:
+                        raw.tracer_callback_s = (raw.tracer_callback_s or 0.0) + coverage.callback_s
+                    raw.notes = [*raw.notes, *(n for n in coverage.notes if n not in raw.notes)]
+                return
+        op_table = KernelTable.concat(ops)
+        if len(op_table):
+            raw.kernels = KernelTable.concat([raw.kernels, op_table])
+            raw.kernel_source = "nvtx-log (model worker ops, host time)"
+            return
+        if self.nvtx_template is None and self.hook is None:
+            return
+        if not len(raw.kernels):
+            raw.kernels_unavailable = "the model worker recorded no kernels or op ranges in the window (MODULAR_ENABLE_PROFILING must reach the worker)"
+
+    def close(self) -> None:
+        if self.hook is not None:
+            self.hook.quit()
+
+
+class NsysRecorder(UtilizationRecorder):
+    """``nsys launch --cuda-graph-trace=node`` around the server, ``nsys start`` / ``stop`` around the one window; the report
+    is verified and read back."""
+
+    mode = "nsys"
+    multi_window = False
+
+    def __init__(self, nsys: str, dest: Path, tool_env: dict[str, str], progress: Progress) -> None:
+        self.nsys, self.dest, self.tool_env = nsys, dest, tool_env
+        stale = sp.clean_stale_nsys_sessions(nsys, tool_env)
+        if stale:
+            progress("shut down stale max-profile nsys sessions: " + ", ".join(stale))
+        self.session = sp.nsys_session_name()
+        self.rep_base = str(dest / "serve")
+        self.collecting = False
+        self.launched_any = False
+
+    def command(self, serve_cmd: list[str]) -> list[str]:
+        self.launched_any = True
+        return sp.nsys_launch_command(self.nsys, self.session, serve_cmd)
+
+    def start(self, window: int, progress: Progress) -> None:
+        rc, out = run_bounded(sp.nsys_start_command(self.nsys, self.session, self.rep_base), self.tool_env, timeout_s=120)
+        if rc != 0:
+            raise CaptureError(f"`nsys start --session={self.session}` failed (exit {rc}): {out.strip()[-300:]}")
+        self.collecting = True
+
+    def stop(self, window: int, progress: Progress) -> None:
+        progress("nsys stop (writes the report; can take a minute)")
+        rc, out = run_bounded(sp.nsys_stop_command(self.nsys, self.session), self.tool_env)
+        self.collecting = False
+        if rc != 0:
+            raise CaptureError(f"`nsys stop --session={self.session}` failed (exit {rc}): {out.strip()[-300:]}")
+
+    def close(self) -> None:
+        if self.collecting:
+            run_bounded(sp.nsys_stop_command(self.nsys, self.session), self.tool_env, timeout_s=120)
+            self.collecting = False
+        if self.launched_any:
+            run_bounded(sp.nsys_shutdown_command(self.nsys, self.session), self.tool_env, timeout_s=60)
+
+    def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None:
+        """After close(): the report verified, exported to SQLite and read back."""
+        from max_profile.collect.nsys import export_sqlite, note_graph_replays, read_nsys_sqlite
+
+        rep = self.rep_base + ".nsys-rep"
+        why = sp.verify_artifact(rep, "nsys-rep")
+        if why:
+            raise CaptureError(f"nsys wrote no usable report: {why}")
+        sqlite_path = self.rep_base + ".sqlite"
+        why = export_sqlite(self.nsys, rep, sqlite_path, env=self.tool_env) or sp.verify_artifact(sqlite_path, "sqlite")
+        if why:
+            raw.kernels_unavailable = f"the nsys report could not be read back: {why}"
+            return
+        try:
+            trace = read_nsys_sqlite(sqlite_path)
+        except TraceFormatError as exc:
+            raw.kernels_unavailable = f"the nsys report could not be read back: {exc}"
+            return
+        raw.kernels, raw.ranges, raw.range_names = trace.kernels, trace.ranges, trace.all_range_names
+        raw.kernel_clock = "trace"
+        raw.kernel_source = "nsys (max serve)"
+        note_graph_replays(raw, trace)
+
+    def artifacts(self) -> list[str]:
+        rep = self.rep_base + ".nsys-rep"
+        return [f"{rep}  (open with: nsys-ui {rep})", self.rep_base + ".sqlite"]
+
+
+class RocprofRecorder(UtilizationRecorder):
+    """rocprofv3 with ``--collection-period (R2 + 10):DURATION:1`` counted from launch; R2 (launch to /health 200) is
+    measured by a probe pass of the plain server first (``measure_ready``)."""
+
+    mode = "rocprof"
+    multi_window = False
+
+    def __init__(self, rocprof: str, dest: Path, duration_s: float, measure_ready: Callable[[], float], progress: Progress) -> None:
+        self.rocprof, self.dest, self.duration_s = rocprof, dest, duration_s
+        r2 = measure_ready()
+        self.delay = r2 + sp.ROCPROF_WINDOW_DELAY_S
+        self.out_dir = dest / "rocprof"
+        self.t_launch = 0.0
+        progress(f"pass 3: R2 = {r2:.1f} s, window {self.delay:.1f}–{self.delay + duration_s:.1f} s after launch")
+
+    def command(self, serve_cmd: list[str]) -> list[str]:
+        return sp.rocprof_command(self.rocprof, str(self.out_dir), self.delay, self.duration_s, serve_cmd)
+
+    def launched(self, at_monotonic: float) -> None:
+        self.t_launch = at_monotonic
+
+    def start(self, window: int, progress: Progress) -> None:
+        time.sleep(max(self.t_launch + self.delay - time.monotonic(), 0.0))  # the collection period opens by the clock
+
+    def stop(self, window: int, progress: Progress) -> None:
+        time.sleep(max(self.t_launch + self.delay + self.duration_s + 1.0 - time.monotonic(), 0.0))  # let the period close
+
+    def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None:
+        """After close(): rocprofv3 writes its files when the server's group is stopped."""
+        from max_profile.collect.rocprof import rocprof_csv_capture
+
+        csv_path = sp.find_rocprof_kernel_csv(self.out_dir)
+        why = sp.verify_artifact(csv_path, "rocprof-csv", min_bytes=64) if csv_path else f"no *kernel_trace.csv under {self.out_dir}"
+        if why:
+            raw.kernels_unavailable = f"rocprofv3 wrote no usable kernel trace: {why}"
+            return
+        try:
+            trace = rocprof_csv_capture(str(csv_path))
+        except TraceFormatError as exc:
+            raw.kernels_unavailable = f"the rocprofv3 kernel trace could not be read: {exc}"
+            return
+        raw.kernels, raw.ranges, raw.kernel_clock, raw.kernel_source = trace.kernels, trace.ranges, "trace", "rocprofv3 (max serve)"
+        raw.notes = [*raw.notes, *trace.notes]
+
+    def artifacts(self) -> list[str]:
+        found = sp.find_rocprof_kernel_csv(self.out_dir)
+        return [str(found or self.out_dir)]
+
+
+def reads_after_teardown(recorder: ServeRecorder) -> bool:
+    """nsys and rocprofv3 write their files when their session / the server's group ends: read after teardown."""
+    return recorder.mode in ("nsys", "rocprof")
+
+

@@ -1,0 +1,118 @@
+"""The controller side of the worker hook (``collect/worker_hook/sitecustomize.py``): CUPTI inside ``max serve``'s model
+worker, driven through files in one folder (no socket, nothing the server itself has to know).
+
+    hook = WorkerHook(folder)                     # the server starts with hook.env() in its environment
+    line = hook.prepare(server_alive)             # after /health: the worker imports CUPTI now, not in the window
+    hook.start(1); ...; hook.stop(1)              # one window (several per server: 2, 3, ...)
+    kernels, coverage = hook.read(1, window)      # its kernels (host clock), how much of it was recorded
+    hook.quit()                                   # the hook threads end
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from max_profile.model import KernelTable
+
+HOOK_DIR = Path(__file__).parent / "worker_hook"
+
+
+@dataclass(frozen=True)
+class WindowCoverage:
+    """What the worker recorded of one window: the part of it covered, dropped records, CUPTI callback time, notes."""
+
+    covered_s: float
+    window_s: float
+    dropped: int
+    callback_s: float | None
+    api_records: int
+    collector: str
+    notes: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        text = f", recorded {self.covered_s:.1f} of {self.window_s:.1f} s"
+        if self.dropped:
+            text += f", {self.dropped} dropped"
+        if self.collector == "CuptiKernelCollector":
+            text += ", cupti-python per-record callbacks"
+        if self.callback_s is not None:
+            text += f", {self.callback_s:.2f} s in CUPTI callbacks for {self.api_records} API records"
+        return text
+
+
+class WorkerHook:
+    """One server's hook folder (see the module docstring)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def env(self, library: str | None, launches: bool) -> dict[str, str]:
+        """What the server's environment needs: the folder, the hook on PYTHONPATH, the C recorder built here once."""
+        env = {"MAX_PROFILE_WORKER_CUPTI_DIR": str(self.folder), "PYTHONPATH": str(HOOK_DIR) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               # launch records serve the attribution to MAX's scheduler ranges (they need MAX's profiling on)
+               "MAX_PROFILE_WORKER_CUPTI_LAUNCHES": "1" if launches else "0"}
+        if library:
+            env["MAX_PROFILE_CUPTI_RING_LIB"] = library
+        return env
+
+    def prepare(self, alive: Callable[[], bool], timeout_s: float = 30.0) -> str:
+        """Ask the hooks to import CUPTI now and wait for one to be ready; the answer is a progress line.
+
+        Processes without the CUDA driver loaded (API server, metrics worker) skip; the model worker answers.
+        """
+        (self.folder / "prepare").touch()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and alive():
+            ready = sorted(p.name.removeprefix("ready-") for p in self.folder.glob("ready-*"))
+            if ready:
+                return f"CUPTI ready in process {', '.join(ready)} (the ones with the CUDA driver loaded)"
+            failed = list(self.folder.glob("unavailable-*.txt"))
+            if failed:
+                return f"CUPTI unavailable in the model worker ({failed[0].read_text().strip()}); kernels will be missing"
+            time.sleep(0.05)
+        skipped = len(list(self.folder.glob("skipped-*.txt")))
+        return f"no process answered as CUPTI-ready within {timeout_s:g} s ({skipped} without the CUDA driver skipped); kernels may be missing"
+
+    def ready(self) -> bool:
+        return any(self.folder.glob("ready-*"))
+
+    def start(self, window: int) -> None:
+        (self.folder / f"start-{window}").touch()
+
+    def stop(self, window: int) -> None:
+        (self.folder / f"stop-{window}").touch()
+
+    def quit(self) -> None:
+        (self.folder / "quit").touch()
+
+    def read(self, window: int, span: tuple[int, int], alive: Callable[[], bool], timeout_s: float = 20.0) -> tuple[KernelTable | None, WindowCoverage | None]:
+        """The kernels of window ``window`` inside ``span`` (host clock) from every recording process, and its coverage;
+        (None, None) when no process wrote them within ``timeout_s`` (or the server died)."""
+        deadline = time.monotonic() + timeout_s
+        pattern = f"kernels-*-{window}.json"
+        while time.monotonic() < deadline and not list(self.folder.glob(pattern)) and alive() and self.ready():
+            time.sleep(0.1)
+        dumps = sorted(self.folder.glob(pattern))
+        if not dumps:
+            return None, None
+        tables = [KernelTable.from_json(p.read_bytes(), str(p)).within(span) for p in dumps]
+        return KernelTable.concat(tables), self._coverage(window, span)
+
+    def _coverage(self, window: int, span: tuple[int, int]) -> WindowCoverage | None:
+        for path in sorted(self.folder.glob(f"coverage-*-{window}.json")):
+            try:
+                c = json.loads(path.read_text())
+                covered = (min(int(c["stopped_ns"]), span[1]) - max(int(c["started_ns"]), span[0])) / 1e9
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            callback = c.get("callback_s")
+            return WindowCoverage(covered_s=covered, window_s=(span[1] - span[0]) / 1e9, dropped=int(c.get("dropped") or 0),
+                                  callback_s=float(callback) if isinstance(callback, (int, float)) else None, api_records=int(c.get("api_records") or 0),
+                                  collector=str(c.get("collector", "")), notes=tuple(str(n) for n in c.get("notes", [])))
+        return None

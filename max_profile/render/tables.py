@@ -1,0 +1,74 @@
+"""Terminal tables that never cut a figure: columns that do not fit the width go to a second table (the key column
+repeated), headers wrap at spaces, numbers keep every digit; only long names wrap."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.table import Table
+
+PAD = 2
+"""Space between columns (rich's default cell padding of one on each side)."""
+NAME_MIN = 24
+"""A text column that must wrap keeps at least this width."""
+
+
+@dataclass(frozen=True)
+class Col:
+    header: str
+    numeric: bool = True
+    wrap: bool = False
+    """A long text column (kernel names) that may wrap; numbers and short labels never do."""
+
+
+def _min_width(col: Col, cells: Sequence[str]) -> int:
+    longest_word = max((len(w) for w in col.header.split()), default=0)
+    content = max((len(c) for c in cells), default=0)
+    if col.wrap:
+        return max(min(content, NAME_MIN), longest_word)
+    return max(content, longest_word)
+
+
+def _header(col: Col, width: int) -> str:
+    """The header broken at spaces into lines of at most ``width`` (never cut)."""
+    lines: list[str] = []
+    for word in col.header.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "\n".join(lines)
+
+
+def fitted_tables(columns: Sequence[Col], rows: Sequence[Sequence[str]], width: int, title: str | None = None, key_columns: int = 1) -> list[Table]:
+    """One or more rich tables holding ``rows`` within ``width`` characters without cutting any number.
+
+    Columns are laid out greedily; when the next one would overflow, a new table starts with the first
+    ``key_columns`` columns repeated (so every row stays identifiable).
+    """
+    widths = [_min_width(c, [r[i] for r in rows]) for i, c in enumerate(columns)]
+    key = list(range(min(key_columns, len(columns))))
+    groups: list[list[int]] = []
+    current = list(key)
+    used = sum(widths[i] for i in key) + PAD * max(len(key) - 1, 0)
+    for i in range(len(key), len(columns)):
+        need = widths[i] + PAD
+        if len(current) > len(key) and used + need > width:
+            groups.append(current)
+            current = list(key)
+            used = sum(widths[j] for j in key) + PAD * max(len(key) - 1, 0)
+        current.append(i)
+        used += need
+    groups.append(current)
+    tables = []
+    for n, group in enumerate(groups):
+        t = Table(box=None, title=title if n == 0 else None, title_justify="left", pad_edge=False, padding=(0, 1))
+        for i in group:
+            col = columns[i]
+            t.add_column(_header(col, widths[i]), justify="right" if col.numeric else "left", no_wrap=not col.wrap,
+                         min_width=widths[i], overflow="fold")
+        for r in rows:
+            t.add_row(*(r[i] for i in group))
+        tables.append(t)
+    return tables
