@@ -122,33 +122,66 @@ def _ensure_nvtx_log_env(devices: str, progress: Progress) -> None:
     restart_with_nvtx_log([sys.executable, "-m", "max_profile", *sys.argv[1:]], devices)
 
 
+def _settings(args: argparse.Namespace, model_path: str, devices: str) -> Any:
+    from max_profile.runner import LoadSettings
+
+    return LoadSettings(model_path=model_path, devices=devices, max_length=args.max_length, max_batch_size=args.batch_size,
+                        custom_architectures=list(args.custom_architectures or []), quantization_encoding=args.quantization_encoding,
+                        device_graph_capture=args.device_graph_capture, prompt=args.prompt, warmup_tokens=args.warmup)
+
+
 def _profile_generation(args: argparse.Namespace, progress: Progress, model_path: str, devices: str, env: Any) -> Any:
-    """Preflight, load, warm up, profile one generation: the raw capture."""
+    """Preflight, load (recording where the start-up time goes), warm up, profile one generation: the raw capture."""
     from max_profile.preflight import preflight_gate
-    from max_profile.runner import generate, load_model
+    from max_profile.runner import generate, load_and_warm_up
     from max_profile.session import profile
 
-    custom = list(args.custom_architectures or [])
-    preflight = preflight_gate(custom, model_path, progress=progress)
-    progress(f"loading {model_path} on {devices} (a first run of a model shape compiles for minutes)")
+    settings = _settings(args, model_path, devices)
     t = time.perf_counter()
-    model = load_model(model_path, devices=devices, max_length=args.max_length, max_batch_size=args.batch_size, custom_architectures=custom,
-                       quantization_encoding=args.quantization_encoding, device_graph_capture=args.device_graph_capture)
-    progress(f"loaded in {time.perf_counter() - t:.1f} s ({type(model.pipeline).__name__})")
+    model, startup, preflight = load_and_warm_up(settings, progress, env.max_version,
+                                                 preflight=lambda: preflight_gate(settings.custom_architectures, model_path, progress=progress))
+    progress(f"loaded and warmed up in {time.perf_counter() - t:.1f} s ({type(model.pipeline).__name__}; compile cache {startup.cache})")
     try:
-        prompts = [args.prompt] * args.batch_size
-        if args.warmup > 0:
-            progress(f"warm-up: {args.warmup} token(s), not profiled")
-            generate(model, prompts, args.warmup)
         progress(f"profiling a generation of {args.max_new_tokens} tokens (kernels: {args.kernels})")
         with profile(model.pipeline, kernels=args.kernels, sample_interval_s=args.interval, model_path=model_path, devices=devices,
                      environment=env) as prof:
-            generate(model, prompts, args.max_new_tokens)
+            generate(model, [args.prompt] * args.batch_size, args.max_new_tokens)
         raw = prof.raw_capture
-        raw.preflight = preflight
+        raw.preflight = preflight or []
+        raw.startup = startup
         return raw
     finally:
         model.close()
+
+
+def cmd_startup(args: argparse.Namespace, progress: Progress) -> int:
+    """Process start to the first token of a local model: imports, config, each graph's build / compile (cache hit or miss,
+    and why) / initialize, weights, KV cache, device graphs, warm-up. Exit 4 (after the report) when the load failed."""
+    from max_profile.model import Capture, RawCapture
+    from max_profile.preflight import preflight_gate
+    from max_profile.runner import LoadFailed, load_and_warm_up
+    from max_profile.util.models import check_model_folder
+
+    check_model_folder(args.model_path)
+    args.warmup = max(args.warmup, 1)
+    env, devices = _prepare_run(args, progress)
+    settings = _settings(args, args.model_path, devices)
+    raw = RawCapture(environment=env, capture=Capture(started_unix_s=time.time(), target="startup", model_path=args.model_path, devices=devices,
+                                                      profiling_mode=os.environ.get("MODULAR_ENABLE_PROFILING", "off"), collectors=["startup"]))
+    failure: LoadFailed | None = None
+    try:
+        model, raw.startup, preflight = load_and_warm_up(settings, progress, env.max_version,
+                                                         preflight=lambda: preflight_gate(settings.custom_architectures, args.model_path, progress=progress))
+        raw.preflight = preflight or []
+        raw.capture.device_graph_capture = model.device_graph_capture
+        model.close()
+    except LoadFailed as exc:
+        raw.startup, failure = exc.startup, exc
+    raw.capture.ended_unix_s = time.time()
+    code = _emit(raw, args, progress)
+    if failure is not None:
+        raise failure
+    return code
 
 
 def _check_generation_args(args: argparse.Namespace) -> None:
@@ -538,6 +571,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-path", required=True, help="local Hugging Face model folder")
     _add_generation_flags(p)
     p.set_defaults(func=cmd_run)
+
+    p = verb("startup", "where the time before the first token goes: imports, config, each graph's compile (cache hit or miss, and why), weights, "
+             "KV cache, device graphs, warm-up")
+    p.add_argument("--model-path", required=True, help="local Hugging Face model folder")
+    _add_generation_flags(p, default_tokens=1)
+    p.set_defaults(func=cmd_startup)
 
     p = verb("kernels", "kernel breakdown by family and phase (run a generation, or --import a trace)")
     p.add_argument("--model-path", help="local model folder (or --import FILE)")

@@ -164,6 +164,47 @@ class HostLoad(msgspec.Struct, frozen=True):
     busiest_others: list[BusyProcess] = []
 
 
+class StartupPhase(msgspec.Struct, frozen=True):
+    """One piece of the time from process start to the first token (seconds), with what it moved where known."""
+
+    name: str
+    seconds: float
+    bytes: int | None = None
+    """Bytes the phase moved (weights read, KV cache allocated)."""
+    gb_per_s: float | None = None
+    cache: str | None = None
+    """For a compile phase: ``hit`` (loaded from MAX's compile cache), ``miss`` (compiled), or None when unknown."""
+    detail: str | None = None
+
+
+class StartupProfile(msgspec.Struct, frozen=True, tag=True):
+    """Where the time before the first token went: imports, config, custom-architecture import, per-graph build /
+    compile / initialize with cache hit or miss, weights, KV-cache allocation, device-graph capture, warm-up, first token.
+
+    ``cache``: ``hit`` (every graph came from MAX's compile cache), ``miss`` (every graph compiled), ``partial``, or
+    ``unknown``; ``cache_reason`` says why a compile happened (what in the compile key is new). Sources: MAX's own
+    ``CompilationTimer`` log lines and engine compile / init timings, MAX's cache log (``MODULAR_ENABLE_CACHE_LOGGING``),
+    the cache folder before and after, and max_profile's marks around each step of the load."""
+
+    total_s: float
+    phases: list[StartupPhase]
+    cache: str = "unknown"
+    cache_reason: str = ""
+    cache_dir: str | None = None
+    compile_key: dict[str, str] = {}
+    """What max_profile knows to be part of MAX's compile key for this load (MAX version, devices, profiling mode,
+    device graphs, batch size, max length, encoding, custom architecture code)."""
+    max_logged_compile_s: float | None = None
+    """The sum of MAX's own ``Compiling <graph> took X seconds`` lines."""
+    engine_compile_s: float | None = None
+    """The engine's compile time over the whole load (``collect_compilation_stats``), graphs MAX did not name included."""
+    warm_cache_command: str | None = None
+    """The command that fills the cache for this exact compile key (for an image, before serving)."""
+    failure: str | None = None
+    """A compile that failed: MAX's failing kernel file:line, its message, the GPU architecture."""
+    source: str = "in-process load"
+
+
 class Capture(msgspec.Struct):
     """How the data was captured."""
 
@@ -1019,6 +1060,8 @@ class Report(msgspec.Struct):
     decode_cost: DecodeCost | None = None
     """The decode step's bytes-and-FLOPs model against the GPU's peaks (needs the model's config or weights)."""
     kernel_analyses: list[KernelAnalysis] = []
+    startup: StartupProfile | None = None
+    """Process start to first token (``run``, ``demo``, ``startup``; ``serve``: launch to /health)."""
     findings: list[Finding] = []
     preflight: list[PreflightResult] = []
     serve: ServeSummary | None = None
@@ -1110,6 +1153,8 @@ class RawCapture(msgspec.Struct):
     """Seconds the in-process kernel tracer spent in its buffer callbacks while recording."""
     requests: list[RequestRecord] = []
     serve: ServeRun | None = None
+    startup: StartupProfile | None = None
+    """How the capture's process (or the served model) started: phases to the first token, compile-cache state."""
     load_windows: list[LoadWindow] = []
     """The load windows of a serve / attach capture (one, or one per concurrency level of a sweep)."""
     slo_ms: dict[str, float] = {}

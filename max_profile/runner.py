@@ -9,12 +9,16 @@ This is the workload side of ``max-profile demo`` / ``run``: a pipeline from
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from max_profile.errors import InputError, ToolMissingError
+from max_profile.collect.startup import StartupRecorder, compile_failure
+from max_profile.errors import CaptureError, InputError, ToolMissingError
+from max_profile.model import StartupProfile
 from max_profile.util.devices import parse_devices
 from max_profile.util.models import check_model_folder
 
@@ -52,16 +56,29 @@ def load_model(
     device_graph_capture: bool | None = None,
     gpu_profiling: str | None = None,
     extra: dict[str, Any] | None = None,
+    startup: StartupRecorder | None = None,
 ) -> LoadedModel:
     """Compile (or load from the compile cache) and return a ready pipeline.
 
     ``device_graph_capture``: None leaves it to MAX, as ``max generate`` / ``max serve`` do (on for the
-    architectures that support it on a GPU, off on the CPU); True / False force it.
+    architectures that support it on a GPU, off on the CPU); True / False force it. ``startup``: marks each step of
+    the load (and MAX's compile log, cache log and native stderr) for the startup profile.
     """
     check_model_folder(model_path)
+    rec = startup or StartupRecorder()
+    capture = rec.capturing() if startup is not None else contextlib.nullcontext(rec)
+    with capture:
+        return _load(model_path, devices, max_length, max_batch_size, custom_architectures, quantization_encoding, device_graph_capture,
+                     gpu_profiling, extra, rec)
+
+
+def _load(model_path: str, devices: str, max_length: int | None, max_batch_size: int, custom_architectures: Sequence[str],
+          quantization_encoding: str | None, device_graph_capture: bool | None, gpu_profiling: str | None, extra: dict[str, Any] | None,
+          rec: StartupRecorder) -> LoadedModel:
     try:
-        from max.pipelines import PIPELINE_REGISTRY
-        from max.pipelines.lib import PipelineArgs, PipelineConfig
+        with rec.mark("import MAX"):
+            from max.pipelines import PIPELINE_REGISTRY
+            from max.pipelines.lib import PipelineArgs, PipelineConfig
     except ImportError as exc:
         raise ToolMissingError(f"MAX pipelines are not importable ({exc}); install them: pip install 'max[serve]==26.7.*'") from exc
 
@@ -82,10 +99,17 @@ def load_model(
         kwargs["gpu_profiling"] = gpu_profiling
     kwargs.update(extra or {})
     try:
-        config = PipelineConfig.from_args(PipelineArgs.from_flat_kwargs(**kwargs))
-        retrieved = PIPELINE_REGISTRY.retrieve_factory(config)
-        pipeline = retrieved.factory()
+        with rec.mark("config, tokenizer and architecture lookup (custom architectures imported here)"):
+            config = PipelineConfig.from_args(PipelineArgs.from_flat_kwargs(**kwargs))
+            retrieved = PIPELINE_REGISTRY.retrieve_factory(config)
+        with rec.mark("pipeline"):
+            pipeline = retrieved.factory()
     except Exception as exc:  # MAX raises ValueError / RuntimeError / pydantic errors
+        failure = compile_failure([*(x.text for x in rec.stderr), *(f"{type(e).__name__}: {e}" for e in _chain(exc))])
+        if failure:
+            rec.failure_text = failure
+            raise CaptureError(f"could not load {model_path!r} on {devices}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} — "
+                               f"{failure}") from exc
         raise InputError(_explain_load_error(exc, model_path, devices, custom_architectures)) from exc
     resolved = getattr(getattr(config, "runtime", None), "device_graph_capture", None)
     graphs = bool(device_graph_capture if resolved is None else resolved)
@@ -93,7 +117,8 @@ def load_model(
     if graphs and callable(warmup):
         # as `max generate` / AutoModel do: without it every step runs eagerly and no graph is replayed
         try:
-            warmup()
+            with rec.mark("device graph capture"):
+                warmup()
         except Exception as exc:  # noqa: BLE001 - MAX's own error, one line
             raise InputError(f"device graph capture warm-up failed on {devices}: {type(exc).__name__}: {exc}") from exc
     return LoadedModel(pipeline, retrieved.tokenizer, config, graphs, model_path, devices)
@@ -174,8 +199,9 @@ def make_request(prompt: str, max_new_tokens: int, *, use_chat_template: bool = 
     return TextGenerationRequest(request_id=RequestID(), prompt=prompt, model_name="model", sampling_params=params)
 
 
-def generate(model: LoadedModel, prompts: Sequence[str], max_new_tokens: int) -> list[list[int]]:
-    """Run one batch of prompts to ``max_new_tokens`` tokens each; returns the token ids."""
+def generate(model: LoadedModel, prompts: Sequence[str], max_new_tokens: int, on_first_token: Callable[[], None] | None = None) -> list[list[int]]:
+    """Run one batch of prompts to ``max_new_tokens`` tokens each; returns the token ids. ``on_first_token``: called once,
+    when the first step has returned tokens."""
     from max.pipelines.lib.generate import GenerateIterator
 
     has_template = bool(getattr(getattr(model.tokenizer, "delegate", None), "chat_template", None))
@@ -192,4 +218,75 @@ def generate(model: LoadedModel, prompts: Sequence[str], max_new_tokens: int) ->
         while not batch.done:
             for row, tokens in batch.step().items():
                 produced[row].extend(tokens)
+                if tokens and on_first_token is not None:
+                    on_first_token()
+                    on_first_token = None
     return produced
+
+
+@dataclass
+class LoadSettings:
+    """What a load needs (and what decides its compile key)."""
+
+    model_path: str
+    devices: str = "cpu"
+    max_length: int | None = None
+    max_batch_size: int = 1
+    custom_architectures: list[str] = field(default_factory=list)
+    quantization_encoding: str | None = None
+    device_graph_capture: bool | None = None
+    prompt: str = "I believe the meaning of life is"
+    warmup_tokens: int = 4
+
+
+class LoadFailed(CaptureError):
+    """A load that failed (a MAX compile failure, most often), with the startup profile of what ran before it."""
+
+    def __init__(self, message: str, startup: StartupProfile) -> None:
+        super().__init__(message)
+        self.startup = startup
+
+
+def load_and_warm_up(s: LoadSettings, progress: Progress = lambda m: None, max_version: str | None = None,
+                     preflight: Callable[[], Any] | None = None) -> tuple[LoadedModel, StartupProfile, Any]:
+    """Preflight (``preflight``, timed), load with the startup recorder, warm up to the first token: the model, where the
+    time to the first token went, and the preflight's result."""
+    from max_profile.collect.model_files import read_model_weights
+    from max_profile.collect.startup import compile_key, startup_profile, warm_cache_command
+
+    rec = StartupRecorder()
+    checked = None
+    if preflight is not None:
+        with rec.mark("custom-architecture preflight (a child imports the package)"):
+            checked = preflight()
+    profiling = os.environ.get("MODULAR_ENABLE_PROFILING", "off")
+    weights = read_model_weights(s.model_path)
+    weight_bytes = sum(g.bytes for g in weights.groups.values()) if weights and weights.groups else None
+    n_devices = len(parse_devices(s.devices).ids or [1]) if not s.devices.startswith("cpu") else 1
+
+    def profile_of(graphs: bool | None, failure: str | None = None) -> StartupProfile:
+        common = {"model_path": s.model_path, "devices": s.devices, "profiling": profiling, "device_graphs": graphs, "max_batch_size": s.max_batch_size,
+                  "max_length": s.max_length, "encoding": s.quantization_encoding, "custom_architectures": list(s.custom_architectures)}
+        return startup_profile(rec, key=compile_key(**common, max_version=max_version), warm_command=warm_cache_command(**common),  # type: ignore[arg-type]
+                               weight_bytes=weight_bytes, devices=n_devices, failure=failure)
+
+    progress(f"loading {s.model_path} on {s.devices} (a first run of a model shape compiles for minutes)")
+    try:
+        model = load_model(s.model_path, devices=s.devices, max_length=s.max_length, max_batch_size=s.max_batch_size,
+                           custom_architectures=s.custom_architectures, quantization_encoding=s.quantization_encoding,
+                           device_graph_capture=s.device_graph_capture, startup=rec)
+    except CaptureError as exc:
+        raise LoadFailed(str(exc), profile_of(s.device_graph_capture, rec.failure_text or str(exc))) from exc
+    try:
+        if s.warmup_tokens > 0:
+            progress(f"warm-up: {s.warmup_tokens} token(s), not profiled")
+
+            def first() -> None:
+                rec.first_token = time.time()
+
+            with rec.mark("warm-up"):
+                generate(model, [s.prompt] * s.max_batch_size, s.warmup_tokens, on_first_token=first)
+        return model, profile_of(model.device_graph_capture), checked
+    except BaseException:
+        model.close()
+        raise

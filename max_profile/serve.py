@@ -56,6 +56,7 @@ from max_profile.model import (
     RawCapture,
     RequestRecord,
     ServeRun,
+    StartupProfile,
     UtilizationSample,
 )
 from max_profile.util.models import check_model_folder
@@ -184,7 +185,8 @@ def scan_server_log(text: str, last: int = 5) -> list[str]:
 
     Telemetry noise is skipped; each line is cut to MAX_LOG_LINE characters (a log can hold anything).
     """
-    lines = [ln.strip()[:MAX_LOG_LINE] for ln in text.splitlines() if len(ln) < 100_000 and EARLY_ERRORS.search(ln)]
+    lines = [ln.strip()[:MAX_LOG_LINE] for ln in text.splitlines()
+             if len(ln) < 100_000 and not ln.startswith("[modular-cache]") and EARLY_ERRORS.search(ln)]
     return [ln for ln in lines if "telemetry" not in ln.lower()][-last:]
 
 
@@ -197,6 +199,7 @@ class ServerProcess:
         self.log_path = workdir / "server.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.started = time.monotonic()
+        self.started_unix = time.time()
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(workdir), start_new_session=True)
 
     def log_text(self) -> str:
@@ -255,6 +258,8 @@ def _server_env(plan: ServePlan, tmp: Path, extra: dict[str, str]) -> dict[str, 
             "MAX_SERVE_DISABLE_TELEMETRY": "0",
             "OTEL_SDK_DISABLED": "true",
             "HF_HUB_OFFLINE": "1",
+            # MAX's compile-cache log into the server log: the start-up profile reads each graph's cache hit or miss there
+            "MODULAR_ENABLE_CACHE_LOGGING": "1",
             "MODULAR_ENABLE_PROFILING": plan.resolved_profiling_mode() if plan.mode in KERNEL_MODES else os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
         }
     )
@@ -348,6 +353,9 @@ def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp
     """The one server lifecycle: start (the recorder's command and environment), fail fast, /health, then one window per
     concurrency level (load, metrics, GPU samples, the recorder), teardown; what was recorded goes into ``raw``."""
     cmd = recorder.command(plan.serve_command())
+    from max_profile.collect.startup import cache_files, modular_cache_dir
+
+    cache_was_empty = not any("/.max_cache/" in p for p in cache_files(modular_cache_dir()))
     progress("starting: " + " ".join(cmd))
     server = ServerProcess(cmd, _server_env(plan, tmp, recorder.env()), tmp)
     recorder.launched(server.started)
@@ -357,6 +365,7 @@ def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp
     ready_s: float | None = None
     try:
         ready_s = wait_ready(server, plan.port, ready_timeout_s, progress)
+        raw.startup = _serve_startup(plan, server, ready_s, raw.environment.max_version, recorder.env(), cache_was_empty)
         progress(f"/health 200 after {ready_s:.1f} s; load and {plan.duration_s:g} s capture window"
                  + (f" per level ({', '.join(map(str, plan.concurrency))})" if len(plan.concurrency) > 1 else ""))
         recorder.ready(server, progress)
@@ -388,6 +397,22 @@ def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp
         recorder.read(raw, 1, windows[-1].span, server)
         saved = {"server.log": str(Path(artifacts_dir) / "server.log")} if artifacts_dir else {}
     return _finish_raw(raw, plan, windows, ready_s, saved.get("server.log"), [*recorder.artifacts(), *saved.values()])
+
+
+def _serve_startup(plan: ServePlan, server: ServerProcess, ready_s: float, max_version: str | None, extra_env: dict[str, str],
+                   cache_was_empty: bool) -> StartupProfile | None:
+    """Launch to /health 200 from the server's own log (see :func:`max_profile.collect.startup.serve_startup`)."""
+    from max_profile.collect.startup import compile_key, modular_cache_dir, serve_startup, warm_cache_command
+
+    profiling = _server_env(plan, server.workdir, extra_env).get("MODULAR_ENABLE_PROFILING", "off")
+    common = {"model_path": plan.model_path, "devices": plan.devices, "profiling": profiling, "device_graphs": plan.device_graphs_forced(),
+              "max_batch_size": None, "max_length": None, "encoding": None, "custom_architectures": list(plan.custom_architectures)}
+    weights = read_model_weights(plan.model_path)
+    cache = modular_cache_dir()
+    return serve_startup(server.log_text(), launched_unix=server.started_unix, ready_unix=server.started_unix + ready_s,
+                         key=compile_key(**common, max_version=max_version), warm_command=warm_cache_command(**common),  # type: ignore[arg-type]
+                         weight_bytes=sum(g.bytes for g in weights.groups.values()) if weights and weights.groups else None, devices=1,
+                         cache=cache, cache_was_empty=cache_was_empty)
 
 
 def _new_raw(plan: ServePlan, env: Environment, preflight: list[PreflightResult]) -> RawCapture:

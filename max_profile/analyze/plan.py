@@ -27,6 +27,8 @@ def next_command(report: Report) -> Command | None:
     ids = {f.id for f in report.findings}
     if report.kernel_analyses:
         return None  # the deepest level: the kernel's own counters are in hand
+    if report.capture.target == "startup":
+        return None  # the start-up question is answered by the start-up profile
     if "kv-cache-broken" in ids:
         return None  # a correctness bug: fix it before measuring speed
     if "tracer-overhead" in ids:

@@ -78,7 +78,7 @@ def build_report(raw: RawCapture, *, tool_version: str = "", thresholds: Thresho
     timeline = step_timeline(host_steps, raw.ranges, host_clock=raw.kernel_clock == "host")
     notes += timeline.notes
     report = Report(environment=raw.environment, capture=raw.capture, preflight=list(raw.preflight), artifacts=list(raw.artifacts),
-                    tool_version=tool_version)
+                    tool_version=tool_version, startup=raw.startup)
 
     host_work = [s for s in host_steps if s.batch_size > 0]
     if host_work:

@@ -88,6 +88,17 @@ class Thresholds:
     """ITL p99 / p50 at or above this with prefill (CE) batches in the window → prefill interference."""
     knee_gpu_saturated_pct: float = 90.0
     """NVML utilization at or above this at the knee → the GPU is saturated (the knee is its capacity)."""
+    startup_compile_share_pct: float = 50.0
+    """Compile phases at least this share of start-up (and the cache missed) → start-up is compile-dominated."""
+    startup_min_s: float = 10.0
+    """Start-ups shorter than this get no start-up verdict but a compile failure."""
+    weights_slow_gbps: float = 1.0
+    """Weights read before the first graph slower than this (GB/s, for at least ``weights_min_bytes``) → far below a local SSD."""
+    weights_min_bytes: int = 1 << 30
+    kv_alloc_share_pct: float = 30.0
+    """KV-cache allocation at least this share of start-up → it dominates."""
+    custom_import_slow_s: float = 10.0
+    """Custom-architecture preflight / import longer than this → slow import."""
     unfused_norm_min_kernels: int = 50
     """Kernels a capture needs before a missing norm kernel is worth saying."""
 
@@ -418,6 +429,51 @@ def rule_latency_knee(report: Report, th: Thresholds) -> list[Finding]:
         title=f"Latency bends at concurrency {cur.concurrency} (throughput +{100 * gain:.0f}% over {prev.concurrency}, ITL p50 x{itl_growth:.2f}): {why}",
         next_step=advice,
     )]
+
+
+def rule_startup(report: Report, th: Thresholds) -> list[Finding]:
+    """Where start-up went: a failed compile, compile-dominated (and the warm-cache command), slow weights, a KV-cache
+    allocation that dominates, a slow custom-architecture import."""
+    st = report.startup
+    if st is None:
+        return []
+    out: list[Finding] = []
+    if st.failure:
+        out.append(Finding(id="compile-failed", severity="error", confidence=0.9, title="MAX failed to compile the model: " + st.failure.split(";")[0],
+                           evidence={"failure": st.failure[:400], "after_s": st.total_s, "cache": st.cache},
+                           next_step=st.failure.split("; ")[-1] if "; " in st.failure else None))
+    if st.total_s < th.startup_min_s:
+        return out
+    compile_s = sum(p.seconds for p in st.phases if "compile" in p.name)
+    ev: dict[str, float | int | str | None] = {"startup_s": st.total_s, "compile_s": round(compile_s, 2), "cache": st.cache, "cache_reason": st.cache_reason[:300],
+                                               "max_logged_compile_s": st.max_logged_compile_s}
+    if st.cache in ("miss", "partial") and compile_s >= th.startup_compile_share_pct / 100 * st.total_s:
+        out.append(Finding(
+            id="startup-compile", severity="warning", confidence=0.85, evidence=ev,
+            title=f"Start-up is compile-dominated: {compile_s:.0f} of {st.total_s:.0f} s compiling (cache {st.cache})",
+            next_step="Fill the compile cache in the image or before serving, with the same compile key (the command below); "
+            "MODULAR_ENABLE_PROFILING, device graph capture, batch size, max length and the MAX version are all part of the key.",
+            command=shell(st.warm_cache_command) if st.warm_cache_command else None))
+    weights = next((p for p in st.phases if p.name.startswith("model setup before the first graph")), None)
+    if weights is not None and weights.bytes and weights.bytes >= th.weights_min_bytes and weights.gb_per_s is not None and weights.gb_per_s < th.weights_slow_gbps:
+        out.append(Finding(
+            id="startup-weights-slow", severity="warning", confidence=0.6,
+            title=f"Weights read at {weights.gb_per_s:.2f} GB/s before the graphs ({weights.bytes / 1e9:.1f} GB in {weights.seconds:.0f} s): far below a local SSD",
+            evidence={"weights_bytes": weights.bytes, "seconds": weights.seconds, "gb_per_s": weights.gb_per_s, "threshold_gbps": th.weights_slow_gbps},
+            next_step="Check where the weights live (a network file system, a cold object-store mount) and copy them to local disk; "
+            "the phase also holds MAX's weight adapters."))
+    kv = next((p for p in st.phases if p.name.startswith("KV cache allocation")), None)
+    if kv is not None and kv.seconds >= th.kv_alloc_share_pct / 100 * st.total_s:
+        out.append(Finding(id="startup-kv-alloc", severity="warning", confidence=0.6, evidence={"seconds": kv.seconds, "bytes": kv.bytes, "startup_s": st.total_s},
+                           title=f"KV-cache allocation takes {kv.seconds:.0f} of {st.total_s:.0f} s of start-up",
+                           next_step="Allocate less up front: --device-memory-utilization or a smaller --max-batch-size / --max-length."))
+    custom = [p for p in st.phases if "custom-architecture" in p.name or ("custom architectures imported" in p.name and report.preflight)]
+    slow = next((p for p in custom if p.seconds >= th.custom_import_slow_s), None)
+    if slow is not None:
+        out.append(Finding(id="startup-custom-import-slow", severity="warning", confidence=0.6, evidence={"phase": slow.name, "seconds": slow.seconds},
+                           title=f"The custom architecture's import takes {slow.seconds:.0f} s",
+                           next_step="Keep import time free of work: no weight loading, graph building or network calls at module level."))
+    return out
 
 
 def rule_phase_markers_missing(report: Report, th: Thresholds) -> list[Finding]:
@@ -907,6 +963,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("batched-decode", rule_batched_decode),
     ("communication", rule_communication),
     ("latency-knee", rule_latency_knee),
+    ("startup", rule_startup),
 )
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}

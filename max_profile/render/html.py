@@ -23,7 +23,7 @@ from max_profile.analyze.commands import say
 from max_profile.analyze.diff import DiffResult
 from max_profile.model import FamilyRow, KernelAnalysis, KernelBreakdown, Report, StepSummary, Unavailable, UtilizationSection
 
-SECTIONS = ("summary", "verdicts", "steps", "utilization", "families", "kernels", "roofline", "ncu", "serve", "server", "sweep")
+SECTIONS = ("summary", "verdicts", "startup", "steps", "utilization", "families", "kernels", "roofline", "ncu", "serve", "server", "sweep")
 MAX_POINTS = 4000
 """Steps plotted at most (evenly thinned beyond that)."""
 HEATMAP_COLUMNS = 400
@@ -342,6 +342,44 @@ def _server(report: Report) -> str:
     return f"<p class='meta'>{_esc(m.url)}, {m.window_s:.1f} s window</p>" + _figures_table(["metric", "value"], rows)
 
 
+def _startup_plot(report: Report) -> Any | str:
+    """Start-up as one horizontal bar of phases (compile phases coloured by cache hit / miss), then the table."""
+    from bokeh.models import ColumnDataSource
+
+    st = report.startup
+    if st is None:
+        return _na("no start-up profile (max-profile startup / run / demo record one)")
+    phases = [p for p in st.phases if p.seconds > 0]
+    left = 0.0
+    data: dict[str, list[Any]] = {"left": [], "right": [], "name": [], "seconds": [], "color": []}
+    colors = {"hit": "#2b7a3d", "miss": "#b2182b", "partial": "#c77c02"}
+    for i, p in enumerate(phases):
+        data["left"].append(left)
+        data["right"].append(left + p.seconds)
+        data["name"].append(p.name + (f" (cache {p.cache})" if p.cache else ""))
+        data["seconds"].append(round(p.seconds, 3))
+        data["color"].append(colors.get(p.cache or "", "#9ecae1" if i % 2 else "#6baed6"))
+        left += p.seconds
+    fig = _figure(f"Start-up: {st.total_s:.1f} s to the first token — compile cache {st.cache}", height=150, x_axis_label="seconds since process start",
+                  tooltips=[("phase", "@name"), ("seconds", "@seconds")])
+    fig.quad(left="left", right="right", bottom=0, top=1, fill_color="color", line_color="white", source=ColumnDataSource(data))
+    fig.yaxis.visible = False
+    return fig
+
+
+def _startup_table(report: Report) -> str:
+    st = report.startup
+    if st is None:
+        return ""
+    rows = [[p.name, f"{p.seconds:.2f}", p.cache or "", f"{p.bytes / 1e9:.3f}" if p.bytes else "", _n(p.gb_per_s) if p.gb_per_s else ""] for p in st.phases]
+    extra = f"<p class='meta'>compile cache {_esc(st.cache_reason)}</p>"
+    if st.warm_cache_command:
+        extra += f"<p class='meta'>fill it for this key: <code>{_esc(st.warm_cache_command)}</code></p>"
+    if st.failure:
+        extra += f"<p><b style='color:#b2182b'>FAILED:</b> {_esc(st.failure)}</p>"
+    return extra + _figures_table(["phase", "seconds", "cache", "GB", "GB/s"], rows)
+
+
 def _sweep_plots(report: Report) -> Any | str:
     from bokeh.layouts import row
 
@@ -376,12 +414,12 @@ def render_html(report: Report) -> str:
     from bokeh.embed import components
     from bokeh.resources import Resources
 
-    titles = {"summary": "Summary", "verdicts": "Verdicts", "steps": "Steps", "utilization": "GPU utilization over time",
+    titles = {"summary": "Summary", "verdicts": "Verdicts", "startup": "Start-up (to the first token)", "steps": "Steps", "utilization": "GPU utilization over time",
               "families": "Where the time goes: kernel families", "kernels": "Top kernels", "roofline": "Decode step against the roofline",
               "ncu": "Kernel deep dive (Nsight Compute)", "serve": "max serve: client-side latency", "server": "Server metrics (its /metrics over the window)",
               "sweep": "Load sweep"}
     built: dict[str, Any] = {
-        "summary": _summary(report), "verdicts": _verdicts(report),
+        "summary": _summary(report), "verdicts": _verdicts(report), "startup": _startup_plot(report),
         "steps": _steps_plot(report), "utilization": _utilization_plots(report), "families": _family_plots(report.kernels),
         "kernels": _kernel_table(report.kernels), "roofline": _decode_cost(report), "ncu": _ncu_plots(report.kernel_analyses), "serve": _serve_plots(report),
         "server": _server(report), "sweep": _sweep_plots(report),
@@ -391,6 +429,8 @@ def render_html(report: Report) -> str:
     body = []
     for name in SECTIONS:
         content = divs[name] if name in divs else built[name]
+        if name == "startup":
+            content += _startup_table(report)
         body.append(f'<section id="{name}" data-section="{name}"><h2>{titles[name]}</h2>{content}</section>')
     if report.notes:
         body.append('<section id="notes"><h2>Notes</h2><ul class="notes">' + "".join(f"<li>{_esc(n)}</li>" for n in report.notes) + "</ul></section>")

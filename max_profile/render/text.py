@@ -21,6 +21,7 @@ from max_profile.model import (
     PreflightResult,
     Report,
     ServerMetrics,
+    StartupProfile,
     StepSummary,
     Unavailable,
     UtilizationSection,
@@ -63,13 +64,17 @@ def environment_section(report: Report) -> RenderableType:
         t.add_row("target", c.target + (f"  model {c.model_path}" if c.model_path else "") + (f"  devices {c.devices}" if c.devices else ""))
         profiling = f"MODULAR_ENABLE_PROFILING={c.profiling_mode or ('unknown' if imported else 'off')}"
         t.add_row("profiling", f"{profiling}, phase markers {c.phase_markers or 'none'}, device graphs {graphs}")
-    for tool in env.tools:
-        state = (tool.path + (f" ({tool.version})" if tool.version else "")) if tool.path else "missing"
-        if tool.problem:
-            state += f" — {tool.problem}"
-        t.add_row(tool.name, state)
-        if tool.install_hint:
-            t.add_row("", Text(f"install: {tool.install_hint}", style="dim"))
+    if measured_anything(report) and env.tools:  # a capture: one line; `max-profile doctor` has the paths and install commands
+        t.add_row("tools", ", ".join(f"{tool.name} {'ok' if tool.usable else 'missing' if tool.path is None else 'unusable'}" for tool in env.tools)
+                  + "  (max-profile doctor: versions and install commands)")
+    else:
+        for tool in env.tools:
+            state = (tool.path + (f" ({tool.version})" if tool.version else "")) if tool.path else "missing"
+            if tool.problem:
+                state += f" — {tool.problem}"
+            t.add_row(tool.name, state)
+            if tool.install_hint:
+                t.add_row("", Text(f"install: {tool.install_hint}", style="dim"))
     said = {tool.problem for tool in env.tools}
     for w in env.warnings:
         if w not in said:
@@ -331,7 +336,37 @@ def findings_section(report: Report) -> RenderableType:
 def measured_anything(report: Report) -> bool:
     """Whether the report holds measurements (``doctor`` holds only the environment)."""
     return any((report.steps, report.step_summary is not None, report.utilization is not None, report.kernels is not None,
-                report.kernel_analyses, report.serve is not None, report.preflight, report.findings))
+                report.kernel_analyses, report.serve is not None, report.preflight, report.findings, report.startup is not None))
+
+
+def size_text(n: int | float | None) -> str:
+    """Bytes in the unit that keeps three significant figures (KB, MB, GB)."""
+    if not n:
+        return ""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def startup_section(st: StartupProfile | None, width: int = DEFAULT_WIDTH) -> RenderableType | None:
+    """Process start to the first token, phase by phase, with the compile cache's verdict and why."""
+    if st is None:
+        return None
+    span = "from launch to /health 200 (from the server's log)" if st.source.startswith("max serve") else "from process start to the first token"
+    head = Text(f"{st.total_s:.1f} s {span}; compile cache {st.cache_reason}")
+    if st.max_logged_compile_s is not None:
+        head.append(f"\nMAX logged {st.max_logged_compile_s:.1f} s of compiling; the engine timed {_f(st.engine_compile_s, '.1f', ' s')}"
+                    + (f"; cache folder {st.cache_dir}" if st.cache_dir else ""))
+    cols = [Col("phase", numeric=False, wrap=True), Col("s"), Col("%"), Col("cache", numeric=False), Col("bytes"), Col("GB/s")]
+    rows = [[p.name, f"{p.seconds:.2f}", f"{100 * p.seconds / st.total_s:.1f}" if st.total_s > 0 else "n/a", p.cache or "",
+             size_text(p.bytes), _f(p.gb_per_s, ".2f") if p.gb_per_s else ""] for p in st.phases if p.seconds >= 0.005 or p.bytes]
+    parts: list[RenderableType] = [head, *fitted_tables(cols, rows, width - INNER)]
+    if st.failure:
+        parts.append(Text(f"FAILED: {st.failure}", style="bold red"))
+    if st.warm_cache_command:
+        parts.append(Text(f"fill the cache for this key: {st.warm_cache_command}", style="dim"))
+    return Panel(Group(*parts), title="Start-up", title_align="left")
 
 
 def host_load_line(report: Report) -> RenderableType | None:
@@ -348,6 +383,7 @@ def render_renderables(report: Report, width: int = DEFAULT_WIDTH) -> list[Rende
     sections: list[RenderableType | None] = [
         environment_section(report),
         preflight_section(report.preflight),
+        startup_section(report.startup, width),
         serve_section(report),
         server_metrics_section(report.server_metrics),
         load_levels_section(report.load_levels, report.slo_ms, width),
