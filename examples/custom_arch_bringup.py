@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 from max_profile import check_architecture, profile
@@ -30,6 +29,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--package", default=str(REPO / "custom_archs" / "llama_custom"))
 ap.add_argument("--architecture", default=None, help="config.json architecture for the built model (default: the package's)")
 ap.add_argument("--model-path")
+ap.add_argument("--out", default="max-profile-bringup", help="where the tiny model is built when --model-path is not given")
 ap.add_argument("--tokens", type=int, default=24)
 args = ap.parse_args()
 
@@ -44,7 +44,7 @@ if not result.ok:
     sys.exit(f"preflight failed for {args.package}: fix the errors above before loading")
 architecture = args.architecture or result.architectures[0]
 
-model_path = args.model_path or str(build_tiny_llama(Path(tempfile.mkdtemp(prefix="bringup-")) / "model", architecture=architecture))
+model_path = args.model_path or str(build_tiny_llama(Path(args.out) / f"model-{architecture}", architecture=architecture))
 model = load_model(model_path, devices="cpu", custom_architectures=[args.package])
 generate(model, ["warm up"], 4)
 with profile(model.pipeline, kernels="nvtx-log", model_path=model_path, devices="cpu") as prof:

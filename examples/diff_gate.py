@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ ap.add_argument("--fail-above", type=float, default=5.0)
 ap.add_argument("--inject-delay-ms", type=float, default=0.0)
 args = ap.parse_args()
 
-model_path = args.model_path or str(build_tiny_llama(Path(tempfile.gettempdir()) / "max-profile-diff-gate-model"))
+model_path = args.model_path or str(build_tiny_llama(Path(args.baseline).resolve().parent / "max-profile-diff-gate-model"))
 model = load_model(model_path, devices=args.devices)
 generate(model, ["warm up"], 8)
 if args.inject_delay_ms:  # a stand-in for a slower kernel, a lost fusion, a new host sync...

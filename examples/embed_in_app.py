@@ -17,7 +17,6 @@ import argparse
 import http.server
 import os
 import signal
-import tempfile
 import threading
 import time
 from concurrent.futures import Future
@@ -36,8 +35,9 @@ ap.add_argument("--devices", default="cpu")
 ap.add_argument("--run-seconds", type=float, default=60.0)
 ap.add_argument("--steps", type=int, default=32)
 ap.add_argument("--admin-port", type=int, default=0, help="0: any free port (printed)")
-ap.add_argument("--out", default=tempfile.mkdtemp(prefix="embedded-"))
+ap.add_argument("--out", default="max-profile-embedded", help="folder for what it writes (created)")
 args = ap.parse_args()
+Path(args.out).mkdir(parents=True, exist_ok=True)
 
 model_path = args.model_path or str(build_tiny_llama(Path(args.out) / "tiny-llama"))
 model = load_model(model_path, devices=args.devices)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 from pathlib import Path
 
 from max.driver import DeviceSpec, accelerator_count
@@ -30,8 +29,9 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--model-path")
 ap.add_argument("--devices", choices=["cpu", "gpu"], default="gpu" if accelerator_count() else "cpu")
 ap.add_argument("--tokens", type=int, default=32)
-ap.add_argument("--out", default=tempfile.mkdtemp(prefix="profile-generation-"))
+ap.add_argument("--out", default="max-profile-profile-generation", help="folder for what it writes (created)")
 args = ap.parse_args()
+Path(args.out).mkdir(parents=True, exist_ok=True)
 if args.model_path is None:
     from max_profile.tinymodel import build_tiny_llama
 

@@ -12,7 +12,6 @@ is built (a cold compile takes about 2 minutes on 2 CPU cores, warm about 10 s t
 from __future__ import annotations
 
 import argparse
-import tempfile
 from pathlib import Path
 
 import max_profile
@@ -24,9 +23,10 @@ ap.add_argument("--model-path")
 ap.add_argument("--devices", default="cpu")
 ap.add_argument("--mode", default="utilization", choices=["utilization", "kernels", "nsys", "rocprof"])
 ap.add_argument("--seconds", type=float, default=5.0)
-ap.add_argument("--out", default=tempfile.mkdtemp(prefix="profile-serve-"))
+ap.add_argument("--out", default="max-profile-profile-serve", help="folder for what it writes (created)")
 ap.add_argument("--no-warm", action="store_true", help="skip `max warm-cache` (when the compile cache is known warm)")
 args = ap.parse_args()
+Path(args.out).mkdir(parents=True, exist_ok=True)
 model_path = args.model_path or str(build_tiny_llama(Path(args.out) / "tiny-llama"))
 
 plan = ServePlan(model_path=model_path, devices=args.devices, mode=args.mode, duration_s=args.seconds,

@@ -12,12 +12,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from max_profile.errors import EXIT_INTERRUPTED, EXIT_REGRESSION, EXIT_UNEXPECTED, InputError, MaxProfileError, ToolMissingError
+from max_profile.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_REGRESSION,
+    EXIT_TERMINATED,
+    EXIT_UNEXPECTED,
+    CaptureError,
+    InputError,
+    MaxProfileError,
+    Terminated,
+    ToolMissingError,
+)
 
 
 class Progress:
@@ -78,13 +89,16 @@ def _write_report(report: Any, args: argparse.Namespace, progress: Progress, raw
 
 # ---------------------------------------------------------------------------------------------
 def cmd_doctor(args: argparse.Namespace, progress: Progress) -> int:
+    import msgspec
+
     from max_profile import __version__
-    from max_profile.collect.environment import detect_environment
+    from max_profile.collect.environment import detect_environment, doctor_checks
     from max_profile.model import Capture, Report
     from max_profile.render.text import print_report
 
-    report = Report(environment=detect_environment(check_tools=True), capture=Capture(started_unix_s=time.time(), target="doctor"),
-                    tool_version=__version__)
+    env = detect_environment(check_tools=True)
+    env = msgspec.structs.replace(env, tools=[*env.tools, *doctor_checks(env)])
+    report = Report(environment=env, capture=Capture(started_unix_s=time.time(), target="doctor"), tool_version=__version__)
     print_report(report)
     _write_report(report, args, progress)
     return 0
@@ -208,6 +222,11 @@ def _prepare_run(args: argparse.Namespace, progress: Progress, op_ranges_on_cpu:
     _check_generation_args(args)
     env = detect_environment(check_tools=True)
     devices = resolve_devices(args.devices, env.vendor)
+    args.kernels_asked = args.kernels
+    if args.kernels == "cupti" and (env.vendor != "nvidia" or devices == "cpu"):
+        where = "the CPU" if devices == "cpu" else f"an {env.vendor.upper()} GPU" if env.vendor != "none" else "a machine without a GPU"
+        raise CaptureError(f"--kernels cupti records NVIDIA GPU kernels; this run is on {where} ({env.vendor_reason}): nothing could be recorded. "
+                           "Use --kernels nvtx-log for MAX's op ranges on any device (or --kernels auto)")
     if op_ranges_on_cpu and args.kernels == "auto" and devices == "cpu":
         try:
             _ensure_nvtx_log_env(devices, progress)
@@ -237,7 +256,19 @@ def cmd_run(args: argparse.Namespace, progress: Progress) -> int:
 
     check_model_folder(args.model_path)
     env, devices = _prepare_run(args, progress)
-    return _emit(_profile_generation(args, progress, args.model_path, devices, env), args, progress)
+    return _emit_run(_profile_generation(args, progress, args.model_path, devices, env), args, progress)
+
+
+def _emit_run(raw: Any, args: argparse.Namespace, progress: Progress) -> int:
+    """A generation's report; a kernel recorder the user asked for by name that recorded nothing then fails the command
+    (exit 4, after the report); with ``--kernels auto`` the report says what was left out and the command succeeds."""
+    asked = getattr(args, "kernels_asked", "auto")
+    if asked == "auto" and raw.kernels_unavailable:
+        raw.notes.append(f"--kernels auto chose {args.kernels}, which recorded nothing ({raw.kernels_unavailable}): steps and utilization only")
+    code = _emit(raw, args, progress)
+    if asked in ("cupti", "nvtx-log") and raw.kernels_unavailable:
+        raise CaptureError(f"--kernels {asked} recorded no kernels: {raw.kernels_unavailable}")
+    return code
 
 
 def cmd_demo(args: argparse.Namespace, progress: Progress) -> int:
@@ -271,7 +302,7 @@ def cmd_demo(args: argparse.Namespace, progress: Progress) -> int:
     if not (folder / "model.safetensors").exists():
         progress(f"building the demo model ({dtype}, hidden {shape.hidden}, {shape.layers} layers) in {folder}")
         build_tiny_llama(folder, dtype=dtype, shape=shape)
-    code = _emit(_profile_generation(args, progress, str(folder), devices, env), args, progress)
+    code = _emit_run(_profile_generation(args, progress, str(folder), devices, env), args, progress)
     print(f"\nreport: {args.json}\nopen in a browser: file://{os.path.abspath(args.html)}\nre-analyse: max-profile report {args.raw}")
     return code
 
@@ -670,16 +701,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     progress = Progress(quiet=bool(argv is not None and ("-q" in argv or "--quiet" in argv)))
+    previous = _on_sigterm_raise()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        progress.quiet = args.quiet
+        progress.quiet = bool(getattr(args, "quiet", False))
         func: Callable[[argparse.Namespace, Progress], int] = args.func
         _check_outputs(args)
         return int(func(args, progress) or 0)
     except MaxProfileError as exc:
         print(f"max-profile: error: {_one_line(exc)}", file=sys.stderr)
         return exc.exit_code
+    except Terminated:
+        print("max-profile: terminated (SIGTERM); everything this command started was stopped", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("max-profile: interrupted (Ctrl-C); everything this command started was stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -689,6 +724,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"max-profile: error: unexpected {type(exc).__name__}: {_one_line(exc)} (a bug in max_profile: re-run with MAX_PROFILE_DEBUG=1 "
               "for the traceback and report it)", file=sys.stderr)
         return EXIT_UNEXPECTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _on_sigterm_raise() -> Any:
+    """SIGTERM raises :class:`Terminated` in the main thread (the cleanup of Ctrl-C runs for it); returns the old handler."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -11,6 +11,7 @@ The CLI prints ``max-profile: error: <message>`` and exits with ``exit_code``:
 4     the capture itself failed: the profiled program, the server or a profiler died or
       wrote nothing usable (:class:`CaptureError`)
 130   interrupted (Ctrl-C); everything the command started was stopped
+143   terminated (SIGTERM); everything the command started was stopped
 70    anything else: a bug in max_profile (re-run with ``MAX_PROFILE_DEBUG=1`` for the traceback)
 ====  =====================================================================================
 """
@@ -22,6 +23,8 @@ EXIT_BAD_INPUT = 2
 EXIT_TOOL_MISSING = 3
 EXIT_CAPTURE_FAILED = 4
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+"""128 + SIGTERM: a job scheduler or `timeout` ended the command (everything it started was stopped)."""
 EXIT_UNEXPECTED = 70
 """sysexits' EX_SOFTWARE: an internal error (exit 1 means a regression was found)."""
 
@@ -57,3 +60,8 @@ class CaptureError(MaxProfileError, RuntimeError):
     """The capture failed: the workload, the server or the profiler died, hung or wrote nothing usable."""
 
     exit_code = EXIT_CAPTURE_FAILED
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (``timeout``, a job scheduler): raised in the main thread so every cleanup path that handles Ctrl-C
+    runs for it too; the CLI exits 143."""

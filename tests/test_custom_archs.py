@@ -123,15 +123,19 @@ def test_no_kv_cache_arch(tmp_path: Path) -> None:
     f = next(f for f in report.findings if f.id == "kv-cache-broken")
     assert report.findings[0] is f and f.severity == "error"
     ev = f.evidence
-    assert "re-fed tokens" in str(ev["signals"])  # the scheduler's bookkeeping: deterministic
-    # Host step time and MAX's op ranges grow with the sequence (about 2x over 120 tokens here). Whether they
-    # clear the rule's 1.6 threshold depends on how busy the VM is (1.65-2.9 seen on 2 cores), so the test
-    # asserts the growth with margin; the threshold itself is tested on exact data in test_rules.py.
-    assert float(ev["growth_ratio"] or 0) >= 1.3 and float(ev["time_vs_sequence_correlation"] or 0) >= 0.8
-    assert float(ev["decode_kernel_ms_growth_ratio"] or 0) >= 1.3 and float(ev["kernel_time_vs_sequence_correlation"] or 0) >= 0.8
-    assert float(ev["decode_input_tokens_per_request_last"] or 0) > 60  # the whole sequence fed again
+    # load-independent evidence first: the scheduler's bookkeeping says the whole sequence is fed again every step
+    assert "re-fed tokens" in str(ev["signals"])
+    assert float(ev["decode_input_tokens_per_request_last"] or 0) > 60
     decode = [s for s in report.steps if s.phase == "decode"]
     assert all(s.context_tokens == 0 for s in decode)  # MAX saw nothing cached
+    assert [s.input_tokens for s in decode] == sorted(s.input_tokens for s in decode) and decode[-1].input_tokens > decode[0].input_tokens + 60
+    # Host step time and MAX's op ranges grow with the sequence too (about 2x over 120 tokens on a quiet VM). Timing is
+    # judged only when the capture's own host-load record says no other process competed for the CPU (another job beside
+    # the suite drove one run's rank correlation to 0.79); the rule's thresholds are tested on exact data in test_rules.py.
+    load = report.capture.host_load
+    if load is not None and load.other_cores < 0.5:
+        assert float(ev["growth_ratio"] or 0) >= 1.3 and float(ev["time_vs_sequence_correlation"] or 0) >= 0.8
+        assert float(ev["decode_kernel_ms_growth_ratio"] or 0) >= 1.3 and float(ev["kernel_time_vs_sequence_correlation"] or 0) >= 0.8
 
 
 def test_reencoding_arch_gives_the_builtin_tokens(tmp_path: Path) -> None:

@@ -41,8 +41,8 @@ def test_profile_generation(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("package", "fused"), [("llama_custom", "yes"), ("llama_unfused_attention", "NO")])
-def test_custom_arch_bringup(package: str, fused: str) -> None:
-    res = _run("custom_arch_bringup.py", "--package", str(REPO / "custom_archs" / package), "--tokens", "16")
+def test_custom_arch_bringup(package: str, fused: str, tmp_path: Path) -> None:
+    res = _run("custom_arch_bringup.py", "--package", str(REPO / "custom_archs" / package), "--tokens", "16", "--out", str(tmp_path))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "import-drift" in res.stdout
     assert f"fused attention kernel in decode: {fused}" in res.stdout

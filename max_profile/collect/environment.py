@@ -236,3 +236,35 @@ def _cupti_status() -> ToolStatus:
         return ToolStatus(name="cupti", path="cupti-python", version=version("cupti-python"))
     except Exception as exc:  # noqa: BLE001
         return ToolStatus(name="cupti", problem=f"cupti-python is not importable ({type(exc).__name__})", install_hint=INSTALL_HINTS["cupti"])
+
+
+def doctor_checks(env: Environment) -> list[ToolStatus]:
+    """What ``max-profile doctor`` adds to the environment: whether MAX's profiling mode works here, whether the CUPTI
+    recorder can subscribe, and the device-graph default (the outputs' libraries: :func:`max_profile.render.outputs.output_checks`)."""
+    checks: list[ToolStatus] = []
+    mode = env.modular_enable_profiling or "off"
+    if env.max_profiling_problem:
+        checks.append(ToolStatus(name="MAX profiling", path=f"MODULAR_ENABLE_PROFILING={mode}",
+                                 problem=f"MODULAR_ENABLE_PROFILING=on cannot work here: {env.max_profiling_problem}",
+                                 install_hint="install CUDA 12's libnvToolsExt.so.1 (e.g. `apt-get install cuda-nvtx-12-8`) for MAX's NVTX ranges; "
+                                 "max_profile marks phases itself in-process"))
+    else:
+        checks.append(ToolStatus(name="MAX profiling", path=f"MODULAR_ENABLE_PROFILING={mode} (on / detailed usable: MAX's op and scheduler ranges)"))
+    if env.vendor == "nvidia":
+        checks.append(_cupti_subscribe_status())
+    checks.append(ToolStatus(name="device graphs", path="MAX decides: on for supported architectures on a GPU (max generate / serve default), off on the CPU"
+                             if env.vendor != "none" else "off on the CPU (MAX's default)"))
+    return checks
+
+
+def _cupti_subscribe_status() -> ToolStatus:
+    """Start and stop the C CUPTI recorder once: it builds, loads libcupti and subscribes (or says what holds CUPTI)."""
+    try:
+        from max_profile.collect.cupti_native import NativeCuptiCollector
+
+        rec = NativeCuptiCollector(launches=False)
+        rec.start()
+        rec.stop()
+        return ToolStatus(name="cupti-recorder", path=f"C recorder subscribed and stopped ({rec.libcupti})", version=str(rec.cupti_version))
+    except Exception as exc:  # noqa: BLE001 - the reason is the answer
+        return ToolStatus(name="cupti-recorder", problem=f"cannot record kernels in-process: {exc}", install_hint=INSTALL_HINTS["cupti"])

@@ -34,6 +34,23 @@ DEFAULT_INTERVAL_S = 0.1
 MAX_RECORDER_SOURCE = "{module}.BackgroundRecorder (sample times interpolated)"
 
 
+@contextlib.contextmanager
+def _child_ignores_ctrl_c() -> Iterator[None]:
+    """Children started inside inherit SIGINT ignored: Ctrl-C to the terminal's process group reaches only this process,
+    which stops the recorder itself (MAX's recorder child otherwise prints a KeyboardInterrupt traceback)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 class GpuSampler:
     """GPU readings over a window, from the best source this machine has (see :mod:`gpu_backends`).
 
@@ -74,7 +91,7 @@ class GpuSampler:
             self._module_name = detail
             self.source = MAX_RECORDER_SOURCE.format(module=detail)
             self._recorder = module.BackgroundRecorder(interval=self.interval_s)
-            with child_python_env():
+            with child_python_env(), _child_ignores_ctrl_c():
                 self._recorder.__enter__()
             self._t0 = self._clock()
             self._gpm = _GpmWindow.start()

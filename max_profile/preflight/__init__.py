@@ -112,6 +112,12 @@ def _model_checks(model_path: str | None, serve: bool, max_length: int | None, r
                                  f"{arch!r} is an embeddings architecture: `max serve --custom-architectures` 26.7 detects the task before importing "
                                  "custom packages, so it fails with \"Architecture not found in registry\"",
                                  fix="profile it in-process (max-profile run / profile()) or use the utilization check around the load you can drive"))
+    elif arch in builtins and registered:
+        checks.append(_check("model-arch-not-custom", False, "warning",
+                             f"config.json architectures[0] = {arch!r} is a built-in MAX architecture, and the custom package registers "
+                             f"{', '.join(repr(a) for a in registered)} instead: MAX will run the built-in {arch!r}, and the custom code is never used",
+                             fix=f"set architectures[0] in {cfg_path} to {registered[0]!r} (the name the package registers), or register "
+                             f"{arch!r} in the package's ARCHITECTURES (it then replaces the built-in)"))
     elif arch in builtins:
         checks.append(_check("model-arch", True, "info", f"config.json architectures[0] = {arch!r} is a built-in MAX architecture (the custom package does not register it)"))
     else:
@@ -123,8 +129,7 @@ def _model_checks(model_path: str | None, serve: bool, max_length: int | None, r
     if has_template:
         checks.append(_check("chat-template", True, "info", "tokenizer has a chat template"))
     else:
-        tmpl = Path(tempfile.gettempdir()) / "max_profile_passthrough_chat_template.jinja"
-        tmpl.write_text(PASS_THROUGH_CHAT_TEMPLATE)
+        tmpl = passthrough_template()
         checks.append(_check("chat-template", not serve, "warning" if serve else "info",
                              "no chat template: `max generate` sends the raw prompt, but chat endpoints fail ('tokenizer.chat_template is not set'; serve answers HTTP 400)",
                              fix=f"--chat-template {tmpl}  (a pass-through template, written there)"))
@@ -132,6 +137,18 @@ def _model_checks(model_path: str | None, serve: bool, max_length: int | None, r
         checks.append(_check("max-length", False, "error", f"the chat-templated prompt is {prompt_tokens} tokens but --max-length is {max_length}: MAX raises PromptTooLongError",
                              fix=f"--max-length {prompt_tokens + 64} or a shorter prompt"))
     return checks
+
+
+def passthrough_template() -> Path:
+    """The pass-through chat template as a file of this user's (max_profile's cache folder), written once per content."""
+    import hashlib
+
+    from max_profile.util.files import cache_dir, write_output
+
+    path = cache_dir("templates") / f"passthrough-{hashlib.sha1(PASS_THROUGH_CHAT_TEMPLATE.encode()).hexdigest()[:8]}.jinja"
+    if not path.exists():
+        write_output(path, PASS_THROUGH_CHAT_TEMPLATE.encode())
+    return path
 
 
 def _tokenizer_config_has_template(model_path: str) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from max_profile.errors import InputError, ToolMissingError
-from max_profile.model import RawCapture, Report, RequestRecord
+from max_profile.model import RawCapture, Report, RequestRecord, ToolStatus
 from max_profile.util.files import write_output
 
 
@@ -169,3 +169,13 @@ def write_outputs(report: Report, capture: RawCapture | None = None, *, progress
         progress(line)
         lines.append(line)
     return lines
+
+
+def output_checks() -> list[ToolStatus]:
+    """Each output and whether its libraries import here (``max-profile doctor``), with the install command when not."""
+    checks = []
+    for output in OUTPUTS:
+        missing = missing_modules(output)
+        checks.append(ToolStatus(name=f"--{output.name}", path=None if missing else "ready",
+                                 problem=f"needs {', '.join(missing)}" if missing else None, install_hint=output.install if missing else None))
+    return checks
