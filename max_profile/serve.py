@@ -349,9 +349,12 @@ def _recorder_for(plan: ServePlan, env: Environment, tmp: Path, tool: str | None
 
 
 def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp: Path, ready_timeout_s: float, progress: Callable[[str], None],
-                  artifacts_dir: str | None) -> RawCapture:
+                  artifacts_dir: str | None, record: Callable[[int], bool] = lambda window: True) -> RawCapture:
     """The one server lifecycle: start (the recorder's command and environment), fail fast, /health, then one window per
-    concurrency level (load, metrics, GPU samples, the recorder), teardown; what was recorded goes into ``raw``."""
+    concurrency level (load, metrics, GPU samples, the recorder), teardown; what was recorded goes into ``raw``.
+
+    ``record(window)`` (windows count from 1): whether the recorder runs in that window; a window it skips measures the
+    same server untraced (the tracer's cost, A/B on one server: ``benchmarks/serve_ab.py``)."""
     cmd = recorder.command(plan.serve_command())
     from max_profile.collect.startup import cache_files, modular_cache_dir
 
@@ -372,16 +375,19 @@ def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp
         for index, concurrency in enumerate(plan.concurrency, 1):
             window = _Window(plan, concurrency, metrics_url)
             windows.append(window)
+            traced = record(index)
             window.start_load(ahead=recorder.mode != "rocprof")  # rocprof's period opens by the clock; the load runs before it
-            recorder.start(index, progress)
+            if traced:
+                recorder.start(index, progress)
             window.open()
             _watch_window(server, time.monotonic() + plan.duration_s)
             window.close()
-            recorder.stop(index, progress)
+            if traced:
+                recorder.stop(index, progress)
             window.finish()
             if len(plan.concurrency) > 1:
-                progress(f"concurrency {concurrency}: {window.summary()}")
-            if not reads_after_teardown(recorder):
+                progress(f"window {index} (concurrency {concurrency}{', recorded' if traced else ''}): {window.summary()}")
+            if traced and not reads_after_teardown(recorder):
                 recorder.read(raw, index, window.span, server)
         saved = _keep_artifacts(tmp, artifacts_dir)
     finally:

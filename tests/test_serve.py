@@ -322,3 +322,54 @@ def test_kernel_modes_keep_maxs_device_graphs_on_nvidia_only(tiny_model_dir: Pat
     assert cmd(mode="kernels", vendor="amd", extra_args=["--device-graph-capture"]).count("--no-device-graph-capture") == 0
     assert cmd(mode="kernels", vendor="nvidia", extra_args=["--no-device-graph-capture"]).count("--no-device-graph-capture") == 1
     assert "--cuda-graph-trace=node" in _plan(tiny_model_dir, mode="nsys", vendor="nvidia").describe()
+
+
+def test_worker_hook_records_several_windows(tmp_path: Path) -> None:
+    """The hook records window after window of one server (A/B pairs, sweeps): the controller numbers only the windows it
+    records, and each window's kernels and coverage come back on their own. The stand-in worker loads a stand-in libcuda
+    and a FAKE collector (CI has no CUPTI) that returns one kernel per window at the time it was started."""
+    import shutil
+
+    from max_profile.collect.worker_protocol import WorkerHook
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed to build the stand-in libcuda.so.1")
+    (tmp_path / "empty.c").write_text("int max_profile_stand_in(void) { return 0; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(tmp_path / "empty.c")], check=True)
+    script = f"""
+import ctypes, time
+ctypes.CDLL({str(tmp_path / 'libcuda.so.1')!r})
+import max_profile.collect.cupti_native as native
+from max_profile.model import KernelRecord, KernelTable
+
+class FakeCollector:  # FAKE: stands in for the C CUPTI recorder
+    dropped = 0; api_records = 3; callback_s_before_stop = 0.01; api_filter = "fake"; unfinished = 0
+    def start(self): self.t = time.perf_counter_ns()
+    def stop(self): return KernelTable.from_records([KernelRecord(name="gemv_split_k_fake", start_ns=self.t + 1000, end_ns=self.t + 2000)])
+
+native.make_cupti_collector = lambda notes, launches=True: FakeCollector()
+while True: time.sleep(0.05)
+"""
+    folder = tmp_path / "cupti"
+    hook = WorkerHook(folder)
+    env = clean_child_env({**hook.env(None, launches=False), "PYTHONPATH": hook.env(None, launches=False)["PYTHONPATH"] + os.pathsep + str(REPO)})
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True)
+    try:
+        time.sleep(1.0)  # the stand-in patches the collector before `prepare`
+        assert "CUPTI ready in process" in hook.prepare(lambda: proc.poll() is None, timeout_s=30)
+        spans = []
+        for n in (1, 2):
+            t0 = time.perf_counter_ns()
+            hook.start(n)
+            time.sleep(0.3)
+            hook.stop(n)
+            spans.append((t0, time.perf_counter_ns() + 10**9))
+        for n, span in zip((1, 2), spans, strict=True):
+            kernels, coverage = hook.read(n, span, lambda: proc.poll() is None, timeout_s=10)
+            assert kernels is not None and len(kernels) == 1 and kernels.names == ["gemv_split_k_fake"]
+            assert coverage is not None and coverage.callback_s == pytest.approx(0.01) and coverage.api_records == 3
+        assert kernels is not None and int(kernels.start_ns[0]) > spans[0][1] - 10**9  # window 2's kernel, not window 1's again
+    finally:
+        hook.quit()
+        proc.kill()
+        proc.wait()

@@ -94,6 +94,8 @@ class WorkerKernelRecorder(UtilizationRecorder):
 
     def __init__(self, tmp: Path, *, cupti: bool, profiling: str, progress: Progress) -> None:
         self.tmp = tmp
+        self._hook_window: dict[int, int] = {}
+        """Server window -> the hook's window number (the hook counts only windows that were recorded)."""
         self.nvtx_template: str | None = None
         self.extra: dict[str, str] = {}
         self.hook: WorkerHook | None = None
@@ -126,11 +128,12 @@ class WorkerKernelRecorder(UtilizationRecorder):
 
     def start(self, window: int, progress: Progress) -> None:
         if self.hook is not None:
-            self.hook.start(window)
+            self._hook_window[window] = len(self._hook_window) + 1
+            self.hook.start(self._hook_window[window])
 
     def stop(self, window: int, progress: Progress) -> None:
-        if self.hook is not None:
-            self.hook.stop(window)
+        if self.hook is not None and window in self._hook_window:
+            self.hook.stop(self._hook_window[window])
 
     def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None:
         """Kernels (or ops) the model worker ran in the window, with MAX's scheduler ranges as phases, into ``raw``."""
@@ -146,8 +149,8 @@ class WorkerKernelRecorder(UtilizationRecorder):
             ranges += ranges_within(log.phase_ranges(), span)
             ops.append(log.op_table().within(span))
         raw.ranges = [*raw.ranges, *ranges]
-        if self.hook is not None:
-            kernels, coverage = self.hook.read(window, span, server.alive)
+        if self.hook is not None and window in self._hook_window:
+            kernels, coverage = self.hook.read(self._hook_window[window], span, server.alive)
             if kernels is not None and len(kernels):
                 raw.kernels = KernelTable.concat([raw.kernels, kernels])
                 raw.kernel_source = "cupti (model worker" + (coverage.describe() if coverage else "") + ")"

@@ -107,6 +107,7 @@ class NativeStderr:
 
     def _pump(self) -> None:
         assert self._read_fd is not None and self._saved is not None
+        saved = self._saved  # kept: __exit__ forgets it while a child may still write through the pipe
         pending = b""
         with os.fdopen(self._read_fd, "rb", buffering=0) as reader:
             while True:
@@ -125,10 +126,10 @@ class NativeStderr:
                         out.append(raw + b"\n")
                 if out:
                     with contextlib.suppress(OSError):
-                        os.write(self._saved, b"".join(out))
+                        os.write(saved, b"".join(out))
             if pending and not pending.startswith(CACHE_PREFIX.encode()):
                 with contextlib.suppress(OSError):
-                    os.write(self._saved, pending)
+                    os.write(saved, pending)
 
     def __exit__(self, *exc: object) -> None:
         import sys
@@ -137,10 +138,13 @@ class NativeStderr:
             return
         with contextlib.suppress(Exception):
             sys.stderr.flush()
-        os.dup2(self._saved, 2)  # the pipe's write end closes here: the pump sees EOF
+        os.dup2(self._saved, 2)  # our end of the pipe closes here: the pump sees EOF once no child holds it
         if self._thread is not None:
-            self._thread.join(timeout=5)
-        os.close(self._saved)
+            self._thread.join(timeout=1.0)
+        if self._thread is None or not self._thread.is_alive():
+            os.close(self._saved)
+        # else: a child started during the load (MAX's compile workers) still holds the pipe; the pump keeps
+        # forwarding its lines to the real stderr through the saved descriptor, which stays open for it
         self._saved = None
 
 

@@ -83,14 +83,15 @@ def _watch(folder: str) -> None:
 
 
 def _dump(folder: str, pid: int, window: int, kernels: object, collector: object, started: int, stopped: int, notes: list[str]) -> None:
-    """``kernels-<pid>-<window>.json`` (a KernelTable) and ``coverage-<pid>-<window>.json``, each written whole or not at all."""
+    """``coverage-<pid>-<window>.json`` then ``kernels-<pid>-<window>.json`` (a KernelTable), each written whole or not at all."""
     import json
 
     coverage = {"started_ns": started, "stopped_ns": stopped, "dropped": getattr(collector, "dropped", 0),
                 "callback_s": getattr(collector, "callback_s_before_stop", None), "api_records": getattr(collector, "api_records", 0),
                 "api_filter": getattr(collector, "api_filter", ""), "notes": notes, "stop_s": getattr(collector, "stop_s", None),
                 "collector": type(collector).__name__, "kernels": len(kernels)}  # type: ignore[arg-type]
-    for name, data in ((f"kernels-{pid}-{window}.json", kernels.to_json()), (f"coverage-{pid}-{window}.json", json.dumps(coverage).encode())):  # type: ignore[attr-defined]
+    # coverage first: the kernels file appearing is what the controller waits for
+    for name, data in ((f"coverage-{pid}-{window}.json", json.dumps(coverage).encode()), (f"kernels-{pid}-{window}.json", kernels.to_json())):  # type: ignore[attr-defined]
         tmp = os.path.join(folder, "." + name)
         with open(tmp, "wb") as fh:
             fh.write(data)

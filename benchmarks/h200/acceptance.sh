@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Every verb with MAX's defaults on one H200 (device graphs as MAX decides, overlap pipeline): each step's exit code,
+# wall time and findings in one table (acceptance.tsv), with the reports and commands. Run after GPU-path changes:
+#     bash benchmarks/h200/acceptance.sh            (from the repository root, MAX runtime staged: shared/device/README.md)
+# It copies the repository to /tmp/acc_repo first, so it can run detached (setsid) while the device tool's calls poll;
+# everything lands in /tmp/acc, packed into /tmp/acceptance.tgz (and $OUT/ when set) after every step.
+#
+# Models (random weights, built here by `max-profile make-model`): m24 = bf16 Llama hidden 4096, 24 layers, 32/8 heads,
+# intermediate 14336 (~5.2B, GPU-bound decode); fp8 = the same shape with 8 layers, block-scaled FP8 (quant_method fp8,
+# 128x128 blocks); custom = m24's weights under the custom architecture of custom_archs/llama_custom.
+set -u
+SRC=$(pwd)
+ACC=/tmp/acc
+mkdir -p "$ACC"
+rm -rf /tmp/acc_repo && cp -r "$SRC" /tmp/acc_repo && cd /tmp/acc_repo || exit 1
+source .maxrt/env.sh
+export PYTHONPATH="/tmp/acc_repo:/tmp/site:$PYTHONPATH" MAX_PROFILE_CACHE=/tmp/mpc PYTHONUNBUFFERED=1 COLUMNS=120
+if [ -d .gpu/debs ]; then
+  mkdir -p /tmp/dw && for f in .gpu/debs/*.deb; do dpkg -x "$f" /tmp/dw; done
+  export LD_LIBRARY_PATH="/tmp/dw/usr/lib/x86_64-linux-gnu:/tmp/dw/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+fi
+export PATH="/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64:/usr/local/cuda/bin:$PATH"   # nsys, ncu
+MP=(python3 -m max_profile)
+M24=/tmp/m24 FP8=/tmp/fp8 CUSTOM=/tmp/m24custom
+TABLE=$ACC/acceptance.tsv
+[ -f "$TABLE" ] || printf 'step\texit\tseconds\tfindings\tcommand\n' > "$TABLE"
+
+pack() { tar czf /tmp/acceptance.tgz.part -C "$ACC" . 2>/dev/null && mv /tmp/acceptance.tgz.part /tmp/acceptance.tgz; [ -n "${OUT:-}" ] && cp /tmp/acceptance.tgz "$OUT/" 2>/dev/null; return 0; }
+findings() {  # the finding ids (severity) of a --json report
+  python3 - "$1" <<'PY' 2>/dev/null
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception:
+    print("-"); sys.exit()
+print(",".join(f"{f['id']}({f['severity'][0]})" for f in d.get("findings", [])) or "none")
+PY
+}
+# step NAME JSON -- command...: run it, keep stdout/stderr, one table row (exit code, wall seconds, findings of JSON)
+step() {
+  local name=$1 json=$2; shift 3
+  local t0=$(date +%s.%N)
+  "$@" > "$ACC/$name.out" 2> "$ACC/$name.err"
+  local rc=$?
+  local secs=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$rc" "$secs" "$( [ "$json" = - ] && echo - || findings "$json")" "$*" >> "$TABLE"
+  echo "== $(date +%T) $name rc=$rc ${secs}s"; tail -2 "$ACC/$name.err"
+  pack
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$ACC/nvidia-smi.csv" 2>&1
+step doctor "$ACC/doctor.json" -- "${MP[@]}" doctor --json "$ACC/doctor.json"
+
+# --- models, then three cold compiles side by side (they only use CPU cores and the cache; startup reports are cold)
+[ -f $M24/model.safetensors ] || step make_m24 - -- "${MP[@]}" make-model $M24 --dtype bfloat16 --hidden 4096 --layers 24 --heads 32 --kv-heads 8 --intermediate 14336
+[ -f $FP8/model.safetensors ] || step make_fp8 - -- "${MP[@]}" make-model $FP8 --dtype float8_e4m3fn --hidden 4096 --layers 8 --heads 32 --kv-heads 8 --intermediate 14336
+mkdir -p $CUSTOM && for f in $M24/*; do ln -sf "$f" $CUSTOM/; done && rm -f $CUSTOM/config.json \
+  && python3 -c "import json; c = json.load(open('$M24/config.json')); c['architectures'] = ['MaxProfileLlamaForCausalLM']; json.dump(c, open('$CUSTOM/config.json', 'w'))"
+DEMO=/tmp/mpc/models/demo-llama-bfloat16-h2048-l4   # the model `max-profile demo` builds on a GPU (same shape, same compile key)
+[ -f $DEMO/model.safetensors ] || step make_demo - -- "${MP[@]}" make-model $DEMO --dtype bfloat16 --hidden 2048 --layers 4 --heads 16 --kv-heads 4 --intermediate 5632
+# the GPU compiles m24 (its cold start-up, recorded); meanwhile MAX compiles the other two for sm_90 on virtual devices
+# (`max warm-cache --target`: CPU cores only, no GPU memory taken from the measured run)
+( step warm_fp8 - -- max warm-cache --model-path $FP8 --devices gpu --target cuda:sm_90 ) &
+( step warm_demo - -- max warm-cache --model-path $DEMO --devices gpu --target cuda:sm_90 ) &
+step startup_m24_cold "$ACC/startup_m24_cold.json" -- "${MP[@]}" startup --model-path $M24 --devices gpu --json "$ACC/startup_m24_cold.json" --html "$ACC/startup_m24_cold.html"
+wait
+
+# --- one at a time: what each number rests on (GPU to itself)
+step kernel_gemv "$ACC/kernel_gemv.json" -- "${MP[@]}" kernel gemv_split_k --model-path $M24 --launches 2 --output-dir "$ACC/ncu" --json "$ACC/kernel_gemv.json"
+step serve_ab - -- python3 benchmarks/serve_ab.py --model-path $M24 --devices gpu --pairs 3 --duration 10 --json "$ACC/serve_ab.json"
+step run_b32 "$ACC/run_b32.json" -- "${MP[@]}" run --model-path $M24 --devices gpu --batch-size 32 --max-new-tokens 64 --json "$ACC/run_b32.json" --raw "$ACC/run_b32_raw.json.gz"
+step startup_fp8 "$ACC/startup_fp8.json" -- "${MP[@]}" startup --model-path $FP8 --devices gpu --json "$ACC/startup_fp8.json"
+step run_fp8 "$ACC/run_fp8.json" -- "${MP[@]}" run --model-path $FP8 --devices gpu --max-new-tokens 64 --json "$ACC/run_fp8.json" --raw "$ACC/run_fp8_raw.json.gz" --html "$ACC/run_fp8.html"
+step serve_kernels "$ACC/serve_kernels.json" -- "${MP[@]}" serve --model-path $M24 --mode kernels --no-warm --yes --json "$ACC/serve_kernels.json" --raw "$ACC/serve_kernels_raw.json.gz"
+step startup_m24_warm "$ACC/startup_m24_warm.json" -- "${MP[@]}" startup --model-path $M24 --devices gpu --json "$ACC/startup_m24_warm.json"
+step run_b1 "$ACC/run_b1.json" -- "${MP[@]}" run --model-path $M24 --devices gpu --max-new-tokens 64 --json "$ACC/run_b1.json" --raw "$ACC/run_b1_raw.json.gz" --html "$ACC/run_b1.html"
+step serve_sweep "$ACC/serve_sweep.json" -- "${MP[@]}" serve --model-path $M24 --mode utilization --concurrency 1,4,16,64 --duration 8 --slo ttft=200,itl=20 --no-warm --yes --json "$ACC/serve_sweep.json" --raw "$ACC/serve_sweep_raw.json.gz" --html "$ACC/serve_sweep.html"
+step demo "$ACC/demo/report.json" -- "${MP[@]}" demo --out "$ACC/demo"
+step run_custom "$ACC/run_custom.json" -- "${MP[@]}" run --model-path $CUSTOM --devices gpu --custom-architectures custom_archs/llama_custom --max-new-tokens 64 --json "$ACC/run_custom.json"
+step serve_nsys "$ACC/serve_nsys.json" -- "${MP[@]}" serve --model-path $M24 --mode nsys --no-warm --yes --artifacts-dir "$ACC/nsys" --json "$ACC/serve_nsys.json"
+step run_off "$ACC/run_off.json" -- "${MP[@]}" run --model-path $M24 --devices gpu --kernels off --json "$ACC/run_off.json"
+step run_nvtx "$ACC/run_nvtx.json" -- "${MP[@]}" run --model-path $M24 --devices gpu --kernels nvtx-log --json "$ACC/run_nvtx.json"
+rm -rf "$ACC/ncu"/*.ncu-rep "$ACC/nsys"/*.nsys-rep "$ACC/nsys"/*.sqlite 2>/dev/null  # big; their readings are in the reports
+column -t -s $'\t' "$TABLE" | cut -c1-220
+pack
+echo "acceptance: done"

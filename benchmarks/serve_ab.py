@@ -1,0 +1,81 @@
+"""The serve worker's tracer cost, A/B on one server: windows with the CUPTI recorder in the model worker and without it,
+alternating, same server, same load (``max-profile serve --mode kernels``'s recorder, MAX's defaults: device graphs on).
+
+    python benchmarks/serve_ab.py --model-path DIR [--devices gpu] [--pairs 3] [--duration 10] [--json out.json]
+
+A pair is one traced and one untraced window back to back (the order flips every pair); the ratio of streamed tokens/s
+traced / untraced is reported per pair, with every window, the median and the spread, and the host's load per window.
+Comparing two servers instead (one per mode) adds the spread between server starts (one earlier pair: 0.914, the other 1.05).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model-path", required=True)
+    ap.add_argument("--devices", default="gpu")
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=10.0)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--json", help="write every number here")
+    ap.add_argument("--no-warm", action="store_true")
+    args = ap.parse_args()
+
+    from max_profile.collect.environment import detect_environment
+    from max_profile.serve import ServePlan, _new_raw, _own_tmpdir, _recorder_for, _warm_pass, free_port, serve_windows
+
+    env = detect_environment(check_tools=False)
+    plan = ServePlan(model_path=args.model_path, devices=args.devices, mode="kernels", duration_s=args.duration, port=free_port(), metrics_port=free_port(),
+                     max_tokens=args.max_tokens, vendor=env.vendor, concurrency=[1] * (2 * args.pairs), warm=not args.no_warm)
+    traced_windows = {2 * k + (1 if k % 2 == 0 else 2) for k in range(args.pairs)}  # pair k: traced first when k is even
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    with _own_tmpdir() as tmp:
+        if plan.warm:
+            _warm_pass(plan, tmp, 900, progress)
+        recorder, dest = _recorder_for(plan, env, tmp, None, 900, progress, None)
+        raw = serve_windows(plan, recorder, _new_raw(plan, env, []), tmp, 900, progress, dest, record=lambda w: w in traced_windows)
+    windows = []
+    for i, w in enumerate(raw.load_windows, 1):
+        secs = (w.window_ns[1] - w.window_ns[0]) / 1e9
+        tokens = 0.0
+        for r in w.requests:
+            if r.ok:
+                span = max(r.ended_ns - r.started_ns, 1)
+                tokens += r.tokens * max(min(r.ended_ns, w.window_ns[1]) - max(r.started_ns, w.window_ns[0]), 0) / span
+        windows.append({"window": i, "traced": i in traced_windows, "tok_s": tokens / secs})
+        print(f"window {i}: {'traced  ' if i in traced_windows else 'untraced'} {tokens / secs:8.1f} tok/s", flush=True)
+    ratios = []
+    for k in range(args.pairs):
+        a, b = windows[2 * k], windows[2 * k + 1]
+        traced, untraced = (a, b) if a["traced"] else (b, a)
+        ratios.append(traced["tok_s"] / untraced["tok_s"] if untraced["tok_s"] else float("nan"))
+        print(f"pair {k + 1}: traced / untraced = {ratios[-1]:.4f}", flush=True)
+    t = [w["tok_s"] for w in windows if w["traced"]]
+    u = [w["tok_s"] for w in windows if not w["traced"]]
+    summary = {"pairs": ratios, "median_ratio": statistics.median(ratios), "min_ratio": min(ratios), "max_ratio": max(ratios),
+               "traced_median_tok_s": statistics.median(t), "untraced_median_tok_s": statistics.median(u),
+               "traced_spread_pct": 100 * (max(t) - min(t)) / statistics.median(t), "untraced_spread_pct": 100 * (max(u) - min(u)) / statistics.median(u),
+               "kernels": len(raw.kernels), "graph_kernels": int((raw.kernels.graph_id > 0).sum()) if raw.kernels.graph_id is not None else 0,
+               "tracer_callback_s": raw.tracer_callback_s, "windows": windows, "notes": raw.notes}
+    print(f"median traced / untraced: {summary['median_ratio']:.4f} (pairs {', '.join(f'{r:.4f}' for r in ratios)}); "
+          f"traced {summary['traced_median_tok_s']:.1f} (spread {summary['traced_spread_pct']:.1f} %), untraced {summary['untraced_median_tok_s']:.1f} "
+          f"(spread {summary['untraced_spread_pct']:.1f} %); {summary['kernels']} kernels, {summary['graph_kernels']} inside graphs", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
