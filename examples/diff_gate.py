@@ -24,6 +24,7 @@ from max_profile.analyze.diff import diff_reports
 from max_profile.render.text import print_diff
 from max_profile.runner import generate, load_model
 from max_profile.tinymodel import build_tiny_llama
+from max_profile.util.files import cache_dir
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--baseline", required=True, help="raw capture of the baseline (.json.gz); written when missing")
@@ -34,7 +35,7 @@ ap.add_argument("--fail-above", type=float, default=5.0)
 ap.add_argument("--inject-delay-ms", type=float, default=0.0)
 args = ap.parse_args()
 
-model_path = args.model_path or str(build_tiny_llama(Path(args.baseline).resolve().parent / "max-profile-diff-gate-model"))
+model_path = args.model_path or str(build_tiny_llama(cache_dir("models") / "diff-gate-tiny-llama"))  # max_profile's cache folder
 model = load_model(model_path, devices=args.devices)
 generate(model, ["warm up"], 8)
 if args.inject_delay_ms:  # a stand-in for a slower kernel, a lost fusion, a new host sync...

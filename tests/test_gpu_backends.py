@@ -136,9 +136,12 @@ def test_doctor_with_amdsmi_reports_the_amd_gpu_and_its_sampler(tmp_path: Path) 
 def test_doctor_prints_only_the_environment(tmp_path: Path) -> None:
     res = run_cli("doctor")
     assert res.returncode == 0, res.stderr
-    for absent in ("Steps", "Utilization", "Findings", "Kernels", "None", "target", "device graphs"):
+    for absent in ("Steps", "Utilization", "Findings", "Kernels", "None", "target", "phase markers"):  # no capture settings: nothing captured
         assert absent not in res.stdout, absent
     assert "Environment" in res.stdout and "MAX" in res.stdout
+    # what a capture here would use: MAX's profiling mode, the device-graph default, each output's libraries
+    for present in ("MAX profiling", "device graphs", "--html", "--perfetto", "--otel"):
+        assert present in res.stdout, present
 
 
 def test_gpu_sampling_module_has_no_max_import_at_top() -> None:

@@ -327,7 +327,9 @@ def test_kernel_modes_keep_maxs_device_graphs_on_nvidia_only(tiny_model_dir: Pat
 def test_worker_hook_records_several_windows(tmp_path: Path) -> None:
     """The hook records window after window of one server (A/B pairs, sweeps): the controller numbers only the windows it
     records, and each window's kernels and coverage come back on their own. The stand-in worker loads a stand-in libcuda
-    and a FAKE collector (CI has no CUPTI) that returns one kernel per window at the time it was started."""
+    and a FAKE collector (CI has no CUPTI) that returns one kernel per window at the time it was started; a second
+    stand-in (the API server, which can have the CUDA driver loaded too) records nothing, and writes its empty file
+    first: the read waits for every ready process (on the H200 the first empty file used to end the wait)."""
     import shutil
 
     from max_profile.collect.worker_protocol import WorkerHook
@@ -347,16 +349,30 @@ class FakeCollector:  # FAKE: stands in for the C CUPTI recorder
     def start(self): self.t = time.perf_counter_ns()
     def stop(self): return KernelTable.from_records([KernelRecord(name="gemv_split_k_fake", start_ns=self.t + 1000, end_ns=self.t + 2000)])
 
-native.make_cupti_collector = lambda notes, launches=True: FakeCollector()
+class IdleCollector(FakeCollector):  # FAKE: a process with the driver loaded that launches nothing
+    def stop(self): return KernelTable.empty()
+
+import sys
+if sys.argv[1] == "worker":
+    _stop = FakeCollector.stop
+    def slow_stop(self):
+        time.sleep(0.5)  # the worker's flush and dump take longer than the idle process's
+        return _stop(self)
+    FakeCollector.stop = slow_stop
+native.make_cupti_collector = lambda notes, launches=True: FakeCollector() if sys.argv[1] == "worker" else IdleCollector()
 while True: time.sleep(0.05)
 """
     folder = tmp_path / "cupti"
     hook = WorkerHook(folder)
     env = clean_child_env({**hook.env(None, launches=False), "PYTHONPATH": hook.env(None, launches=False)["PYTHONPATH"] + os.pathsep + str(REPO)})
-    proc = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-c", script, "worker"], env=env, start_new_session=True)
+    idle = subprocess.Popen([sys.executable, "-c", script, "api-server"], env=env, start_new_session=True)
     try:
-        time.sleep(1.0)  # the stand-in patches the collector before `prepare`
+        time.sleep(1.0)  # the stand-ins patch the collector before `prepare`
         assert "CUPTI ready in process" in hook.prepare(lambda: proc.poll() is None, timeout_s=30)
+        deadline = time.monotonic() + 10
+        while len(list(folder.glob("ready-*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
         spans = []
         for n in (1, 2):
             t0 = time.perf_counter_ns()
@@ -371,5 +387,6 @@ while True: time.sleep(0.05)
         assert kernels is not None and int(kernels.start_ns[0]) > spans[0][1] - 10**9  # window 2's kernel, not window 1's again
     finally:
         hook.quit()
-        proc.kill()
-        proc.wait()
+        for p in (proc, idle):
+            p.kill()
+            p.wait()

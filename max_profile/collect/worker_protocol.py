@@ -92,20 +92,28 @@ class WorkerHook:
         (self.folder / "quit").touch()
 
     def read(self, window: int, span: tuple[int, int], alive: Callable[[], bool], timeout_s: float = 20.0) -> tuple[KernelTable | None, WindowCoverage | None]:
-        """The kernels of window ``window`` inside ``span`` (host clock) from every recording process, and its coverage;
-        (None, None) when no process wrote them within ``timeout_s`` (or the server died)."""
+        """The kernels of window ``window`` inside ``span`` (host clock) from every recording process, and the coverage of
+        the one that recorded the most; (None, None) when no process wrote them within ``timeout_s`` (or the server died).
+
+        Every process that answered ready writes its file (the API server can have the CUDA driver loaded and record
+        nothing): the read waits for all of them, not for the first."""
         deadline = time.monotonic() + timeout_s
-        pattern = f"kernels-*-{window}.json"
-        while time.monotonic() < deadline and not list(self.folder.glob(pattern)) and alive() and self.ready():
+        ready = {p.name.removeprefix("ready-") for p in self.folder.glob("ready-*")}
+
+        def written() -> set[str]:
+            return {p.name.split("-")[1] for p in self.folder.glob(f"kernels-*-{window}.json")}
+
+        while time.monotonic() < deadline and alive() and ready and not ready <= written():
             time.sleep(0.1)
-        dumps = sorted(self.folder.glob(pattern))
+        dumps = sorted(self.folder.glob(f"kernels-*-{window}.json"))
         if not dumps:
             return None, None
-        tables = [KernelTable.from_json(p.read_bytes(), str(p)).within(span) for p in dumps]
-        return KernelTable.concat(tables), self._coverage(window, span)
+        tables = {p.name.split("-")[1]: KernelTable.from_json(p.read_bytes(), str(p)).within(span) for p in dumps}
+        busiest = max(tables, key=lambda pid: len(tables[pid]))
+        return KernelTable.concat(tables.values()), self._coverage(window, span, busiest)
 
-    def _coverage(self, window: int, span: tuple[int, int]) -> WindowCoverage | None:
-        for path in sorted(self.folder.glob(f"coverage-*-{window}.json")):
+    def _coverage(self, window: int, span: tuple[int, int], pid: str = "*") -> WindowCoverage | None:
+        for path in sorted(self.folder.glob(f"coverage-{pid}-{window}.json")):
             try:
                 c = json.loads(path.read_text())
                 covered = (min(int(c["stopped_ns"]), span[1]) - max(int(c["started_ns"]), span[0])) / 1e9
