@@ -1,30 +1,16 @@
-# ===----------------------------------------------------------------------=== #
-# Copyright (c) 2026, Modular Inc. All rights reserved.
-#
-# Licensed under the Apache License v2.0 with LLVM Exceptions:
-# https://llvm.org/LICENSE.txt
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
-# ===----------------------------------------------------------------------=== #
-"""A correct Llama-derived custom architecture for MAX 26.7 (copied from max/pipelines/architectures/llama3,
-registered under its own name so it does not replace the built-in)."""
+"""(a) A correct Llama-derived custom architecture: MAX 26.7's own Llama 3 under a name of its own.
 
-from .arch import llama_arch
-from .batch_processor import Llama3BatchProcessor
-from .model import Llama3Inputs, Llama3Model, LlamaModelBase
-from .model_config import Llama3Config
+What a user's bring-up package usually is: MAX's architecture imported and changed where it must be (here only the name,
+so it never replaces the built-in ``LlamaForCausalLM``). Its graph is the built-in's, so it compiles to the same kernels
+(and shares their compile-cache entries). The pathologies (b), (c), (d) build on it.
+"""
 
-__all__ = [
-    "Llama3BatchProcessor",
-    "Llama3Config",
-    "Llama3Inputs",
-    "Llama3Model",
-    "LlamaModelBase",
-    "llama_arch",
-]
+from __future__ import annotations
+
+import dataclasses
+
+from max.pipelines.architectures.llama3.arch import llama_arch as _builtin_llama
+
+llama_arch = dataclasses.replace(_builtin_llama, name="MaxProfileLlamaForCausalLM", example_repo_ids=[])
 
 ARCHITECTURES = [llama_arch]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from llama_custom.model import Llama3Inputs, Llama3Model
 from max.driver import Buffer
 from max.nn.kv_cache import KVCacheInputs
+from max.pipelines.architectures.llama3.model import Llama3Inputs, Llama3Model
 from max.pipelines.context import TextContext
 from max.pipelines.context.tokens import TokenBuffer
 

@@ -6,9 +6,9 @@ import gc
 from collections.abc import Sequence
 from typing import Any
 
-from llama_custom.model import Llama3Inputs, Llama3Model
 from max.driver import Buffer
 from max.nn.kv_cache import KVCacheInputs
+from max.pipelines.architectures.llama3.model import Llama3Inputs, Llama3Model
 from max.pipelines.context import TextContext
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from llama_custom.arch import llama_arch
+from llama_custom import llama_arch
 
 from .model import UnfusedAttentionConfig, UnfusedAttentionLlamaModel
 

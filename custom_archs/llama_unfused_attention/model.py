@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from llama_custom.llama3 import Llama3
-from llama_custom.model import Llama3Model
-from llama_custom.model_config import Llama3Config
 from max.nn.attention import AttentionWithRope
 from max.nn.kv_cache.cache_params import KVCacheParams
+from max.pipelines.architectures.llama3.llama3 import Llama3
+from max.pipelines.architectures.llama3.model import Llama3Model
+from max.pipelines.architectures.llama3.model_config import Llama3Config
 from max.pipelines.lib.graph_specs import GraphSpec
 
 from .attention import UnfusedAttention

@@ -58,7 +58,7 @@ FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
     ("sampling", r"topk_topp|top_k_top_p|topp_sampling|sampling|sample_|argmax|logits_processor|min_p|temperature|rejection_sampler|logsoftmax_sampler|gumbel"),
     ("moe_routing", r"moe_create_indices|moe_router|router|topk_route|topk_softmax|moe_align|route_|expert_ids|moe_.*indices|^topk|_topk_"),
     ("grouped_matmul", r"grouped|block_?(wise_)?scaled|moe_matmul|expert.*matmul|bmm_grouped|group_gemm|ragged_matmul|fused_moe|fp8_quantization_naive"),
-    ("quantize", r"quantize|quant_|block_scales|scale_layout|dequant|fp8_cast|to_fp8|nvfp4|mxfp4|scales_interleave|cast_to_f8"),
+    ("quantize", r"quantize|quant_|block_scales|scale_layout|dequant|fp8_cast|to_fp8|nvfp4|mxfp4|scales_interleave|cast_to_f8|fp8_quantization_+quant"),
     ("attention", r"\bmha\b|_mha|mha_|\bmla\b|_mla|mla_|flash|attention|attn|fmha|decode_attn|paged_attention|mo\.mha|flare"),
     ("rope", r"rope|rotary|freqs_cis"),
     ("norm", r"rms_norm|rmsnorm|layer_norm|layernorm|group_norm|\bnorm\b|_norm_|l2_norm"),

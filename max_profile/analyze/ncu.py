@@ -132,6 +132,12 @@ def bound_of(compute: float | None, memory: float | None) -> str | None:
     return "memory" if mem >= c else "compute"
 
 
+ON_CHIP_BUSY_PCT = 80.0
+"""L1/TEX cache throughput at or above this ..."""
+ON_CHIP_DRAM_IDLE_PCT = 10.0
+"""... with DRAM below this → the kernel is bound on chip (re-reads, no tiling), not by device memory."""
+
+
 def kernel_findings(a: KernelAnalysis) -> list[Finding]:
     """Verdicts for one analyzed kernel."""
     out: list[Finding] = []
@@ -145,6 +151,13 @@ def kernel_findings(a: KernelAnalysis) -> list[Finding]:
     if a.bound == "memory" and (a.dram_throughput_pct or 0) >= NEAR_PEAK_DRAM_PCT:
         out.append(Finding(id="kernel-memory-bound-near-peak", severity="info", confidence=0.8, evidence=ev,
                            title=f"Memory-bound at {a.dram_throughput_pct:.0f}% of peak DRAM bandwidth: near its roofline (healthy for a decode GEMV)"))
+    elif a.bound == "memory" and (l1 := a.metrics.get("L1/TEX Cache Throughput")) is not None and l1 >= ON_CHIP_BUSY_PCT \
+            and (a.dram_throughput_pct or 0) < ON_CHIP_DRAM_IDLE_PCT:
+        out.append(Finding(id="kernel-on-chip-bound", severity="warning", confidence=0.75, evidence={**ev, "l1tex_throughput_pct": l1},
+                           title=f"Bound by the L1/TEX cache ({l1:.0f}% of its throughput) while DRAM idles ({a.dram_throughput_pct or 0:.1f}%): "
+                           "it re-reads its inputs on chip instead of reusing them",
+                           next_step="A kernel without tiling (staging tiles in shared memory, tensor-core MMA) does this; for MAX's own "
+                           "kernels it marks a fallback path: another weight encoding or GPU may reach a tuned kernel."))
     elif a.bound == "memory":
         out.append(Finding(id="kernel-memory-bound", severity="warning", confidence=0.7, evidence=ev,
                            title="Memory-bound but well below peak DRAM bandwidth",

@@ -18,7 +18,7 @@ from max_profile.analyze.load import load_level
 from max_profile.analyze.ncu import analyze_launch, kernel_findings
 from max_profile.analyze.plan import next_command
 from max_profile.analyze.roofline import decode_roofline
-from max_profile.analyze.rules import Thresholds, evaluate
+from max_profile.analyze.rules import Thresholds, evaluate, nvml_window_long_enough
 from max_profile.analyze.serve import summarize_serve
 from max_profile.analyze.steps import summarize_steps
 from max_profile.analyze.timeline import step_timeline
@@ -98,6 +98,10 @@ def build_report(raw: RawCapture, *, tool_version: str = "", thresholds: Thresho
         inside = window_samples(raw.samples, host_window, int(raw.sample_interval_s * 1e9))
         report.utilization = UtilizationSection(source=raw.sample_source, interval_s=raw.sample_interval_s, gpus=summarize_gpus(inside),
                                                 samples=list(raw.samples), window_ns=host_window)
+        if not nvml_window_long_enough(report.utilization, thresholds or Thresholds()):
+            span = (host_window[1] - host_window[0]) / 1e9 if host_window else 0.0
+            notes.append(f"GPU utilization over a {span:.2f} s window ({len(inside)} samples): NVML averages over up to 1 s, so its reading "
+                         "says nothing about a window this short (no verdict is drawn from it); generate more tokens for one")
 
     kernels: KernelBreakdown | Unavailable | None = None
     if raw.kernels_unavailable is not None:

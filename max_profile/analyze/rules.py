@@ -32,6 +32,10 @@ class Thresholds:
     host_bound_util_pct: float = 40.0
     """Mean NVML utilization below this while steps ran → host-bound."""
     host_bound_busy_pct: float = 40.0
+    nvml_min_window_s: float = 2.0
+    """NVML utilization judges a window only when it is at least this long (NVML averages over up to 1 s) ..."""
+    nvml_min_samples: int = 10
+    """... and has at least this many samples."""
     """Decode GPU busy fraction (union of kernel time / wall time) below this → host-bound."""
     near_oom_pct: float = 97.0
     """Peak memory use above this % of total → close to out-of-memory."""
@@ -78,8 +82,10 @@ class Thresholds:
     """... while the profiled tree and the others together used this share of all cores or more → timing figures unreliable."""
     knee_min_gain: float = 0.15
     """A sweep level whose output tok/s grew by less than this share over the level before (concurrency up) → throughput stopped scaling ..."""
+    knee_min_efficiency: float = 0.5
+    """... or whose throughput grew by less than this share of the concurrency's growth (x4 concurrency, under x2 tok/s) ..."""
     knee_itl_growth: float = 1.5
-    """... or whose ITL p50 grew by this factor or more: latency bends there."""
+    """... while its ITL p50 or TTFT p90 grew by this factor or more: latency bends there."""
     knee_batch_growth: float = 1.15
     """Batch size (server metrics) growing by less than this factor while concurrency rose → the batch limit is reached."""
     knee_kv_pressure_pct: float = 90.0
@@ -152,6 +158,15 @@ def _top_kernel_command(report: Report, families: tuple[str, ...]) -> Command | 
     return kernel_command(report, top.name) if top else None
 
 
+def nvml_window_long_enough(u: UtilizationSection, th: Thresholds) -> bool:
+    """Whether NVML's utilization can speak for the window: NVML averages "some kernel ran" over its own sample period
+    (1/6 s to 1 s, by GPU), so a window shorter than a few of those reads the idle time before the work (an H200 read 0 %
+    for a 0.19 s GPU-bound decode that ran at 77 % of peak bandwidth, and 90 % once the same decode ran 3 s)."""
+    if u.window_ns is None:
+        return max((g.samples for g in u.gpus), default=0) >= th.nvml_min_samples
+    return (u.window_ns[1] - u.window_ns[0]) / 1e9 >= th.nvml_min_window_s and max((g.samples for g in u.gpus), default=0) >= th.nvml_min_samples
+
+
 def rule_host_bound(report: Report, th: Thresholds) -> list[Finding]:
     """The GPU idles while the workload runs: NVML utilization low, or the kernel timeline mostly empty.
 
@@ -161,7 +176,7 @@ def rule_host_bound(report: Report, th: Thresholds) -> list[Finding]:
     u, k = _util(report), _kern(report)
     evidence: dict[str, float | int | str | None] = {}
     low_util = False
-    if u and u.gpus:
+    if u and u.gpus and nvml_window_long_enough(u, th):
         g: GpuUtilization = max(u.gpus, key=lambda g: g.mean_utilization_pct or 0)
         if g.mean_utilization_pct is not None and g.mean_utilization_pct < th.host_bound_util_pct:
             low_util = True
@@ -380,7 +395,10 @@ def rule_latency_knee(report: Report, th: Thresholds) -> list[Finding]:
     for prev, cur in zip(levels, levels[1:], strict=False):
         gain = cur.output_tok_per_s / prev.output_tok_per_s - 1.0 if prev.output_tok_per_s > 0 else 0.0
         itl_growth = (cur.itl_ms.p50 / prev.itl_ms.p50) if cur.itl_ms.p50 and prev.itl_ms.p50 else 1.0
-        if gain < th.knee_min_gain or itl_growth >= th.knee_itl_growth:
+        ttft_growth = (cur.ttft_ms.p90 / prev.ttft_ms.p90) if cur.ttft_ms.p90 and prev.ttft_ms.p90 else 1.0
+        efficiency = (1.0 + gain) / (cur.concurrency / prev.concurrency)
+        # flat throughput, or throughput lagging far behind the added concurrency while latency climbs
+        if gain < th.knee_min_gain or (efficiency < th.knee_min_efficiency and max(itl_growth, ttft_growth) >= th.knee_itl_growth):
             knee = (prev, cur, gain, itl_growth)
             break
     best = max(levels, key=lambda lv: lv.output_tok_per_s)
@@ -454,14 +472,15 @@ def rule_startup(report: Report, th: Thresholds) -> list[Finding]:
             next_step="Fill the compile cache in the image or before serving, with the same compile key (the command below); "
             "MODULAR_ENABLE_PROFILING, device graph capture, batch size, max length and the MAX version are all part of the key.",
             command=shell(st.warm_cache_command) if st.warm_cache_command else None))
-    weights = next((p for p in st.phases if p.name.startswith("model setup before the first graph")), None)
+    weights = next((p for p in st.phases if "weights" in p.name and p.bytes and p.gb_per_s is not None), None)
     if weights is not None and weights.bytes and weights.bytes >= th.weights_min_bytes and weights.gb_per_s is not None and weights.gb_per_s < th.weights_slow_gbps:
         out.append(Finding(
             id="startup-weights-slow", severity="warning", confidence=0.6,
-            title=f"Weights read at {weights.gb_per_s:.2f} GB/s before the graphs ({weights.bytes / 1e9:.1f} GB in {weights.seconds:.0f} s): far below a local SSD",
-            evidence={"weights_bytes": weights.bytes, "seconds": weights.seconds, "gb_per_s": weights.gb_per_s, "threshold_gbps": th.weights_slow_gbps},
-            next_step="Check where the weights live (a network file system, a cold object-store mount) and copy them to local disk; "
-            "the phase also holds MAX's weight adapters."))
+            title=f"Weights moved at {weights.gb_per_s:.2f} GB/s ({weights.bytes / 1e9:.1f} GB in {weights.seconds:.0f} s, {weights.name}): far below a local SSD",
+            evidence={"phase": weights.name, "weights_bytes": weights.bytes, "seconds": weights.seconds, "gb_per_s": weights.gb_per_s,
+                      "threshold_gbps": th.weights_slow_gbps},
+            next_step="The weights are read from their files while they are copied to the device: check where they live (a network file "
+            "system, a cold object-store mount) and copy them to local disk."))
     kv = next((p for p in st.phases if p.name.startswith("KV cache allocation")), None)
     if kv is not None and kv.seconds >= th.kv_alloc_share_pct / 100 * st.total_s:
         out.append(Finding(id="startup-kv-alloc", severity="warning", confidence=0.6, evidence={"seconds": kv.seconds, "bytes": kv.bytes, "startup_s": st.total_s},

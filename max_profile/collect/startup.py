@@ -32,6 +32,8 @@ CACHE_LOG_ENV = "MODULAR_ENABLE_CACHE_LOGGING"
 CACHE_PREFIX = "[modular-cache]"
 MAX_KEPT_LINES = 20_000
 
+WEIGHTS_INIT_MIN_S = 0.05
+"""An initialize shorter than this moved no weights (a CPU keeps them mapped in host memory): no bytes or GB/s for it."""
 _TIMER = re.compile(r"^(Building|Compiling|Initializing|Building, compiling, and initializing) (.+?)(?: graph)? took ([\d.]+) seconds$")
 _TIMER_START = re.compile(r"^Building, compiling, and initializing (.+)\.\.\.$")
 _KV = re.compile(r"KV manager: .*?= ([\d.]+) (KiB|MiB|GiB|TiB) \(per device\)")
@@ -384,23 +386,24 @@ def pipeline_phases(start: float, end: float, lines: list[TimedLine], events: li
             hidden = min(unnamed, secs) if unnamed > 0.05 else 0.0
             if hidden:
                 state = _cache_state([e for e in events if not any(g.start <= e.t <= (g.end or g.start) for g in graphs)], start, end)
-                phases.append(_phase("graphs built outside MAX's named timers (engine compile + load time)", hidden, cache=state,
+                phases.append(_phase("graphs built outside MAX's named timers (engine time)", hidden, cache=state,
                                      detail="MAX logs no 'Compiling ... took' line for these; the engine timed them"))
-            rest = secs - hidden
-            gbps = weight_bytes / rest / 1e9 if weight_bytes and rest > 0 else None
-            phases.append(_phase("model setup before the first graph (weights read, adapters)", rest, bytes=weight_bytes,
-                                 gb_per_s=round(gbps, 3) if gbps else None))
+            phases.append(_phase("model setup before the first graph (weights mapped, adapters)", secs - hidden))
         elif kv is not None:
             phases.append(_phase("KV cache allocation and pipeline setup", secs, bytes=kv * max(devices, 1)))
         elif secs > 0.001:
             phases.append(_phase(label, secs))
 
+    weights_at = max(graphs, key=lambda g: g.init).name if graphs else None  # the graph whose initialize moves the weights
     for g in graphs:
         gap(g.start, "pipeline setup between graphs")
         state = _cache_state(events, g.start, g.end or g.start)
         phases.append(_phase(f"build {g.name} graph", g.build))
         phases.append(_phase(f"compile {g.name}", g.compile, cache=state))
-        phases.append(_phase(f"initialize {g.name} (weights to the device)", g.init))
+        if g.name == weights_at and weight_bytes and g.init >= WEIGHTS_INIT_MIN_S:
+            phases.append(_phase(f"initialize {g.name} (weights to the device)", g.init, bytes=weight_bytes, gb_per_s=round(weight_bytes / g.init / 1e9, 3)))
+        else:
+            phases.append(_phase(f"initialize {g.name}", g.init))
         other = (g.end or g.start) - g.start - g.build - g.compile - g.init
         if other > 0.05:
             phases.append(_phase(f"{g.name}: cache lookup and other work in MAX's timer", other))
