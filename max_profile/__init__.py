@@ -17,8 +17,6 @@ Every capture is a :class:`RawCapture`; :func:`build_report` turns one into a :c
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from max_profile import model as _model  # noqa: E402
 from max_profile.errors import CaptureError, InputError, MaxProfileError, ToolMissingError, TraceFormatError  # noqa: E402
 from max_profile.model import (  # noqa: E402
@@ -37,6 +35,7 @@ from max_profile.model import (  # noqa: E402
     UtilizationSample,
 )
 from max_profile.render.text import render_text  # noqa: E402
+from max_profile.version import __version__  # noqa: E402, F401
 
 _model.set_text_renderer(render_text)
 
@@ -56,7 +55,7 @@ def __getattr__(name: str) -> object:
 
         return build_report
     if name == "load":
-        from max_profile.collect.imports import load_any
+        from max_profile.collect.sources import load_any
 
         return load_any
     raise AttributeError(name)

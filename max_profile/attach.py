@@ -24,7 +24,7 @@ from max_profile.collect.model_files import read_model_config, read_model_weight
 from max_profile.collect.serve_client import LoadGenerator, split_url, stream_completion
 from max_profile.collect.serve_metrics import scrape
 from max_profile.errors import InputError
-from max_profile.model import Capture, LoadWindow, MetricsScrape, RawCapture, RequestRecord, ServeRun, UtilizationSample
+from max_profile.model import Capture, LoadWindow, MetricsScrape, RawCapture, RequestRecord, ServeRun, Unavailable, UtilizationSample
 
 PROBE_REQUESTS = 3
 DEFAULT_METRICS_PORT = 8001
@@ -192,7 +192,7 @@ def run_attach(plan: AttachPlan, progress: Callable[[str], None] = lambda m: Non
     raw.requests = [r for w in windows for r in w.requests]
     raw.samples = samples
     if not samples:
-        raw.utilization_unavailable = f"not sampled: {env.vendor_reason}"
+        raw.utilization_unavailable = Unavailable(f"not sampled: {env.vendor_reason}")
     raw.capture.ended_unix_s = time.time()
     return AttachResult(raw=raw, failure=failure)
 

@@ -1,16 +1,17 @@
 """``max-profile``: the command-line tool (the only module that parses arguments).
 
-Verbs: doctor, make-model, demo, run, kernels, kernel, check-arch, serve, report, diff. Every verb that
-captures writes ``--json PATH`` (the analysed report), ``--raw PATH`` (the raw capture it came from;
-``max-profile report RAW`` rebuilds everything), ``--html PATH`` (one self-contained page) and
-``--perfetto PATH`` (a trace for ui.perfetto.dev). Output folders are checked before anything runs.
-On error: one line ``max-profile: error: ...`` and the exit code of :mod:`max_profile.errors`
-(1 a regression found by diff, 2 bad input, 3 tool missing, 4 capture failed, 130 interrupted, 70 a bug).
+Verbs: doctor, make-model, demo, run, startup, kernels, kernel, check-arch, serve, attach, report, diff. Every verb
+that captures writes the outputs of :data:`max_profile.render.outputs.OUTPUTS` (``--json``, ``--raw`` — ``max-profile
+report RAW`` rebuilds everything —, ``--text``, ``--html``, ``--perfetto``, ``--prometheus``, ``--otel``); every path
+and library is checked before anything runs. On error: one line ``max-profile: error: ...`` and the exit code of
+:mod:`max_profile.errors` (1 a regression found by diff, 2 bad input, 3 tool missing, 4 capture failed,
+130 interrupted, 143 terminated, 70 a bug).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -66,9 +67,9 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 def _emit(raw: Any, args: argparse.Namespace, progress: Progress) -> int:
     """Analyse a raw capture, print the report, write every requested output. Returns the exit code."""
-    from max_profile import __version__
     from max_profile.analyze.report import build_report
     from max_profile.render.text import print_report
+    from max_profile.version import __version__
 
     raw.capture.interface = "cli"  # next steps are said as command lines
     if getattr(args, "raw", None):  # first: the capture is kept even if the analysis fails
@@ -91,13 +92,14 @@ def _write_report(report: Any, args: argparse.Namespace, progress: Progress, raw
 def cmd_doctor(args: argparse.Namespace, progress: Progress) -> int:
     import msgspec
 
-    from max_profile import __version__
     from max_profile.collect.environment import detect_environment, doctor_checks
     from max_profile.model import Capture, Report
+    from max_profile.render.outputs import output_checks
     from max_profile.render.text import print_report
+    from max_profile.version import __version__
 
     env = detect_environment(check_tools=True)
-    env = msgspec.structs.replace(env, tools=[*env.tools, *doctor_checks(env)])
+    env = msgspec.structs.replace(env, tools=[*env.tools, *doctor_checks(env), *output_checks()])
     report = Report(environment=env, capture=Capture(started_unix_s=time.time(), target="doctor"), tool_version=__version__)
     print_report(report)
     _write_report(report, args, progress)
@@ -264,10 +266,10 @@ def _emit_run(raw: Any, args: argparse.Namespace, progress: Progress) -> int:
     (exit 4, after the report); with ``--kernels auto`` the report says what was left out and the command succeeds."""
     asked = getattr(args, "kernels_asked", "auto")
     if asked == "auto" and raw.kernels_unavailable:
-        raw.notes.append(f"--kernels auto chose {args.kernels}, which recorded nothing ({raw.kernels_unavailable}): steps and utilization only")
+        raw.notes.append(f"--kernels auto chose {args.kernels}, which recorded nothing ({raw.kernels_unavailable.reason}): steps and utilization only")
     code = _emit(raw, args, progress)
     if asked in ("cupti", "nvtx-log") and raw.kernels_unavailable:
-        raise CaptureError(f"--kernels {asked} recorded no kernels: {raw.kernels_unavailable}")
+        raise CaptureError(f"--kernels {asked} recorded no kernels: {raw.kernels_unavailable.reason}")
     return code
 
 
@@ -309,7 +311,7 @@ def cmd_demo(args: argparse.Namespace, progress: Progress) -> int:
 
 def cmd_kernels(args: argparse.Namespace, progress: Progress) -> int:
     if args.import_file:
-        from max_profile.collect.imports import import_trace
+        from max_profile.collect.sources import import_trace
 
         return _emit(import_trace(args.import_file), args, progress)
     if not args.model_path:
@@ -428,7 +430,7 @@ def cmd_attach(args: argparse.Namespace, progress: Progress) -> int:
 
 def cmd_report(args: argparse.Namespace, progress: Progress) -> int:
     """Re-analyse a saved raw capture, re-render a saved report, or import any supported trace."""
-    from max_profile.collect.imports import load_any
+    from max_profile.collect.sources import load_any
     from max_profile.model import Report
     from max_profile.render.text import print_report
 
@@ -445,10 +447,10 @@ def cmd_report(args: argparse.Namespace, progress: Progress) -> int:
 
 def _loaded(path: str) -> tuple[Any, Any]:
     """(report, raw capture or None) of a saved raw capture, report, or trace file."""
-    from max_profile import __version__
     from max_profile.analyze.report import build_report
-    from max_profile.collect.imports import load_any
+    from max_profile.collect.sources import load_any
     from max_profile.model import Report
+    from max_profile.version import __version__
 
     loaded = load_any(path)
     if isinstance(loaded, Report):
@@ -490,7 +492,7 @@ def _add_output_flags(p: argparse.ArgumentParser, raw: bool = True) -> None:
     from max_profile.render.outputs import OUTPUTS
 
     for o in OUTPUTS:
-        if not raw and o.name not in ("json", "html"):
+        if not raw and o.name not in ("text", "json", "html"):
             continue
         if o.takes_path:
             p.add_argument(f"--{o.name}", metavar="PATH", help=o.help)
@@ -727,6 +729,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        _remove_own_nvtx_log()
+
+
+def _remove_own_nvtx_log() -> None:
+    """The NVTX log the re-exec for ``--kernels nvtx-log`` wrote in max_profile's cache folder: read into the report (and
+    the raw capture) by now, so removed, not left to pile up. A log the user pointed elsewhere is theirs."""
+    from max_profile.session import attached_nvtx_log
+    from max_profile.util.files import cache_dir
+
+    path = attached_nvtx_log()
+    if path and os.path.dirname(os.path.realpath(path)) == os.path.realpath(cache_dir()):
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
 def _on_sigterm_raise() -> Any:

@@ -25,14 +25,15 @@ import numpy as np
 from max_profile.errors import TraceFormatError
 from max_profile.util.files import read_input, write_output
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Bumped whenever a field changes meaning or is removed (adding optional fields keeps it).
 
 2: kernels stored as columns (:class:`KernelTable`); serve requests, ncu launches, preflight and
-artifacts are part of the raw capture; the breakdown says which step source and attribution it used."""
-READABLE_RAW_VERSIONS = (1, 2)
-"""Raw captures of these versions load (version 1 is converted on load)."""
-READABLE_REPORT_VERSIONS = (1, 2)
+artifacts are part of the raw capture; the breakdown says which step source and attribution it used.
+3: a raw capture says what it could not measure as :class:`Unavailable` (as a report does), not a string."""
+READABLE_RAW_VERSIONS = (1, 2, 3)
+"""Raw captures of these versions load (versions 1 and 2 are converted on load)."""
+READABLE_REPORT_VERSIONS = (1, 2, 3)
 """Reports of these versions load as saved (a version-1 report keeps its older analysis; re-analyse its raw capture)."""
 
 Phase = Literal["prefill", "decode", "mixed", "unknown"]
@@ -1084,9 +1085,10 @@ class Report(msgspec.Struct):
         return _encode(self)
 
     @classmethod
-    def from_json(cls, data: bytes | str, path: str = "<report>") -> Report:
+    def from_json(cls, data: bytes | str, path: str = "<report>", doc: dict[str, Any] | None = None) -> Report:
+        """``doc``: the same bytes already decoded to a dict (checked once, not again)."""
         raw = data.encode() if isinstance(data, str) else data
-        doc = _decode_doc(raw, path)
+        doc = _decode_doc(raw, path) if doc is None else doc
         version = doc.get("schema_version")
         if version not in READABLE_REPORT_VERSIONS:
             raise TraceFormatError(
@@ -1145,8 +1147,10 @@ class RawCapture(msgspec.Struct):
     trace_window_ns: tuple[int, int] | None = None
     """The capture window on the trace's clock when kernels are on it (a Kineto trace: all its events);
     None: from the first launch to the last kernel end."""
-    utilization_unavailable: str | None = None
-    kernels_unavailable: str | None = None
+    utilization_unavailable: Unavailable | None = None
+    """Why no GPU utilization was sampled (None: sampled, or not asked for)."""
+    kernels_unavailable: Unavailable | None = None
+    """Why no kernel was recorded although kernels were asked for."""
     kernel_source: str | None = None
     graph_launches: int = 0
     tracer_callback_s: float | None = None
@@ -1177,8 +1181,9 @@ class RawCapture(msgspec.Struct):
         write_output(path, self.to_json())
 
     @classmethod
-    def from_json(cls, data: bytes, path: str = "<raw capture>") -> RawCapture:
-        doc = _decode_doc(data, path)
+    def from_json(cls, data: bytes, path: str = "<raw capture>", doc: dict[str, Any] | None = None) -> RawCapture:
+        """``doc``: the same bytes already decoded to a dict (checked once, not again)."""
+        doc = _decode_doc(data, path) if doc is None else doc
         version = doc.get("schema_version")
         if version not in READABLE_RAW_VERSIONS:
             raise TraceFormatError(f"{path}: raw capture schema version {version!r} is not supported "
@@ -1189,12 +1194,27 @@ class RawCapture(msgspec.Struct):
             raise TraceFormatError(f"{path}: this is an analysed report, not a raw capture: load it with Report.load")
         if version == 1:
             return _validated(data, _RawCaptureV1, path).upgrade()  # type: ignore[no-any-return]
+        if version == 2:
+            return _upgrade_v2(data, doc, path)
         return _validated(data, cls, path)  # type: ignore[no-any-return]
 
     @classmethod
     def load(cls, path: str) -> RawCapture:
         """Read a saved raw capture (``.json`` or ``.json.gz``), checking its schema version."""
         return cls.from_json(read_input(path), path)
+
+
+_UNAVAILABLE_FIELDS = ("utilization_unavailable", "kernels_unavailable")
+
+
+def _upgrade_v2(data: bytes, doc: dict[str, Any], path: str) -> RawCapture:
+    """Schema version 2 held what was not measured as a plain string: as :class:`Unavailable` now."""
+    said = {k: doc[k] for k in _UNAVAILABLE_FIELDS if isinstance(doc.get(k), str)}
+    if said:
+        data = msgspec.json.encode({**doc, **{k: {"type": "unavailable", "reason": v} for k, v in said.items()}})
+    raw: RawCapture = _validated(data, RawCapture, path)
+    raw.schema_version = SCHEMA_VERSION
+    return raw
 
 
 class _RawCaptureV1(msgspec.Struct):
@@ -1223,7 +1243,8 @@ class _RawCaptureV1(msgspec.Struct):
         return RawCapture(
             environment=self.environment, capture=self.capture, steps=self.steps, kernels=KernelTable.from_records(self.kernels),
             ranges=self.ranges, samples=self.samples, sample_interval_s=self.sample_interval_s,
-            utilization_unavailable=self.utilization_unavailable, kernels_unavailable=self.kernels_unavailable,
+            utilization_unavailable=Unavailable(self.utilization_unavailable) if self.utilization_unavailable is not None else None,
+            kernels_unavailable=Unavailable(self.kernels_unavailable) if self.kernels_unavailable is not None else None,
             kernel_source=self.kernel_source, graph_launches=self.graph_launches, notes=list(self.notes), tracer_callback_s=callback_s,
         )
 
@@ -1233,5 +1254,5 @@ def load_saved(path: str) -> RawCapture | Report:
     data = read_input(path)
     doc = _decode_doc(data, path)
     if "findings" in doc:
-        return Report.from_json(data, path)
-    return RawCapture.from_json(data, path)
+        return Report.from_json(data, path, doc)
+    return RawCapture.from_json(data, path, doc)

@@ -20,12 +20,11 @@ from pathlib import Path
 
 from max_profile.analyze.families import distinctive_regex
 from max_profile.collect.environment import detect_environment, require_tool
-from max_profile.collect.gpu_sampling import clean_child_env
 from max_profile.collect.ncu import NO_KERNELS, PERMISSION_ERRORS, PERMISSION_FIX, export_ncu_pages, ncu_capture
 from max_profile.errors import CaptureError, InputError
 from max_profile.model import KernelBreakdown, RawCapture, load_saved
 from max_profile.util.models import check_model_folder
-from max_profile.util.procs import kill_group
+from max_profile.util.procs import clean_child_env, die_with_parent, kill_group
 
 MAX_LAUNCHES = 20
 
@@ -58,7 +57,8 @@ def run_ncu(cmd: list[str], log_path: Path, timeout_s: float, progress: Callable
     """(ncu's exit code, its log: ncu's own ``==PROF==`` / ``==ERROR==`` lines and the application's output)."""
     progress("running: " + " ".join(cmd))
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=clean_child_env(), start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=clean_child_env(), start_new_session=True,
+                                preexec_fn=die_with_parent())
         t0 = time.monotonic()
         try:
             while proc.poll() is None:

@@ -19,12 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from max_profile.collect.environment import require_tool
-from max_profile.collect.gpu_sampling import clean_child_env
-from max_profile.collect.nsys import note_graph_replays, read_nsys_sqlite
+from max_profile.collect.nsys import merge_trace, read_nsys_sqlite
 from max_profile.errors import CaptureError
 from max_profile.model import RawCapture
 from max_profile.util.models import check_model_folder
-from max_profile.util.procs import kill_group
+from max_profile.util.procs import clean_child_env, die_with_parent, kill_group
 
 NSYS_CHILD = """
 import os, sys, json
@@ -86,7 +85,7 @@ def profile_generation_with_nsys(run: NsysRun, progress: Callable[[str], None]) 
     env = clean_child_env({"MAX_PROFILE_NSYS_SPEC": json.dumps(spec), "MAX_PROFILE_SYSPATH": json.dumps(sys.path)})
     cmd = nsys_profile_command(nsys, rep) + [sys.executable, "-c", NSYS_CHILD]
     progress("running: " + " ".join(cmd[:-2]) + " python <generation>")
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent())
     try:
         rc = proc.wait()
     except BaseException:
@@ -97,14 +96,7 @@ def profile_generation_with_nsys(run: NsysRun, progress: Callable[[str], None]) 
         raise CaptureError(f"nsys profile failed (exit {rc}); no {sqlite_path} was written")
     trace = read_nsys_sqlite(sqlite_path)
     raw = RawCapture.load(steps_out)
-    raw.kernels = trace.kernels
-    raw.kernel_clock = "trace"
-    raw.ranges = trace.ranges
-    raw.range_names = trace.all_range_names
-    raw.kernel_source = "nsys"
-    note_graph_replays(raw, trace)
+    merge_trace(raw, trace, "nsys", sqlite_path)
     raw.capture.collectors = [*raw.capture.collectors, "nsys"]
     raw.artifacts = [rep + ".nsys-rep  (open with: nsys-ui " + rep + ".nsys-rep)", sqlite_path]
-    if not len(trace.kernels):
-        raw.kernels_unavailable = f"{sqlite_path}: the capture holds no kernels"
     return raw

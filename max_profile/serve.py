@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from max_profile.collect.environment import detect_environment, require_tool
-from max_profile.collect.gpu_sampling import GpuSampler, clean_child_env
+from max_profile.collect.gpu_sampling import GpuSampler
 from max_profile.collect.host_load import HostLoadProbe
 from max_profile.collect.model_files import read_model_config, read_model_weights
+from max_profile.collect.recorders import fill_samples
 from max_profile.collect.serve_client import LoadGenerator
 from max_profile.collect.serve_metrics import scrape
 from max_profile.collect.serve_recorders import (
@@ -57,10 +58,10 @@ from max_profile.model import (
     RequestRecord,
     ServeRun,
     StartupProfile,
-    UtilizationSample,
+    Unavailable,
 )
 from max_profile.util.models import check_model_folder
-from max_profile.util.procs import kill_group
+from max_profile.util.procs import clean_child_env, die_with_parent, kill_group
 
 MODES = ("utilization", "kernels", "nsys", "rocprof")
 KERNEL_MODES = ("kernels", "nsys", "rocprof")
@@ -200,7 +201,8 @@ class ServerProcess:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.started = time.monotonic()
         self.started_unix = time.time()
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(workdir), start_new_session=True)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(workdir), start_new_session=True,
+                                     preexec_fn=die_with_parent())
 
     def log_text(self) -> str:
         try:
@@ -441,14 +443,13 @@ def _finish_raw(raw: RawCapture, plan: ServePlan, windows: list[_Window], ready_
     raw.requests = [r for w in windows for r in w.records]
     raw.load_windows = [w.load_window() for w in windows]
     raw.artifacts = [*raw.artifacts, *artifacts]
-    problems = [w.sampler_problem for w in windows if w.sampler_problem]
-    samples = [s for w in windows for s in w.samples]
-    if samples:
-        raw.samples = samples
-        raw.sample_interval_s = 0.1
-        raw.sample_source = f"{windows[-1].sampler_source} (serve window{'s' if len(windows) > 1 else ''})"
-    else:
-        raw.utilization_unavailable = problems[0] if problems else "GPU sampling did not run"
+    for w in windows:
+        if w.sampler is not None and not w.sampler.running:
+            fill_samples(raw, w.sampler, "serve window")
+    if raw.samples:
+        raw.utilization_unavailable = None  # some windows sampled; a window that could not is said by its absence
+    elif raw.utilization_unavailable is None:
+        raw.utilization_unavailable = Unavailable("GPU sampling did not run")
     return raw
 
 
@@ -474,7 +475,7 @@ def _profiler_for(mode: str, vendor: str) -> str | None:
 def _warm_pass(plan: ServePlan, tmp: Path, timeout_s: float, progress: Callable[[str], None]) -> None:
     progress("warm pass (fills the compile cache): " + " ".join(plan.warm_command()))
     warm = subprocess.Popen(plan.warm_command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            env=_server_env(plan, tmp, {}), start_new_session=True)
+                            env=_server_env(plan, tmp, {}), start_new_session=True, preexec_fn=die_with_parent())
     try:
         _, err = warm.communicate(timeout=timeout_s)
     except BaseException:
@@ -510,9 +511,6 @@ class _Window:
         self.span: tuple[int, int] = (0, 0)
         self.before: MetricsScrape | None = None
         self.after: MetricsScrape | None = None
-        self.samples: list[UtilizationSample] = []
-        self.sampler_problem: str | None = None
-        self.sampler_source = ""
         self.records: list[RequestRecord] = []
 
     def start_load(self, ahead: bool) -> None:
@@ -533,9 +531,6 @@ class _Window:
         self.span = (self.span[0], time.perf_counter_ns())
         if self.sampler is not None:
             self.sampler.stop()
-            self.samples = list(self.sampler.samples)
-            self.sampler_source = self.sampler.source
-            self.sampler_problem = self.sampler.unavailable.reason if self.sampler.unavailable else None
         self.load = self.probe.stop()
         if self.metrics_url:
             self.after = scrape(self.metrics_url)

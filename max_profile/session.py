@@ -25,17 +25,16 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Literal
 
-from max_profile import __version__
 from max_profile.analyze.report import build_report
-from max_profile.collect.cupti_native import make_cupti_collector
 from max_profile.collect.environment import detect_environment
-from max_profile.collect.gpu_sampling import DEFAULT_INTERVAL_S, GpuSampler
-from max_profile.collect.host_load import HostLoadProbe
+from max_profile.collect.gpu_sampling import DEFAULT_INTERVAL_S
 from max_profile.collect.markers import make_marker
 from max_profile.collect.model_files import read_model_config, read_model_weights
 from max_profile.collect.pipeline_hook import PipelineHook, resolve_pipeline, synchronize_accelerators
-from max_profile.errors import InputError, MaxProfileError
-from max_profile.model import Capture, Environment, HostLoad, KernelTable, RawCapture, Report, ranges_within
+from max_profile.collect.recorders import CuptiRecorder, GpuSamplerRecorder, HostLoadRecorder, NvtxLogRecorder, Recorder
+from max_profile.errors import InputError
+from max_profile.model import Capture, Environment, RawCapture, Report, Unavailable
+from max_profile.version import __version__
 
 KernelMode = Literal["off", "cupti", "nvtx-log", "auto"]
 KERNEL_MODES: tuple[str, ...] = ("off", "cupti", "nvtx-log", "auto")
@@ -63,90 +62,56 @@ def attached_nvtx_log() -> str | None:
     return log_path_for(template)
 
 
-CUPTI_WITHOUT_GRAPHS_NOTE = (
-    "CUPTI instruments every kernel launch: without device graphs decode ran 2-12 % slower under it on an H200 (24-layer "
-    "bf16 Llama, interleaved with untraced runs), with them under 2 %; for step times as untraced, record with "
-    "--device-graph-capture (MAX serve's default) or compare against `--kernels off`")
-"""Said with every CUPTI recording made with device graphs off (benchmarks/tracer_overhead.py, tests/data/h200/README.md)."""
-
-
 class _Recording:
-    """One start-to-stop recording: the pipeline hook, the GPU sampler and the kernel tracer it started."""
+    """One start-to-stop recording: the pipeline hook, and the recorders it runs (GPU sampler, host load, kernels)."""
 
     def __init__(self, owner: Profiler) -> None:
         self.owner = owner
         marker, note = make_marker(owner.environment.vendor, owner.phase_markers)
         self.notes: list[str] = [note] if note else []
         self.hook = PipelineHook(owner.pipeline, marker, on_step=owner._step_done)
-        self.sampler: GpuSampler | None = None
-        self.host_load = HostLoadProbe()
-        self.cupti: Any = None
+        self.recorders: list[Recorder] = [HostLoadRecorder()]
+        if owner.kernel_mode == "cupti":
+            self.recorders.append(CuptiRecorder(self.notes, before_stop=lambda: synchronize_accelerators(owner.pipeline)))
+        elif owner.kernel_mode == "nvtx-log":
+            self.recorders.append(NvtxLogRecorder(owner.nvtx_log))
+        if owner.gpu_sampling and owner.environment.vendor != "none":  # no GPU: no sampler process competing for the CPU
+            self.recorders.append(GpuSamplerRecorder(owner.sample_interval_s))
         self.started = 0.0
-        self.kernels: KernelTable = KernelTable.empty()
-        self.kernel_problem: str | None = None
-        self.load: HostLoad | None = None
+        self._started: list[Recorder] = []
 
     def start(self) -> None:
-        """Tracers first, the step hook last: the first step recorded already has every collector running."""
-        owner = self.owner
+        """Recorders first, the step hook last: the first step recorded already has every collector running."""
         self.hook.check_free()  # a busy pipeline fails before anything starts
         try:
             self.started = time.time()
-            self.host_load.start()
-            if owner.kernel_mode == "cupti":
-                try:
-                    self.cupti = make_cupti_collector(self.notes)
-                    self.cupti.start()
-                except MaxProfileError as exc:
-                    self.cupti = None
-                    self.kernel_problem = str(exc)
-            elif owner.kernel_mode == "nvtx-log" and not owner.nvtx_log:
-                self.kernel_problem = (
-                    "kernels='nvtx-log' needs the process started with NVTX_INJECTION64_PATH=<libmax_profile_nvtx.so> "
-                    "and MAX_PROFILE_NVTX_LOG=<file> (see max_profile.collect.nvtx_log)"
-                )
-            if owner.gpu_sampling and owner.environment.vendor != "none":  # no GPU: no sampler process competing for the CPU
-                self.sampler = GpuSampler(owner.sample_interval_s)
-                self.sampler.start()
+            for recorder in self.recorders:
+                recorder.start()
+                self._started.append(recorder)
             self.hook.install()  # raises on nested / concurrent use of one pipeline
         except BaseException:
-            self._stop_cupti_quietly()
-            if self.sampler is not None and self.sampler.running:
-                self.sampler.stop(failed=True)
+            for recorder in reversed(self._started):
+                try:
+                    recorder.stop(failed=True)
+                except Exception:  # noqa: BLE001 - already failing; the original error matters
+                    pass
             raise
 
-    def _stop_cupti_quietly(self) -> None:
-        if self.cupti is not None:
-            try:
-                self.cupti.stop()
-            except Exception:  # noqa: BLE001 - already failing; the original error matters
-                pass
-            self.cupti = None
-
     def stop(self, failed: bool) -> None:
-        """Uninstall first (no new step starts), let a step in flight finish, then stop the tracers."""
+        """Uninstall first (no new step starts), let a step in flight finish, then stop the recorders."""
         try:
             self.hook.uninstall()
             if not self.hook.wait_idle(timeout_s=STEP_DRAIN_TIMEOUT_S):
                 self.notes.append(f"a step was still running {STEP_DRAIN_TIMEOUT_S:g} s after stop(): it is left out")
-            if self.cupti is not None:
-                try:
-                    synchronize_accelerators(self.owner.pipeline)  # kernels still running get their end time before the flush
-                except Exception as err:  # noqa: BLE001 - the flush still runs; kernels without an end time are counted
-                    self.notes.append(f"waiting for the GPU before stopping CUPTI failed ({err}): kernels still running were cut")
-                try:
-                    self.kernels = self.cupti.stop()
-                except Exception as err:  # noqa: BLE001 - reported as the reason kernels are missing
-                    self.kernel_problem = f"CUPTI flush failed: {err}"
-            if self.sampler is not None:
-                self.sampler.stop(failed=failed)
-            self.load = self.host_load.stop()
+            for recorder in self.recorders:
+                recorder.stop(failed=failed)
         finally:
             self.hook.uninstall()
 
     def raw(self) -> RawCapture:
         owner = self.owner
         steps = list(self.hook.steps)
+        sampler = next((r for r in self.recorders if isinstance(r, GpuSamplerRecorder)), None)
         capture = Capture(
             started_unix_s=self.started,
             ended_unix_s=time.time(),
@@ -156,71 +121,23 @@ class _Recording:
             device_graph_capture=_device_graph_capture(owner.pipeline),
             profiling_mode=os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
             collectors=["pipeline-hook"]
-            + ([self.sampler.source] if self.sampler is not None else [])
+            + ([sampler.sampler.source] if sampler is not None else [])
             + ([f"kernels:{owner.kernel_mode}"] if owner.kernel_mode != "off" else []),
             phase_markers=self.hook.marker.kind,
             model_config=read_model_config(owner.model_path) if owner.model_path else None,
             model_weights=read_model_weights(owner.model_path) if owner.model_path else None,
-            host_load=self.load,
             interface="python",
             unix_minus_perf_counter_ns=UNIX_MINUS_PERF_COUNTER_NS,
         )
         raw = RawCapture(environment=owner.environment, capture=capture, steps=steps, sample_interval_s=owner.sample_interval_s, notes=list(self.notes))
+        if sampler is None:
+            raw.utilization_unavailable = Unavailable("GPU sampling was turned off (gpu_sampling=False)" if not owner.gpu_sampling
+                                                      else f"not sampled: {owner.environment.vendor_reason}")
         # every call of execute, the overlap pipeline's empty drain call included: its range is one of ours
         window = (min(s.start_ns for s in steps), max(s.end_ns for s in steps)) if steps else None
-        sampler = self.sampler
-        if sampler is None:
-            raw.utilization_unavailable = ("GPU sampling was turned off (gpu_sampling=False)" if not owner.gpu_sampling
-                                           else f"not sampled: {owner.environment.vendor_reason}")
-        elif sampler.unavailable is not None:
-            raw.utilization_unavailable = sampler.unavailable.reason
-        else:
-            raw.samples = sampler.samples
-            raw.sample_source = sampler.source
-        self._fill_kernels(raw, window)
+        for recorder in self.recorders:
+            recorder.fill(raw, window)
         return raw
-
-    def _fill_kernels(self, raw: RawCapture, window: tuple[int, int] | None) -> None:
-        owner = self.owner
-        if owner.kernel_mode == "off":
-            return
-        if self.kernel_problem:
-            raw.kernels_unavailable = self.kernel_problem
-            return
-        if owner.kernel_mode == "nvtx-log":
-            from max_profile.collect.nvtx_log import read_nvtx_log
-
-            assert owner.nvtx_log is not None
-            try:
-                log = read_nvtx_log(owner.nvtx_log)
-            except (OSError, ValueError) as exc:
-                raw.kernels_unavailable = f"NVTX log {owner.nvtx_log!r} could not be read: {exc}"
-                return
-            raw.kernels = log.op_table().within(window)
-            raw.ranges = ranges_within(log.phase_ranges(), window)
-            raw.kernel_source = "nvtx-log (MAX op ranges, host time)"
-            if not len(raw.kernels):
-                raw.kernels_unavailable = (
-                    "the NVTX log has no MAX op ranges in the profiled window: MAX emits them only with "
-                    "MODULAR_ENABLE_PROFILING=on (or detailed) set before the model is loaded"
-                )
-            return
-        cupti = self.cupti
-        raw.kernels = self.kernels
-        raw.kernel_source = "cupti" if type(cupti).__name__ == "NativeCuptiCollector" else "cupti (cupti-python)"
-        if cupti is not None:
-            raw.tracer_callback_s = cupti.callback_s_before_stop
-            raw.graph_launches = int(cupti.graph_launches)
-            if cupti.dropped:
-                raw.notes.append(f"CUPTI: {cupti.dropped} kernel records dropped")
-            if getattr(cupti, "unfinished", 0):
-                raw.notes.append(f"CUPTI: {cupti.unfinished} kernel(s) had no start or end time: still running when recording stopped")
-            raw.notes.append(f"CUPTI cost: {cupti.callback_s:.3f} s in buffer callbacks, {cupti.api_records} API records ({cupti.api_filter})"
-                             + (f", {cupti.stop_s:.3f} s to stop and decode" if hasattr(cupti, "stop_s") else ""))
-            if raw.capture.device_graph_capture is False and len(self.kernels):
-                raw.notes.append(CUPTI_WITHOUT_GRAPHS_NOTE)
-        if not len(self.kernels):
-            raw.kernels_unavailable = "the kernel tracer recorded no kernel launches in the profiled block"
 
 
 STEP_DRAIN_TIMEOUT_S = 60.0

@@ -6,11 +6,15 @@ in MODULAR_CACHE_DIR (default: <repo>/.cache/modular), so later runs are warm.
 
 from __future__ import annotations
 
+import gzip
+import http.server
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,3 +54,31 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 900)
         cwd=str(REPO),
     )
 pytest_plugins = ["pytester"]
+
+
+class _OtlpReceiver(http.server.BaseHTTPRequestHandler):
+    """A local OTLP/HTTP collector: keeps each request body by path (/v1/metrics, /v1/traces)."""
+
+    received: dict[str, list[bytes]] = {}
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        self.received.setdefault(self.path, []).append(body)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture()
+def otlp_receiver() -> Iterator[tuple[str, dict[str, list[bytes]]]]:
+    _OtlpReceiver.received = {}
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OtlpReceiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", _OtlpReceiver.received
+    server.shutdown()

@@ -360,7 +360,7 @@ def _check_report(report: Any) -> str | None:
 
 def _import_and_build(path: Path) -> Any:
     from max_profile.analyze.report import build_report
-    from max_profile.collect.imports import import_trace
+    from max_profile.collect.sources import import_trace
     from max_profile.render.text import render_text
 
     report = build_report(import_trace(str(path)))

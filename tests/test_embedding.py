@@ -78,7 +78,7 @@ def test_capture_steps_while_the_app_generates(app: App) -> None:
     report = build_report(raw)
     assert isinstance(report.step_summary, StepSummary) and report.step_summary.decode_tokens_per_s
     assert raw.capture.unix_minus_perf_counter_ns is not None
-    assert raw.utilization_unavailable and "no GPU" in raw.utilization_unavailable
+    assert raw.utilization_unavailable and "no GPU" in raw.utilization_unavailable.reason
 
 
 def test_capture_seconds_and_restart(app: App) -> None:

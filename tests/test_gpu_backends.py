@@ -182,3 +182,12 @@ def test_child_python_env_leaves_os_environ_as_it_was(monkeypatch: pytest.Monkey
         assert libc.getenv(b"PYTHONEXECUTABLE") == b"/usr/bin/python3-from-max"  # MAX's own value, back for MAX
     finally:
         os.unsetenv("PYTHONEXECUTABLE")
+
+
+def test_hardware_throttle_reasons_match_max() -> None:
+    """Analysis keeps its own copy (it imports no MAX); it must be MAX's set."""
+    from max.profiler.gpu import HARDWARE_THROTTLE_REASONS as max_set
+
+    from max_profile.analyze.utilization import HARDWARE_THROTTLE_REASONS
+
+    assert set(max_set) == set(HARDWARE_THROTTLE_REASONS)

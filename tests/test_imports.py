@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from max_profile.analyze.report import build_report
-from max_profile.collect.imports import detect_format
-from max_profile.collect.imports import import_trace as import_raw
+from max_profile.collect.sources import detect_format
+from max_profile.collect.sources import import_trace as import_raw
 from max_profile.errors import InputError as ImportFormatError
 from max_profile.model import KernelBreakdown, Report
 
@@ -51,7 +51,7 @@ FAKE_ROCPROF_MARKERS = (
 def test_fake_rocprofv3_csv_with_markers(tmp_path: Path) -> None:
     (tmp_path / "900_kernel_trace.csv").write_text(FAKE_ROCPROF_KERNELS)
     (tmp_path / "900_marker_api_trace.csv").write_text(FAKE_ROCPROF_MARKERS)
-    assert detect_format(str(tmp_path / "900_kernel_trace.csv")) == "rocprof-kernel-csv"
+    assert detect_format(str(tmp_path / "900_kernel_trace.csv")).name == "rocprof-kernel-csv"
     report = import_trace(str(tmp_path / "900_kernel_trace.csv"))
     assert report.environment.vendor == "amd"
     k = report.kernels
@@ -101,7 +101,7 @@ def test_fake_rocprofv3_json_reads_as_its_csv(tmp_path: Path) -> None:
     """The same run written as rocprofv3 JSON gives the CSV's breakdown, plus GPU names from the agents (FAKE: no AMD GPU)."""
     path = tmp_path / "results.json"
     path.write_text(json.dumps(_fake_rocprofv3_json([{"kind": 11, "start_timestamp": 5}, "not a record"])))
-    assert detect_format(str(path)) == "rocprof-json"
+    assert detect_format(str(path)).name == "rocprof-json"
     raw = import_raw(str(path))
     assert raw.kernel_source == "rocprofv3 json" and [g.name for g in raw.environment.gpus] == ["AMD Instinct MI300X"] * 2
     assert [r.name for r in raw.ranges] == ["max_profile:prefill", "max_profile:decode", "max_profile:decode"]
@@ -164,7 +164,7 @@ def test_fake_rocprofv3_older_columns(tmp_path: Path) -> None:
 )
 def test_older_rocprof_kernel_csvs(tmp_path: Path, text: str) -> None:
     (tmp_path / "results.csv").write_text(text)
-    assert detect_format(str(tmp_path / "results.csv")) == "rocprof-kernel-csv"
+    assert detect_format(str(tmp_path / "results.csv")).name == "rocprof-kernel-csv"
     raw = import_raw(str(tmp_path / "results.csv"))
     assert raw.environment.vendor == "amd"
     k = build_report(raw).kernels

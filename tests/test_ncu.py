@@ -208,7 +208,7 @@ def test_ncu_rep_is_read_through_ncu_import(tmp_path: Path, monkeypatch: pytest.
     """`report R.ncu-rep` / `kernel --import R.ncu-rep`: the pages come from `ncu --import` (a FAKE ncu here) and read
     as the same pages imported as CSV; a failing ncu names the page and its error; no ncu: exit 3 with the install command."""
     from max_profile.analyze.report import build_report
-    from max_profile.collect.imports import detect_format, import_trace
+    from max_profile.collect.sources import detect_format, import_trace
     from max_profile.errors import ToolMissingError, TraceFormatError
 
     rep = tmp_path / "kernel.ncu-rep"
@@ -217,7 +217,7 @@ def test_ncu_rep_is_read_through_ncu_import(tmp_path: Path, monkeypatch: pytest.
     bin_dir.mkdir()
     _fake_ncu(bin_dir)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    assert detect_format(str(rep)) == "ncu-rep"
+    assert detect_format(str(rep)).name == "ncu-rep"
     report = build_report(import_trace(str(rep)))
     direct = read_ncu_files(str(H200 / "small_ncu_mha_details.csv"), str(H200 / "small_ncu_mha_raw.csv.gz"))
     assert [a.kernel_name for a in report.kernel_analyses] == [a.kernel_name for a in direct]

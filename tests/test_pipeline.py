@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from max_profile.analyze.report import build_report
-from max_profile.collect.imports import import_trace, load_any
 from max_profile.collect.nsys import nsys_capture
+from max_profile.collect.sources import import_trace, load_any
 from max_profile.errors import TraceFormatError
-from max_profile.model import KernelBreakdown, RawCapture, Report
+from max_profile.model import SCHEMA_VERSION, KernelBreakdown, RawCapture, Report, Unavailable
 
 from .conftest import DATA, run_cli
 from .nsys_schema import make_nsys_sqlite
@@ -115,15 +115,28 @@ def test_kineto_without_ranges_busy_dense_decode(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", RAW_FIXTURES)
 def test_raw_fixture_round_trips(name: str, tmp_path: Path) -> None:
-    """v1 fixtures load (converted), save as v2, load again: the same report, byte for byte."""
+    """v1 / v2 fixtures load (converted), save as the current version, load again: the same report, byte for byte."""
     raw = RawCapture.load(str(H200 / name))
     first = build_report(raw)
     raw.save(str(tmp_path / "again.json.gz"))
     again = RawCapture.load(str(tmp_path / "again.json.gz"))
-    assert again.schema_version == 2 and len(again.kernels) == len(raw.kernels)
+    assert again.schema_version == SCHEMA_VERSION and len(again.kernels) == len(raw.kernels)
     second = build_report(again)
     first.capture.started_unix_s = second.capture.started_unix_s
     assert first.to_json() == second.to_json()
+
+
+def test_schema_2_unavailable_strings_load_as_unavailable(tmp_path: Path) -> None:
+    """Schema 2 said what was not measured as a string; it reads as :class:`Unavailable`, and saves as schema 3."""
+    path = DATA / "cpu" / "serve_sweep_c1_c2_raw.json.gz"
+    assert json.loads(gzip.decompress(path.read_bytes()))["schema_version"] == 2
+    raw = RawCapture.load(str(path))
+    assert isinstance(raw.utilization_unavailable, Unavailable) and "no GPU" in raw.utilization_unavailable.reason
+    assert raw.schema_version == SCHEMA_VERSION == 3
+    raw.save(str(tmp_path / "v3.json"))
+    doc = json.loads((tmp_path / "v3.json").read_text())
+    assert doc["schema_version"] == 3 and doc["utilization_unavailable"] == {"type": "unavailable", "reason": raw.utilization_unavailable.reason}
+    assert build_report(RawCapture.load(str(tmp_path / "v3.json"))).utilization == raw.utilization_unavailable
 
 
 def test_report_cli_rebuilds_a_raw_capture(tmp_path: Path) -> None:

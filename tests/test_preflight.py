@@ -37,8 +37,8 @@ def test_good_package(tmp_path: Path) -> None:
 
 def test_import_drift_reported_with_file_and_line(tmp_path: Path) -> None:
     pkg = _copy(tmp_path, "drift_arch")
-    arch = pkg / "arch.py"
-    arch.write_text("from max.interfaces import PipelineTask\nfrom max.pipelines.lib import KVCacheStrategy\n" + arch.read_text())
+    (pkg / "arch.py").write_text("from max.interfaces import PipelineTask\nfrom max.pipelines.lib import KVCacheStrategy\n")
+    (pkg / "__init__.py").write_text((pkg / "__init__.py").read_text() + "\nfrom . import arch  # noqa: E402,F401\n")
     r = check_architecture(str(pkg))
     drift = _failed(r, "import-drift")
     assert {c.message for c in drift} == {"module 'max.interfaces' not found in the installed MAX", "name 'KVCacheStrategy' in 'max.pipelines.lib' not found in the installed MAX"}
@@ -76,7 +76,9 @@ def test_attribute_drift_on_imported_max_modules(tmp_path: Path) -> None:
 
 def test_builtin_name_clash_warns(tmp_path: Path) -> None:
     pkg = _copy(tmp_path, "clash_llama")
-    (pkg / "arch.py").write_text((pkg / "arch.py").read_text().replace('name="MaxProfileLlamaForCausalLM"', 'name="LlamaForCausalLM"'))
+    init = pkg / "__init__.py"
+    assert 'name="MaxProfileLlamaForCausalLM"' in init.read_text()
+    init.write_text(init.read_text().replace('name="MaxProfileLlamaForCausalLM"', 'name="LlamaForCausalLM"'))
     r = check_architecture(str(pkg))
     clash = _failed(r, "builtin-clash")
     assert clash and clash[0].severity == "warning" and "'LlamaForCausalLM'" in clash[0].message and "silently" in clash[0].message
@@ -187,11 +189,16 @@ def test_signature_drift_reported_at_load_with_call_site(tmp_path: Path) -> None
     from max_profile.runner import load_model
 
     pkg = _copy(tmp_path, "sig_drift")
-    model_py = pkg / "model.py"
-    text = model_py.read_text()
-    assert "            memory_plan=memory_plan,\n        )\n        self.model = self.load_model(session)" in text
-    model_py.write_text(text.replace("            memory_plan=memory_plan,\n        )\n        self.model = self.load_model(session)",
-                                     "            memory_plan=memory_plan,\n            kv_cache_strategy=\"paged\",\n        )\n        self.model = self.load_model(session)"))
+    # a subclass written against an older MAX: it passes a keyword the installed base class no longer takes
+    (pkg / "model.py").write_text(
+        "from max.pipelines.architectures.llama3.model import Llama3Model\n\n\n"
+        "class DriftedLlama(Llama3Model):\n"
+        "    def __init__(self, *args, **kwargs):\n"
+        "        super().__init__(*args, kv_cache_strategy=\"paged\", **kwargs)\n"
+    )
+    init = pkg / "__init__.py"
+    init.write_text(init.read_text().replace("example_repo_ids=[])", "example_repo_ids=[], pipeline_model=DriftedLlama)")
+                    .replace("import dataclasses\n", "import dataclasses\n\nfrom .model import DriftedLlama\n", 1))
     model = build_tiny_llama(tmp_path / "m", architecture="MaxProfileLlamaForCausalLM")
     assert check_architecture(str(pkg)).ok  # imports cleanly: the drift only shows at load
     with pytest.raises(RunnerError) as err:

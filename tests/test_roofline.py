@@ -12,7 +12,7 @@ import pytest
 from max_profile.analyze.report import build_report
 from max_profile.analyze.roofline import decode_step_cost, experts_active_fraction, kv_bytes_per_token
 from max_profile.collect.model_files import read_model_config, read_model_weights, tensor_role
-from max_profile.model import Capture, KernelRecord, ModelWeights, RawCapture, Step, WeightGroup
+from max_profile.model import Capture, KernelRecord, ModelWeights, RawCapture, Step, Unavailable, WeightGroup
 from max_profile.tinymodel import ModelShape, build_tiny_llama
 
 from .test_rules import GPU_ENV, ids
@@ -73,7 +73,7 @@ def _decode_capture(batch: int, ctx_per_request: int, step_ms: float, kernels: l
             k_t += d
         t += dur + 1000
     return RawCapture(environment=GPU_ENV, capture=Capture(started_unix_s=0.0, model_config=cfg, model_weights=weights), steps=out,
-                      kernels=recs, kernel_source="cupti", utilization_unavailable="test: no samples")
+                      kernels=recs, kernel_source="cupti", utilization_unavailable=Unavailable("test: no samples"))
 
 
 def test_batch_32_decode_bandwidth_is_weights_plus_kv_over_step_time() -> None:

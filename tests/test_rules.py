@@ -8,10 +8,12 @@ import msgspec
 import pytest
 
 from max_profile.analyze.report import build_report
-from max_profile.analyze.rules import RULES, Thresholds, evaluate
+from max_profile.analyze.rules import RULES, evaluate
+from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import (
     Capture,
     Environment,
+    Finding,
     GpuInfo,
     KernelBreakdown,
     KernelRecord,
@@ -19,6 +21,7 @@ from max_profile.model import (
     RawCapture,
     Report,
     Step,
+    Unavailable,
     UtilizationSample,
 )
 
@@ -49,15 +52,39 @@ def synthetic(step_ms: list[float], kernels_per_step: list[list[tuple[str, float
             k_t += kd
         t += dur + 1000
     return RawCapture(environment=GPU_ENV, capture=Capture(started_unix_s=0.0), steps=steps, kernels=kernels, samples=samples or [],
-                      kernel_source="synthetic", utilization_unavailable=None if samples else "test: no samples")
+                      kernel_source="synthetic", utilization_unavailable=None if samples else Unavailable("test: no samples"))
 
 
 DENSE = [("gemv_split_k_bf16_128_0123456789abcdef", 0.7), ("sm90_mha_depth128_0123456789abcdef", 0.1), ("rms_norm_fused_residual_0123456789abcdef", 0.05)]
 
 
-def test_every_rule_is_registered_once() -> None:
-    names = [n for n, _ in RULES]
+def test_every_rule_is_registered_once_with_real_thresholds() -> None:
+    import dataclasses
+
+    names = [r.name for r in RULES]
     assert len(names) == len(set(names))
+    ids = [i for r in RULES for i in r.emits]
+    assert len(ids) == len(set(ids)), "two rules declare the same finding id"
+    fields = {f.name for f in dataclasses.fields(Thresholds)}
+    for r in RULES:
+        assert set(r.thresholds) <= fields, (r.name, set(r.thresholds) - fields)
+
+
+def test_a_rule_emitting_an_undeclared_id_is_refused() -> None:
+    from max_profile.analyze.rules import RuleSpec
+
+    rogue = RuleSpec(
+        "rogue", lambda report, th: [Finding(id="made-up", severity="info", title="t", evidence={"x": 1}, confidence=0.5)], ("other",), ()
+    )
+    with pytest.raises(AssertionError, match="made-up"):
+        evaluate(build_report(big()), rules=(rogue,))
+
+
+def test_build_report_takes_a_rule_subset_and_thresholds() -> None:
+    raw = big()
+    only = tuple(r for r in RULES if r.name == "dense-decode")
+    assert {f.id for f in build_report(raw, rules=only).findings} <= set(only[0].emits)
+    assert build_report(raw, rules=()).findings == []
 
 
 def test_no_finding_without_evidence() -> None:

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from max_profile.analyze.report import build_report
-from max_profile.collect.gpu_sampling import clean_child_env
 from max_profile.errors import MaxProfileError as ServeError
 from max_profile.model import KernelBreakdown, Report, Unavailable
 from max_profile.serve import ServePlan, free_port
 from max_profile.serve import run_serve_capture as capture_raw
+from max_profile.util.procs import clean_child_env
 
 from .conftest import REPO
 

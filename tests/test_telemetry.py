@@ -3,10 +3,6 @@ metrics and spans (the SDK's in-memory reader / exporter, and OTLP over HTTP to 
 
 from __future__ import annotations
 
-import gzip
-import http.server
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,32 +116,6 @@ def test_serve_requests_give_per_request_histograms(h200: tuple[RawCapture, Repo
     assert ttft == [0.010, 0.020] and ttft_attrs["max_profile.measured"] == "request"
     _, tpot = series["gen_ai.server.time_per_output_token"].points[0]
     assert tpot == pytest.approx([0.010, 0.008])  # (110 - 10) ms / 10 tokens, (60 - 20) ms / 5 tokens
-
-
-class _OtlpReceiver(http.server.BaseHTTPRequestHandler):
-    received: dict[str, list[bytes]] = {}
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        if self.headers.get("Content-Encoding") == "gzip":
-            body = gzip.decompress(body)
-        self.received.setdefault(self.path, []).append(body)
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture()
-def otlp_receiver() -> Iterator[tuple[str, dict[str, list[bytes]]]]:
-    _OtlpReceiver.received = {}
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OtlpReceiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", _OtlpReceiver.received
-    server.shutdown()
 
 
 def test_cli_exports_over_otlp_http(otlp_receiver: tuple[str, dict[str, list[bytes]]], tmp_path: Path) -> None:

@@ -208,3 +208,15 @@ def test_serve_coverage_reports_the_tracer_share_of_the_window(tmp_path: Path) -
     from max_profile.analyze.report import tracer_overhead_pct
 
     assert tracer_overhead_pct(callback_s, (0, 10_000_000_000)) == pytest.approx(38.7)
+
+
+def test_stream_chunks_count_the_tokens_they_carry() -> None:
+    """MAX sends a token that decodes to no visible text with the next chunk: its token_ids say how many tokens a chunk
+    holds (so its gap is split per token), and the usage chunk gives the server's own total."""
+    from max_profile.collect.serve_client import chunk_tokens
+
+    assert chunk_tokens('{"choices":[{"text":" a","token_ids":[17]}]}') == (1, None)
+    assert chunk_tokens('{"choices":[{"text":"é","token_ids":[201,98]}]}') == (2, None)
+    assert chunk_tokens('{"choices":[{"text":"x"}]}') == (1, None)  # a server without token ids: one per chunk
+    assert chunk_tokens('{"choices":[],"usage":{"completion_tokens":64,"prompt_tokens":9}}') == (0, 64)
+    assert chunk_tokens("not json") == (1, None)

@@ -70,6 +70,23 @@ def test_perfetto_of_a_trace_clock_import_has_no_host_counters(tmp_path: Path) -
     assert sum(1 for p in begins if GPU_TRACK_BASE <= p.track_event.track_uuid < THREAD_TRACK_BASE) == 2046
 
 
+def test_perfetto_of_a_serve_sweep_has_load_windows_and_non_overlapping_request_lanes() -> None:
+    from max_profile.render.perfetto import LOAD_TRACK, REQUEST_TRACK_BASE, request_lanes
+
+    raw = RawCapture.load(str(DATA / "cpu" / "serve_sweep_c1_c2_raw.json.gz"))
+    trace = _parse(build_perfetto(raw))
+    events = [p for p in trace.packet if p.HasField("track_event")]
+    load = [p for p in events if p.track_event.track_uuid == LOAD_TRACK and p.track_event.type == 1]
+    assert len(load) == len(raw.load_windows) == 2
+    requests = [p for p in events if p.track_event.track_uuid >= REQUEST_TRACK_BASE and p.track_event.type == 1]
+    assert len(requests) == len(raw.requests) > 0
+    lanes = request_lanes(raw.requests)
+    assert max(lanes) + 1 == 2  # concurrency 2 at most: two lanes
+    for lane in set(lanes):
+        spans = sorted((r.started_ns, r.ended_ns) for r, n in zip(raw.requests, lanes, strict=True) if n == lane)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)), "requests overlap on one lane"
+
+
 def test_invalid_kernels_stay_out_of_the_trace() -> None:
     raw = RawCapture.load(str(H200 / "big_cupti_raw.json.gz"))
     trace = _parse(build_perfetto(raw))

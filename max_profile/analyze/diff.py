@@ -7,6 +7,10 @@ noisy step never makes a verdict. Totals without a distribution (top kernels, GP
 reported as deltas without a test. A run regresses when a significant, slower-is-worse metric got
 slower by more than ``fail_above_pct``.
 
+Two start-up profiles (cold vs warm, before / after a MAX upgrade) compare phase by phase with the compile cache's
+state and what changed in the compile key; two load sweeps compare level by level (output tok/s, TTFT, ITL). Both
+are single observations per run: deltas, not tests.
+
 Equivalent by hand: two ``max-profile run --raw`` captures, then comparing their step tables.
 """
 
@@ -17,7 +21,7 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
-from max_profile.model import KernelBreakdown, RawCapture, Report, UtilizationSection
+from max_profile.model import KernelBreakdown, LoadLevel, RawCapture, Report, StartupProfile, UtilizationSection
 
 MIN_SAMPLES = 8
 ALPHA = 0.01
@@ -68,7 +72,8 @@ def comparability(a: Report, b: Report) -> list[str]:
     gb = sorted(g.name or g.key for g in b.environment.gpus)
     if ga != gb:
         reasons.append(f"GPUs: {', '.join(ga) or 'none'} vs {', '.join(gb) or 'none'}")
-    if a.environment.max_version and b.environment.max_version and a.environment.max_version != b.environment.max_version:
+    startups = a.capture.target == b.capture.target == "startup"  # a MAX upgrade is what a start-up diff is for
+    if not startups and a.environment.max_version and b.environment.max_version and a.environment.max_version != b.environment.max_version:
         reasons.append(f"MAX version: {a.environment.max_version} vs {b.environment.max_version}")
     if (a.capture.devices or "") != (b.capture.devices or ""):
         reasons.append(f"devices: {a.capture.devices} vs {b.capture.devices}")
@@ -178,10 +183,70 @@ def diff_reports(a: Report, b: Report, *, a_label: str = "A", b_label: str = "B"
             lines.append(_line("serve inter-token latency p50", "ms", [a.serve.itl_ms_p50], [b.serve.itl_ms_p50], fail_above_pct, alpha, tested=False))
         if a.serve.ttft_ms_p50 and b.serve.ttft_ms_p50:
             lines.append(_line("serve time to first token p50", "ms", [a.serve.ttft_ms_p50], [b.serve.ttft_ms_p50], fail_above_pct, alpha, tested=False))
+    if a.load_levels and b.load_levels:
+        lines += _sweep_lines(a.load_levels, b.load_levels, fail_above_pct, alpha)
+    said: list[str] = []
+    if a.startup is not None and b.startup is not None:
+        lines += _startup_lines(a.startup, b.startup, fail_above_pct, alpha)
+        said = startup_verdicts(a.startup, b.startup, a.environment.max_version, b.environment.max_version)
     result.lines = lines
     result.regression = any(line.regression for line in lines)
-    result.verdicts = _verdicts(lines, fail_above_pct, alpha)
+    result.verdicts = said + _verdicts(lines, fail_above_pct, alpha)
     return result
+
+
+STARTUP_MIN_PHASE_S = 0.5
+"""Start-up phases shorter than this in both runs are left out of a diff."""
+
+
+def _startup_lines(a: StartupProfile, b: StartupProfile, fail_above_pct: float, alpha: float) -> list[DiffLine]:
+    lines = [_line("start-up to first token", "s", [a.total_s], [b.total_s], fail_above_pct, alpha, tested=False)]
+    for name in dict.fromkeys([p.name for p in a.phases] + [p.name for p in b.phases]):
+        sa = sum(p.seconds for p in a.phases if p.name == name)
+        sb = sum(p.seconds for p in b.phases if p.name == name)
+        if max(sa, sb) >= STARTUP_MIN_PHASE_S:
+            lines.append(_line(f"start-up: {name}", "s", [sa], [sb], fail_above_pct, alpha, tested=False))
+    return lines
+
+
+def startup_verdicts(a: StartupProfile, b: StartupProfile, max_a: str | None = None, max_b: str | None = None) -> list[str]:
+    """What changed between two start-ups: total, the compile cache's state, the compile key, the phase that moved most."""
+    out = [f"start-up {a.total_s:.1f} s -> {b.total_s:.1f} s ({_pct(a.total_s, b.total_s)}); compile cache {a.cache} -> {b.cache}"
+           + (f" ({b.cache_reason})" if b.cache_reason and b.cache != "hit" else "")]
+    changed = [f"{k}: {a.compile_key.get(k, '-')} -> {b.compile_key.get(k, '-')}" for k in dict.fromkeys([*a.compile_key, *b.compile_key])
+               if a.compile_key.get(k) != b.compile_key.get(k)]
+    if max_a and max_b and max_a != max_b and not any(c.startswith("max_version") for c in changed):
+        changed.append(f"MAX {max_a} -> {max_b}")
+    if changed:
+        out.append("compile key changed: " + "; ".join(changed))
+    moves = {n: sum(p.seconds for p in b.phases if p.name == n) - sum(p.seconds for p in a.phases if p.name == n)
+             for n in dict.fromkeys([p.name for p in a.phases] + [p.name for p in b.phases])}
+    if moves:
+        name, delta = max(moves.items(), key=lambda kv: abs(kv[1]))
+        if abs(delta) >= STARTUP_MIN_PHASE_S:
+            out.append(f"largest change: {name} {delta:+.1f} s")
+    return out
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{100.0 * (b - a) / a:+.0f} %" if a else "new"
+
+
+def _sweep_lines(a: Sequence[LoadLevel], b: Sequence[LoadLevel], fail_above_pct: float, alpha: float) -> list[DiffLine]:
+    """Level by level, for the concurrencies both sweeps ran: throughput (higher is better), TTFT and ITL medians."""
+    by_b = {lv.concurrency: lv for lv in b}
+    lines = []
+    for la in a:
+        lb = by_b.get(la.concurrency)
+        if lb is None:
+            continue
+        c = la.concurrency
+        lines.append(_line(f"concurrency {c}: output", "tok/s", [la.output_tok_per_s], [lb.output_tok_per_s], fail_above_pct, alpha,
+                           higher_is_worse=False, tested=False))
+        for what, sa, sb in (("TTFT p50", la.ttft_ms, lb.ttft_ms), ("ITL p50", la.itl_ms, lb.itl_ms)):
+            if sa.p50 is not None and sb.p50 is not None:
+                lines.append(_line(f"concurrency {c}: {what}", "ms", [sa.p50], [sb.p50], fail_above_pct, alpha, tested=False))
+    return lines
 
 
 def _phase_top(k: KernelBreakdown, phase: str) -> list:  # type: ignore[type-arg]

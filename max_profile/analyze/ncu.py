@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import Finding, KernelAnalysis, NcuLaunch, StallReason
 
 STALL_MEANINGS: dict[str, str] = {
@@ -33,11 +34,6 @@ STALL_MEANINGS: dict[str, str] = {
     "misc": "miscellaneous",
 }
 
-LATENCY_BOUND_PCT = 40.0
-"""Both compute and memory throughput below this % of peak: latency-bound."""
-NEAR_PEAK_DRAM_PCT = 70.0
-"""Memory-bound at or above this % of peak DRAM bandwidth: near the roofline."""
-
 
 def _first(m: dict[str, float], *keys: str) -> float | None:
     for k in keys:
@@ -46,7 +42,7 @@ def _first(m: dict[str, float], *keys: str) -> float | None:
     return None
 
 
-def analyze_launch(launch: NcuLaunch) -> KernelAnalysis:
+def analyze_launch(launch: NcuLaunch, th: Thresholds | None = None) -> KernelAnalysis:
     """One profiled launch (details-page labels, raw-page metric names, or both) -> :class:`KernelAnalysis`."""
     m = launch.metrics
     sections = launch.sections
@@ -87,7 +83,7 @@ def analyze_launch(launch: NcuLaunch) -> KernelAnalysis:
         stalls=stalls[:6],
         achieved_flop_per_s=flops,
         arithmetic_intensity=flops / dram_bps if flops is not None and dram_bps else None,
-        bound=bound_of(compute, memory),
+        bound=bound_of(compute, memory, (th or Thresholds()).ncu_latency_bound_pct),
         ncu_rules=list(launch.rules)[:12],
         metrics={k: v for k, v in m.items() if " " in k or k.startswith(("gpu__", "dram__", "sm__"))},
         device=launch.device,
@@ -120,26 +116,21 @@ def achieved_flops(m: dict[str, float]) -> float | None:
     return flops if found else None
 
 
-def bound_of(compute: float | None, memory: float | None) -> str | None:
+def bound_of(compute: float | None, memory: float | None, latency_bound_pct: float = Thresholds.ncu_latency_bound_pct) -> str | None:
     """``latency`` / ``balanced`` / ``memory`` / ``compute`` from the Speed Of Light percentages."""
     if compute is None and memory is None:
         return None
     c, mem = compute or 0.0, memory or 0.0
-    if max(c, mem) < LATENCY_BOUND_PCT:
+    if max(c, mem) < latency_bound_pct:
         return "latency"
     if abs(c - mem) < 10.0 and min(c, mem) >= 60.0:
         return "balanced"
     return "memory" if mem >= c else "compute"
 
 
-ON_CHIP_BUSY_PCT = 80.0
-"""L1/TEX cache throughput at or above this ..."""
-ON_CHIP_DRAM_IDLE_PCT = 10.0
-"""... with DRAM below this → the kernel is bound on chip (re-reads, no tiling), not by device memory."""
-
-
-def kernel_findings(a: KernelAnalysis) -> list[Finding]:
+def kernel_findings(a: KernelAnalysis, th: Thresholds | None = None) -> list[Finding]:
     """Verdicts for one analyzed kernel."""
+    th = th or Thresholds()
     out: list[Finding] = []
     ev: dict[str, float | int | str | None] = {
         "kernel": a.kernel_name[:80], "compute_pct": a.compute_throughput_pct, "memory_pct": a.memory_throughput_pct, "dram_pct": a.dram_throughput_pct,
@@ -148,11 +139,11 @@ def kernel_findings(a: KernelAnalysis) -> list[Finding]:
     top = a.stalls[0] if a.stalls else None
     if top:
         ev["top_stall"] = f"{top.reason} ({top.cycles_per_instruction:.2f} cycles/instr)"
-    if a.bound == "memory" and (a.dram_throughput_pct or 0) >= NEAR_PEAK_DRAM_PCT:
+    if a.bound == "memory" and (a.dram_throughput_pct or 0) >= th.ncu_near_peak_dram_pct:
         out.append(Finding(id="kernel-memory-bound-near-peak", severity="info", confidence=0.8, evidence=ev,
                            title=f"Memory-bound at {a.dram_throughput_pct:.0f}% of peak DRAM bandwidth: near its roofline (healthy for a decode GEMV)"))
-    elif a.bound == "memory" and (l1 := a.metrics.get("L1/TEX Cache Throughput")) is not None and l1 >= ON_CHIP_BUSY_PCT \
-            and (a.dram_throughput_pct or 0) < ON_CHIP_DRAM_IDLE_PCT:
+    elif a.bound == "memory" and (l1 := a.metrics.get("L1/TEX Cache Throughput")) is not None and l1 >= th.ncu_on_chip_busy_pct \
+            and (a.dram_throughput_pct or 0) < th.ncu_on_chip_dram_idle_pct:
         out.append(Finding(id="kernel-on-chip-bound", severity="warning", confidence=0.75, evidence={**ev, "l1tex_throughput_pct": l1},
                            title=f"Bound by the L1/TEX cache ({l1:.0f}% of its throughput) while DRAM idles ({a.dram_throughput_pct or 0:.1f}%): "
                            "it re-reads its inputs on chip instead of reusing them",

@@ -9,21 +9,21 @@
 from __future__ import annotations
 
 from max_profile.analyze.commands import cli, for_model, kernel_command, say, shell
+from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import Command, KernelBreakdown, Report
-
-SUSPICIOUS_SHARE_PCT = 25.0
-"""A non-matmul kernel above this share of decode kernel time is worth one ncu deep dive."""
 
 _HEALTHY_IDS = {"healthy-dense-decode", "healthy-moe", "healthy-batched-decode"}
 
 
-def next_measurement(report: Report) -> str | None:
+def next_measurement(report: Report, th: Thresholds | None = None) -> str | None:
     """The next measurement in the report's interface (a ``max-profile`` command line, or the Python call)."""
-    cmd = next_command(report)
+    cmd = next_command(report, th)
     return say(cmd, report.capture.interface) if cmd is not None else None
 
 
-def next_command(report: Report) -> Command | None:
+def next_command(report: Report, th: Thresholds | None = None) -> Command | None:
+    """The next, costlier measurement as a :class:`Command` (None when the question is answered)."""
+    suspicious_pct = (th or Thresholds()).plan_suspicious_share_pct
     ids = {f.id for f in report.findings}
     if report.kernel_analyses:
         return None  # the deepest level: the kernel's own counters are in hand
@@ -66,6 +66,6 @@ def next_command(report: Report) -> Command | None:
     decode = next((p for p in k.phases if p.phase == "decode"), None)
     rows = decode.top_kernels if decode else k.top_kernels
     for row in rows[:3]:
-        if row.share_pct >= SUSPICIOUS_SHARE_PCT and (row.family not in ("gemv", "gemm") or "decode-bandwidth-low" in ids):
+        if row.share_pct >= suspicious_pct and (row.family not in ("gemv", "gemm") or "decode-bandwidth-low" in ids):
             return kernel_command(report, row.name)
     return None

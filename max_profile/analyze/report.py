@@ -15,13 +15,14 @@ import numpy as np
 from max_profile.analyze.breakdown import breakdown_from_totals, build_breakdown
 from max_profile.analyze.commands import say
 from max_profile.analyze.load import load_level
-from max_profile.analyze.ncu import analyze_launch, kernel_findings
+from max_profile.analyze.ncu import analyze_launch
 from max_profile.analyze.plan import next_command
 from max_profile.analyze.roofline import decode_roofline
-from max_profile.analyze.rules import Thresholds, evaluate, nvml_window_long_enough
+from max_profile.analyze.rules import RULES, RuleSpec, evaluate, nvml_window_long_enough
 from max_profile.analyze.serve import summarize_serve
 from max_profile.analyze.steps import summarize_steps
-from max_profile.analyze.timeline import step_timeline
+from max_profile.analyze.thresholds import Thresholds
+from max_profile.analyze.timeline import capture_timeline, valid_host_steps
 from max_profile.analyze.utilization import summarize_gpus, window_samples
 from max_profile.model import DecodeCost, KernelBreakdown, RawCapture, Report, Unavailable, UtilizationSection
 
@@ -33,7 +34,9 @@ def tracer_overhead_pct(callback_s: float | None, window: tuple[int, int] | None
     return 100.0 * callback_s / ((window[1] - window[0]) / 1e9)
 
 
-def observed_device_graphs(raw: RawCapture, kernels: KernelBreakdown | Unavailable | None) -> tuple[bool | None, str]:
+def observed_device_graphs(
+    raw: RawCapture, kernels: KernelBreakdown | Unavailable | None, min_kernels: int = Thresholds.graphs_off_min_kernels
+) -> tuple[bool | None, str]:
     """Whether device graphs ran, from the trace itself: kernels recorded inside graphs or graph launches say on; a
     tracer that records graph membership (its graph-id column) seeing many kernels and none in a graph says off.
     (None, "") when the trace cannot tell (MAX's op ranges, summaries)."""
@@ -41,13 +44,9 @@ def observed_device_graphs(raw: RawCapture, kernels: KernelBreakdown | Unavailab
         return True, f"{kernels.graph_kernels:,} of {kernels.kernels:,} kernels inside graphs"
     if raw.graph_launches:
         return True, f"{raw.graph_launches:,} graph launches"
-    if isinstance(kernels, KernelBreakdown) and raw.kernels.graph_id is not None and kernels.kernels >= GRAPHS_OFF_MIN_KERNELS:
+    if isinstance(kernels, KernelBreakdown) and raw.kernels.graph_id is not None and kernels.kernels >= min_kernels:
         return False, f"{kernels.kernels:,} kernels, none inside a graph"
     return None, ""
-
-
-GRAPHS_OFF_MIN_KERNELS = 100
-"""Kernels a graph-aware trace needs, none of them in a graph, before it says device graphs were off."""
 
 
 def decode_cost_of(report: Report) -> DecodeCost | None:
@@ -70,12 +69,17 @@ def decode_cost_of(report: Report) -> DecodeCost | None:
                            step_ms=float(np.median([s.duration_ns / 1e6 for s in steps])), family_ms_per_step=per_step)
 
 
-def build_report(raw: RawCapture, *, tool_version: str = "", thresholds: Thresholds | None = None) -> Report:
+def build_report(
+    raw: RawCapture, *, tool_version: str = "", thresholds: Thresholds | None = None, rules: tuple[RuleSpec, ...] = RULES
+) -> Report:
+    """Everything a report says, from one raw capture (pure): sections, steps, kernel breakdown, decode cost model,
+    Nsight Compute analyses, then the ``rules`` judged against ``thresholds`` and the next command to run."""
+    th = thresholds or Thresholds()
     notes = list(raw.notes)
-    host_steps = [s for s in raw.steps if 0 <= s.start_ns <= s.end_ns]
+    host_steps = valid_host_steps(raw)
     if len(host_steps) < len(raw.steps):
         notes.append(f"{len(raw.steps) - len(host_steps)} host step(s) with invalid timestamps (negative, or ending before they start) were left out")
-    timeline = step_timeline(host_steps, raw.ranges, host_clock=raw.kernel_clock == "host")
+    timeline = capture_timeline(raw)
     notes += timeline.notes
     report = Report(environment=raw.environment, capture=raw.capture, preflight=list(raw.preflight), artifacts=list(raw.artifacts),
                     tool_version=tool_version, startup=raw.startup)
@@ -93,19 +97,19 @@ def build_report(raw: RawCapture, *, tool_version: str = "", thresholds: Thresho
     host_window = raw.window_ns or ((min(s.start_ns for s in host_work), max(s.end_ns for s in host_work)) if host_work else None)
 
     if raw.utilization_unavailable is not None:
-        report.utilization = Unavailable(raw.utilization_unavailable)
+        report.utilization = raw.utilization_unavailable
     elif raw.samples:
         inside = window_samples(raw.samples, host_window, int(raw.sample_interval_s * 1e9))
         report.utilization = UtilizationSection(source=raw.sample_source, interval_s=raw.sample_interval_s, gpus=summarize_gpus(inside),
                                                 samples=list(raw.samples), window_ns=host_window)
-        if not nvml_window_long_enough(report.utilization, thresholds or Thresholds()):
+        if not nvml_window_long_enough(report.utilization, th):
             span = (host_window[1] - host_window[0]) / 1e9 if host_window else 0.0
             notes.append(f"GPU utilization over a {span:.2f} s window ({len(inside)} samples): NVML averages over up to 1 s, so its reading "
                          "says nothing about a window this short (no verdict is drawn from it); generate more tokens for one")
 
     kernels: KernelBreakdown | Unavailable | None = None
     if raw.kernels_unavailable is not None:
-        kernels = Unavailable(raw.kernels_unavailable)
+        kernels = raw.kernels_unavailable
     elif len(raw.kernels):
         source = raw.kernel_source or "kernels"
         kernels = build_breakdown(raw.kernels, source=source, steps=timeline.steps, step_source=timeline.source,
@@ -134,15 +138,15 @@ def build_report(raw: RawCapture, *, tool_version: str = "", thresholds: Thresho
         if report.serve.requests and report.serve.requests == report.serve.failed_requests and kernels is None:
             kernels = Unavailable(f"no request completed in the window: {report.serve.first_error or 'no request completed'}")
     report.kernels = kernels
-    observed, why = observed_device_graphs(raw, kernels)
+    observed, why = observed_device_graphs(raw, kernels, th.graphs_off_min_kernels)
     if observed is not None and observed != raw.capture.device_graph_capture:
         said = {True: "on", False: "off", None: "left to MAX"}[raw.capture.device_graph_capture]
         notes.append(f"device graphs {'on' if observed else 'off'}, from what ran ({why}); the capture's settings said {said}")
         report.capture = msgspec.structs.replace(raw.capture, device_graph_capture=observed)
     report.decode_cost = decode_cost_of(report)
-    report.kernel_analyses = [analyze_launch(launch) for launch in raw.ncu_launches]
+    report.kernel_analyses = [analyze_launch(launch, th) for launch in raw.ncu_launches]
     report.notes = notes
-    report.findings = evaluate(report, thresholds) + [f for a in report.kernel_analyses for f in kernel_findings(a)]
-    report.next_command = next_command(report)
+    report.findings = evaluate(report, th, rules)
+    report.next_command = next_command(report, th)
     report.next_measurement = say(report.next_command, report.capture.interface) if report.next_command is not None else None
     return report

@@ -267,8 +267,8 @@ def decode_roofline(cfg: dict[str, Any], weights: ModelWeights | None, gpu_name:
     whole = _family_row("step (host time)", step_ms, total_bytes, total_flops, peak_bw, peak_fl)
     kernels = _family_row("step (kernel time)", kernel_ms, total_bytes, total_flops, peak_bw, peak_fl) if kernel_ms else None
     return DecodeCost(
-        batch=batch, context_tokens=round(context_tokens, 1), weight_bytes=round(cost["weight_bytes"]), kv_bytes=round(cost["kv_bytes"]),
-        embedding_bytes=round(cost["embedding_bytes"]), flops=round(total_flops), weights_basis=cost["basis"], operand=operand,
+        batch=batch, context_tokens=round(context_tokens, 1), weight_bytes=float(round(cost["weight_bytes"])), kv_bytes=float(round(cost["kv_bytes"])),
+        embedding_bytes=float(round(cost["embedding_bytes"])), flops=float(round(total_flops)), weights_basis=cost["basis"], operand=operand,
         gpu=gpu_name, peak_bandwidth_GBps=round(peak_bw / 1e9, 1) if peak_bw else None,
         peak_TFLOPs=round(peak_fl / 1e12, 1) if peak_fl else None, step=whole, kernels=kernels, families=rows,
     )

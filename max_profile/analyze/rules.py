@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from max_profile.analyze.commands import cli, for_model, kernel_command, shell
 from max_profile.analyze.families import slow_path
+from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import (
     Command,
     DecodeCost,
@@ -22,92 +23,10 @@ from max_profile.model import (
     KernelRow,
     PhaseBreakdown,
     Report,
+    Step,
     StepSummary,
     UtilizationSection,
 )
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    host_bound_util_pct: float = 40.0
-    """Mean NVML utilization below this while steps ran → host-bound."""
-    host_bound_busy_pct: float = 40.0
-    nvml_min_window_s: float = 2.0
-    """NVML utilization judges a window only when it is at least this long (NVML averages over up to 1 s) ..."""
-    nvml_min_samples: int = 10
-    """... and has at least this many samples."""
-    """Decode GPU busy fraction (union of kernel time / wall time) below this → host-bound."""
-    near_oom_pct: float = 97.0
-    """Peak memory use above this % of total → close to out-of-memory."""
-    healthy_gemv_share_pct: float = 35.0
-    """Decode: matvec share at least this (and the top family) → healthy memory-bound decode."""
-    routing_vs_matmul_ratio: float = 0.5
-    """MoE: routing + gather time at least this × grouped-matmul time → routing rivals the experts."""
-    quant_vs_matmul_ratio: float = 1.0
-    """Low-bit: quantize / scale-layout time above this × matmul time → quant prep too long."""
-    kv_growth_ratio: float = 1.6
-    """Decode: last-third median step time / first-third median above this (and linear growth) → KV cache broken."""
-    kv_min_decode_steps: int = 32
-    """Decode steps needed before judging step-time growth."""
-    kv_min_context_growth: int = 32
-    """Context tokens the decode must grow by before judging step-time growth."""
-    decode_bw_low_pct: float = 30.0
-    """Decode reads below this % of peak DRAM bandwidth while the GPU is busy → far from roofline."""
-    communication_share_pct: float = 30.0
-    """Multi-GPU: collectives above this % of a device's decode kernel time → communication dominates."""
-    min_attention_kernels_per_step: float = 0.5
-    """Attention kernels per decode step below this (none, in practice) in a decoder with matmuls → attention is not fused.
-    Judged by presence, never by share: a slow matmul drives attention's share of time to ~0 with attention fused."""
-    slow_matmul_share_pct: float = 50.0
-    """Matmul families at least this share of decode kernel time ..."""
-    slow_matmul_roofline_pct: float = 25.0
-    """... reading the weights below this % of peak bandwidth and computing below this % of peak FLOP/s → far below the roofline."""
-    batched_decode_min_batch: int = 2
-    """Decode batches of at least this many requests are GEMM-shaped (judged as batched decode)."""
-    batched_healthy_roofline_pct: float = 35.0
-    """Batched decode whose matmuls run at this % or more of either roof (bandwidth or compute) → healthy."""
-    tracer_overhead_pct: float = 5.0
-    """In-process tracer callbacks above this % of the capture window → timing figures are distorted."""
-    throttle_clock_pct: float = 97.0
-    """A throttle reason with the mean SM clock below this % of its max → throttled (warning); at or above → info only."""
-    gpu_bound_busy_pct: float = 85.0
-    """GPU busy (union of kernel time over the window) at or above this → GPU-bound."""
-    kv_model_refeed_corr: float = 0.9
-    """Model input tokens per request growing with the sequence at this correlation or more → the model re-encodes it."""
-    no_phase_confidence_scale: float = 0.75
-    """Confidence of a verdict drawn from a whole capture without phase ranges, relative to the per-phase one."""
-    host_load_other_cores: float = 0.75
-    """Other processes using at least this many cores' worth of CPU during the window ..."""
-    host_load_busy_fraction: float = 0.85
-    """... while the profiled tree and the others together used this share of all cores or more → timing figures unreliable."""
-    knee_min_gain: float = 0.15
-    """A sweep level whose output tok/s grew by less than this share over the level before (concurrency up) → throughput stopped scaling ..."""
-    knee_min_efficiency: float = 0.5
-    """... or whose throughput grew by less than this share of the concurrency's growth (x4 concurrency, under x2 tok/s) ..."""
-    knee_itl_growth: float = 1.5
-    """... while its ITL p50 or TTFT p90 grew by this factor or more: latency bends there."""
-    knee_batch_growth: float = 1.15
-    """Batch size (server metrics) growing by less than this factor while concurrency rose → the batch limit is reached."""
-    knee_kv_pressure_pct: float = 90.0
-    """KV-cache use at or above this % at the knee (or any preemption) → KV-cache pressure."""
-    knee_itl_spike_ratio: float = 3.0
-    """ITL p99 / p50 at or above this with prefill (CE) batches in the window → prefill interference."""
-    knee_gpu_saturated_pct: float = 90.0
-    """NVML utilization at or above this at the knee → the GPU is saturated (the knee is its capacity)."""
-    startup_compile_share_pct: float = 50.0
-    """Compile phases at least this share of start-up (and the cache missed) → start-up is compile-dominated."""
-    startup_min_s: float = 10.0
-    """Start-ups shorter than this get no start-up verdict but a compile failure."""
-    weights_slow_gbps: float = 1.0
-    """Weights read before the first graph slower than this (GB/s, for at least ``weights_min_bytes``) → far below a local SSD."""
-    weights_min_bytes: int = 1 << 30
-    kv_alloc_share_pct: float = 30.0
-    """KV-cache allocation at least this share of start-up → it dominates."""
-    custom_import_slow_s: float = 10.0
-    """Custom-architecture preflight / import longer than this → slow import."""
-    unfused_norm_min_kernels: int = 50
-    """Kernels a capture needs before a missing norm kernel is worth saying."""
-
 
 Rule = Callable[[Report, Thresholds], list[Finding]]
 
@@ -706,7 +625,7 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
         "decode_input_tokens_per_request_first": round(fed_first, 1),
         "decode_input_tokens_per_request_last": round(fed_last, 1),
     }
-    kernel_growth, kernel_corr = _per_step_kernel_growth(report, steps)
+    kernel_growth, kernel_corr = _per_step_kernel_growth(report, steps, th.kv_min_kernel_steps)
     if kernel_growth is not None:
         evidence["decode_kernel_ms_growth_ratio"] = round(kernel_growth, 2)
         evidence["kernel_time_vs_sequence_correlation"] = round(kernel_corr, 3)
@@ -719,8 +638,8 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
         evidence["model_input_tokens_per_request_last"] = round(mf_last, 1)
         model_refeeds = bool((mf >= 2).mean() >= 0.9) and mf_last >= mf_first + th.kv_min_context_growth / 2 and _corr(seq, mf) >= th.kv_model_refeed_corr
     evidence.update(_decode_vs_prefill_mix(report))
-    time_grows = ratio >= th.kv_growth_ratio and corr >= 0.8
-    kernels_grow = kernel_growth is not None and kernel_growth >= th.kv_growth_ratio and kernel_corr >= 0.8
+    time_grows = ratio >= th.kv_growth_ratio and corr >= th.kv_trend_corr
+    kernels_grow = kernel_growth is not None and kernel_growth >= th.kv_growth_ratio and kernel_corr >= th.kv_trend_corr
     refeeds = bool((fed >= 2).mean() >= 0.9) and fed_last >= fed_first + th.kv_min_context_growth / 2
     if not (time_grows or kernels_grow or refeeds or model_refeeds):
         return []
@@ -795,7 +714,7 @@ def _decode_vs_prefill_mix(report: Report) -> dict[str, float | int | str | None
     return out
 
 
-def _per_step_kernel_growth(report: Report, decode_steps: list) -> tuple[float | None, float]:  # type: ignore[type-arg]
+def _per_step_kernel_growth(report: Report, decode_steps: list[Step], min_steps: int) -> tuple[float | None, float]:
     """Decode kernel time per step: last-third / first-third median, and its correlation with the sequence length.
 
     The breakdown's per-step entries are paired with the decode steps in time order (same count).
@@ -804,7 +723,7 @@ def _per_step_kernel_growth(report: Report, decode_steps: list) -> tuple[float |
     if not k:
         return None, 0.0
     per = [p.kernel_ms for p in k.per_step if p.phase == "decode"]
-    if len(per) < 8:
+    if len(per) < min_steps:
         return None, 0.0
     import numpy as np
 
@@ -962,28 +881,140 @@ def rule_communication(report: Report, th: Thresholds) -> list[Finding]:
     return [Finding(id="communication-share", severity="info", confidence=0.6, evidence=ev, title="Collective share of decode kernel time per GPU is moderate")]
 
 
-RULES: tuple[tuple[str, Rule], ...] = (
-    ("kv-cache", rule_kv_cache),
-    ("host-bound", rule_host_bound),
-    ("gpu-bound", rule_gpu_bound),
-    ("host-time-between-ops", rule_host_time_between_ops),
-    ("throttled", rule_throttled),
-    ("near-oom", rule_near_oom),
-    ("device-graphs", rule_graphs_hid_kernels),
-    ("tracer-overhead", rule_tracer_overhead),
-    ("host-contention", rule_host_contention),
-    ("phases-missing", rule_phase_markers_missing),
-    ("unfused", rule_unfused),
-    ("dense-decode", rule_dense_decode),
-    ("moe", rule_moe),
-    ("quant", rule_quant_prep),
-    ("decode-bandwidth", rule_decode_bandwidth),
-    ("matmul-roofline", rule_matmul_roofline),
-    ("batched-decode", rule_batched_decode),
-    ("communication", rule_communication),
-    ("latency-knee", rule_latency_knee),
-    ("startup", rule_startup),
+@dataclass(frozen=True)
+class RuleSpec:
+    """One diagnosis rule: what it is called, the finding ids it may emit, the report sections it reads, and the
+    :class:`Thresholds` fields it uses (every number it decides by)."""
+
+    name: str
+    fn: Rule
+    emits: tuple[str, ...]
+    needs: tuple[str, ...]
+    thresholds: tuple[str, ...] = ()
+
+
+def rule_kernel_analyses(report: Report, th: Thresholds) -> list[Finding]:
+    """Each Nsight Compute analysis's verdicts (bound, on-chip, occupancy), in the same sort and supersession as the rest."""
+    from max_profile.analyze.ncu import kernel_findings
+
+    return [f for a in report.kernel_analyses for f in kernel_findings(a, th)]
+
+
+RULES: tuple[RuleSpec, ...] = (
+    RuleSpec(
+        "kv-cache",
+        rule_kv_cache,
+        ("kv-cache-broken",),
+        ("steps", "step_summary", "kernels"),
+        ("kv_growth_ratio", "kv_min_decode_steps", "kv_min_context_growth", "kv_model_refeed_corr", "kv_trend_corr", "kv_min_kernel_steps"),
+    ),
+    RuleSpec(
+        "host-bound",
+        rule_host_bound,
+        ("host-bound",),
+        ("utilization", "kernels", "step_summary"),
+        ("host_bound_util_pct", "host_bound_busy_pct", "nvml_min_window_s", "nvml_min_samples", "no_phase_confidence_scale"),
+    ),
+    RuleSpec("gpu-bound", rule_gpu_bound, ("gpu-bound",), ("kernels",), ("gpu_bound_busy_pct", "no_phase_confidence_scale")),
+    RuleSpec(
+        "host-time-between-ops",
+        rule_host_time_between_ops,
+        ("host-time-between-ops",),
+        ("kernels", "step_summary"),
+        ("host_bound_busy_pct",),
+    ),
+    RuleSpec("throttled", rule_throttled, ("throttled",), ("utilization",), ("throttle_clock_pct",)),
+    RuleSpec("near-oom", rule_near_oom, ("near-oom",), ("utilization",), ("near_oom_pct",)),
+    RuleSpec("device-graphs", rule_graphs_hid_kernels, ("device-graphs",), ("kernels",)),
+    RuleSpec("tracer-overhead", rule_tracer_overhead, ("tracer-overhead",), ("kernels", "utilization"), ("tracer_overhead_pct",)),
+    RuleSpec(
+        "host-contention", rule_host_contention, ("host-contention",), ("capture",), ("host_load_other_cores", "host_load_busy_fraction")
+    ),
+    RuleSpec("phases-missing", rule_phase_markers_missing, ("phases-missing",), ("kernels", "environment")),
+    RuleSpec(
+        "unfused",
+        rule_unfused,
+        ("unfused-attention", "unfused-norm"),
+        ("kernels",),
+        ("min_attention_kernels_per_step", "no_phase_confidence_scale", "unfused_norm_min_kernels"),
+    ),
+    RuleSpec(
+        "dense-decode", rule_dense_decode, ("healthy-dense-decode",), ("kernels",), ("healthy_gemv_share_pct", "no_phase_confidence_scale")
+    ),
+    RuleSpec("moe", rule_moe, ("moe-routing-heavy", "healthy-moe"), ("kernels",), ("routing_vs_matmul_ratio",)),
+    RuleSpec("quant", rule_quant_prep, ("quant-prep-heavy", "low-bit-normal"), ("kernels",), ("quant_vs_matmul_ratio",)),
+    RuleSpec(
+        "decode-bandwidth",
+        rule_decode_bandwidth,
+        ("decode-bandwidth", "decode-bandwidth-low"),
+        ("decode_cost", "kernels"),
+        ("decode_bw_low_pct", "host_bound_busy_pct"),
+    ),
+    RuleSpec(
+        "matmul-roofline",
+        rule_matmul_roofline,
+        ("matmul-slow-path", "matmul-below-roofline"),
+        ("decode_cost", "kernels"),
+        ("slow_matmul_share_pct", "slow_matmul_roofline_pct", "host_bound_busy_pct"),
+    ),
+    RuleSpec(
+        "batched-decode",
+        rule_batched_decode,
+        ("healthy-batched-decode",),
+        ("decode_cost", "kernels"),
+        ("batched_decode_min_batch", "batched_healthy_roofline_pct"),
+    ),
+    RuleSpec(
+        "communication", rule_communication, ("communication-dominates", "communication-share"), ("kernels",), ("communication_share_pct",)
+    ),
+    RuleSpec(
+        "latency-knee",
+        rule_latency_knee,
+        ("latency-knee", "load-scales"),
+        ("load_levels",),
+        (
+            "knee_min_gain",
+            "knee_min_efficiency",
+            "knee_itl_growth",
+            "knee_batch_growth",
+            "knee_kv_pressure_pct",
+            "knee_itl_spike_ratio",
+            "knee_gpu_saturated_pct",
+            "host_bound_util_pct",
+        ),
+    ),
+    RuleSpec(
+        "startup",
+        rule_startup,
+        ("compile-failed", "startup-compile", "startup-weights-slow", "startup-kv-alloc", "startup-custom-import-slow"),
+        ("startup", "preflight"),
+        (
+            "startup_min_s",
+            "startup_compile_share_pct",
+            "weights_slow_gbps",
+            "weights_min_bytes",
+            "kv_alloc_share_pct",
+            "custom_import_slow_s",
+        ),
+    ),
+    RuleSpec(
+        "kernel-analyses",
+        rule_kernel_analyses,
+        (
+            "kernel-memory-bound-near-peak",
+            "kernel-on-chip-bound",
+            "kernel-memory-bound",
+            "kernel-compute-far-from-peak",
+            "kernel-latency-bound",
+            "kernel-low-occupancy",
+            "kernel-occupancy-limited",
+        ),
+        ("kernel_analyses",),
+        ("ncu_near_peak_dram_pct", "ncu_on_chip_busy_pct", "ncu_on_chip_dram_idle_pct"),
+    ),
 )
+"""Every rule, in the order they run (the findings are then sorted by severity)."""
+
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
@@ -1004,12 +1035,16 @@ SUPERSEDED_BY: dict[str, frozenset[str]] = {
 """Findings dropped when a finding that explains the same numbers better fired."""
 
 
-def evaluate(report: Report, thresholds: Thresholds | None = None, rules: tuple[tuple[str, Rule], ...] = RULES) -> list[Finding]:
-    """Run every rule; findings ordered by severity (errors first), each with its evidence."""
+def evaluate(report: Report, thresholds: Thresholds | None = None, rules: tuple[RuleSpec, ...] = RULES) -> list[Finding]:
+    """Run every rule; drop findings a better explanation superseded; order by severity (errors first), stable within one."""
     th = thresholds or Thresholds()
     found: list[Finding] = []
-    for _, rule in rules:
-        found.extend(rule(report, th))
+    for rule in rules:
+        emitted = rule.fn(report, th)
+        stray = {f.id for f in emitted} - set(rule.emits)
+        if stray:
+            raise AssertionError(f"rule {rule.name} emitted {sorted(stray)}, not among its declared ids {rule.emits}")
+        found.extend(emitted)
     fired = {f.id for f in found}
     found = [f for f in found if not (SUPERSEDED_BY.get(f.id, frozenset()) & fired)]
     found.sort(key=lambda f: _SEVERITY_ORDER[f.severity])

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from max_profile.model import Phase, PhaseRange, Step
+from max_profile.model import Phase, PhaseRange, RawCapture, Step
 
 PHASE_NAMES: tuple[str, ...] = ("prefill", "decode", "mixed")
 _OUR_PREFIXES = ("max_profile:", "max_profile/", ":max_profile/")
@@ -157,3 +157,13 @@ def step_timeline(host_steps: Sequence[Step], ranges: Sequence[PhaseRange], *, h
     if work:
         notes.append("host steps are on another clock than the trace and no range of ours aligns them: kernels are not split by step")
     return Timeline([], "none", notes)
+
+
+def valid_host_steps(raw: RawCapture) -> list[Step]:
+    """The capture's host steps whose timestamps make sense (not negative, not ending before they start)."""
+    return [s for s in raw.steps if 0 <= s.start_ns <= s.end_ns]
+
+
+def capture_timeline(raw: RawCapture) -> Timeline:
+    """The steps a raw capture's kernels are attributed to: what the report's breakdown and the Perfetto trace both use."""
+    return step_timeline(valid_host_steps(raw), raw.ranges, host_clock=raw.kernel_clock == "host")

@@ -9,14 +9,7 @@ import numpy as np
 HARDWARE_THROTTLE_REASONS: frozenset[str] = frozenset(
     {"sw_power_cap", "hw_slowdown", "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
 )
-"""Same set as ``max.profiler.gpu.HARDWARE_THROTTLE_REASONS`` (kept here so analysis needs no MAX)."""
-
-try:  # prefer MAX's own definition when it is installed
-    from max.profiler.gpu import HARDWARE_THROTTLE_REASONS as _MAX_HW
-
-    HARDWARE_THROTTLE_REASONS = frozenset(_MAX_HW)
-except Exception:  # noqa: BLE001
-    pass
+"""Same set as ``max.profiler.gpu.HARDWARE_THROTTLE_REASONS`` (kept here so analysis needs no MAX; a test holds them equal)."""
 
 from max_profile.model import GpuUtilization, UtilizationSample  # noqa: E402
 

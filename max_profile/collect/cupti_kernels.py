@@ -86,6 +86,9 @@ def _keep_only_launch_records(calls: list[tuple[Any, int, bool]] | None) -> str 
 class CuptiKernelCollector:
     """Start/stop CUPTI activity collection; ``kernels`` holds the result after ``stop``."""
 
+    native = False
+    """cupti-python: a Python object per record (see cupti_native for the C recorder)."""
+
     def __init__(self, buffer_bytes: int = 8 << 20, max_kernels: int = 5_000_000, launches: bool = True) -> None:
         """``launches=False`` records kernels only (no launch time / thread): half the records, for
         captures where nothing is attributed by launch (no phase ranges)."""

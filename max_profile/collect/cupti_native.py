@@ -132,6 +132,9 @@ def layout_of(lib: Any) -> RecordLayout:
 class NativeCuptiCollector:
     """Start / stop kernel recording in this process; ``stop()`` returns the kernels as a :class:`KernelTable`."""
 
+    native = True
+    """The C recorder (nothing per record in Python); cupti-python's collector says False."""
+
     def __init__(self, buffer_bytes: int = DEFAULT_BUFFER_BYTES, launches: bool = True, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         libcupti = find_libcupti()
         if libcupti is None:

@@ -15,9 +15,6 @@ the GPU's SMs had work. Equivalent CLI: ``nvidia-smi dmon -s u`` / ``dcgmi dmon 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import os
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +24,7 @@ import msgspec
 
 from max_profile.collect.gpu_backends import MAX_GPU_UPGRADE, AmdSmiReader, GpuReader, NvmlReader, max_gpu_module, open_direct_reader
 from max_profile.model import Unavailable, UtilizationSample
+from max_profile.util.procs import child_python_env
 
 DEFAULT_INTERVAL_S = 0.1
 
@@ -179,52 +177,6 @@ class _ThreadSampling:
         self._take()  # and one as it closes
         self._reader.close()
         return self._samples
-
-
-@contextlib.contextmanager
-def child_python_env() -> Iterator[None]:
-    """Make child Pythons run this interpreter while spawning one.
-
-    After a model load, MAX 26.7's native code sets ``PYTHONEXECUTABLE`` (to the ``python3`` found
-    on PATH) and ``PYTHONPATH=:`` in the C environment; ``BackgroundRecorder`` then starts a
-    Python without MAX and dies with "Recorder process died with no message". The C values are
-    put back afterwards.
-    """
-    libc = ctypes.CDLL(None)
-    libc.getenv.restype = ctypes.c_char_p
-    keys = ("PYTHONEXECUTABLE", "PYTHONPATH")
-    saved_c: dict[str, bytes | None] = {key: libc.getenv(key.encode()) for key in keys}
-    saved_py: dict[str, str | None] = {key: os.environ.get(key) for key in keys}
-    os.environ["PYTHONEXECUTABLE"] = sys.executable
-    if saved_c["PYTHONPATH"] is not None and saved_c["PYTHONPATH"].strip(b":") == b"":
-        os.environ.pop("PYTHONPATH", None)
-        os.unsetenv("PYTHONPATH")
-    try:
-        yield
-    finally:
-        for key in keys:
-            # os.environ gets its own earlier value back (MAX's C-level values must not leak into it: every
-            # later subprocess.run(env={**os.environ}) would start the wrong Python); the C environment gets MAX's
-            before = saved_py[key]
-            if before is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = before
-            value = saved_c[key]
-            if value is None:
-                os.unsetenv(key)
-            else:
-                os.putenv(key, value.decode())
-
-
-def clean_child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """An environment for Python children that start this interpreter (see :func:`child_python_env`)."""
-    env = dict(os.environ)
-    env["PYTHONEXECUTABLE"] = sys.executable
-    if env.get("PYTHONPATH", "x").strip(":") == "":
-        env.pop("PYTHONPATH", None)
-    env.update(extra or {})
-    return env
 
 
 def samples_from_stats(

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from max_profile.errors import TraceFormatError
-from max_profile.model import Capture, Environment, GpuInfo, KernelTable, PhaseRange, RawCapture
+from max_profile.model import Capture, Environment, GpuInfo, KernelTable, PhaseRange, RawCapture, Unavailable
 from max_profile.util.files import ROW_LIMIT_ENV, SQLITE_ERRORS, check_input_path, open_sqlite_readonly, row_limit
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -82,14 +82,22 @@ def nsys_capture(path: str, *, pid: int | None = None) -> RawCapture:
     env = Environment(vendor="nvidia", vendor_reason=f"imported from {path} (nsys {trace.product_version or '?'})",
                       gpus=[GpuInfo(key=f"nv{i}", name=n) for i, n in enumerate(trace.gpu_names)])
     raw = RawCapture(environment=env, capture=Capture(started_unix_s=time.time(), target="import:nsys", collectors=["nsys"]),
-                     kernels=trace.kernels, kernel_clock="trace", ranges=trace.ranges, range_names=trace.all_range_names,
-                     kernel_source="nsys", artifacts=[os.path.abspath(path)])
+                     artifacts=[os.path.abspath(path)])
+    merge_trace(raw, trace, "nsys", path)
+    return raw
+
+
+def merge_trace(raw: RawCapture, trace: NsysTrace, source: str, path: str) -> None:
+    """An nsys trace's kernels, ranges and graph replays into a raw capture (on the trace's clock); the one place every
+    nsys path (import, ``kernels --backend nsys``, ``serve --mode nsys``) merges its trace."""
+    raw.kernels, raw.ranges, raw.range_names = trace.kernels, trace.ranges, trace.all_range_names
+    raw.kernel_clock = "trace"
+    raw.kernel_source = source
     note_graph_replays(raw, trace)
     if trace.graph_kernels or trace.graph_replays:
         raw.capture.device_graph_capture = True  # seen in the trace: kernels inside graphs, or graph replays
     if not len(trace.kernels):
-        raw.kernels_unavailable = f"{path}: the capture holds no kernels"
-    return raw
+        raw.kernels_unavailable = Unavailable(f"{path}: the capture holds no kernels")
 
 
 def export_sqlite(nsys: str, report: str, out: str, *, timeout_s: float = 600, env: dict[str, str] | None = None) -> str | None:

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from max_profile.collect.tables import column, csv_rows, ns, number, optional_column, read_text
-from max_profile.model import Capture, Environment, GpuInfo, KernelTable, KernelTotal, RawCapture
+from max_profile.model import Capture, Environment, GpuInfo, KernelTable, KernelTotal, RawCapture, Unavailable
 
 _DEVICE_ORDINAL = re.compile(r"\((\d+)\)\s*$")
 
@@ -83,7 +83,7 @@ def gpu_trace_capture(path: str) -> RawCapture:
     if skipped:
         raw.notes.append(f"{skipped} row(s) of {path} had no usable start / duration and were skipped")
     if not len(raw.kernels):
-        raw.kernels_unavailable = f"{path}: no kernel rows (only memcpy / memset?)"
+        raw.kernels_unavailable = Unavailable(f"{path}: no kernel rows (only memcpy / memset?)")
     return raw
 
 
@@ -110,7 +110,7 @@ def kern_sum_capture(path: str) -> RawCapture:
     if skipped:
         raw.notes.append(f"{skipped} row(s) of {path} had no usable totals and were skipped")
     if not totals:
-        raw.kernels_unavailable = f"{path}: no kernel rows"
+        raw.kernels_unavailable = Unavailable(f"{path}: no kernel rows")
     return raw
 
 
@@ -139,7 +139,7 @@ def max_generate_capture(path: str) -> RawCapture:
         raw.kernel_source = "max generate --profile top-kernels table (totals only; the table lists the top N)"
         raw.environment = Environment(vendor="nvidia", vendor_reason=raw.environment.vendor_reason)
     else:
-        raw.kernels_unavailable = (
+        raw.kernels_unavailable = Unavailable(
             f"{path}: `max generate --profile` output without nsys holds only a cProfile table (host functions), no kernels; "
             "install Nsight Systems and re-run it, or use `max-profile kernels --model-path P`"
         )

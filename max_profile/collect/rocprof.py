@@ -19,7 +19,7 @@ import numpy as np
 
 from max_profile.collect.tables import check_json_depth, column, csv_rows, ns, optional_column, read_text
 from max_profile.errors import TraceFormatError
-from max_profile.model import Capture, Environment, GpuInfo, KernelTable, PhaseRange, RawCapture
+from max_profile.model import Capture, Environment, GpuInfo, KernelTable, PhaseRange, RawCapture, Unavailable
 from max_profile.util.files import SQLITE_ERRORS, open_sqlite_readonly
 
 _AGENT_DIGITS = re.compile(r"\d+")
@@ -32,7 +32,7 @@ def _raw(source: str, path: str, table: KernelTable, ranges: list[PhaseRange], s
     if skipped:
         raw.notes.append(f"{skipped} row(s) of {path} had no usable name or timestamps and were skipped")
     if not len(table):
-        raw.kernels_unavailable = f"{path}: the trace holds no kernel dispatch"
+        raw.kernels_unavailable = Unavailable(f"{path}: the trace holds no kernel dispatch")
     return raw
 
 

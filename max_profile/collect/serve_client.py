@@ -32,9 +32,15 @@ def split_url(url: str) -> tuple[str, int, str]:
 
 def stream_completion(host: str, port: int, model: str, prompt: str, max_tokens: int, *, stop: threading.Event | None = None,
                       prefix: str = "", headers: dict[str, str] | None = None, timeout_s: float = REQUEST_TIMEOUT_S) -> RequestRecord:
-    """One streamed completion; the record says what the client saw (never raises for a server's fault)."""
+    """One streamed completion; the record says what the client saw (never raises for a server's fault).
+
+    Tokens are counted as the server counted them: a chunk can carry several (MAX skips chunks whose tokens decode to no
+    visible text and sends them with the next), so each chunk's ``token_ids`` (MAX's ``return_token_ids``) split its gap
+    into per-token inter-token latencies, and the final ``usage`` chunk (``stream_options.include_usage``) gives the total.
+    """
     t_sent = time.perf_counter_ns()
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True, "ignore_eos": True})
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True, "ignore_eos": True,
+                       "stream_options": {"include_usage": True}, "return_token_ids": True})
     try:
         conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
         t0 = time.perf_counter()
@@ -48,26 +54,53 @@ def stream_completion(host: str, port: int, model: str, prompt: str, max_tokens:
         last = t0
         gaps: list[float] = []
         tokens = 0
+        usage_tokens: int | None = None
         truncated = False
         for raw in resp:
             line = raw.decode(errors="replace").strip()
             if not line.startswith("data:") or line == "data: [DONE]":
                 continue
             now = time.perf_counter()
-            tokens += 1
+            in_chunk, usage = chunk_tokens(line[5:])
+            if usage is not None:
+                usage_tokens = usage
+            if not in_chunk:
+                continue  # the usage chunk: no token of its own
+            tokens += in_chunk
             if first is None:
                 first = now
             else:
-                gaps.append((now - last) * 1e3)
+                gaps += [(now - last) * 1e3 / in_chunk] * in_chunk
             last = now
             if stop is not None and stop.is_set():
                 truncated = True
                 break
         conn.close()
+        if usage_tokens is not None and not truncated:
+            tokens = usage_tokens
         return RequestRecord(started_ns=t_sent, ended_ns=time.perf_counter_ns(), ok=True, tokens=tokens,
                              ttft_ms=(first - t0) * 1e3 if first else None, itl_ms=gaps, truncated=truncated)
     except (OSError, http.client.HTTPException) as exc:
         return RequestRecord(started_ns=t_sent, ended_ns=time.perf_counter_ns(), ok=False, error=f"{type(exc).__name__}: {exc}")
+
+
+def chunk_tokens(data: str) -> tuple[int, int | None]:
+    """(tokens the chunk carries, the usage's completion tokens when it is the usage chunk) of one SSE ``data:`` payload.
+    A chunk that is not JSON, or has no ``token_ids``, counts as one token."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return 1, None
+    if not isinstance(doc, dict):
+        return 1, None
+    usage = doc.get("usage")
+    completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    choices = doc.get("choices")
+    if not choices:
+        return (0, completion if isinstance(completion, int) else None) if usage is not None else (1, None)
+    ids = choices[0].get("token_ids") if isinstance(choices[0], dict) else None
+    n = len(ids) if isinstance(ids, list) and ids else 1
+    return n, completion if isinstance(completion, int) else None
 
 
 class LoadGenerator:

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Protocol
 
 from max_profile.collect import serve_profilers as sp
+from max_profile.collect.recorders import ops_in_window
 from max_profile.collect.worker_protocol import WorkerHook
 from max_profile.errors import CaptureError, MaxProfileError, ToolMissingError, TraceFormatError
-from max_profile.model import KernelTable, PhaseRange, RawCapture, ranges_within
+from max_profile.model import KernelTable, RawCapture, Unavailable
 from max_profile.util.procs import run_bounded
 
 Progress = Callable[[str], None]
@@ -137,17 +138,7 @@ class WorkerKernelRecorder(UtilizationRecorder):
 
     def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None:
         """Kernels (or ops) the model worker ran in the window, with MAX's scheduler ranges as phases, into ``raw``."""
-        from max_profile.collect.nvtx_log import read_nvtx_log
-
-        ranges: list[PhaseRange] = []
-        ops: list[KernelTable] = []
-        for path in self.tmp.glob("nvtx-*.log"):
-            try:
-                log = read_nvtx_log(path)
-            except (OSError, ValueError):
-                continue
-            ranges += ranges_within(log.phase_ranges(), span)
-            ops.append(log.op_table().within(span))
+        op_table, ranges, _unreadable = ops_in_window([str(p) for p in self.tmp.glob("nvtx-*.log")], span)  # a log cut mid-line is skipped
         raw.ranges = [*raw.ranges, *ranges]
         if self.hook is not None and window in self._hook_window:
             kernels, coverage = self.hook.read(self._hook_window[window], span, server.alive)
@@ -159,7 +150,6 @@ class WorkerKernelRecorder(UtilizationRecorder):
                         raw.tracer_callback_s = (raw.tracer_callback_s or 0.0) + coverage.callback_s
                     raw.notes = [*raw.notes, *(n for n in coverage.notes if n not in raw.notes)]
                 return
-        op_table = KernelTable.concat(ops)
         if len(op_table):
             raw.kernels = KernelTable.concat([raw.kernels, op_table])
             raw.kernel_source = "nvtx-log (model worker ops, host time)"
@@ -167,7 +157,7 @@ class WorkerKernelRecorder(UtilizationRecorder):
         if self.nvtx_template is None and self.hook is None:
             return
         if not len(raw.kernels):
-            raw.kernels_unavailable = "the model worker recorded no kernels or op ranges in the window (MODULAR_ENABLE_PROFILING must reach the worker)"
+            raw.kernels_unavailable = Unavailable("the model worker recorded no kernels or op ranges in the window (MODULAR_ENABLE_PROFILING must reach the worker)")
 
     def close(self) -> None:
         if self.hook is not None:
@@ -217,7 +207,7 @@ class NsysRecorder(UtilizationRecorder):
 
     def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None:
         """After close(): the report verified, exported to SQLite and read back."""
-        from max_profile.collect.nsys import export_sqlite, note_graph_replays, read_nsys_sqlite
+        from max_profile.collect.nsys import export_sqlite, merge_trace, read_nsys_sqlite
 
         rep = self.rep_base + ".nsys-rep"
         why = sp.verify_artifact(rep, "nsys-rep")
@@ -226,17 +216,14 @@ class NsysRecorder(UtilizationRecorder):
         sqlite_path = self.rep_base + ".sqlite"
         why = export_sqlite(self.nsys, rep, sqlite_path, env=self.tool_env) or sp.verify_artifact(sqlite_path, "sqlite")
         if why:
-            raw.kernels_unavailable = f"the nsys report could not be read back: {why}"
+            raw.kernels_unavailable = Unavailable(f"the nsys report could not be read back: {why}")
             return
         try:
             trace = read_nsys_sqlite(sqlite_path)
         except TraceFormatError as exc:
-            raw.kernels_unavailable = f"the nsys report could not be read back: {exc}"
+            raw.kernels_unavailable = Unavailable(f"the nsys report could not be read back: {exc}")
             return
-        raw.kernels, raw.ranges, raw.range_names = trace.kernels, trace.ranges, trace.all_range_names
-        raw.kernel_clock = "trace"
-        raw.kernel_source = "nsys (max serve)"
-        note_graph_replays(raw, trace)
+        merge_trace(raw, trace, "nsys (max serve)", sqlite_path)
 
     def artifacts(self) -> list[str]:
         rep = self.rep_base + ".nsys-rep"
@@ -277,12 +264,12 @@ class RocprofRecorder(UtilizationRecorder):
         csv_path = sp.find_rocprof_kernel_csv(self.out_dir)
         why = sp.verify_artifact(csv_path, "rocprof-csv", min_bytes=64) if csv_path else f"no *kernel_trace.csv under {self.out_dir}"
         if why:
-            raw.kernels_unavailable = f"rocprofv3 wrote no usable kernel trace: {why}"
+            raw.kernels_unavailable = Unavailable(f"rocprofv3 wrote no usable kernel trace: {why}")
             return
         try:
             trace = rocprof_csv_capture(str(csv_path))
         except TraceFormatError as exc:
-            raw.kernels_unavailable = f"the rocprofv3 kernel trace could not be read: {exc}"
+            raw.kernels_unavailable = Unavailable(f"the rocprofv3 kernel trace could not be read: {exc}")
             return
         raw.kernels, raw.ranges, raw.kernel_clock, raw.kernel_source = trace.kernels, trace.ranges, "trace", "rocprofv3 (max serve)"
         raw.notes = [*raw.notes, *trace.notes]

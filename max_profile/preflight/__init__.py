@@ -22,7 +22,7 @@ from typing import Any
 
 from max_profile.errors import InputError
 from max_profile.model import PreflightCheck, PreflightResult, Severity
-from max_profile.util.procs import kill_group
+from max_profile.util.procs import die_with_parent, kill_group
 
 PASS_THROUGH_CHAT_TEMPLATE = '{% for m in messages %}{{ m["content"] }}{% endfor %}'
 """A chat template that sends the messages' text unchanged (for base models without one)."""
@@ -180,7 +180,7 @@ def check_architecture(spec: str, model_path: str | None = None, serve: bool = F
 
 
 def _run_child(pkg: Path, name: str, model_path: str | None, prompt: str, timeout_s: float) -> tuple[dict[str, Any], list[PreflightCheck]]:
-    from max_profile.collect.gpu_sampling import clean_child_env
+    from max_profile.util.procs import clean_child_env
 
     with tempfile.TemporaryDirectory(prefix="max-profile-preflight-") as tmp:
         out = Path(tmp) / "result.jsonl"
@@ -188,7 +188,8 @@ def _run_child(pkg: Path, name: str, model_path: str | None, prompt: str, timeou
         args = [sys.executable, str(_CHILD), str(pkg.parent.resolve()), name, str(out), model_path or "", prompt]
         env = clean_child_env({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"})
         with open(log, "wb") as log_fh:
-            proc = subprocess.Popen(args, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            proc = subprocess.Popen(args, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                    preexec_fn=die_with_parent())
             timed_out = False
             try:
                 proc.wait(timeout=timeout_s)

@@ -44,6 +44,17 @@ def _requests(raw: RawCapture | None) -> Sequence[RequestRecord]:
     return raw.requests if raw is not None else ()
 
 
+def _text(report: Report, raw: RawCapture | None, path: str) -> str:
+    from max_profile.render.text import render_text
+
+    write_output(path, render_text(report, width=TEXT_FILE_WIDTH).encode())
+    return f"text report written to {path}"
+
+
+TEXT_FILE_WIDTH = 120
+"""Columns of a text report written to a file (a terminal's own width is used when printing)."""
+
+
 def _json(report: Report, raw: RawCapture | None, path: str) -> str:
     report.save(path)
     return f"report written to {path}"
@@ -89,6 +100,7 @@ def _otel(report: Report, raw: RawCapture | None, path: str) -> str:
 _BASE = "pip install 'max-profile'   (a dependency of max-profile is missing: reinstall it)"
 OUTPUTS: tuple[Output, ...] = (
     Output("raw", "also write the raw capture (.gz to compress); `max-profile report PATH` rebuilds the report", _raw, ("msgspec",), _BASE, needs_raw=True),
+    Output("text", "also write the text report (what is printed, without colour) to a file", _text, ("rich",), _BASE),
     Output("json", "write the analysed report as JSON", _json, ("msgspec",), _BASE),
     Output("html", "write the report as one self-contained HTML page (plots inlined, works offline)", _html, ("bokeh",), "pip install 'bokeh>=3.4'"),
     Output("perfetto", "write a Perfetto trace (steps, every kernel per stream, launches, GPU counters)", _perfetto, ("perfetto.protos.perfetto.trace.perfetto_trace_pb2",),
@@ -153,7 +165,7 @@ def check_outputs(requested: dict[str, str | bool | None]) -> None:
 
 def write_outputs(report: Report, capture: RawCapture | None = None, *, progress: Callable[[str], None] = lambda line: None,
                   **targets: str | bool | None) -> list[str]:
-    """Write every requested output (``json="r.json"``, ``html=...``, ``perfetto=...``, ``raw=...``, ``prometheus=...``,
+    """Write every requested output (``text="r.txt"``, ``json="r.json"``, ``html=...``, ``perfetto=...``, ``raw=...``, ``prometheus=...``,
     ``otel=True``) in registry order; returns the lines saying where each went."""
     unknown = set(targets) - set(BY_NAME)
     if unknown:

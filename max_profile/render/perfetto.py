@@ -3,7 +3,9 @@
 Tracks: one for the steps (slices named ``decode #12`` with phase, batch, fed / model tokens and
 context as arguments), one per GPU stream with every kernel (name; family as the category; grid
 and block as arguments), one per launching thread with an instant at each launch call and a flow
-arrow from it to its kernel, and counter tracks for GPU utilization, memory and SM clock.
+arrow from it to its kernel, counter tracks for GPU utilization, memory and SM clock, and for a serve
+capture one track of load windows (``concurrency 4``) and request lanes (each request a slice with its
+tokens, TTFT and error; overlapping requests on separate lanes).
 
 Small parts (descriptors, interned names, steps, counters) are built with the ``perfetto``
 package's protos and ``TraceProtoBuilder``. Kernels — a million of them — are written in the same
@@ -20,11 +22,13 @@ import numpy as np
 
 from max_profile.analyze.breakdown import valid_kernels
 from max_profile.analyze.families import FAMILIES, classify_kernel
-from max_profile.analyze.timeline import step_timeline
-from max_profile.model import KernelTable, RawCapture, Step
+from max_profile.analyze.timeline import capture_timeline
+from max_profile.model import KernelTable, RawCapture, RequestRecord
 
 SEQUENCE_ID = 7
 STEPS_TRACK = 10
+LOAD_TRACK = 11
+REQUEST_TRACK_BASE = 4_000_000
 GPU_TRACK_BASE = 1_000_000
 THREAD_TRACK_BASE = 2_000_000
 COUNTER_TRACK_BASE = 3_000_000
@@ -113,13 +117,6 @@ class _Interner:
         return self.ids.setdefault(text, len(self.ids) + 1)
 
 
-def _steps(raw: RawCapture) -> list[Step]:
-    timeline = step_timeline(raw.steps, raw.ranges, host_clock=raw.kernel_clock == "host")
-    if timeline.steps:
-        return timeline.steps
-    return [s for s in raw.steps if s.batch_size > 0] if raw.kernel_clock == "host" else []
-
-
 def build_perfetto(raw: RawCapture) -> bytes:
     """The serialized Perfetto trace of a raw capture."""
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
@@ -156,6 +153,13 @@ def build_perfetto(raw: RawCapture) -> bytes:
                     counters[track_key] = COUNTER_TRACK_BASE + len(counters)
                     descriptor(counters[track_key], f"{sample.gpu} {what}", counter=True)
 
+    host_clock = raw.kernel_clock == "host" or not len(table)  # requests and load windows are on the host clock
+    lanes = request_lanes(raw.requests) if host_clock else []
+    if host_clock and raw.load_windows:
+        descriptor(LOAD_TRACK, "load (concurrency levels)")
+    for lane in range(max(lanes, default=-1) + 1):
+        descriptor(REQUEST_TRACK_BASE + lane, f"requests, lane {lane}")
+
     # interned names first: kernel names, families, argument names and values
     kernel_iid = np.array([names(n) for n in table.names] or [0], dtype=np.int64)
     family_iid = np.array([cats(classify_kernel(n)) for n in table.names] or [0], dtype=np.int64)
@@ -164,11 +168,16 @@ def build_perfetto(raw: RawCapture) -> bytes:
         grid_key = np.array([arg_values("x".join(map(str, g))) for g in _distinct_dims(table.grid)], dtype=np.int64)
     if table.block is not None and len(table):
         block_key = np.array([arg_values("x".join(map(str, b))) for b in _distinct_dims(table.block)], dtype=np.int64)
-    steps = _steps(raw)
+    steps = capture_timeline(raw).steps  # the steps the report's breakdown attributes kernels to
     for s in steps:
         names(f"{s.phase} step")
-    for key in ("grid", "block", "phase", "batch", "fed tokens", "model tokens", "context tokens", "step"):
+    for key in ("grid", "block", "phase", "batch", "fed tokens", "model tokens", "context tokens", "step", "tokens", "TTFT ms", "error",
+                "requests"):
         arg_names(key)
+    for w in raw.load_windows if host_clock else []:
+        names(f"concurrency {w.concurrency}")
+    for text in ("request", "request (failed)"):
+        names(text)
     launch_name = names("launch")
 
     first = builder.add_packet()
@@ -201,6 +210,20 @@ def build_perfetto(raw: RawCapture) -> bytes:
                 begin.debug_annotations.add(name_iid=arg_names.ids[key], int_value=int(value))
         begin.debug_annotations.add(name_iid=arg_names.ids["phase"], string_value=s.phase)
         event(max(s.end_ns, s.start_ns), SLICE_END, STEPS_TRACK)
+    for w in raw.load_windows if host_clock else []:
+        begin = event(w.window_ns[0], SLICE_BEGIN, LOAD_TRACK)
+        begin.name_iid = names.ids[f"concurrency {w.concurrency}"]
+        begin.debug_annotations.add(name_iid=arg_names.ids["requests"], int_value=len(w.requests))
+        event(max(w.window_ns), SLICE_END, LOAD_TRACK)
+    for r, lane in zip(raw.requests, lanes, strict=True):
+        begin = event(r.started_ns, SLICE_BEGIN, REQUEST_TRACK_BASE + lane)
+        begin.name_iid = names.ids["request" if r.ok else "request (failed)"]
+        begin.debug_annotations.add(name_iid=arg_names.ids["tokens"], int_value=r.tokens)
+        if r.ttft_ms is not None:
+            begin.debug_annotations.add(name_iid=arg_names.ids["TTFT ms"], double_value=r.ttft_ms)
+        if r.error:
+            begin.debug_annotations.add(name_iid=arg_names.ids["error"], string_value=r.error[:200])
+        event(max(r.ended_ns, r.started_ns), SLICE_END, REQUEST_TRACK_BASE + lane)
     for sample in raw.samples if counters else []:
         memory = None if sample.memory_used_bytes is None else sample.memory_used_bytes / 2**30
         readings: tuple[tuple[str, float | int | None], ...] = (("utilization %", sample.utilization_pct), ("memory GiB", memory),
@@ -212,6 +235,21 @@ def build_perfetto(raw: RawCapture) -> bytes:
     if not len(table):
         return bytes(head)
     return bytes(head) + _kernel_packets(table, streams, threads, kernel_iid, family_iid, grid_key, block_key, arg_names.ids, launch_name)
+
+
+def request_lanes(requests: Sequence[RequestRecord]) -> list[int]:
+    """A lane per request (in the given order) such that requests on one lane never overlap: the first lane free
+    when it starts (Perfetto slices on one track must nest; concurrent requests do not)."""
+    lanes = [0] * len(requests)
+    free_at: list[int] = []
+    for i in sorted(range(len(requests)), key=lambda k: requests[k].started_ns):
+        r = requests[i]
+        lane = next((n for n, t in enumerate(free_at) if t <= r.started_ns), len(free_at))
+        if lane == len(free_at):
+            free_at.append(0)
+        free_at[lane] = max(r.ended_ns, r.started_ns)
+        lanes[i] = lane
+    return lanes
 
 
 def _distinct_dims(dims: np.ndarray) -> list[tuple[int, int, int]]:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import subprocess
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO
 
 
@@ -26,6 +29,29 @@ def kill_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
             continue
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` after which the child gets SIGTERM when this process dies, even killed outright (SIGKILL, an OOM
+    kill, a CI timeout): a server or profiler we started is never orphaned (Linux ``prctl(PR_SET_PDEATHSIG)``; None, no
+    effect, elsewhere). Resolved here, in the parent: the child only makes the call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the call: nobody would signal us
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
+
+
 def run_bounded(cmd: Sequence[str], env: dict[str, str] | None = None, timeout_s: float = 300.0, stdout: IO[bytes] | None = None) -> tuple[int, str]:
     """Run one tool call (argument list, never a shell string) in its own process group; (exit code, output).
 
@@ -34,7 +60,8 @@ def run_bounded(cmd: Sequence[str], env: dict[str, str] | None = None, timeout_s
     """
     out_to = subprocess.PIPE if stdout is None else stdout
     err_to = subprocess.STDOUT if stdout is None else subprocess.PIPE
-    proc = subprocess.Popen(list(cmd), stdout=out_to, stderr=err_to, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    proc = subprocess.Popen(list(cmd), stdout=out_to, stderr=err_to, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                            preexec_fn=die_with_parent())
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -44,3 +71,49 @@ def run_bounded(cmd: Sequence[str], env: dict[str, str] | None = None, timeout_s
         kill_group(proc)
         raise
     return proc.returncode, (out if stdout is None else err).decode(errors="replace")
+
+
+@contextlib.contextmanager
+def child_python_env() -> Iterator[None]:
+    """Make child Pythons run this interpreter while spawning one.
+
+    After a model load, MAX 26.7's native code sets ``PYTHONEXECUTABLE`` (to the ``python3`` found
+    on PATH) and ``PYTHONPATH=:`` in the C environment; ``BackgroundRecorder`` then starts a
+    Python without MAX and dies with "Recorder process died with no message". The C values are
+    put back afterwards.
+    """
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    keys = ("PYTHONEXECUTABLE", "PYTHONPATH")
+    saved_c: dict[str, bytes | None] = {key: libc.getenv(key.encode()) for key in keys}
+    saved_py: dict[str, str | None] = {key: os.environ.get(key) for key in keys}
+    os.environ["PYTHONEXECUTABLE"] = sys.executable
+    if saved_c["PYTHONPATH"] is not None and saved_c["PYTHONPATH"].strip(b":") == b"":
+        os.environ.pop("PYTHONPATH", None)
+        os.unsetenv("PYTHONPATH")
+    try:
+        yield
+    finally:
+        for key in keys:
+            # os.environ gets its own earlier value back (MAX's C-level values must not leak into it: every
+            # later subprocess.run(env={**os.environ}) would start the wrong Python); the C environment gets MAX's
+            before = saved_py[key]
+            if before is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = before
+            value = saved_c[key]
+            if value is None:
+                os.unsetenv(key)
+            else:
+                os.putenv(key, value.decode())
+
+
+def clean_child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """An environment for Python children that start this interpreter (see :func:`child_python_env`)."""
+    env = dict(os.environ)
+    env["PYTHONEXECUTABLE"] = sys.executable
+    if env.get("PYTHONPATH", "x").strip(":") == "":
+        env.pop("PYTHONPATH", None)
+    env.update(extra or {})
+    return env
