@@ -134,3 +134,18 @@ def test_device_graphs_follow_max_except_for_op_ranges_on_a_gpu() -> None:
     assert device_graphs_for("nvtx-log", "gpu:0", None) is False  # op ranges are not emitted for graph replays
     assert device_graphs_for("nvtx-log", "cpu", None) is None
     assert device_graphs_for("nvtx-log", "gpu", True) is True and device_graphs_for("cupti", "gpu", False) is False  # the user's choice wins
+
+
+@pytest.mark.max
+def test_demo_on_the_cpu_writes_its_three_files_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """The README's first command, as a newcomer runs it: the tiny model built, profiled with MAX's op ranges (a re-exec with
+    the NVTX log library), report / HTML / raw written; the NVTX log it wrote in max_profile's cache is removed after."""
+    cache = tmp_path / "mp-cache"
+    res = run_cli("demo", "--out", str(tmp_path / "out"), env={"MAX_PROFILE_CACHE": str(cache)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"report.json", "report.html", "raw.json.gz"}
+    report = Report.load(str(tmp_path / "out" / "report.json"))
+    assert report.kernels is not None and getattr(report.kernels, "source", "").startswith("nvtx-log")
+    assert report.findings and report.step_summary is not None
+    assert not list(cache.glob("nvtx-*.log")), "the NVTX log was left in the cache"
+    assert "Traceback" not in res.stderr

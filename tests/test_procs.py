@@ -1,0 +1,83 @@
+"""What we start, we end: process groups, bounded tool calls, and children that die with us even when we are killed outright."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from max_profile.util.procs import die_with_parent, kill_group, run_bounded
+
+from .conftest import REPO
+
+# an intermediate process that starts a long sleep the way max_profile starts servers and profilers, prints its pid, waits
+STARTER = """
+import subprocess, sys
+sys.path.insert(0, sys.argv[1])
+from max_profile.util.procs import die_with_parent
+armed = sys.argv[2] == "armed"
+child = subprocess.Popen(["sleep", "120"], start_new_session=True, preexec_fn=die_with_parent() if armed else None)
+print(child.pid, flush=True)
+child.wait()
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie waiting for init to reap it counts as gone
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _grandchild(armed: bool) -> tuple[subprocess.Popen[str], int]:
+    starter = subprocess.Popen([sys.executable, "-c", STARTER, str(REPO), "armed" if armed else "plain"], stdout=subprocess.PIPE, text=True)
+    assert starter.stdout is not None
+    return starter, int(starter.stdout.readline())
+
+
+def test_a_child_dies_with_its_parent_even_on_sigkill() -> None:
+    starter, pid = _grandchild(armed=True)
+    assert _alive(pid)
+    starter.kill()  # SIGKILL: no handler, no finally, no atexit runs in the parent
+    starter.wait()
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid), "the child outlived its SIGKILLed parent"
+
+
+def test_without_it_the_child_is_orphaned() -> None:
+    """The control: the same start without die_with_parent leaves the child running (what the test above guards against)."""
+    starter, pid = _grandchild(armed=False)
+    try:
+        starter.kill()
+        starter.wait()
+        time.sleep(0.5)
+        assert _alive(pid)
+    finally:
+        os.killpg(pid, signal.SIGKILL)
+
+
+def test_kill_group_ends_the_whole_group_and_nothing_else() -> None:
+    outsider = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    proc = subprocess.Popen(["bash", "-c", "sleep 60 & sleep 60 & wait"], start_new_session=True)
+    time.sleep(0.3)
+    kill_group(proc, grace_s=5)  # type: ignore[arg-type]
+    assert proc.poll() is not None
+    assert outsider.poll() is None, "a process outside the group was signalled"
+    outsider.kill()
+    outsider.wait()
+
+
+def test_run_bounded_times_out_with_124() -> None:
+    t = time.monotonic()
+    rc, _ = run_bounded(["bash", "-c", "sleep 30 & sleep 30"], timeout_s=1.0)
+    assert rc == 124 and time.monotonic() - t < 20
+    assert die_with_parent() is not None  # Linux: armed
