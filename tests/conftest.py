@@ -6,9 +6,11 @@ in MODULAR_CACHE_DIR (default: <repo>/.cache/modular), so later runs are warm.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.server
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -54,6 +56,17 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 900)
         cwd=str(REPO),
     )
 pytest_plugins = ["pytester"]
+
+
+@contextlib.contextmanager
+def default_sigint() -> Iterator[None]:
+    """Children started inside get Ctrl-C's default action even when this test run ignores SIGINT (a background job of a
+    non-interactive shell, as `cmd &` in CI scripts, starts with SIGINT ignored, and children inherit it)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 class _OtlpReceiver(http.server.BaseHTTPRequestHandler):

@@ -23,7 +23,7 @@ from max_profile.model import KernelBreakdown, RawCapture, Report
 from max_profile.render.text import render_text
 from max_profile.util.procs import clean_child_env
 
-from .conftest import DATA, REPO, run_cli
+from .conftest import DATA, REPO, default_sigint, run_cli
 
 SMALL_RAW = DATA / "h200" / "small_cupti_raw.json.gz"
 GOOD_ARCH = REPO / "custom_archs" / "llama_custom"
@@ -87,15 +87,16 @@ def test_cupti_without_an_nvidia_gpu_is_exit_4_before_the_load(args: list[str], 
 @pytest.mark.max
 def test_sigterm_during_a_run_is_exit_143_with_one_line(tiny_model_dir: Path) -> None:
     cmd = [sys.executable, "-m", "max_profile", "run", "--model-path", str(tiny_model_dir), "--devices", "cpu", "--max-new-tokens", "1900",
-           "--kernels", "off"]
+           "--batch-size", "8", "--kernels", "off"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=clean_child_env(), start_new_session=True)
     assert proc.stderr is not None
     seen = []
     for line in proc.stderr:
         seen.append(line)
-        if "warm-up" in line:  # loaded: the profiled generation comes next
+        if "profiling a generation" in line:  # loaded and warmed up: the profiled generation (seconds of it) starts now
             break
-    time.sleep(1.0)
+    time.sleep(0.3)
+    assert proc.poll() is None, "the generation ended before the signal: make it longer"
     t = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     rc = proc.wait(timeout=60)
@@ -112,9 +113,10 @@ def test_children_started_for_the_gpu_recorder_ignore_ctrl_c() -> None:
     from max_profile.collect.gpu_sampling import _child_ignores_ctrl_c
 
     code = "import time\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('INTERRUPTED', flush=True)\n    raise\n"
-    with _child_ignores_ctrl_c():
+    with default_sigint(), _child_ignores_ctrl_c():
         guarded = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    plain = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with default_sigint():
+        plain = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(1.0)
     for p in (guarded, plain):
         p.send_signal(signal.SIGINT)

@@ -165,9 +165,9 @@ def test_healthy_dense_decode_needs_gemv_on_top() -> None:
     assert "healthy-dense-decode" not in ids(build_report(no_gemv))
 
 
-def _samples(util: float, used_frac: float, reasons: list[str]) -> list[UtilizationSample]:
+def _samples(util: float, used_frac: float, reasons: list[str], every_ms: float = 1.0) -> list[UtilizationSample]:
     total = 100 * 2**30
-    return [UtilizationSample(t_ns=1_000_000 + i * 1_000_000, gpu="nv0", utilization_pct=util, memory_used_bytes=int(total * used_frac),
+    return [UtilizationSample(t_ns=1_000_000 + int(i * every_ms * 1e6), gpu="nv0", utilization_pct=util, memory_used_bytes=int(total * used_frac),
                               memory_total_bytes=total, sm_clock_mhz=1500, max_sm_clock_mhz=1980, throttle_reasons=reasons) for i in range(40)]
 
 
@@ -188,12 +188,16 @@ def test_near_oom() -> None:
 
 
 def test_host_bound_from_utilization_when_no_kernels() -> None:
-    low = synthetic([1.0] * 40, [[]] * 40, samples=_samples(5, 0.2, []))
+    """NVML judges a window of at least 2 s with at least 10 samples (40 steps of 60 ms, a sample every 60 ms here)."""
+    low = synthetic([60.0] * 40, [[]] * 40, samples=_samples(5, 0.2, [], every_ms=60.0))
     low = msgspec.structs.replace(low, kernels=[])
     f = next(f for f in build_report(low).findings if f.id == "host-bound")
     assert f.evidence["mean_utilization_pct"] == 5.0
-    busy = msgspec.structs.replace(low, samples=_samples(95, 0.2, []))
+    busy = msgspec.structs.replace(low, samples=_samples(95, 0.2, [], every_ms=60.0))
     assert "host-bound" not in ids(build_report(busy))
+    short = synthetic([1.0] * 40, [[]] * 40, samples=_samples(5, 0.2, []))  # the same reading over 0.04 s: no verdict, a note
+    report = build_report(msgspec.structs.replace(short, kernels=[]))
+    assert "host-bound" not in ids(report) and any("no verdict is drawn from it" in n for n in report.notes)
 
 
 def test_device_graphs_unreliable_only_where_kernels_stay_hidden() -> None:

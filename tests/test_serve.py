@@ -25,7 +25,7 @@ from max_profile.serve import ServePlan, free_port
 from max_profile.serve import run_serve_capture as capture_raw
 from max_profile.util.procs import clean_child_env
 
-from .conftest import REPO
+from .conftest import REPO, default_sigint
 
 
 def run_serve_capture(plan: ServePlan, **kw: object) -> Report:
@@ -167,7 +167,8 @@ def test_ctrl_c(tiny_model_dir: Path, stage: str, foreign_max_process: subproces
     if stage != "warm pass":
         cmd.append("--no-warm")
     # clean_child_env: an in-process MAX load earlier in this pytest process set PYTHONEXECUTABLE in the C environment
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=clean_child_env())
+    with default_sigint():  # Ctrl-C must reach it even when this test run was started with SIGINT ignored
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=clean_child_env())
     assert proc.stderr is not None
     lines = []
     for line in proc.stderr:
