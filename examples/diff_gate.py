@@ -35,6 +35,16 @@ ap.add_argument("--fail-above", type=float, default=5.0)
 ap.add_argument("--inject-delay-ms", type=float, default=0.0)
 args = ap.parse_args()
 
+baseline = Path(args.baseline)
+before = max_profile.load(str(baseline)) if baseline.exists() else None
+if before is not None:  # a baseline from other hardware is refused before the model load, not after it
+    from max_profile.collect.environment import detect_environment
+
+    here = sorted(g.name or g.key for g in detect_environment(check_tools=False).gpus)
+    there = sorted(g.name or g.key for g in before.environment.gpus)
+    if here != there:
+        print(f"not comparable: GPUs: {', '.join(there) or 'none'} vs {', '.join(here) or 'none'} (baseline {baseline} vs this machine)")
+        sys.exit(2)
 model_path = args.model_path or str(build_tiny_llama(cache_dir("models") / "diff-gate-tiny-llama"))  # max_profile's cache folder
 model = load_model(model_path, devices=args.devices)
 generate(model, ["warm up"], 8)
@@ -50,12 +60,10 @@ with max_profile.profile(model.pipeline, model_path=model_path, devices=args.dev
     generate(model, ["I believe the meaning of life is"], args.tokens)
 model.close()
 
-baseline = Path(args.baseline)
-if not baseline.exists():
+if before is None:
     prof.raw_capture.save(str(baseline))
     print(f"baseline recorded in {baseline}; commit it, later runs are compared with it")
     sys.exit(0)
-before = max_profile.load(str(baseline))
 result = diff_reports(max_profile.build_report(before), prof.report, a_label=str(baseline), b_label="this run",
                       fail_above_pct=args.fail_above, a_raw=before, b_raw=prof.raw_capture)
 print_diff(result)

@@ -10,9 +10,11 @@ import contextlib
 import gzip
 import http.server
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +28,24 @@ os.environ.setdefault("MODULAR_CACHE_DIR", str(REPO / ".cache" / "modular"))
 os.environ.setdefault("MAX_PROFILE_CACHE", str(REPO / ".cache" / "max_profile"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+_WORKER_TMP: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist each worker gets its own TMPDIR (removed at its end): tests that check what a capture leaves in
+    the temporary folder see only their own worker's files, not the other worker's servers."""
+    global _WORKER_TMP
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        _WORKER_TMP = Path(tempfile.mkdtemp(prefix=f"max-profile-tests-{worker}-"))
+        os.environ["TMPDIR"] = str(_WORKER_TMP)
+        tempfile.tempdir = None  # recomputed from TMPDIR
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _WORKER_TMP is not None:
+        shutil.rmtree(_WORKER_TMP, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

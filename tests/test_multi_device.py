@@ -17,15 +17,20 @@ H200 = Path(__file__).parent / "data" / "h200"
 
 def split_with_allreduce(allreduce_us: float) -> RawCapture:
     raw = RawCapture.load(str(H200 / "big_cupti_raw.json.gz"))
+    records = raw.kernels.records()
+    t = raw.kernels
+    assert t.launch_ns is not None
+    ends_after: list[int] = []  # per decode step: the end of the last kernel launched in it
+    for step in raw.steps:
+        if step.phase == "decode" and step.batch_size:
+            inside = (t.launch_ns >= step.start_ns) & (t.launch_ns <= step.end_ns)
+            ends_after.append(int(t.end_ns[inside].max()))
+    decode = [s for s in raw.steps if s.phase == "decode" and s.batch_size]
     kernels: list[KernelRecord] = []
     for dev in (0, 1):
-        kernels += [msgspec.structs.replace(k, device=dev) for k in raw.kernels.records()]
-        for step in raw.steps:
-            if step.phase != "decode" or not step.batch_size:
-                continue
-            last = max((k for k in raw.kernels.records() if k.launch_ns is not None and step.start_ns <= k.launch_ns <= step.end_ns), key=lambda k: k.end_ns)
-            kernels.append(KernelRecord(name="ncclDevKernel_AllReduce_Sum_bf16_RING_LL", start_ns=last.end_ns, end_ns=last.end_ns + int(allreduce_us * 1e3),
-                                        device=dev, launch_ns=step.end_ns - 1000))
+        kernels += [msgspec.structs.replace(k, device=dev) for k in records]
+        kernels += [KernelRecord(name="ncclDevKernel_AllReduce_Sum_bf16_RING_LL", start_ns=end, end_ns=end + int(allreduce_us * 1e3), device=dev,
+                                 launch_ns=step.end_ns - 1000) for step, end in zip(decode, ends_after, strict=True)]
     kernels.sort(key=lambda k: k.start_ns)
     return msgspec.structs.replace(raw, kernels=KernelTable.from_records(kernels))
 

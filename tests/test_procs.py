@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from max_profile.util.procs import die_with_parent, kill_group, run_bounded
+from max_profile.util.procs import clean_child_env, die_with_parent, kill_group, run_bounded
 
 from .conftest import REPO
 
@@ -37,9 +37,12 @@ def _alive(pid: int) -> bool:
 
 
 def _grandchild(armed: bool) -> tuple[subprocess.Popen[str], int]:
-    starter = subprocess.Popen([sys.executable, "-c", STARTER, str(REPO), "armed" if armed else "plain"], stdout=subprocess.PIPE, text=True)
-    assert starter.stdout is not None
-    return starter, int(starter.stdout.readline())
+    starter = subprocess.Popen([sys.executable, "-c", STARTER, str(REPO), "armed" if armed else "plain"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=clean_child_env())  # an in-process MAX load earlier in this worker changes the C environment
+    assert starter.stdout is not None and starter.stderr is not None
+    line = starter.stdout.readline()
+    assert line.strip(), f"the starter printed no pid: {starter.stderr.read()[-2000:]}"
+    return starter, int(line)
 
 
 def test_a_child_dies_with_its_parent_even_on_sigkill() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import msgspec
@@ -25,7 +26,8 @@ from max_profile.model import (
     UtilizationSample,
 )
 
-H200 = Path(__file__).parent / "data" / "h200"
+DATA = Path(__file__).parent / "data"
+H200 = DATA / "h200"
 GPU_ENV = Environment(vendor="nvidia", vendor_reason="test", gpus=[GpuInfo(key="nv0", name="NVIDIA H200", memory_total_bytes=150754820096)])
 
 
@@ -268,3 +270,15 @@ def test_tracer_overhead_supersedes_host_bound() -> None:
     assert (slowed.next_measurement or "").startswith("max-profile run --model-path") and slowed.next_measurement.endswith("--kernels off")  # type: ignore[union-attr]
     light = build_report(msgspec.structs.replace(low, tracer_callback_s=0.01 * window_s))
     assert "tracer-overhead" not in ids(light) and "host-bound" in ids(light)
+
+
+def test_cpu_sweep_knee_names_the_batch_limit() -> None:
+    """`serve --concurrency 1,2 --slo ttft=500,itl=100` on the CPU (tests/data/cpu): the tiny model's server kept one request per
+    batch, so the second level queued (TTFT p90 25 -> 76 ms) for +3 % throughput."""
+    report = build_report(RawCapture.load(str(DATA / "cpu" / "serve_sweep_c1_c2_raw.json.gz")))
+    doc = json.loads(report.to_json())
+    assert [lv["concurrency"] for lv in doc["load_levels"]] == [1, 2]
+    assert {"concurrency", "requests", "output_tok_per_s", "ttft_ms", "itl_ms", "goodput_rps"} <= set(doc["load_levels"][0])
+    knee = next(f for f in report.findings if f.id == "latency-knee")
+    assert knee.evidence["cause"] == "batch-limit" and knee.evidence["knee_concurrency"] == 2
+    assert knee.evidence["batch_size_mean"] == 1.0 and knee.evidence["throughput_gain_pct"] == 3.0

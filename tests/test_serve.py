@@ -80,13 +80,18 @@ def _assert_clean(port: int, before_tmp: set[str]) -> None:
 
 
 def test_utilization_mode_end_to_end(tiny_model_dir: Path, foreign_max_process: subprocess.Popen[bytes], tmp_path: Path) -> None:
+    """`serve --concurrency 1,2 --slo ...`: one server, a window per level, the server's own metrics per level."""
     before = serve_tmpdirs()
-    plan = _plan(tiny_model_dir)
+    plan = _plan(tiny_model_dir, concurrency=[1, 2], slo_ms={"ttft": 500.0, "itl": 100.0})
     report = run_serve_capture(plan, confirm=True, artifacts_dir=str(tmp_path / "art"))
     s = report.serve
     assert s is not None and s.requests >= 2 and s.failed_requests == 0
     assert s.ttft_ms_p50 is not None and s.itl_ms_p50 is not None and s.time_to_ready_s is not None
     assert isinstance(report.utilization, Unavailable) and "no GPU" in report.utilization.reason
+    assert [lv.concurrency for lv in report.load_levels] == [1, 2]
+    for lv in report.load_levels:
+        assert lv.completed > 0 and lv.output_tok_per_s > 0 and lv.ttft_ms.p50 is not None and lv.goodput_rps is not None
+        assert lv.server is not None and lv.server.requests and lv.server.batches.get("TG")
     assert (tmp_path / "art" / "server.log").read_text().strip()
     _assert_clean(plan.port, before)
 
@@ -240,12 +245,15 @@ def test_rocprof_three_passes_with_fake_rocprofv3(tiny_model_dir: Path, monkeypa
     _fake_env(monkeypatch, "amd")  # FAKE: no AMD GPU on CI; tests/fakes/rocprofv3 stands in for the tool
     monkeypatch.setenv("PATH", f"{REPO / 'tests' / 'fakes'}{os.pathsep}{os.environ['PATH']}")
     before = serve_tmpdirs()
-    plan = _plan(tiny_model_dir, mode="rocprof", duration_s=3.0)
+    from max_profile.collect import serve_profilers
+
+    monkeypatch.setattr(serve_profilers, "ROCPROF_WINDOW_DELAY_S", 2.0)  # R2 + 10 s in use; 2 s keeps the test short
+    plan = _plan(tiny_model_dir, mode="rocprof", duration_s=3.0, warm=False)  # the warm pass is tested by test_ctrl_c
     report = run_serve_capture(plan, confirm=True, artifacts_dir=str(tmp_path / "art"))
     args = json.loads(next((tmp_path / "art" / "rocprof").glob("fake_rocprofv3_args.json")).read_text())["argv"]
     delay, duration, repeat = (float(x) for x in args[args.index("--collection-period") + 1].split(":"))
     assert ["--kernel-trace", "--marker-trace", "--output-format", "csv"] == args[1:5]
-    assert duration == 3.0 and repeat == 1 and 10.0 < delay < 10.0 + 120  # R2 + 10 s
+    assert duration == 3.0 and repeat == 1 and 2.0 < delay < 2.0 + 120  # R2 + the settle delay
     assert args[args.index("--") + 1 :] == plan.serve_command()
     k = report.kernels
     assert isinstance(k, KernelBreakdown) and k.kernels > 1000  # ~1 per ms over the 3 s window
