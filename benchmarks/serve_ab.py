@@ -46,6 +46,8 @@ def main() -> int:
             _warm_pass(plan, tmp, 900, progress)
         recorder, dest = _recorder_for(plan, env, tmp, None, 900, progress, None)
         raw = serve_windows(plan, recorder, _new_raw(plan, env, []), tmp, 900, progress, dest, record=lambda w: w in traced_windows)
+    from max_profile.analyze.load import server_metrics
+
     windows = []
     for i, w in enumerate(raw.load_windows, 1):
         secs = (w.window_ns[1] - w.window_ns[0]) / 1e9
@@ -54,8 +56,14 @@ def main() -> int:
             if r.ok:
                 span = max(r.ended_ns - r.started_ns, 1)
                 tokens += r.tokens * max(min(r.ended_ns, w.window_ns[1]) - max(r.started_ns, w.window_ns[0]), 0) / span
-        windows.append({"window": i, "traced": i in traced_windows, "tok_s": tokens / secs})
-        print(f"window {i}: {'traced  ' if i in traced_windows else 'untraced'} {tokens / secs:8.1f} tok/s", flush=True)
+        # the server's own decode step (TG batch execution time from its /metrics) and the kernels recorded in the window:
+        # a slower step with the GPU timeline unchanged points at the host, a slower timeline at the GPU
+        srv = server_metrics(w.metrics_before, w.metrics_after, secs)
+        tg_ms = srv.batch_execution_ms_mean.get("TG") if srv is not None else None
+        inside = int(((raw.kernels.start_ns >= w.window_ns[0]) & (raw.kernels.start_ns < w.window_ns[1])).sum()) if len(raw.kernels) else 0
+        windows.append({"window": i, "traced": i in traced_windows, "tok_s": tokens / secs, "server_tg_ms": tg_ms, "kernels": inside})
+        print(f"window {i}: {'traced  ' if i in traced_windows else 'untraced'} {tokens / secs:8.1f} tok/s, server decode step "
+              f"{'-' if tg_ms is None else f'{tg_ms:.3f}'} ms, {inside} kernels recorded", flush=True)
     ratios = []
     for k in range(args.pairs):
         a, b = windows[2 * k], windows[2 * k + 1]

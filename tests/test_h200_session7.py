@@ -71,6 +71,7 @@ def test_fp8_naive_fallback_is_named_with_one_byte_weights() -> None:
     report = build_report(r)
     found = ids(report)
     assert found.get("matmul-slow-path") == "warning" and "unfused-attention" not in found and "healthy-dense-decode" not in found
+    assert "low-bit-normal" not in found  # "quantization at normal cost" beside the slow path read as all-is-well (session 8 found it)
     f = next(f for f in report.findings if f.id == "matmul-slow-path")
     assert "naive FP8" in f.title and f.command is not None and f.command.verb == "kernel"
     assert "linalg_fp8_quantization_naive" in f.command.positional[0]

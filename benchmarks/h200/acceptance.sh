@@ -36,9 +36,11 @@ except Exception:
 print(",".join(f"{f['id']}({f['severity'][0]})" for f in d.get("findings", [])) or "none")
 PY
 }
-# step NAME JSON -- command...: run it, keep stdout/stderr, one table row (exit code, wall seconds, findings of JSON)
+# step NAME JSON -- command...: run it, keep stdout/stderr, one table row (exit code, wall seconds, findings of JSON).
+# ACC_ONLY="make_m24 startup_m24_cold serve_ab ..." runs only the named steps (short device time; name the make_* a step needs)
 step() {
   local name=$1 json=$2; shift 3
+  if [ -n "${ACC_ONLY:-}" ] && [[ " $ACC_ONLY " != *" $name "* ]]; then echo "== skipped $name (ACC_ONLY)"; return 0; fi
   local t0=$(date +%s.%N)
   "$@" > "$ACC/$name.out" 2> "$ACC/$name.err"
   local rc=$?

@@ -507,7 +507,7 @@ def rule_quant_prep(report: Report, th: Thresholds) -> list[Finding]:
     if quant <= 0 or matmul <= 0:
         return []
     ratio = quant / matmul
-    ev: dict[str, float | int | str | None] = {"quantize_ms": round(quant, 3), "matmul_ms": round(matmul, 3), "ratio": round(ratio, 2)}
+    ev: dict[str, float | int | str | None] = {"quantize_ms": round(quant, 3), "matmul_ms": round(matmul, 3), "ratio": round(ratio, 4)}
     if ratio > th.quant_vs_matmul_ratio:
         return [Finding(id="quant-prep-heavy", severity="warning", title="Low-bit quantization prep takes longer than the matmuls it feeds", evidence=ev, confidence=0.7,
                         next_step="Deep-dive the top quantize kernel and check the scale layout matches the matmul's.",
@@ -1028,6 +1028,8 @@ SUPERSEDED_BY: dict[str, frozenset[str]] = {
     "decode-bandwidth-low": frozenset({"kv-cache-broken", "host-bound", "matmul-slow-path", "matmul-below-roofline"}),
     # utilization and GPU-busy figures measured while the tracer stalled the process say nothing about the host
     "host-bound": frozenset({"tracer-overhead"}),
+    # "quantization at normal cost" next to a matmul path far below its roofline reads as "all is well": the slow path is the news
+    "low-bit-normal": frozenset({"matmul-slow-path", "matmul-below-roofline"}),
     # a named healthy mix already says where the busy GPU's time goes
     "gpu-bound": frozenset({"healthy-dense-decode", "healthy-moe", "moe-routing-heavy", "kv-cache-broken", "tracer-overhead", "healthy-batched-decode",
                             "matmul-slow-path", "matmul-below-roofline"}),

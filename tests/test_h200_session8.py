@@ -1,0 +1,92 @@
+"""The H200 acceptance run of session 8 (after the redesign and the serve read-back fix), re-read on the CPU: every number
+comes from a real capture in tests/data/h200/session8 (commands in its README and acceptance.tsv). m24 = bf16 Llama
+4096 x 24 (~5.2B, GPU-bound decode); fp8 = block-scaled FP8 4096 x 8. The run stopped after serve_kernels: device time."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from max_profile.analyze.ncu import analyze_launch, kernel_findings
+from max_profile.analyze.report import build_report
+from max_profile.collect.ncu import read_ncu_files
+from max_profile.model import RawCapture
+
+S8 = Path(__file__).parent / "data" / "h200" / "session8"
+
+
+def saved(name: str) -> dict:  # type: ignore[type-arg]
+    return json.loads(gzip.decompress((S8 / f"{name}.json.gz").read_bytes()))
+
+
+def test_every_step_that_ran_exited_zero() -> None:
+    rows = list(csv.DictReader((S8 / "acceptance.tsv").read_text().splitlines(), delimiter="\t"))
+    assert {r["step"]: int(r["exit"]) for r in rows} == {s: 0 for s in (
+        "doctor", "make_m24", "make_fp8", "make_demo", "warm_fp8", "warm_demo", "startup_m24_cold", "kernel_gemv", "serve_ab", "run_b32",
+        "startup_fp8", "run_fp8", "serve_kernels")}
+
+
+def test_serve_kernels_mode_records_the_worker_and_says_graphs_on() -> None:
+    """`serve --mode kernels` with no other flag: the model worker's kernels are read back (764,450 in 10 s), graphs on from
+    what ran (720,184 inside graphs), and the phase next step does not send the user to a setting the report says fails."""
+    doc = saved("serve_kernels")
+    k = doc["kernels"]
+    assert k["type"] != "unavailable" and k["kernels"] == 764450 and k["graph_kernels"] == 720184
+    assert doc["capture"]["device_graph_capture"] is True
+    assert any("from what ran" in n for n in doc["notes"])
+    phases = next(f for f in doc["findings"] if f["id"] == "phases-missing")
+    assert "cannot work on this GPU image" in phases["next_step"] and phases["command"]["verb"] == "run"
+    assert "CUPTI ready in process" in (S8 / "serve_kernels.stderr.txt").read_text()
+
+
+def test_serve_kernels_window_decodes_at_a_steady_step() -> None:
+    """The first traced window of a fresh server: one sampling kernel per decode step; the step (gap < 10 ms: request turns
+    excluded) holds 2.89 ms in every second of the window, first second included: no start-up cost of the recorder visible."""
+    d = np.load(S8 / "serve_kernels_sampling_steps.npz")
+    start = np.sort(d["start_ns"])
+    w0, w1 = (int(x) for x in d["window_ns"])
+    assert len(start) == 3325 and w0 <= start[0] and start[-1] <= w1
+    gaps = np.diff(start) / 1e6
+    second = ((start[1:] - w0) // 1_000_000_000).astype(int)
+    medians = [float(np.median(gaps[(second == s) & (gaps < 10)])) for s in range(10)]
+    assert max(medians) - min(medians) < 0.01 * statistics.median(medians)
+    assert 2.8 < statistics.median(medians) < 3.0
+
+
+def test_serve_ab_pairs_as_measured() -> None:
+    """One server, kernels recorded in windows 1, 4 and 5 (2.2 M kernels read back, 94 % inside graphs), not in 2, 3 and 6.
+    Measured: traced / untraced 0.923, 0.954, 0.994 (median 0.954): below the 0.97 target, with the untraced windows within
+    0.06 % of each other, so the dips are the recorder's, and they shrank window by window (cause not found)."""
+    ab = json.loads((S8 / "serve_ab.json").read_text())
+    assert ab["kernels"] > 2_000_000 and ab["graph_kernels"] > 0.9 * ab["kernels"]
+    assert [w["traced"] for w in ab["windows"]] == [True, False, False, True, True, False]
+    assert ab["untraced_spread_pct"] < 0.1 and ab["traced_spread_pct"] > 5
+    assert ab["median_ratio"] == pytest.approx(0.954, abs=0.001) and ab["pairs"] == sorted(ab["pairs"])
+
+
+def test_batch_32_and_fp8_verdicts_on_the_new_run() -> None:
+    """The same verdicts as session 7 on fresh captures: batch 32 healthy at ~45 % of peak; FP8's naive fallback named, with
+    no attention warning and no "quantization at normal cost" beside it."""
+    b32 = build_report(RawCapture.load(str(S8 / "run_b32_raw.json.gz")))
+    found = {f.id: f for f in b32.findings}
+    assert "healthy-batched-decode" in found and 40 < float(found["decode-bandwidth"].evidence["pct_of_peak"] or 0) < 50
+    fp8 = build_report(RawCapture.load(str(S8 / "run_fp8_raw.json.gz")))
+    ids = {f.id for f in fp8.findings}
+    assert "matmul-slow-path" in ids and not ids & {"unfused-attention", "low-bit-normal", "healthy-dense-decode"}
+    assert fp8.decode_cost is not None and fp8.decode_cost.weight_bytes == pytest.approx(1.75e9, rel=0.02)
+
+
+def test_gemv_deep_dive_and_cold_startup() -> None:
+    launches = read_ncu_files(str(S8 / "kernel_gemv_details.csv.gz"), str(S8 / "kernel_gemv_raw.csv.gz"))
+    dram = sorted(analyze_launch(x).dram_throughput_pct or 0 for x in launches)
+    assert len(launches) == 2 and dram == pytest.approx([70.9, 82.2], abs=0.1)
+    assert all("kernel-memory-bound-near-peak" in {f.id for f in kernel_findings(analyze_launch(x))} for x in launches)
+    cold = saved("startup_m24_cold")["startup"]
+    named = sum(p["seconds"] for p in cold["phases"] if p["name"].startswith("compile "))
+    assert cold["cache"] == "miss" and named == pytest.approx(cold["max_logged_compile_s"], rel=0.10)
