@@ -15,6 +15,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -31,6 +32,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from max_profile.collect.environment import detect_environment
+    from max_profile.collect.serve_recorders import ServerHandle
+    from max_profile.model import RawCapture
     from max_profile.serve import ServePlan, _new_raw, _own_tmpdir, _recorder_for, _warm_pass, free_port, serve_windows
 
     env = detect_environment(check_tools=False)
@@ -45,10 +48,20 @@ def main() -> int:
         if plan.warm:
             _warm_pass(plan, tmp, 900, progress)
         recorder, dest = _recorder_for(plan, env, tmp, None, 900, progress, None)
+        callback_s: dict[int, float] = {}
+        read_window = recorder.read
+
+        def read_and_time(raw_: RawCapture, index: int, span: tuple[int, int], server: ServerHandle) -> None:
+            """The seconds CUPTI's thread spent in the recorder's buffer callbacks, per traced window."""
+            before = raw_.tracer_callback_s or 0.0
+            read_window(raw_, index, span, server)
+            callback_s[index] = (raw_.tracer_callback_s or 0.0) - before
+
+        recorder.read = read_and_time  # type: ignore[method-assign, assignment]
         raw = serve_windows(plan, recorder, _new_raw(plan, env, []), tmp, 900, progress, dest, record=lambda w: w in traced_windows)
     from max_profile.analyze.load import server_metrics
 
-    windows = []
+    windows: list[dict[str, Any]] = []
     for i, w in enumerate(raw.load_windows, 1):
         secs = (w.window_ns[1] - w.window_ns[0]) / 1e9
         tokens = 0.0
@@ -61,9 +74,11 @@ def main() -> int:
         srv = server_metrics(w.metrics_before, w.metrics_after, secs)
         tg_ms = srv.batch_execution_ms_mean.get("TG") if srv is not None else None
         inside = int(((raw.kernels.start_ns >= w.window_ns[0]) & (raw.kernels.start_ns < w.window_ns[1])).sum()) if len(raw.kernels) else 0
-        windows.append({"window": i, "traced": i in traced_windows, "tok_s": tokens / secs, "server_tg_ms": tg_ms, "kernels": inside})
+        windows.append({"window": i, "traced": i in traced_windows, "tok_s": tokens / secs, "server_tg_ms": tg_ms, "kernels": inside,
+                        "callback_s": callback_s.get(i)})
         print(f"window {i}: {'traced  ' if i in traced_windows else 'untraced'} {tokens / secs:8.1f} tok/s, server decode step "
-              f"{'-' if tg_ms is None else f'{tg_ms:.3f}'} ms, {inside} kernels recorded", flush=True)
+              f"{'-' if tg_ms is None else f'{tg_ms:.3f}'} ms, {inside} kernels recorded"
+              + (f", {callback_s[i]:.3f} s in CUPTI buffer callbacks" if i in callback_s else ""), flush=True)
     ratios = []
     for k in range(args.pairs):
         a, b = windows[2 * k], windows[2 * k + 1]

@@ -1,0 +1,143 @@
+"""max_profile's C CUPTI recorder (collect/native/cupti_ring.c) run for real on a machine without an NVIDIA GPU, against
+tests/fakes/fake_cupti.c: a FAKE libcupti built from CUPTI's documented activity API (not NVIDIA's library). What is
+tested is the recorder's own logic: records sorted by kind into its arrays, buffers handed over on another thread and
+reused, the cap and the records past it counted, kernels still running at the flush counted and marked, windows
+cleared between starts, another CUPTI client named, and the decode to the host clock with launches and graphs.
+
+Each scenario runs in a fresh Python process: the recorder keeps one libcupti per process (as CUPTI is one per process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from max_profile.collect.cupti_native import KERNEL_RECORD_STRUCTS, cupti_include_dirs
+
+FAKE_SOURCE = Path(__file__).parent / "fakes" / "fake_cupti.c"
+
+
+@pytest.fixture(scope="module")
+def fake_libcupti(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    include = cupti_include_dirs()
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if not include or not cc:
+        pytest.skip("no CUPTI headers or C compiler: the recorder cannot be built here either")
+    out = tmp_path_factory.mktemp("fake_cupti") / "libcupti.so"
+    errors = []
+    for struct in KERNEL_RECORD_STRUCTS:  # the struct the recorder itself is built with on these headers
+        res = subprocess.run([cc, "-shared", "-fPIC", "-O1", f"-DMP_KERNEL_RECORD={struct}", *(f"-I{d}" for d in include), "-o", str(out),
+                              str(FAKE_SOURCE), "-lpthread"], capture_output=True, text=True, check=False)
+        if res.returncode == 0:
+            return out
+        errors.append(res.stderr[-500:])
+    raise AssertionError(f"the fake libcupti does not build against {include[0]}: {errors}")
+
+
+CHILD = r"""
+import ctypes, json, sys, time
+from max_profile.collect.cupti_native import NativeCuptiCollector, CuptiBusy
+
+fake = ctypes.CDLL(sys.argv[1])
+fake.fake_emit.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32]
+fake.fake_emit_unfinished.argtypes = [ctypes.c_uint64]
+fake.fake_set_holder.argtypes = [ctypes.c_char_p]
+scenario = sys.argv[2]
+out = {}
+
+def stats():
+    s = (ctypes.c_uint64 * 3)()
+    fake.fake_stats(s)
+    return {"requested": s[0], "completed": s[1], "distinct": s[2]}
+
+def now_cupti():
+    return time.monotonic_ns()  # the fake's cuptiGetTimestamp is CLOCK_MONOTONIC, as perf_counter_ns is on Linux
+
+if scenario == "windows":
+    c = NativeCuptiCollector(buffer_bytes=1 << 20, launches=True)
+    windows = []
+    for w in range(3):
+        c.start()
+        t0 = now_cupti()
+        eager = fake.fake_emit(20000, t0, 2000, 0)          # 20,000 eager launches: several 1 MB buffers fill mid-window
+        graph = fake.fake_emit(5000, t0 + 50_000_000, 2000, 17 + w)  # one graph launch of 5,000 kernels
+        fake.fake_emit_unfinished(t0 + 80_000_000)
+        k = c.stop()
+        windows.append({"emitted": eager + graph, "kernels": len(k), "unfinished": c.unfinished, "dropped": c.dropped,
+                        "no_end": int((k.end_ns < 0).sum()),
+                        "graph_kernels": int((k.graph_id == 17 + w).sum()), "graph_launches": c.graph_launches,
+                        "api_records": c.api_records, "callback_s": c.callback_s,
+                        "names": sorted(set(k.names)), "first_start_offset_ns": int(k.start_ns.min()) - t0 if len(k) else None,
+                        "launched": int((k.launch_ns > 0).sum()) if k.launch_ns is not None else 0,
+                        "launch_tids": sorted({int(x) for x in k.launch_tid}) if k.launch_tid is not None else [],
+                        "stats": stats()})
+    fake.fake_emit(100, now_cupti(), 1000, 0)  # after stop: CUPTI writes nothing, the recorder holds nothing
+    out = {"windows": windows, "after_stop": stats()}
+elif scenario == "cap":
+    size = NativeCuptiCollector(launches=False).layout.kernel_dtype().itemsize
+    c = NativeCuptiCollector(buffer_bytes=1 << 20, launches=False, max_bytes=1000 * size)
+    c.start()
+    emitted = fake.fake_emit(3000, now_cupti(), 1000, 0)
+    k = c.stop()
+    out = {"emitted": emitted, "kernels": len(k), "dropped": c.dropped}
+elif scenario == "busy":
+    fake.fake_set_holder(b"Nsight Systems 2025.3")
+    c = NativeCuptiCollector(launches=False)
+    try:
+        c.start()
+        out = {"raised": None}
+    except CuptiBusy as e:
+        out = {"raised": str(e)}
+    fake.fake_set_holder(b"")
+    c.start()
+    out["kernels_after_release"] = fake.fake_emit(10, now_cupti(), 1000, 0)
+    out["recorded_after_release"] = len(c.stop())
+print("RESULT " + json.dumps(out))
+"""
+
+
+def run_child(lib: Path, scenario: str, tmp_path: Path) -> dict:  # type: ignore[type-arg]
+    env = {**os.environ, "MAX_PROFILE_LIBCUPTI": str(lib), "MAX_PROFILE_CACHE": str(tmp_path / "cache")}
+    env.pop("MAX_PROFILE_CUPTI_RING_LIB", None)
+    res = subprocess.run([sys.executable, "-c", CHILD, str(lib), scenario], capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    line = next(x for x in res.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])  # type: ignore[no-any-return]
+
+
+def test_recorder_windows_against_the_fake(fake_libcupti: Path, tmp_path: Path) -> None:
+    out = run_child(fake_libcupti, "windows", tmp_path)
+    windows = out["windows"]
+    assert len(windows) == 3
+    for w in windows:
+        # every kernel recorded once; the one still running at the flush counted, its end marked unknown (-1) for the
+        # analysis to drop and count
+        assert w["emitted"] == 25000 and w["kernels"] == 25001 and w["unfinished"] == 1 and w["no_end"] == 1 and w["dropped"] == 0
+        assert w["graph_kernels"] == 5000 and w["graph_launches"] == 1
+        assert w["names"] == ["gemv_split_k_bfloat16_256", "mha_depth128_bfloat16", "rms_norm_fused_residual"]
+        # on the host clock: the first kernel where it was emitted (same clock here, so within the clock pairing's error)
+        assert w["first_start_offset_ns"] is not None and abs(w["first_start_offset_ns"]) < 5_000_000
+        assert w["launched"] == 25001 and w["launch_tids"] == [4242]  # eager kernels by their cuLaunchKernel, graph kernels by the cuGraphLaunch
+        assert w["callback_s"] > 0
+    # buffers filled mid-window and handed over on another thread, then reused: the first window allocates, later ones mostly reuse
+    s1, s3 = windows[0]["stats"], windows[2]["stats"]
+    assert s1["completed"] > 5
+    assert s3["requested"] - s1["requested"] > 10 and s3["distinct"] - s1["distinct"] <= 2
+    assert out["after_stop"]["requested"] == s3["requested"]  # nothing written once stopped
+
+
+def test_recorder_caps_its_arrays_and_counts_the_rest(fake_libcupti: Path, tmp_path: Path) -> None:
+    out = run_child(fake_libcupti, "cap", tmp_path)
+    assert out["emitted"] == 3000 and out["kernels"] == 1000 and out["dropped"] == 2000
+
+
+def test_recorder_backs_off_from_another_cupti_client_and_names_it(fake_libcupti: Path, tmp_path: Path) -> None:
+    out = run_child(fake_libcupti, "busy", tmp_path)
+    assert out["raised"] is not None and "Nsight Systems 2025.3" in out["raised"] and "backs off" in out["raised"]
+    assert out["kernels_after_release"] == 10 and out["recorded_after_release"] == 10
