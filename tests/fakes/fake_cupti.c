@@ -11,13 +11,14 @@
  * recorder was built with (MP_KERNEL_RECORD), launch-call records as CUpti_ActivityAPI. A full buffer is handed to
  * the client's completion callback from another thread (CUPTI's worker thread does that), then a new one requested.
  *
- * Test controls (not CUPTI): fake_emit(), fake_emit_unfinished(), fake_set_holder(), fake_stats().
+ * Test controls (not CUPTI): fake_emit(), fake_emit_unfinished(), fake_set_async(), fake_set_holder(), fake_stats().
  * Build: gcc -shared -fPIC -I<cuda>/include -DMP_KERNEL_RECORD=CUpti_ActivityKernel10 -o libfake_cupti.so fake_cupti.c -lpthread
  */
 #include <cupti.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -48,19 +49,41 @@ typedef struct {
     size_t size, valid;
 } handoff_t;
 
+static int async_mode, in_flight;
+static pthread_mutex_t in_flight_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t in_flight_done = PTHREAD_COND_INITIALIZER;
+
 static void *complete_on_worker(void *arg) {
     handoff_t *h = arg;
     completed_fn(NULL, 0, h->buffer, h->size, h->valid);
+    if (async_mode) {
+        free(h);
+        pthread_mutex_lock(&in_flight_lock);
+        in_flight--;
+        pthread_cond_broadcast(&in_flight_done);
+        pthread_mutex_unlock(&in_flight_lock);
+    }
     return NULL;
 }
 
-/* hand the current buffer to the client from another thread, as CUPTI's worker thread does */
+/* hand the current buffer to the client from another thread, as CUPTI's worker thread does: waited for, or (async
+ * mode) left running while the emitting thread goes on and asks for the next buffer, as with CUPTI */
 static void complete_current(void) {
     if (!buffer) return;
-    handoff_t h = {buffer, buffer_size, buffer_used};
     pthread_t t;
-    pthread_create(&t, NULL, complete_on_worker, &h);
-    pthread_join(t, NULL);
+    if (async_mode) {
+        handoff_t *h = malloc(sizeof *h);
+        *h = (handoff_t){buffer, buffer_size, buffer_used};
+        pthread_mutex_lock(&in_flight_lock);
+        in_flight++;
+        pthread_mutex_unlock(&in_flight_lock);
+        pthread_create(&t, NULL, complete_on_worker, h);
+        pthread_detach(t);
+    } else {
+        handoff_t h = {buffer, buffer_size, buffer_used};
+        pthread_create(&t, NULL, complete_on_worker, &h);
+        pthread_join(t, NULL);
+    }
     buffers_completed++;
     buffer = NULL;
     buffer_size = buffer_used = 0;
@@ -103,6 +126,9 @@ CUptiResult cuptiActivityFlushAll(uint32_t flag) {
     pthread_mutex_lock(&lock);
     if (buffer && buffer_used) complete_current();
     pthread_mutex_unlock(&lock);
+    pthread_mutex_lock(&in_flight_lock);  /* a forced flush returns once every buffer was handed over */
+    while (in_flight > 0) pthread_cond_wait(&in_flight_done, &in_flight_lock);
+    pthread_mutex_unlock(&in_flight_lock);
     return CUPTI_SUCCESS;
 }
 
@@ -238,6 +264,9 @@ int fake_emit_unfinished(uint64_t start_ns) {
     if (n == 1) ((MP_KERNEL_RECORD *)(buffer + buffer_used - sizeof(MP_KERNEL_RECORD)))->end = 0;
     return n;
 }
+
+/* 1: buffers are handed over without waiting for the client's callback (completions overlap later requests) */
+void fake_set_async(int on) { async_mode = on; }
 
 /* another CUPTI client holds the process (its name as cuptiSubscribe_v2 reports it); "" releases it */
 void fake_set_holder(const char *name) { snprintf(holder, sizeof holder, "%s", name); }

@@ -63,14 +63,14 @@ static struct {
     CUpti_SubscriberHandle subscriber;
     int subscribed, recording, launches;
     size_t buffer_bytes, max_bytes;
-    pthread_mutex_t lock;
+    pthread_mutex_t lock, free_lock; /* lock: the arrays and counters; free_lock: the free buffers only */
     arena_t kernels, apis;
     uint8_t *free_buffers[64];
     int n_free;
     uint64_t dropped_records, other_records, buffers_completed, callback_ns, graph_launches, launch_calls_kept;
     char error[512];
     char holder[128];
-} S = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} S = {.lock = PTHREAD_MUTEX_INITIALIZER, .free_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -101,9 +101,10 @@ static int append(arena_t *a, const void *rec, size_t size) {
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
     uint8_t *b = NULL;
-    pthread_mutex_lock(&S.lock);
+    /* only the free list's lock: a thread asking for a buffer never waits while another buffer's records are copied */
+    pthread_mutex_lock(&S.free_lock);
     if (S.n_free > 0) b = S.free_buffers[--S.n_free];
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&S.free_lock);
     if (!b && posix_memalign((void **)&b, 8, S.buffer_bytes) != 0) b = NULL;
     *buffer = b;
     *size = b ? S.buffer_bytes : 0;
@@ -131,12 +132,14 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     size_t dropped = 0;
     if (S.dropped && S.dropped(ctx, stream, &dropped) == CUPTI_SUCCESS) S.dropped_records += dropped;
     S.buffers_completed++;
+    S.callback_ns += now_ns() - t0;
+    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&S.free_lock);
     if (buffer && S.n_free < 64) {
         S.free_buffers[S.n_free++] = buffer;
         buffer = NULL;
     }
-    S.callback_ns += now_ns() - t0;
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&S.free_lock);
     free(buffer);
     (void)size;
 }
