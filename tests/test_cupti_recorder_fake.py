@@ -52,9 +52,9 @@ scenario = sys.argv[2]
 out = {}
 
 def stats():
-    s = (ctypes.c_uint64 * 3)()
+    s = (ctypes.c_uint64 * 4)()
     fake.fake_stats(s)
-    return {"requested": s[0], "completed": s[1], "distinct": s[2]}
+    return {"requested": s[0], "completed": s[1], "distinct": s[2], "undersized": s[3]}
 
 def now_cupti():
     return time.monotonic_ns()  # the fake's cuptiGetTimestamp is CLOCK_MONOTONIC, as perf_counter_ns is on Linux
@@ -89,6 +89,13 @@ elif scenario == "overlap":
     corr = sorted(int(x) for x in k.correlation_id)
     out = {"emitted": emitted, "kernels": len(k), "dropped": c.dropped, "unique_correlations": len(set(corr)),
            "launched": int((k.launch_ns > 0).sum()), "stats": stats()}
+elif scenario == "resize":
+    # a recording with 1 MB buffers, then one with 4 MB: no 1 MB buffer may be handed out as a 4 MB one
+    small = NativeCuptiCollector(buffer_bytes=1 << 20, launches=False)
+    small.start(); fake.fake_emit(20000, now_cupti(), 1000, 0); n_small = len(small.stop())
+    big = NativeCuptiCollector(buffer_bytes=4 << 20, launches=False)
+    big.start(); emitted = fake.fake_emit(60000, now_cupti(), 1000, 0); k = big.stop()
+    out = {"small": n_small, "emitted": emitted, "kernels": len(k), "stats": stats()}
 elif scenario == "cap":
     size = NativeCuptiCollector(launches=False).layout.kernel_dtype().itemsize
     c = NativeCuptiCollector(buffer_bytes=1 << 20, launches=False, max_bytes=1000 * size)
@@ -134,7 +141,7 @@ def test_recorder_windows_against_the_fake(fake_libcupti: Path, tmp_path: Path) 
         # on the host clock: the first kernel where it was emitted (same clock here, so within the clock pairing's error)
         assert w["first_start_offset_ns"] is not None and abs(w["first_start_offset_ns"]) < 5_000_000
         assert w["launched"] == 25001 and w["launch_tids"] == [4242]  # eager kernels by their cuLaunchKernel, graph kernels by the cuGraphLaunch
-        assert w["callback_s"] > 0
+        assert w["callback_s"] > 0 and w["stats"]["undersized"] == 0
     # buffers filled mid-window and handed over on another thread, then reused: the first window allocates, later ones mostly reuse
     s1, s3 = windows[0]["stats"], windows[2]["stats"]
     assert s1["completed"] > 5
@@ -149,6 +156,13 @@ def test_recorder_with_completions_overlapping_requests(fake_libcupti: Path, tmp
     assert out["emitted"] == 200000 and out["kernels"] == 200000 and out["dropped"] == 0
     assert out["unique_correlations"] == 200000 and out["launched"] == 200000
     assert out["stats"]["completed"] > 40 and out["stats"]["requested"] == out["stats"]["completed"]
+
+
+def test_recorder_never_hands_out_a_smaller_buffer_than_it_claims(fake_libcupti: Path, tmp_path: Path) -> None:
+    """Buffers kept from a recording with 1 MB buffers are not reused as 4 MB ones by the next (CUPTI would write past them)."""
+    out = run_child(fake_libcupti, "resize", tmp_path)
+    assert out["small"] == 20000 and out["emitted"] == 60000 and out["kernels"] == 60000
+    assert out["stats"]["undersized"] == 0 and out["stats"]["requested"] > 5
 
 
 def test_recorder_caps_its_arrays_and_counts_the_rest(fake_libcupti: Path, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@
  * Build: gcc -shared -fPIC -I<cuda>/include -DMP_KERNEL_RECORD=CUpti_ActivityKernel10 -o libfake_cupti.so fake_cupti.c -lpthread
  */
 #include <cupti.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,7 +34,7 @@ static uint8_t *buffer;
 static size_t buffer_size, buffer_used;
 static uint32_t next_correlation = 1;
 static char holder[64];
-static uint64_t buffers_requested, buffers_completed, distinct_buffers;
+static uint64_t buffers_requested, buffers_completed, distinct_buffers, undersized_buffers;
 static uint8_t *seen_buffers[1024];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static const char *const kernel_names[] = {"gemv_split_k_bfloat16_256", "rms_norm_fused_residual", "mha_depth128_bfloat16"};
@@ -97,6 +98,7 @@ static int ensure_space(size_t need) {
     buffers_requested++;
     buffer_used = 0;
     if (!buffer || buffer_size < need) return -1;
+    if (malloc_usable_size(buffer) < buffer_size) undersized_buffers++; /* claimed larger than allocated: CUPTI would overrun it */
     int known = 0;
     for (uint64_t i = 0; i < distinct_buffers && i < 1024; i++) known |= seen_buffers[i] == buffer;
     if (!known && distinct_buffers < 1024) seen_buffers[distinct_buffers++] = buffer;
@@ -271,9 +273,10 @@ void fake_set_async(int on) { async_mode = on; }
 /* another CUPTI client holds the process (its name as cuptiSubscribe_v2 reports it); "" releases it */
 void fake_set_holder(const char *name) { snprintf(holder, sizeof holder, "%s", name); }
 
-/* buffers requested, buffers completed, distinct buffer addresses seen */
+/* buffers requested, buffers completed, distinct buffer addresses seen, buffers smaller than the size claimed for them */
 void fake_stats(uint64_t *out) {
     out[0] = buffers_requested;
     out[1] = buffers_completed;
     out[2] = distinct_buffers;
+    out[3] = undersized_buffers;
 }

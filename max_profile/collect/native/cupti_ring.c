@@ -245,7 +245,13 @@ int mp_start(size_t buffer_bytes, int launches, size_t max_bytes) {
         return -1;
     }
     S.subscribed = S.subscribe2 || S.subscribe;
-    S.buffer_bytes = buffer_bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : buffer_bytes;
+    size_t bytes = buffer_bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : buffer_bytes;
+    if (bytes != S.buffer_bytes) { /* free buffers of another size must not be handed out as this size */
+        pthread_mutex_lock(&S.free_lock);
+        while (S.n_free > 0) free(S.free_buffers[--S.n_free]);
+        pthread_mutex_unlock(&S.free_lock);
+    }
+    S.buffer_bytes = bytes;
     S.max_bytes = max_bytes;
     S.launches = launches;
     /* registered at every start: another recorder of this process may have registered its own since */
