@@ -204,6 +204,21 @@ CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle subscriber) {
 
 /* --- test controls ------------------------------------------------------------------------------------------- */
 
+/* a driver-API launch record (cuLaunchKernel / cuGraphLaunch) on thread 4242, 1 µs before the work it launches */
+static int write_launch(uint32_t cbid, uint64_t work_start_ns, uint32_t correlation) {
+    if (ensure_space(sizeof(CUpti_ActivityAPI)) != 0) return -1;
+    CUpti_ActivityAPI *api = (CUpti_ActivityAPI *)(buffer + buffer_used);
+    memset(api, 0, sizeof *api);
+    api->kind = CUPTI_ACTIVITY_KIND_DRIVER;
+    api->cbid = cbid;
+    api->start = work_start_ns > 1000 ? work_start_ns - 1000 : 0;
+    api->end = api->start + 500;
+    api->threadId = 4242;
+    api->correlationId = correlation;
+    buffer_used += sizeof *api;
+    return 0;
+}
+
 /* n kernels of step_ns each from start_ns (CUPTI clock), names cycling; graph_id 0 = launched eagerly (each with a
  * cuLaunchKernel record when driver API records are on), else inside that graph (one cuGraphLaunch record for all).
  * Nothing is written while kernel records are disabled, as with CUPTI. Returns the kernel records written. */
@@ -212,32 +227,14 @@ int fake_emit(int n, uint64_t start_ns, uint64_t step_ns, uint32_t graph_id) {
     pthread_mutex_lock(&lock);
     int written = 0;
     uint32_t graph_launch_correlation = 0;
-    if (graph_id && driver_on && ensure_space(sizeof(CUpti_ActivityAPI)) == 0) {
-        CUpti_ActivityAPI *api = (CUpti_ActivityAPI *)(buffer + buffer_used);
-        memset(api, 0, sizeof *api);
-        api->kind = CUPTI_ACTIVITY_KIND_DRIVER;
-        api->cbid = CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch;
-        api->start = start_ns > 2000 ? start_ns - 2000 : 0;
-        api->end = api->start + 1000;
-        api->threadId = 4242;
-        api->correlationId = graph_launch_correlation = next_correlation++;
-        buffer_used += sizeof *api;
+    if (graph_id && driver_on) {
+        graph_launch_correlation = next_correlation++;
+        write_launch(CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, start_ns, graph_launch_correlation);
     }
     for (int i = 0; i < n; i++) {
         uint32_t correlation = graph_id ? graph_launch_correlation : next_correlation++;
         uint64_t t0 = start_ns + (uint64_t)i * step_ns;
-        if (!graph_id && driver_on) {
-            if (ensure_space(sizeof(CUpti_ActivityAPI)) != 0) break;
-            CUpti_ActivityAPI *api = (CUpti_ActivityAPI *)(buffer + buffer_used);
-            memset(api, 0, sizeof *api);
-            api->kind = CUPTI_ACTIVITY_KIND_DRIVER;
-            api->cbid = CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel;
-            api->start = t0 > 1000 ? t0 - 1000 : 0;
-            api->end = api->start + 500;
-            api->threadId = 4242;
-            api->correlationId = correlation;
-            buffer_used += sizeof *api;
-        }
+        if (!graph_id && driver_on && write_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, t0, correlation) != 0) break;
         if (ensure_space(sizeof(MP_KERNEL_RECORD)) != 0) break;
         MP_KERNEL_RECORD *k = (MP_KERNEL_RECORD *)(buffer + buffer_used);
         memset(k, 0, sizeof *k);
