@@ -37,7 +37,8 @@ print(",".join(f"{f['id']}({f['severity'][0]})" for f in d.get("findings", [])) 
 PY
 }
 # step NAME JSON -- command...: run it, keep stdout/stderr, one table row (exit code, wall seconds, findings of JSON).
-# ACC_ONLY="make_m24 startup_m24_cold serve_ab ..." runs only the named steps (short device time; name the make_* a step needs)
+# ACC_ONLY="make_m24 startup_m24_cold serve_ab ..." runs only the named steps (short device time; name the make_* a step needs);
+# AB_PAIRS=5 gives serve_ab more traced / untraced pairs (default 3)
 step() {
   local name=$1 json=$2; shift 3
   if [ -n "${ACC_ONLY:-}" ] && [[ " $ACC_ONLY " != *" $name "* ]]; then echo "== skipped $name (ACC_ONLY)"; return 0; fi
@@ -69,7 +70,7 @@ wait
 
 # --- one at a time: what each number rests on (GPU to itself)
 step kernel_gemv "$ACC/kernel_gemv.json" -- "${MP[@]}" kernel gemv_split_k --model-path $M24 --launches 2 --output-dir "$ACC/ncu" --json "$ACC/kernel_gemv.json"
-step serve_ab - -- python3 benchmarks/serve_ab.py --model-path $M24 --devices gpu --pairs 3 --duration 10 --json "$ACC/serve_ab.json"
+step serve_ab - -- python3 benchmarks/serve_ab.py --model-path $M24 --devices gpu --pairs "${AB_PAIRS:-3}" --duration 10 --json "$ACC/serve_ab.json"
 step run_b32 "$ACC/run_b32.json" -- "${MP[@]}" run --model-path $M24 --devices gpu --batch-size 32 --max-new-tokens 64 --json "$ACC/run_b32.json" --raw "$ACC/run_b32_raw.json.gz"
 step startup_fp8 "$ACC/startup_fp8.json" -- "${MP[@]}" startup --model-path $FP8 --devices gpu --json "$ACC/startup_fp8.json"
 step run_fp8 "$ACC/run_fp8.json" -- "${MP[@]}" run --model-path $FP8 --devices gpu --max-new-tokens 64 --json "$ACC/run_fp8.json" --raw "$ACC/run_fp8_raw.json.gz" --html "$ACC/run_fp8.html"
