@@ -32,8 +32,6 @@ def main() -> int:
     args = ap.parse_args()
 
     from max_profile.collect.environment import detect_environment
-    from max_profile.collect.serve_recorders import ServerHandle
-    from max_profile.model import RawCapture
     from max_profile.serve import ServePlan, _new_raw, _own_tmpdir, _recorder_for, _warm_pass, free_port, serve_windows
 
     env = detect_environment(check_tools=False)
@@ -48,18 +46,12 @@ def main() -> int:
         if plan.warm:
             _warm_pass(plan, tmp, 900, progress)
         recorder, dest = _recorder_for(plan, env, tmp, None, 900, progress, None)
-        callback_s: dict[int, float] = {}
-        read_window = recorder.read
-
-        def read_and_time(raw_: RawCapture, index: int, span: tuple[int, int], server: ServerHandle) -> None:
-            """The seconds CUPTI's thread spent in the recorder's buffer callbacks, per traced window."""
-            before = raw_.tracer_callback_s or 0.0
-            read_window(raw_, index, span, server)
-            callback_s[index] = (raw_.tracer_callback_s or 0.0) - before
-
-        recorder.read = read_and_time  # type: ignore[method-assign, assignment]
         raw = serve_windows(plan, recorder, _new_raw(plan, env, []), tmp, 900, progress, dest, record=lambda w: w in traced_windows)
     from max_profile.analyze.load import server_metrics
+
+    # the seconds CUPTI's thread spent in the worker recorder's buffer callbacks, per traced window
+    coverage = getattr(recorder, "coverage", {})
+    callback_s = {i: c.callback_s for i, c in coverage.items() if c.callback_s is not None}
 
     windows: list[dict[str, Any]] = []
     for i, w in enumerate(raw.load_windows, 1):

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from max_profile.collect import serve_profilers as sp
 from max_profile.collect.recorders import ops_in_window
-from max_profile.collect.worker_protocol import WorkerHook
+from max_profile.collect.worker_protocol import WindowCoverage, WorkerHook
 from max_profile.errors import CaptureError, MaxProfileError, ToolMissingError, TraceFormatError
 from max_profile.model import KernelTable, RawCapture, Unavailable
 from max_profile.util.procs import run_bounded
@@ -97,6 +97,8 @@ class WorkerKernelRecorder(UtilizationRecorder):
         self.tmp = tmp
         self._hook_window: dict[int, int] = {}
         """Server window -> the hook's window number (the hook counts only windows that were recorded)."""
+        self.coverage: dict[int, WindowCoverage] = {}
+        """Server window -> what the worker recorded of it (CUPTI callback seconds among it), as read back."""
         self.nvtx_template: str | None = None
         self.extra: dict[str, str] = {}
         self.hook: WorkerHook | None = None
@@ -142,6 +144,8 @@ class WorkerKernelRecorder(UtilizationRecorder):
         raw.ranges = [*raw.ranges, *ranges]
         if self.hook is not None and window in self._hook_window:
             kernels, coverage = self.hook.read(self._hook_window[window], span, server.alive)
+            if coverage is not None:
+                self.coverage[window] = coverage
             if kernels is not None and len(kernels):
                 raw.kernels = KernelTable.concat([raw.kernels, kernels])
                 raw.kernel_source = "cupti (model worker" + (coverage.describe() if coverage else "") + ")"
