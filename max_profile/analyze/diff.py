@@ -199,11 +199,15 @@ STARTUP_MIN_PHASE_S = 0.5
 """Start-up phases shorter than this in both runs are left out of a diff."""
 
 
+def _phase_seconds(a: StartupProfile, b: StartupProfile) -> dict[str, tuple[float, float]]:
+    """Each phase name of either start-up (first seen first) -> its seconds in a and in b (0 where absent)."""
+    names = dict.fromkeys([p.name for p in a.phases] + [p.name for p in b.phases])
+    return {n: (sum(p.seconds for p in a.phases if p.name == n), sum(p.seconds for p in b.phases if p.name == n)) for n in names}
+
+
 def _startup_lines(a: StartupProfile, b: StartupProfile, fail_above_pct: float, alpha: float) -> list[DiffLine]:
     lines = [_line("start-up to first token", "s", [a.total_s], [b.total_s], fail_above_pct, alpha, tested=False)]
-    for name in dict.fromkeys([p.name for p in a.phases] + [p.name for p in b.phases]):
-        sa = sum(p.seconds for p in a.phases if p.name == name)
-        sb = sum(p.seconds for p in b.phases if p.name == name)
+    for name, (sa, sb) in _phase_seconds(a, b).items():
         if max(sa, sb) >= STARTUP_MIN_PHASE_S:
             lines.append(_line(f"start-up: {name}", "s", [sa], [sb], fail_above_pct, alpha, tested=False))
     return lines
@@ -219,8 +223,7 @@ def startup_verdicts(a: StartupProfile, b: StartupProfile, max_a: str | None = N
         changed.append(f"MAX {max_a} -> {max_b}")
     if changed:
         out.append("compile key changed: " + "; ".join(changed))
-    moves = {n: sum(p.seconds for p in b.phases if p.name == n) - sum(p.seconds for p in a.phases if p.name == n)
-             for n in dict.fromkeys([p.name for p in a.phases] + [p.name for p in b.phases])}
+    moves = {n: sb - sa for n, (sa, sb) in _phase_seconds(a, b).items()}
     if moves:
         name, delta = max(moves.items(), key=lambda kv: abs(kv[1]))
         if abs(delta) >= STARTUP_MIN_PHASE_S:
