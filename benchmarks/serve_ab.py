@@ -1,10 +1,14 @@
 """The serve worker's tracer cost, A/B on one server: windows with the CUPTI recorder in the model worker and without it,
 alternating, same server, same load (``max-profile serve --mode kernels``'s recorder, MAX's defaults: device graphs on).
 
-    python benchmarks/serve_ab.py --model-path DIR [--devices gpu] [--pairs 3] [--duration 10] [--json out.json]
+    python benchmarks/serve_ab.py --model-path DIR [--devices gpu] [--pairs 3] [--duration 10] [--settle S] [--json out.json]
 
 A pair is one traced and one untraced window back to back (the order flips every pair); the ratio of streamed tokens/s
 traced / untraced is reported per pair, with every window, the median and the spread, and the host's load per window.
+Per window also: the inter-token gaps inside it (p50 / p99 / max: a stall shows as a few long gaps, a slower decode step
+as a higher median) and the tokens of each second (a start-up cost shows in the first ones). A traced window opens once
+the worker's recording runs plus ``--settle`` seconds (the recorder's own ``settle_s`` by default; 0 measures CUPTI's
+first launches after its enable inside the window).
 Comparing two servers instead (one per mode) adds the spread between server starts (one earlier pair: 0.914, the other 1.05).
 """
 
@@ -20,6 +24,52 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
+def token_times(requests: list[Any]) -> list[int]:
+    """Host times (ns) each streamed token arrived, from each request's TTFT and inter-token gaps."""
+    times: list[int] = []
+    for r in requests:
+        if r.ttft_ms is None:
+            continue
+        t = r.started_ns + r.ttft_ms * 1e6
+        times.append(int(t))
+        for gap in r.itl_ms:
+            t += gap * 1e6
+            times.append(int(t))
+    return times
+
+
+def token_gaps(requests: list[Any], window_ns: tuple[int, int]) -> dict[str, float]:
+    """Inter-token gaps (ms) of tokens that arrived inside the window: p50, p99, max and how many exceed 3x the median
+    (a stall in the window shows as a few long gaps, a slower step as a higher median)."""
+    import numpy as np
+
+    gaps = []
+    for r in requests:
+        if r.ttft_ms is None:
+            continue
+        t = r.started_ns + r.ttft_ms * 1e6
+        for gap in r.itl_ms:
+            t += gap * 1e6
+            if window_ns[0] <= t < window_ns[1]:
+                gaps.append(gap)
+    if not gaps:
+        return {"p50": float("nan"), "p99": float("nan"), "max": float("nan"), "over_3x_median": 0, "count": 0}
+    a = np.asarray(gaps)
+    p50 = float(np.median(a))
+    return {"p50": p50, "p99": float(np.percentile(a, 99)), "max": float(a.max()), "over_3x_median": int((a > 3 * p50).sum()), "count": len(gaps)}
+
+
+def tokens_per_second(requests: list[Any], window_ns: tuple[int, int]) -> list[int]:
+    """Tokens that arrived in each whole second of the window (a start-up cost shows in the first bins)."""
+    seconds = int((window_ns[1] - window_ns[0]) // 1_000_000_000)
+    counts = [0] * seconds
+    for t in token_times(requests):
+        k = (t - window_ns[0]) // 1_000_000_000
+        if 0 <= k < seconds:
+            counts[k] += 1
+    return counts
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model-path", required=True)
@@ -29,6 +79,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--json", help="write every number here")
     ap.add_argument("--no-warm", action="store_true")
+    ap.add_argument("--settle", type=float, default=None,
+                    help="seconds of recording before a traced window opens (default: the recorder's own, WorkerKernelRecorder.settle_s)")
     args = ap.parse_args()
 
     from max_profile.collect.environment import detect_environment
@@ -46,6 +98,8 @@ def main() -> int:
         if plan.warm:
             _warm_pass(plan, tmp, 900, progress)
         recorder, dest = _recorder_for(plan, env, tmp, None, 900, progress, None)
+        if args.settle is not None:
+            recorder.settle_s = args.settle  # type: ignore[attr-defined]
         raw = serve_windows(plan, recorder, _new_raw(plan, env, []), tmp, 900, progress, dest, record=lambda w: w in traced_windows)
     from max_profile.analyze.load import server_metrics
 
@@ -66,11 +120,16 @@ def main() -> int:
         srv = server_metrics(w.metrics_before, w.metrics_after, secs)
         tg_ms = srv.batch_execution_ms_mean.get("TG") if srv is not None else None
         inside = int(((raw.kernels.start_ns >= w.window_ns[0]) & (raw.kernels.start_ns < w.window_ns[1])).sum()) if len(raw.kernels) else 0
+        gaps = token_gaps(w.requests, w.window_ns)
+        per_second = tokens_per_second(w.requests, w.window_ns)
+        start_s = coverage[i].start_s if i in coverage else None
         windows.append({"window": i, "traced": i in traced_windows, "tok_s": tokens / secs, "server_tg_ms": tg_ms, "kernels": inside,
-                        "callback_s": callback_s.get(i)})
+                        "callback_s": callback_s.get(i), "enable_s": start_s, "itl_ms": gaps, "tokens_per_second": per_second})
         print(f"window {i}: {'traced  ' if i in traced_windows else 'untraced'} {tokens / secs:8.1f} tok/s, server decode step "
               f"{'-' if tg_ms is None else f'{tg_ms:.3f}'} ms, {inside} kernels recorded"
-              + (f", {callback_s[i]:.3f} s in CUPTI buffer callbacks" if i in callback_s else ""), flush=True)
+              + (f", {callback_s[i]:.3f} s in CUPTI buffer callbacks" if i in callback_s else "")
+              + (f", CUPTI enable {1000 * start_s:.0f} ms before it" if start_s is not None else "")
+              + f"; ITL p50 {gaps['p50']:.3f} / p99 {gaps['p99']:.3f} / max {gaps['max']:.1f} ms; tokens per second {per_second}", flush=True)
     ratios = []
     for k in range(args.pairs):
         a, b = windows[2 * k], windows[2 * k + 1]
@@ -83,7 +142,7 @@ def main() -> int:
                "traced_median_tok_s": statistics.median(t), "untraced_median_tok_s": statistics.median(u),
                "traced_spread_pct": 100 * (max(t) - min(t)) / statistics.median(t), "untraced_spread_pct": 100 * (max(u) - min(u)) / statistics.median(u),
                "kernels": len(raw.kernels), "graph_kernels": int((raw.kernels.graph_id > 0).sum()) if raw.kernels.graph_id is not None else 0,
-               "tracer_callback_s": raw.tracer_callback_s, "windows": windows, "notes": raw.notes}
+               "tracer_callback_s": raw.tracer_callback_s, "settle_s": getattr(recorder, "settle_s", None), "windows": windows, "notes": raw.notes}
     print(f"median traced / untraced: {summary['median_ratio']:.4f} (pairs {', '.join(f'{r:.4f}' for r in ratios)}); "
           f"traced {summary['traced_median_tok_s']:.1f} (spread {summary['traced_spread_pct']:.1f} %), untraced {summary['untraced_median_tok_s']:.1f} "
           f"(spread {summary['untraced_spread_pct']:.1f} %); {summary['kernels']} kernels, {summary['graph_kernels']} inside graphs", flush=True)

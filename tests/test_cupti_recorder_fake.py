@@ -96,6 +96,17 @@ elif scenario == "resize":
     big = NativeCuptiCollector(buffer_bytes=4 << 20, launches=False)
     big.start(); emitted = fake.fake_emit(60000, now_cupti(), 1000, 0); k = big.stop()
     out = {"small": n_small, "emitted": emitted, "kernels": len(k), "stats": stats()}
+elif scenario == "reserve":
+    # memory faulted in before the first recording (serve's worker does it at prepare): the arrays do not grow in the
+    # window and the reserved buffers are the ones CUPTI gets
+    size = NativeCuptiCollector(launches=False).layout.kernel_dtype().itemsize
+    c = NativeCuptiCollector(buffer_bytes=1 << 20, launches=False)
+    before = c.held()
+    c.reserve(arena_bytes=30000 * size, buffers=3)
+    reserved = c.held()
+    c.start(); emitted = fake.fake_emit(20000, now_cupti(), 1000, 0); k = c.stop()
+    out = {"before": before, "reserved": reserved, "after": c.held(), "bytes": 30000 * size, "emitted": emitted, "kernels": len(k),
+           "stats": stats()}
 elif scenario == "cap":
     size = NativeCuptiCollector(launches=False).layout.kernel_dtype().itemsize
     c = NativeCuptiCollector(buffer_bytes=1 << 20, launches=False, max_bytes=1000 * size)
@@ -165,6 +176,17 @@ def test_recorder_never_hands_out_a_smaller_buffer_than_it_claims(fake_libcupti:
     assert out["stats"]["undersized"] == 0 and out["stats"]["requested"] > 5
 
 
+def test_recorder_reserves_its_memory_before_the_first_recording(fake_libcupti: Path, tmp_path: Path) -> None:
+    """reserve() grows the kernel array and fills the free list ahead: the recording that follows neither grows the array
+    nor allocates buffers beyond what it needs past the reserved ones, and records everything."""
+    out = run_child(fake_libcupti, "reserve", tmp_path)
+    assert out["before"] == [0, 0] and out["reserved"] == [out["bytes"], 3]
+    assert out["emitted"] == 20000 and out["kernels"] == 20000 and out["stats"]["undersized"] == 0
+    assert out["after"][0] == out["bytes"]  # 20,000 records fit the reserved 30,000: the array never grew
+    # the first requests took the three reserved buffers; completed ones went back to the list and were reused
+    assert out["stats"]["requested"] >= 3 and out["after"][1] >= 3
+
+
 def test_recorder_caps_its_arrays_and_counts_the_rest(fake_libcupti: Path, tmp_path: Path) -> None:
     out = run_child(fake_libcupti, "cap", tmp_path)
     assert out["emitted"] == 3000 and out["kernels"] == 1000 and out["dropped"] == 2000
@@ -174,3 +196,60 @@ def test_recorder_backs_off_from_another_cupti_client_and_names_it(fake_libcupti
     out = run_child(fake_libcupti, "busy", tmp_path)
     assert out["raised"] is not None and "Nsight Systems 2025.3" in out["raised"] and "backs off" in out["raised"]
     assert out["kernels_after_release"] == 10 and out["recorded_after_release"] == 10
+
+
+WORKER = r"""
+import ctypes, os, sys, time
+fake = ctypes.CDLL(sys.argv[1])  # mapped under a name holding "libcuda.so": the hook takes this process for a CUDA one
+fake.fake_emit.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32]
+folder = sys.argv[2]
+open(os.path.join(folder, "loaded"), "w").close()
+while not os.path.exists(os.path.join(folder, "done")):  # a model worker launching kernels all the time
+    fake.fake_emit(200, time.monotonic_ns(), 1000, 0)
+    time.sleep(0.002)
+"""
+
+
+def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: Path, tmp_path: Path) -> None:
+    """The serve worker hook (collect/worker_hook/sitecustomize.py) in a real child process, over the FAKE libcupti: it
+    reserves its memory at prepare, says when each window's recording runs (so the controller opens the window after
+    CUPTI's enable), and writes each window's kernels and coverage (the enable's seconds among it)."""
+    import time
+
+    from max_profile.collect.worker_protocol import WorkerHook
+
+    as_cuda = tmp_path / "libcuda.so.fake-cupti"  # the FAKE library again, named so the hook's libcuda check passes
+    shutil.copy(fake_libcupti, as_cuda)
+    hook = WorkerHook(tmp_path / "hook")
+    env = {**os.environ, **hook.env(None, launches=False), "MAX_PROFILE_LIBCUPTI": str(as_cuda), "MAX_PROFILE_CACHE": str(tmp_path / "cache")}
+    env.pop("MAX_PROFILE_CUPTI_RING_LIB", None)
+    worker = subprocess.Popen([sys.executable, "-c", WORKER, str(as_cuda), str(hook.folder)], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        alive = lambda: worker.poll() is None  # noqa: E731
+        deadline = time.monotonic() + 60
+        while not (hook.folder / "loaded").exists() and alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "CUPTI ready in process" in hook.prepare(alive, timeout_s=120)
+        for window in (1, 2):
+            hook.start(window)
+            assert hook.wait_started(window, alive, timeout_s=30)
+            span_start = time.perf_counter_ns()
+            time.sleep(0.3)
+            span = (span_start, time.perf_counter_ns())
+            hook.stop(window)
+            kernels, coverage = hook.read(window, span, alive, timeout_s=60)
+            assert kernels is not None and coverage is not None
+            # recording ran before the window opened: the whole window is covered, the enable's time is said
+            assert coverage.covered_s == pytest.approx(coverage.window_s, abs=1e-6) and coverage.start_s is not None and coverage.start_s >= 0
+            assert "CUPTI enable" in coverage.describe()
+            assert len(kernels) > 100 and kernels.start_ns.min() >= span[0] and kernels.start_ns.max() <= span[1]
+        assert not hook.wait_started(3, alive, timeout_s=0.2)  # no start-3 asked: the wait gives up and says so
+    finally:
+        hook.quit()
+        (hook.folder / "done").touch()
+        try:
+            worker.wait(timeout=30)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+    assert worker.returncode == 0, worker.stderr.read() if worker.stderr else ""

@@ -83,6 +83,9 @@ step run_custom "$ACC/run_custom.json" -- "${MP[@]}" run --model-path $CUSTOM --
 step serve_nsys "$ACC/serve_nsys.json" -- "${MP[@]}" serve --model-path $M24 --mode nsys --no-warm --yes --artifacts-dir "$ACC/nsys" --json "$ACC/serve_nsys.json"
 step run_off "$ACC/run_off.json" -- "${MP[@]}" run --model-path $M24 --devices gpu --kernels off --json "$ACC/run_off.json"
 step run_nvtx "$ACC/run_nvtx.json" -- "${MP[@]}" run --model-path $M24 --devices gpu --kernels nvtx-log --json "$ACC/run_nvtx.json"
+# the same A/B with the traced windows opened right after the worker's recording runs (no settle): CUPTI's first launches
+# after its enable inside the window, as measured against the default settle above
+step serve_ab_settle0 - -- python3 benchmarks/serve_ab.py --model-path $M24 --devices gpu --pairs 3 --duration 10 --settle 0 --json "$ACC/serve_ab_settle0.json"
 rm -rf "$ACC/ncu"/*.ncu-rep "$ACC/nsys"/*.nsys-rep "$ACC/nsys"/*.sqlite 2>/dev/null  # big; their readings are in the reports
 column -t -s $'\t' "$TABLE" | cut -c1-220
 pack

@@ -36,6 +36,10 @@ KERNEL_RECORD_STRUCTS = ("CUpti_ActivityKernel10", "CUpti_ActivityKernel9")
 DEFAULT_BUFFER_BYTES = 16 << 20
 DEFAULT_MAX_BYTES = 4 << 30
 """Recorded arrays are capped here (about 18M kernel records); records past it are counted as dropped."""
+RESERVE_ARENA_BYTES = 128 << 20
+RESERVE_BUFFERS = 4
+"""What :meth:`NativeCuptiCollector.reserve` faults in ahead: about 600k kernel records and four activity buffers
+(192 MB of the process's memory in all, held until it ends)."""
 
 
 class CuptiBusy(CaptureError):
@@ -119,6 +123,8 @@ def _bind(path: str) -> Any:
     for name in ("mp_error", "mp_holder"):
         getattr(lib, name).restype = ctypes.c_char_p
     lib.mp_callback_name.restype = ctypes.c_char_p
+    lib.mp_reserve.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_size_t]
+    lib.mp_held.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_int)]
     lib.mp_callback_name.argtypes = [ctypes.c_int, ctypes.c_uint32]
     return lib
 
@@ -173,6 +179,19 @@ class NativeCuptiCollector:
         c = int(self._lib.mp_timestamp())
         h1 = time.perf_counter_ns()
         return (h0 + h1) // 2, c
+
+    def reserve(self, arena_bytes: int = RESERVE_ARENA_BYTES, buffers: int = RESERVE_BUFFERS) -> None:
+        """Fault in the record arrays and a few activity buffers now (``serve``'s worker does it before its first window):
+        otherwise the first recording grows its arrays and touches fresh pages inside CUPTI's callbacks (the H200's
+        first serve window spent ~6x the callback time of later ones)."""
+        if self._lib.mp_reserve(arena_bytes, buffers, self._buffer_bytes) != 0:
+            raise CaptureError(f"could not set aside {arena_bytes >> 20} MB for kernel records and {buffers} CUPTI buffers")
+
+    def held(self) -> tuple[int, int]:
+        """The kernel array's capacity (bytes) and the free activity buffers kept between recordings."""
+        cap, n = ctypes.c_size_t(), ctypes.c_int()
+        self._lib.mp_held(ctypes.byref(cap), ctypes.byref(n))
+        return cap.value, n.value
 
     def start(self) -> None:
         self._lib.mp_clear()

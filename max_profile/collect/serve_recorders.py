@@ -102,6 +102,7 @@ class WorkerKernelRecorder(UtilizationRecorder):
         self.nvtx_template: str | None = None
         self.extra: dict[str, str] = {}
         self.hook: WorkerHook | None = None
+        self._alive: Callable[[], bool] = lambda: True
         if profiling != "off":
             from max_profile.collect.nvtx_log import build_injection_library
 
@@ -126,13 +127,22 @@ class WorkerKernelRecorder(UtilizationRecorder):
         return dict(self.extra)
 
     def ready(self, server: ServerHandle, progress: Progress) -> None:
+        self._alive = server.alive
         if self.hook is not None:
             progress(self.hook.prepare(server.alive))
 
+    settle_s = 0.5
+    """Load under recording before the window opens: CUPTI's enable and whatever it sets up on the next launches
+    (device graphs included) fall before the measured window, not in it."""
+
     def start(self, window: int, progress: Progress) -> None:
+        """Start the worker's recording and return once it runs (plus ``settle_s``), so the window measures it steady."""
         if self.hook is not None:
             self._hook_window[window] = len(self._hook_window) + 1
             self.hook.start(self._hook_window[window])
+            if not self.hook.wait_started(self._hook_window[window], self._alive):
+                progress("the model worker had not started recording after 10 s; the window opens anyway (its coverage says how much was recorded)")
+            time.sleep(self.settle_s)
 
     def stop(self, window: int, progress: Progress) -> None:
         if self.hook is not None and window in self._hook_window:

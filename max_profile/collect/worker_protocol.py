@@ -3,7 +3,8 @@ worker, driven through files in one folder (no socket, nothing the server itself
 
     hook = WorkerHook(folder)                     # the server starts with hook.env() in its environment
     line = hook.prepare(server_alive)             # after /health: the worker imports CUPTI now, not in the window
-    hook.start(1); ...; hook.stop(1)              # one window (several per server: 2, 3, ...)
+    hook.start(1); hook.wait_started(1, alive)    # one window (several per server: 2, 3, ...): open it once recording runs
+    ...; hook.stop(1)
     kernels, coverage = hook.read(1, window)      # its kernels (host clock), how much of it was recorded
     hook.quit()                                   # the hook threads end
 """
@@ -33,6 +34,8 @@ class WindowCoverage:
     api_records: int
     collector: str
     notes: tuple[str, ...] = ()
+    start_s: float | None = None
+    """Seconds CUPTI's enable took in the worker (subscribe, activity on), spent before the window opened."""
 
     def describe(self) -> str:
         text = f", recorded {self.covered_s:.1f} of {self.window_s:.1f} s"
@@ -42,6 +45,8 @@ class WindowCoverage:
             text += ", cupti-python per-record callbacks"
         if self.callback_s is not None:
             text += f", {self.callback_s:.2f} s in CUPTI callbacks for {self.api_records} API records"
+        if self.start_s is not None:
+            text += f", CUPTI enable {1000 * self.start_s:.0f} ms before the window"
         return text
 
 
@@ -85,6 +90,21 @@ class WorkerHook:
     def start(self, window: int) -> None:
         (self.folder / f"start-{window}").touch()
 
+    def wait_started(self, window: int, alive: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+        """Wait until every process that answered ready has started recording window ``window`` (or said it cannot);
+        False when one had not within ``timeout_s`` (or the server died): the window then opens without waiting longer."""
+        ready = {p.name.removeprefix("ready-") for p in self.folder.glob("ready-*")}
+        deadline = time.monotonic() + timeout_s
+        while ready and alive():
+            answered = {p.name.split("-")[1] for p in self.folder.glob(f"started-*-{window}")}
+            answered |= {p.name.split("-")[1].removesuffix(".txt") for p in self.folder.glob("unavailable-*.txt")}
+            if ready <= answered:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        return not ready
+
     def stop(self, window: int) -> None:
         (self.folder / f"stop-{window}").touch()
 
@@ -119,8 +139,9 @@ class WorkerHook:
                 covered = (min(int(c["stopped_ns"]), span[1]) - max(int(c["started_ns"]), span[0])) / 1e9
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            callback = c.get("callback_s")
-            return WindowCoverage(covered_s=covered, window_s=(span[1] - span[0]) / 1e9, dropped=int(c.get("dropped") or 0),
+            callback, start = c.get("callback_s"), c.get("start_s")
+            return WindowCoverage(start_s=float(start) if isinstance(start, (int, float)) else None,
+                                  covered_s=covered, window_s=(span[1] - span[0]) / 1e9, dropped=int(c.get("dropped") or 0),
                                   callback_s=float(callback) if isinstance(callback, (int, float)) else None, api_records=int(c.get("api_records") or 0),
                                   collector=str(c.get("collector", "")), notes=tuple(str(n) for n in c.get("notes", [])))
         return None

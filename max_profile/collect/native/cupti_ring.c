@@ -212,6 +212,52 @@ static int keep_launch_calls_only(void) {
     return kept;
 }
 
+static void set_buffer_bytes(size_t bytes) {
+    if (bytes != S.buffer_bytes) { /* free buffers of another size must not be handed out as this size */
+        pthread_mutex_lock(&S.free_lock);
+        while (S.n_free > 0) free(S.free_buffers[--S.n_free]);
+        pthread_mutex_unlock(&S.free_lock);
+    }
+    S.buffer_bytes = bytes;
+}
+
+/* Fault in memory before recording: the kernel array grown to arena_bytes (and the launch array to an eighth of it)
+ * and `buffers` activity buffers of buffer_bytes on the free list, every page touched. A first recording then neither
+ * grows its arrays nor faults in fresh pages inside CUPTI's callbacks. 0, or -1 when memory ran out. */
+int mp_reserve(size_t arena_bytes, int buffers, size_t buffer_bytes) {
+    int rc = 0;
+    pthread_mutex_lock(&S.lock);
+    arena_t *arenas[2] = {&S.kernels, &S.apis};
+    size_t want[2] = {arena_bytes, arena_bytes / 8};
+    for (int i = 0; i < 2; i++) {
+        arena_t *a = arenas[i];
+        if (a->cap < want[i]) {
+            char *grown = realloc(a->data, want[i]);
+            if (!grown) { rc = -1; continue; }
+            a->data = grown;
+            a->cap = want[i];
+        }
+        memset(a->data + a->len, 0, a->cap - a->len);
+    }
+    pthread_mutex_unlock(&S.lock);
+    set_buffer_bytes(buffer_bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : buffer_bytes);
+    pthread_mutex_lock(&S.free_lock);
+    while (S.n_free < buffers && S.n_free < 64) {
+        uint8_t *b = NULL;
+        if (posix_memalign((void **)&b, 8, S.buffer_bytes) != 0) { rc = -1; break; }
+        memset(b, 0, S.buffer_bytes);
+        S.free_buffers[S.n_free++] = b;
+    }
+    pthread_mutex_unlock(&S.free_lock);
+    return rc;
+}
+
+/* What is held between recordings: the kernel array's capacity in bytes and the buffers on the free list. */
+void mp_held(size_t *kernel_cap, int *free_buffers) {
+    *kernel_cap = S.kernels.cap;
+    *free_buffers = S.n_free;
+}
+
 /* Start recording. launches: also record launch API calls (launch time and thread per kernel); max_bytes caps
  * the recorded arrays (records past it are counted as dropped).
  * Returns 0, or 1 when another CUPTI client holds the process (mp_holder() names it), or -1 on error. */
@@ -245,13 +291,7 @@ int mp_start(size_t buffer_bytes, int launches, size_t max_bytes) {
         return -1;
     }
     S.subscribed = S.subscribe2 || S.subscribe;
-    size_t bytes = buffer_bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : buffer_bytes;
-    if (bytes != S.buffer_bytes) { /* free buffers of another size must not be handed out as this size */
-        pthread_mutex_lock(&S.free_lock);
-        while (S.n_free > 0) free(S.free_buffers[--S.n_free]);
-        pthread_mutex_unlock(&S.free_lock);
-    }
-    S.buffer_bytes = bytes;
+    set_buffer_bytes(buffer_bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : buffer_bytes);
     S.max_bytes = max_bytes;
     S.launches = launches;
     /* registered at every start: another recorder of this process may have registered its own since */

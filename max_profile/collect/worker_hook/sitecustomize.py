@@ -7,7 +7,8 @@ follows files that max_profile creates in that folder:
 - ``prepare`` (after /health answers): a process without the CUDA driver loaded writes
   ``skipped-<pid>.txt`` and ends the hook; the others import CUPTI and write ``ready-<pid>``
   (or ``unavailable-<pid>.txt`` with the reason), so the import is done before the window;
-- ``start-N`` / ``stop-N`` (N = 1, 2, ...: one server, several windows): kernels are recorded in between,
+- ``start-N`` / ``stop-N`` (N = 1, 2, ...: one server, several windows): kernels are recorded in between;
+  ``started-<pid>-N`` (the seconds CUPTI's enable took) says recording runs, so the window opens after it;
   then written as ``kernels-<pid>-N.json`` (a KernelTable as JSON, host perf_counter clock) with
   ``coverage-<pid>-N.json`` (when the recording really ran, records CUPTI dropped, its callback time);
 - ``quit``: the hook ends (a process that never saw ``prepare`` too).
@@ -61,33 +62,41 @@ def _watch(folder: str) -> None:
     except Exception as exc:  # noqa: BLE001 - no CUPTI in this process: say so once
         _write(os.path.join(folder, f"unavailable-{pid}.txt"), f"{type(exc).__name__}: {exc}\n")
         return
+    reserve = getattr(collector, "reserve", None)
+    if reserve is not None:  # fault in the recorder's memory now, not inside the first window (see NativeCuptiCollector.reserve)
+        reserve()
     _write(os.path.join(folder, f"ready-{pid}"), "")
     window = 0
     while True:
         window += 1
         if not _wait_for(os.path.join(folder, f"start-{window}"), quit_, 0.01):
             return
+        t0 = time.perf_counter_ns()
         try:
             collector.start()
         except Exception as exc:  # noqa: BLE001 - e.g. another CUPTI client holds this process: say why, record nothing
             _write(os.path.join(folder, f"unavailable-{pid}.txt"), f"{type(exc).__name__}: {exc}\n")
             return
         started = time.perf_counter_ns()
+        # the controller opens its window only after this file: CUPTI's enable (subscribe, activity on) stays outside it
+        _write(os.path.join(folder, f"started-{pid}-{window}"), f"{(started - t0) / 1e9:.6f}\n")
         _wait_for(os.path.join(folder, f"stop-{window}"), None, 0.02)
         stopped = time.perf_counter_ns()
         kernels = collector.stop()
         window_notes = list(notes)
         if getattr(collector, "unfinished", 0):
             window_notes.append(f"CUPTI: {collector.unfinished} kernel(s) were still running when the window closed (no end time): left out")
-        _dump(folder, pid, window, kernels, collector, started, stopped, window_notes)
+        _dump(folder, pid, window, kernels, collector, t0, started, stopped, window_notes)
 
 
-def _dump(folder: str, pid: int, window: int, kernels: object, collector: object, started: int, stopped: int, notes: list[str]) -> None:
+def _dump(folder: str, pid: int, window: int, kernels: object, collector: object, enable_ns: int, started: int, stopped: int,
+          notes: list[str]) -> None:
     """``coverage-<pid>-<window>.json`` then ``kernels-<pid>-<window>.json`` (a KernelTable), each written whole or not at all."""
     import json
 
     coverage = {"started_ns": started, "stopped_ns": stopped, "dropped": getattr(collector, "dropped", 0),
                 "callback_s": getattr(collector, "callback_s_before_stop", None), "api_records": getattr(collector, "api_records", 0),
+                "start_s": (started - enable_ns) / 1e9,
                 "api_filter": getattr(collector, "api_filter", ""), "notes": notes, "stop_s": getattr(collector, "stop_s", None),
                 "collector": type(collector).__name__, "kernels": len(kernels)}  # type: ignore[arg-type]
     # coverage first: the kernels file appearing is what the controller waits for
