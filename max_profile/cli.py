@@ -399,7 +399,8 @@ def cmd_serve(args: argparse.Namespace, progress: Progress) -> int:
     devices = resolve_devices(args.devices, vendor)
     plan = ServePlan(model_path=args.model_path, devices=devices, mode=args.mode, duration_s=args.duration, vendor=vendor,
                      port=args.port or free_port(), metrics_port=args.metrics_port or free_port(),
-                     custom_architectures=list(args.custom_architectures or []), extra_args=extra, warm=not args.no_warm, max_tokens=args.max_tokens,
+                     custom_architectures=list(args.custom_architectures or []), extra_args=extra, warm=not args.no_warm, reference=not args.no_reference,
+                     max_tokens=args.max_tokens,
                      profiling_mode=args.profiling_mode, concurrency=list(args.concurrency), slo_ms=dict(args.slo))
     print("max-profile serve plan:\n" + plan.describe(), file=sys.stderr)
 
@@ -666,6 +667,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profiling-mode", choices=["auto", "on", "detailed", "off"], default="auto",
                    help="MODULAR_ENABLE_PROFILING for the kernel modes (auto: on, unless MAX cannot use NVTX on this GPU)")
     p.add_argument("--no-warm", action="store_true", help="skip the warm pass (the compile cache is already filled)")
+    p.add_argument("--no-reference", action="store_true",
+                   help="kernels mode on NVIDIA: skip the untraced reference window run first (it measures the recorder's cost on this server)")
     p.add_argument("--ready-timeout", type=float, default=READY_TIMEOUT_S, help="seconds allowed until /health answers 200")
     p.add_argument("--artifacts-dir", help="keep the server log (and captures) here")
     p.add_argument("--yes", "-y", action="store_true", help="start without asking")

@@ -644,6 +644,10 @@ class LoadWindow(msgspec.Struct, frozen=True):
     requests: list[RequestRecord] = []
     metrics_before: MetricsScrape | None = None
     metrics_after: MetricsScrape | None = None
+    traced: bool | None = None
+    """Whether the kernel recorder ran in this window (``serve --mode kernels``); None where no recorder takes part."""
+    reference: bool = False
+    """The untraced window ``serve --mode kernels`` runs first as the recorder's yardstick (not a load level)."""
 
 
 class ServeRun(msgspec.Struct, frozen=True):
@@ -732,6 +736,27 @@ class DeviceBreakdown(msgspec.Struct, frozen=True):
     families: list[FamilyRow]
 
 
+class GpuWaits(msgspec.Struct, frozen=True):
+    """Where the GPU waited for work inside the capture window: gaps between one kernel's end and the next one's start
+    (overlaps merged, the busiest device) of at least ``min_gap_us`` and under ``max_gap_ms``; longer ones (a server
+    waiting for requests, a pause between steps) are counted apart. A gap that ends at a kernel inside a device graph is
+    the host launching that graph late: the kernels themselves are not slower. Equivalent: the idle stretches between
+    kernels in ``nsys``'s CUDA GPU trace row."""
+
+    min_gap_us: float
+    max_gap_ms: float
+    gaps: int
+    waited_ms: float
+    waited_pct: float
+    """Of the capture window."""
+    before_graph_gaps: int
+    before_graph_ms: float
+    before_graph_pct: float
+    gap_p50_us: float | None
+    longer_gaps: int
+    longer_ms: float
+
+
 class KernelBreakdown(msgspec.Struct, frozen=True, tag=True):
     """Where the GPU time went: families and kernels, overall, per phase and per step."""
 
@@ -768,6 +793,8 @@ class KernelBreakdown(msgspec.Struct, frozen=True, tag=True):
     tracer_overhead_pct: float | None = None
     """Share of the capture window the in-process kernel tracer spent in its buffer callbacks
     (holding the profiled process's GIL); None when the trace was collected outside the process."""
+    gpu_waits: GpuWaits | None = None
+    """Gaps where the GPU waited for work (see :class:`GpuWaits`)."""
 
 
 class FamilyRoofline(msgspec.Struct, frozen=True):
@@ -954,6 +981,30 @@ class LoadLevel(msgspec.Struct, frozen=True):
     server: ServerMetrics | None = None
 
 
+class TracerCost(msgspec.Struct, frozen=True):
+    """What the kernel recorder cost a served model, measured on the same server: the untraced reference window that
+    ``serve --mode kernels`` runs first against the first recorded window at the same concurrency.
+
+    Tokens/s is what the client streamed; the decode step is the server's own mean TG batch execution time (its
+    /metrics). Equivalent: ``serve --mode utilization`` and ``serve --mode kernels`` side by side on one server."""
+
+    concurrency: int
+    reference_tok_s: float
+    traced_tok_s: float
+    throughput_ratio: float | None
+    """Recorded / untraced tokens per second (1.0: no cost)."""
+    reference_decode_step_ms: float | None = None
+    traced_decode_step_ms: float | None = None
+    reference_itl_p50_ms: float | None = None
+    traced_itl_p50_ms: float | None = None
+
+    @property
+    def decode_step_change_pct(self) -> float | None:
+        if not self.reference_decode_step_ms or self.traced_decode_step_ms is None:
+            return None
+        return 100.0 * (self.traced_decode_step_ms / self.reference_decode_step_ms - 1.0)
+
+
 class ServeSummary(msgspec.Struct, frozen=True):
     """What a `max-profile serve` capture measured from the client side, and how the server ran."""
 
@@ -1070,6 +1121,8 @@ class Report(msgspec.Struct):
     """The server's own metrics over the (last) window of a serve / attach capture."""
     load_levels: list[LoadLevel] = []
     """A concurrency sweep, one entry per level (``--concurrency 1,4,16``)."""
+    tracer_cost: TracerCost | None = None
+    """``serve --mode kernels``: the recorder's cost on this server, against its untraced reference window."""
     slo_ms: dict[str, float] = {}
     next_measurement: str | None = None
     """The next, costlier measurement the escalation plan proposes (exact command, in the capture's interface), if any."""

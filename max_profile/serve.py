@@ -120,6 +120,9 @@ class ServePlan:
     vendor: str = "none"
     """The GPU vendor here: on NVIDIA the kernel modes keep MAX's device graphs (CUPTI and nsys record each kernel
     inside them); elsewhere they are turned off, as MAX's op ranges and rocprof's trace would hide graph replays."""
+    reference: bool = True
+    """Kernels mode: one untraced window first, at the first concurrency level and as long as the others, so the report
+    says what the recorder cost this server (tokens/s and the server's own decode step, recorded against not)."""
     profiling_mode: str = "auto"
     """MODULAR_ENABLE_PROFILING in the kernel modes: ``on`` carries MAX's scheduler ranges (the phases; it shares
     the compile cache with ``max-profile run --kernels nvtx-log``); ``detailed`` adds Python spans (another compile);
@@ -131,6 +134,10 @@ class ServePlan:
         if self.profiling_mode != "auto":
             return self.profiling_mode
         return "on" if max_profiling_usable(self.devices) else "off"
+
+    def reference_window(self) -> bool:
+        """Whether an untraced reference window runs before the recorded ones (kernels mode, unless ``--no-reference``)."""
+        return self.reference and self.mode == "kernels"
 
     def serve_command(self) -> list[str]:
         cmd = [*max_command(), "serve", "--model-path", self.model_path, "--devices", self.devices, "--host", "127.0.0.1", "--port", str(self.port)]
@@ -163,6 +170,8 @@ class ServePlan:
         ]
         if self.warm:
             lines.append("warm pass    " + " ".join(self.warm_command()))
+        if self.reference_window() and self.vendor == "nvidia":  # CUPTI in the worker: switched per window
+            lines.append(f"reference    one {self.duration_s:g} s window without the recorder first: its cost on this server (--no-reference skips it)")
         if self.mode == "nsys":
             lines.append("server       nsys launch --session-new=max-profile-<pid>-<random> --trace=cuda,nvtx --cuda-graph-trace=node "
                          + " ".join(self.serve_command()))
@@ -374,10 +383,14 @@ def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp
         progress(f"/health 200 after {ready_s:.1f} s; load and {plan.duration_s:g} s capture window"
                  + (f" per level ({', '.join(map(str, plan.concurrency))})" if len(plan.concurrency) > 1 else ""))
         recorder.ready(server, progress)
-        for index, concurrency in enumerate(plan.concurrency, 1):
-            window = _Window(plan, concurrency, metrics_url)
+        # (concurrency, reference): the untraced reference window first, before the recorder ever ran in this server
+        reference_first = plan.reference_window() and recorder.switched_per_window
+        schedule = ([(plan.concurrency[0], True)] if reference_first else []) + [(c, False) for c in plan.concurrency]
+        index = 0
+        for concurrency, reference in schedule:
+            traced = False if reference else record(index := index + 1)
+            window = _Window(plan, concurrency, metrics_url, traced=traced if recorder.mode == "kernels" else None, reference=reference)
             windows.append(window)
-            traced = record(index)
             window.start_load(ahead=recorder.mode != "rocprof")  # rocprof's period opens by the clock; the load runs before it
             if traced:
                 recorder.start(index, progress)
@@ -387,7 +400,9 @@ def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp
             if traced:
                 recorder.stop(index, progress)
             window.finish()
-            if len(plan.concurrency) > 1:
+            if reference:
+                progress(f"reference window, recorder off (concurrency {concurrency}): {window.summary()}")
+            elif len(plan.concurrency) > 1:
                 progress(f"window {index} (concurrency {concurrency}{', recorded' if traced else ''}): {window.summary()}")
             if traced and not reads_after_teardown(recorder):
                 recorder.read(raw, index, window.span, server)
@@ -438,9 +453,10 @@ def _finish_raw(raw: RawCapture, plan: ServePlan, windows: list[_Window], ready_
     assert raw.serve is not None
     raw.serve = ServeRun(mode=raw.serve.mode, port=raw.serve.port, time_to_ready_s=ready_s, commands=raw.serve.commands, server_log=log_copy)
     raw.capture.ended_unix_s = time.time()
-    raw.capture.host_load = windows[-1].load
-    raw.window_ns = (windows[0].span[0], windows[-1].span[1])
-    raw.requests = [r for w in windows for r in w.records]
+    measured = [w for w in windows if not w.reference] or windows  # the reference window is only the tracer's yardstick
+    raw.capture.host_load = measured[-1].load
+    raw.window_ns = (measured[0].span[0], measured[-1].span[1])
+    raw.requests = [r for w in measured for r in w.records]
     raw.load_windows = [w.load_window() for w in windows]
     raw.artifacts = [*raw.artifacts, *artifacts]
     for w in windows:
@@ -499,9 +515,11 @@ def _watch_window(server: ServerProcess, until: float) -> None:
 class _Window:
     """One window at one concurrency: the load around it; metrics, GPU samples and host load inside it; always torn down."""
 
-    def __init__(self, plan: ServePlan, concurrency: int, metrics_url: str | None) -> None:
+    def __init__(self, plan: ServePlan, concurrency: int, metrics_url: str | None, traced: bool | None = None, reference: bool = False) -> None:
         self.plan = plan
         self.concurrency = concurrency
+        self.traced = traced
+        self.reference = reference
         self.metrics_url = metrics_url
         self.generator = LoadGenerator("127.0.0.1", plan.port, plan.model_path, plan.prompt, plan.max_tokens, concurrency=concurrency,
                                        deadline_s=plan.duration_s + 300)
@@ -551,7 +569,7 @@ class _Window:
 
     def load_window(self) -> LoadWindow:
         return LoadWindow(concurrency=self.concurrency, window_ns=self.span, requests=list(self.records), metrics_before=self.before,
-                          metrics_after=self.after)
+                          metrics_after=self.after, traced=self.traced, reference=self.reference)
 
 
 def _keep_artifacts(tmp: Path, artifacts_dir: str | None) -> dict[str, str]:

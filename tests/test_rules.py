@@ -272,6 +272,31 @@ def test_tracer_overhead_supersedes_host_bound() -> None:
     assert "tracer-overhead" not in ids(light) and "host-bound" in ids(light)
 
 
+def test_tracer_overhead_measured_against_the_reference_window_beats_the_callback_share() -> None:
+    """serve kernels mode measures the recorder's cost against an untraced window of the same server: that number decides,
+    whatever share of the window the callbacks took. Numbers: H200 session 9, serve_ab windows 4 (untraced, 328.5 tok/s,
+    decode step 2.901 ms) and 5 (recorded, 309.7 tok/s, 3.077 ms), m24 at concurrency 1."""
+    from max_profile.model import TracerCost
+
+    low = synthetic([1.0] * 40, [[]] * 40, samples=_samples(5, 0.2, []))
+    low = msgspec.structs.replace(low, kernels=KernelTable.from_records(big().kernels.records()[:50]))
+    window_s = (low.steps[-1].end_ns - low.steps[0].start_ns) / 1e9
+    base = build_report(msgspec.structs.replace(low, tracer_callback_s=0.001 * window_s))
+    assert "tracer-overhead" not in ids(base)
+    measured = TracerCost(concurrency=1, reference_tok_s=328.5, traced_tok_s=309.7, throughput_ratio=round(309.7 / 328.5, 4),
+                          reference_decode_step_ms=2.901, traced_decode_step_ms=3.077, reference_itl_p50_ms=2.858, traced_itl_p50_ms=2.959)
+    found = {f.id: f for f in evaluate(msgspec.structs.replace(base, tracer_cost=measured))}
+    f = found["tracer-overhead"]
+    assert "5.7 %" in f.title and "2.90 → 3.08 ms" in f.title and f.evidence["decode_step_change_pct"] == 6.1
+    assert f.evidence["recorded_tok_s"] == 309.7 and f.evidence["untraced_tok_s"] == 328.5
+    # a cost under the threshold: no finding, even where the callbacks' share alone would have given one
+    heavy = build_report(msgspec.structs.replace(low, tracer_callback_s=0.387 * window_s))
+    assert "tracer-overhead" in ids(heavy)
+    cheap = msgspec.structs.replace(measured, traced_tok_s=325.0, throughput_ratio=round(325.0 / 328.5, 4))
+    assert "tracer-overhead" not in {f.id for f in evaluate(msgspec.structs.replace(heavy, tracer_cost=cheap))}
+    assert "tracer-overhead" in {f.id for f in evaluate(msgspec.structs.replace(heavy, tracer_cost=cheap), Thresholds(tracer_slowdown_pct=1.0))}
+
+
 def test_cpu_sweep_knee_names_the_batch_limit() -> None:
     """`serve --concurrency 1,2 --slo ttft=500,itl=100` on the CPU (tests/data/cpu): the tiny model's server kept one request per
     batch, so the second level queued (TTFT p90 25 -> 76 ms) for +3 % throughput."""

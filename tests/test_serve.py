@@ -333,6 +333,21 @@ def test_kernel_modes_keep_maxs_device_graphs_on_nvidia_only(tiny_model_dir: Pat
     assert "--cuda-graph-trace=node" in _plan(tiny_model_dir, mode="nsys", vendor="nvidia").describe()
 
 
+def test_reference_window_is_planned_for_kernels_mode_and_can_be_skipped(tiny_model_dir: Path) -> None:
+    """Kernels mode plans an untraced reference window (said in the plan where CUPTI records in the worker); `--no-reference`
+    and the other modes plan none."""
+    from max_profile.cli import build_parser
+
+    assert _plan(tiny_model_dir, mode="kernels").reference_window()
+    assert not _plan(tiny_model_dir, mode="kernels", reference=False).reference_window()
+    assert not any(_plan(tiny_model_dir, mode=m).reference_window() for m in ("utilization", "nsys", "rocprof"))
+    assert "reference    one 3 s window without the recorder" in _plan(tiny_model_dir, mode="kernels", vendor="nvidia").describe()
+    assert "reference" not in _plan(tiny_model_dir, mode="kernels", vendor="none").describe()  # MAX's op ranges: set at launch
+    args = build_parser().parse_args(["serve", "--model-path", str(tiny_model_dir), "--mode", "kernels", "--no-reference"])
+    assert args.no_reference is True
+    assert build_parser().parse_args(["serve", "--model-path", str(tiny_model_dir)]).no_reference is False
+
+
 def test_worker_hook_records_several_windows(tmp_path: Path) -> None:
     """The hook records window after window of one server (A/B pairs, sweeps): the controller numbers only the windows it
     records, and each window's kernels and coverage come back on their own. The stand-in worker loads a stand-in libcuda
@@ -399,3 +414,45 @@ while True: time.sleep(0.05)
         for p in (proc, idle):
             p.kill()
             p.wait()
+
+
+def test_kernels_mode_measures_the_recorder_against_an_untraced_reference_window(tiny_model_dir: Path) -> None:
+    """`serve --mode kernels` where the recorder is switched per window (CUPTI in the worker, NVIDIA): one untraced window
+    first on the same server, then the recorded one; the report gives the recorder's cost from the two and keeps the
+    reference out of the load levels and the capture window. CI has no CUPTI: a stand-in recorder (it records nothing,
+    it only counts its starts and stops) takes the worker recorder's place; the server, load and metrics are real."""
+    from max_profile.collect.environment import detect_environment
+    from max_profile.collect.serve_recorders import UtilizationRecorder
+    from max_profile.model import RawCapture
+    from max_profile.serve import _new_raw, _own_tmpdir, serve_windows
+
+    class StandInRecorder(UtilizationRecorder):  # stands in for WorkerKernelRecorder with its CUPTI hook
+        mode = "kernels"
+        switched_per_window = True
+
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def start(self, window: int, progress: object) -> None:
+            self.calls.append(f"start {window}")
+
+        def stop(self, window: int, progress: object) -> None:
+            self.calls.append(f"stop {window}")
+
+    plan = _plan(tiny_model_dir, mode="kernels", profiling_mode="off", warm=False, duration_s=3.0)
+    recorder = StandInRecorder()
+    with _own_tmpdir() as tmp:
+        raw = serve_windows(plan, recorder, _new_raw(plan, detect_environment(check_tools=False), []), tmp, 600, lambda m: None, None)
+    assert recorder.calls == ["start 1", "stop 1"]  # the reference window ran without it; the recorded one is window 1
+    reference, recorded = raw.load_windows
+    assert reference.reference and reference.traced is False and not recorded.reference and recorded.traced is True
+    assert reference.window_ns[1] <= recorded.window_ns[0] and raw.window_ns == recorded.window_ns
+    assert raw.requests and raw.requests == list(recorded.requests)  # the capture's requests are the recorded window's
+    report = build_report(RawCapture.from_json(raw.to_json()))
+    cost = report.tracer_cost
+    assert cost is not None and cost.concurrency == 1 and cost.reference_tok_s > 0 and cost.traced_tok_s > 0
+    assert cost.throughput_ratio == pytest.approx(cost.traced_tok_s / cost.reference_tok_s, rel=1e-3)
+    assert cost.reference_decode_step_ms and cost.traced_decode_step_ms  # the server's own TG batch time, per window
+    assert report.load_levels == [] and report.server_metrics is not None
+    assert report.server_metrics.window_s == pytest.approx((recorded.window_ns[1] - recorded.window_ns[0]) / 1e9, abs=0.05)
+    assert Report.from_json(report.to_json()).tracer_cost == cost

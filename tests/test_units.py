@@ -220,3 +220,28 @@ def test_stream_chunks_count_the_tokens_they_carry() -> None:
     assert chunk_tokens('{"choices":[{"text":"x"}]}') == (1, None)  # a server without token ids: one per chunk
     assert chunk_tokens('{"choices":[],"usage":{"completion_tokens":64,"prompt_tokens":9}}') == (0, 64)
     assert chunk_tokens("not json") == (1, None)
+
+
+def test_gpu_waits_counts_the_gaps_the_gpu_waited_for_the_host() -> None:
+    """Gaps between merged kernel intervals on the busiest device: under 100 µs is launch latency (not counted), 100 µs to
+    5 ms a wait (before a graph kernel: the graph launched late), longer a pause counted apart; overlaps merge."""
+    from max_profile.analyze.breakdown import gpu_waits
+    from max_profile.model import KernelRecord, KernelTable
+
+    us = 1000
+    recs = [
+        KernelRecord(name="a", start_ns=0, end_ns=100 * us),
+        KernelRecord(name="b", start_ns=50 * us, end_ns=120 * us),  # overlaps a: the busy block ends at 120 µs
+        KernelRecord(name="c", start_ns=170 * us, end_ns=200 * us),  # 50 µs after: launch latency
+        KernelRecord(name="g1", start_ns=400 * us, end_ns=500 * us, graph_id=7),  # 200 µs wait before a graph kernel
+        KernelRecord(name="g2", start_ns=505 * us, end_ns=600 * us, graph_id=7),
+        KernelRecord(name="d", start_ns=900 * us, end_ns=950 * us),  # 300 µs wait before an eager kernel
+        KernelRecord(name="e", start_ns=20_950 * us, end_ns=21_000 * us),  # 20 ms: a pause, apart
+        KernelRecord(name="other-device", start_ns=300 * us, end_ns=310 * us, device=1),  # not the busiest device
+    ]
+    w = gpu_waits(KernelTable.from_records(recs), (0, 21_000 * us), 100 * us, 5_000 * us)
+    assert w is not None
+    assert (w.gaps, w.before_graph_gaps, w.longer_gaps) == (2, 1, 1)
+    assert w.waited_ms == pytest.approx(0.5) and w.before_graph_ms == pytest.approx(0.2) and w.longer_ms == pytest.approx(20.0)
+    assert w.before_graph_pct == pytest.approx(100 * 0.2 / 21.0) and w.gap_p50_us == pytest.approx(250.0)
+    assert gpu_waits(KernelTable.from_records(recs[:1]), (0, 21_000 * us), 100 * us, 5_000 * us) is None

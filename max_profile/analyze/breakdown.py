@@ -24,6 +24,7 @@ from max_profile.analyze.families import FAMILIES, base_name, classify_kernel
 from max_profile.model import (
     DeviceBreakdown,
     FamilyRow,
+    GpuWaits,
     KernelBreakdown,
     KernelRow,
     KernelTable,
@@ -121,6 +122,30 @@ def _unknown_names(fam_idx: np.ndarray, base_idx: np.ndarray, dur: np.ndarray, n
     return [names.bases[i] for i in np.argsort(-sums, kind="stable")[:25] if sums[i] > 0]
 
 
+def gpu_waits(table: KernelTable, window: tuple[int, int] | None, min_gap_ns: int, max_gap_ns: int) -> GpuWaits | None:
+    """The GPU's waits for work in the window (see :class:`GpuWaits`): on the device with the most kernels, the gaps of
+    ``min_gap_ns`` up to ``max_gap_ns`` between the merged kernel intervals, and those ending at a kernel of a device graph."""
+    if len(table) < 2 or window is None or window[1] <= window[0]:
+        return None
+    devices, counts = np.unique(table.device, return_counts=True)
+    inside = (table.device == devices[int(np.argmax(counts))]) & (table.start_ns >= window[0]) & (table.start_ns < window[1])
+    if int(inside.sum()) < 2:
+        return None
+    order = np.argsort(table.start_ns[inside], kind="stable")
+    start, end = table.start_ns[inside][order], table.end_ns[inside][order]
+    graph = table.graph_id[inside][order] if table.graph_id is not None else np.zeros(start.size, dtype=np.int64)
+    gap = start[1:] - np.maximum.accumulate(end)[:-1]
+    counted = (gap >= min_gap_ns) & (gap < max_gap_ns)
+    before_graph = counted & (graph[1:] > 0)
+    longer = gap >= max_gap_ns
+    span = window[1] - window[0]
+    return GpuWaits(min_gap_us=min_gap_ns / 1e3, max_gap_ms=max_gap_ns / 1e6, gaps=int(counted.sum()), waited_ms=float(gap[counted].sum()) / 1e6,
+                    waited_pct=100.0 * float(gap[counted].sum()) / span, before_graph_gaps=int(before_graph.sum()),
+                    before_graph_ms=float(gap[before_graph].sum()) / 1e6, before_graph_pct=100.0 * float(gap[before_graph].sum()) / span,
+                    gap_p50_us=float(np.median(gap[counted])) / 1e3 if counted.any() else None, longer_gaps=int(longer.sum()),
+                    longer_ms=float(gap[longer].sum()) / 1e6)
+
+
 def build_breakdown(
     table: KernelTable,
     *,
@@ -131,12 +156,14 @@ def build_breakdown(
     top: int = TOP_N,
     device_graph_capture: bool | None = None,
     graph_launches: int = 0,
+    wait_gap_ns: tuple[int, int] = (100_000, 5_000_000),
 ) -> KernelBreakdown:
     """Aggregate kernels by family and name: overall, per phase, per step and per device.
 
     ``steps`` are the timeline's steps on the kernels' clock (requests only, any order);
     ``window`` is the capture window on that clock (default: from the first launch or step start
-    to the last kernel end or step end).
+    to the last kernel end or step end); ``wait_gap_ns`` the shortest and the longest gap counted as the GPU waiting
+    for the host (:func:`gpu_waits`).
     """
     valid = valid_kernels(table)
     invalid = int((~valid).sum())
@@ -212,6 +239,7 @@ def build_breakdown(
         unknown_kernel_names=_unknown_names(fam_idx, base_idx, dur, names), devices=devices, unreliable=unreliable,
         per_step=per_step, graph_kernels=graph_kernels,
         per_device=_per_device(table, fam_idx, dur, kernel_phase, ordered, window_ns) if len(devices) > 1 else [],
+        gpu_waits=gpu_waits(table, window, *wait_gap_ns),
     )
 
 

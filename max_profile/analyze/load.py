@@ -19,6 +19,7 @@ from max_profile.model import (
     MetricsScrape,
     RequestRecord,
     ServerMetrics,
+    TracerCost,
     UtilizationSample,
 )
 
@@ -179,3 +180,23 @@ def load_level(window: LoadWindow, slo: dict[str, float], samples: Sequence[Util
         goodput_rps=goodput, slo_met_pct=slo_pct, gpu_utilization_pct=round(float(np.mean(inside)), 1) if inside else None,
         server=server_metrics(window.metrics_before, window.metrics_after, secs),
     )
+
+
+def tracer_cost(windows: Sequence[LoadWindow]) -> TracerCost | None:
+    """The recorder's cost on one server: its untraced reference window against the first recorded window at the same
+    concurrency (client tokens/s, the server's mean decode step, the median inter-token gap); None without both."""
+    reference = next((w for w in windows if w.reference), None)
+    if reference is None:
+        return None
+    traced = next((w for w in windows if w.traced and not w.reference and w.concurrency == reference.concurrency), None)
+    if traced is None:
+        return None
+    ref, rec = load_level(reference, {}), load_level(traced, {})
+
+    def decode_step(level: LoadLevel) -> float | None:
+        return level.server.batch_execution_ms_mean.get("TG") if level.server is not None else None
+
+    return TracerCost(concurrency=reference.concurrency, reference_tok_s=ref.output_tok_per_s, traced_tok_s=rec.output_tok_per_s,
+                      throughput_ratio=round(rec.output_tok_per_s / ref.output_tok_per_s, 4) if ref.output_tok_per_s else None,
+                      reference_decode_step_ms=decode_step(ref), traced_decode_step_ms=decode_step(rec),
+                      reference_itl_p50_ms=ref.itl_ms.p50, traced_itl_p50_ms=rec.itl_ms.p50)

@@ -14,7 +14,7 @@ import numpy as np
 
 from max_profile.analyze.breakdown import breakdown_from_totals, build_breakdown
 from max_profile.analyze.commands import say
-from max_profile.analyze.load import load_level
+from max_profile.analyze.load import load_level, tracer_cost
 from max_profile.analyze.ncu import analyze_launch
 from max_profile.analyze.plan import next_command
 from max_profile.analyze.roofline import decode_roofline
@@ -114,7 +114,8 @@ def build_report(
         source = raw.kernel_source or "kernels"
         kernels = build_breakdown(raw.kernels, source=source, steps=timeline.steps, step_source=timeline.source,
                                   window=host_window if raw.kernel_clock == "host" else raw.trace_window_ns,
-                                  device_graph_capture=raw.capture.device_graph_capture, graph_launches=raw.graph_launches)
+                                  device_graph_capture=raw.capture.device_graph_capture, graph_launches=raw.graph_launches,
+                                  wait_gap_ns=(int(th.gpu_wait_min_us * 1e3), int(th.gpu_wait_max_ms * 1e6)))
         overhead = tracer_overhead_pct(raw.tracer_callback_s, host_window)
         if overhead is not None:
             kernels = msgspec.structs.replace(kernels, tracer_overhead_pct=overhead)
@@ -127,12 +128,14 @@ def build_report(
     elif raw.kernel_totals:
         kernels = breakdown_from_totals(raw.kernel_totals, source=raw.kernel_source or "kernel totals")
 
-    if raw.load_windows:
-        levels = [load_level(w, raw.slo_ms, raw.samples) for w in raw.load_windows]
+    measured_windows = [w for w in raw.load_windows if not w.reference]  # the reference window is the tracer's yardstick only
+    if measured_windows:
+        levels = [load_level(w, raw.slo_ms, raw.samples) for w in measured_windows]
         report.server_metrics = levels[-1].server
         report.slo_ms = dict(raw.slo_ms)
         if len(levels) > 1:
             report.load_levels = levels
+    report.tracer_cost = tracer_cost(raw.load_windows)
     if raw.serve is not None:
         report.serve = summarize_serve(raw.serve, raw.requests, raw.window_ns)
         if report.serve.requests and report.serve.requests == report.serve.failed_requests and kernels is None:

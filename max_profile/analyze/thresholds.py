@@ -47,6 +47,17 @@ class Thresholds:
     """Batched decode whose matmuls run at this % or more of either roof (bandwidth or compute) → healthy."""
     tracer_overhead_pct: float = 5.0
     """In-process tracer callbacks above this % of the capture window → timing figures are distorted."""
+    gpu_wait_min_us: float = 100.0
+    """A gap between kernels at least this long is the GPU waiting for work (launch latency is a few µs) ..."""
+    gpu_wait_max_ms: float = 5.0
+    """... and under this long (longer: a server waiting for requests, a pause between steps; counted apart)."""
+    graph_launch_late_pct: float = 2.0
+    """Such waits that end at a device graph's kernel, this % of the capture window or more ..."""
+    graph_launch_late_min_gaps: int = 20
+    """... in at least this many gaps (one slow turn is not a pattern) → the host launched graphs late."""
+    tracer_slowdown_pct: float = 3.0
+    """Recorded throughput this % or more below the untraced reference window of the same server (serve kernels mode)
+    → throughput and step times are the recorded ones (measured cost; it takes precedence over the callback share)."""
     throttle_clock_pct: float = 97.0
     """A throttle reason with the mean SM clock below this % of its max → throttled (warning); at or above → info only."""
     gpu_bound_busy_pct: float = 85.0

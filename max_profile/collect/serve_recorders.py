@@ -41,6 +41,9 @@ class ServeRecorder(Protocol):
     mode: str
     multi_window: bool
     """Whether one server can record several windows (a load sweep, A/B pairs)."""
+    switched_per_window: bool
+    """Whether recording is switched on and off inside the running server per window, so an untraced window of the same
+    server measures what it costs (CUPTI in the model worker); not where the tracer wraps or configures the server."""
 
     def command(self, serve_cmd: list[str]) -> list[str]: ...
     def env(self) -> dict[str, str]: ...
@@ -58,6 +61,7 @@ class UtilizationRecorder:
 
     mode = "utilization"
     multi_window = True
+    switched_per_window = False
 
     def command(self, serve_cmd: list[str]) -> list[str]:
         return serve_cmd
@@ -122,6 +126,7 @@ class WorkerKernelRecorder(UtilizationRecorder):
                 progress(f"the C CUPTI recorder is unavailable ({exc}); the worker falls back to cupti-python (slower, said in the report)")
             self.hook = WorkerHook(tmp / "cupti")
             self.extra.update(self.hook.env(library, launches=profiling != "off"))
+        self.switched_per_window = self.hook is not None  # CUPTI in the worker, on and off per window
 
     def env(self) -> dict[str, str]:
         return dict(self.extra)

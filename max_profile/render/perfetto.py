@@ -23,7 +23,7 @@ import numpy as np
 from max_profile.analyze.breakdown import valid_kernels
 from max_profile.analyze.families import FAMILIES, classify_kernel
 from max_profile.analyze.timeline import capture_timeline
-from max_profile.model import KernelTable, RawCapture, RequestRecord
+from max_profile.model import KernelTable, LoadWindow, RawCapture, RequestRecord
 
 SEQUENCE_ID = 7
 STEPS_TRACK = 10
@@ -36,7 +36,15 @@ SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
 SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE = 1, 2
 
 
+def _window_label(w: LoadWindow) -> str:
+    """A load window's slice name: its concurrency, and what the recorder did in it where that is known."""
+    if w.reference:
+        return f"concurrency {w.concurrency} (reference, recorder off)"
+    return f"concurrency {w.concurrency}" + (" (recorded)" if w.traced else "")
+
+
 # --- protobuf wire format, vectorized -------------------------------------------------------
+
 def _varint(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each value as a protobuf varint: (bytes [n, 10], lengths [n])."""
     v = np.asarray(values).astype(np.uint64)
@@ -175,7 +183,7 @@ def build_perfetto(raw: RawCapture) -> bytes:
                 "requests"):
         arg_names(key)
     for w in raw.load_windows if host_clock else []:
-        names(f"concurrency {w.concurrency}")
+        names(_window_label(w))
     for text in ("request", "request (failed)"):
         names(text)
     launch_name = names("launch")
@@ -212,7 +220,7 @@ def build_perfetto(raw: RawCapture) -> bytes:
         event(max(s.end_ns, s.start_ns), SLICE_END, STEPS_TRACK)
     for w in raw.load_windows if host_clock else []:
         begin = event(w.window_ns[0], SLICE_BEGIN, LOAD_TRACK)
-        begin.name_iid = names.ids[f"concurrency {w.concurrency}"]
+        begin.name_iid = names.ids[_window_label(w)]
         begin.debug_annotations.add(name_iid=arg_names.ids["requests"], int_value=len(w.requests))
         event(max(w.window_ns), SLICE_END, LOAD_TRACK)
     for r, lane in zip(raw.requests, lanes, strict=True):

@@ -157,6 +157,19 @@ def server_metrics_section(m: ServerMetrics | None) -> RenderableType | None:
     return Panel(t, title="Server metrics (its /metrics, over the window)", title_align="left")
 
 
+def tracer_cost_line(report: Report) -> RenderableType | None:
+    """serve kernels mode: the recorder's cost against the untraced reference window of the same server."""
+    c = report.tracer_cost
+    if c is None:
+        return None
+    step = ""
+    if c.reference_decode_step_ms and c.traced_decode_step_ms:
+        step = f"; server decode step {c.traced_decode_step_ms:.3f} vs {c.reference_decode_step_ms:.3f} ms ({c.decode_step_change_pct:+.1f} %)"
+    ratio = f" ({c.throughput_ratio:.3f})" if c.throughput_ratio is not None else ""
+    return Text(f"recorder cost, against an untraced window of this server (concurrency {c.concurrency}): {c.traced_tok_s:.1f} vs "
+                f"{c.reference_tok_s:.1f} tok/s{ratio}{step}")
+
+
 def load_levels_section(levels: list[LoadLevel], slo: dict[str, float], width: int = DEFAULT_WIDTH) -> RenderableType | None:
     if not levels:
         return None
@@ -229,6 +242,10 @@ def kernels_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableTyp
         head += f"; {k.invalid_kernels} records with invalid timestamps dropped"
     if k.tracer_overhead_pct is not None:
         head += f"; tracer callbacks {k.tracer_overhead_pct:.1f}% of the window"
+    w = k.gpu_waits
+    if w is not None and not ops and w.gaps:
+        head += (f"; the GPU waited for work {w.waited_pct:.1f}% of the window in {w.gaps} gaps of {w.min_gap_us / 1e3:g}-{w.max_gap_ms:g} ms "
+                 f"({w.before_graph_gaps} before device-graph kernels)")
     parts: list[RenderableType] = [Text(head)]
     if k.unreliable:
         parts.append(Text(f"UNRELIABLE: {k.unreliable}", style="bold yellow"))
@@ -386,6 +403,7 @@ def render_renderables(report: Report, width: int = DEFAULT_WIDTH) -> list[Rende
         startup_section(report.startup, width),
         serve_section(report),
         server_metrics_section(report.server_metrics),
+        tracer_cost_line(report),
         load_levels_section(report.load_levels, report.slo_ms, width),
         steps_section(report, width) if report.steps or report.step_summary is not None else None,
         utilization_section(report, width) if report.utilization is not None or (measured and report.serve is None and report.steps) else None,
