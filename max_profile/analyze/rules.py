@@ -1097,8 +1097,9 @@ SUPERSEDED_BY: dict[str, frozenset[str]] = {
     "decode-bandwidth-low": frozenset({"kv-cache-broken", "host-bound", "matmul-slow-path", "matmul-below-roofline"}),
     # utilization and GPU-busy figures measured while the tracer stalled the process say nothing about the host
     "host-bound": frozenset({"tracer-overhead"}),
-    # graphs launched late under a tracer whose cost was measured: the tracer's finding carries the waits as evidence
-    "graph-launch-late": frozenset({"tracer-overhead"}),
+    # graphs launched late under a tracer whose cost was measured: the tracer's finding carries the waits as evidence;
+    # a host-bound run waits before its graphs by definition (the late launches are its tail only where the GPU is busy)
+    "graph-launch-late": frozenset({"tracer-overhead", "host-bound"}),
     # "quantization at normal cost" next to a matmul path far below its roofline reads as "all is well": the slow path is the news
     "low-bit-normal": frozenset({"matmul-slow-path", "matmul-below-roofline"}),
     # a named healthy mix already says where the busy GPU's time goes
