@@ -102,6 +102,7 @@ def main() -> int:
         if args.settle is not None:
             recorder.settle_s = args.settle  # type: ignore[attr-defined]
         raw = serve_windows(plan, recorder, _new_raw(plan, env, []), tmp, 900, progress, dest, record=lambda w: w in traced_windows)
+    from max_profile.analyze.breakdown import gpu_waits
     from max_profile.analyze.load import server_metrics
 
     # the seconds CUPTI's thread spent in the worker recorder's buffer callbacks, per traced window
@@ -121,15 +122,20 @@ def main() -> int:
         srv = server_metrics(w.metrics_before, w.metrics_after, secs)
         tg_ms = srv.batch_execution_ms_mean.get("TG") if srv is not None else None
         inside = int(((raw.kernels.start_ns >= w.window_ns[0]) & (raw.kernels.start_ns < w.window_ns[1])).sum()) if len(raw.kernels) else 0
+        # traced windows: how often the GPU waited 0.1-5 ms before a device graph (the host launching it late)
+        waits = gpu_waits(raw.kernels, w.window_ns, 100_000, 5_000_000) if inside else None
         gaps = token_gaps(w.requests, w.window_ns)
         per_second = tokens_per_second(w.requests, w.window_ns)
         start_s = coverage[i].start_s if i in coverage else None
         windows.append({"window": i, "traced": i in traced_windows, "tok_s": tokens / secs, "server_tg_ms": tg_ms, "kernels": inside,
-                        "callback_s": callback_s.get(i), "enable_s": start_s, "itl_ms": gaps, "tokens_per_second": per_second})
+                        "callback_s": callback_s.get(i), "enable_s": start_s, "itl_ms": gaps, "tokens_per_second": per_second,
+                        "gpu_waits_before_graphs": waits.before_graph_gaps if waits else None,
+                        "gpu_waits_before_graphs_pct": round(waits.before_graph_pct, 2) if waits else None})
         print(f"window {i}: {'traced  ' if i in traced_windows else 'untraced'} {tokens / secs:8.1f} tok/s, server decode step "
               f"{'-' if tg_ms is None else f'{tg_ms:.3f}'} ms, {inside} kernels recorded"
               + (f", {callback_s[i]:.3f} s in CUPTI buffer callbacks" if i in callback_s else "")
               + (f", CUPTI enable {1000 * start_s:.0f} ms before it" if start_s is not None else "")
+              + (f", GPU waited before {waits.before_graph_gaps} graph launches ({waits.before_graph_pct:.1f} %)" if waits else "")
               + f"; ITL p50 {gaps['p50']:.3f} / p99 {gaps['p99']:.3f} / max {gaps['max']:.1f} ms; tokens per second {per_second}", flush=True)
     ratios = []
     for k in range(args.pairs):
