@@ -256,6 +256,9 @@ class Step(msgspec.Struct, frozen=True):
     """Tokens in the model's own input tensor this step (the ragged ``tokens`` the pipeline model
     executed), when the hook could read it. Equals ``input_tokens`` unless the architecture feeds
     its model something else (e.g. re-encodes the whole sequence behind the scheduler's back)."""
+    cpu_ns: int | None = None
+    """CPU time the profiled process (all its threads) used during the step (``time.process_time_ns()``): on a CPU
+    device the step's work without the wait for cores other processes held (wall time grows under load, this does not)."""
 
     @property
     def duration_ns(self) -> int:

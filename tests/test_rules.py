@@ -147,6 +147,42 @@ def test_kv_cache_rule_silent_on_speculative_decoding() -> None:
     assert "kv-cache-broken" not in ids(build_report(msgspec.structs.replace(raw, steps=steps)))
 
 
+def test_kv_cache_on_a_cpu_judges_the_steps_cpu_time_not_their_wall_time() -> None:
+    """On a CPU device another process taking cores mid-run makes the later steps' wall time grow with the sequence (the
+    suite's second worker once did: a correct architecture judged broken); the step's own CPU time does not grow, and that
+    is what the rule reads there. A decode whose work grows shows it in CPU time too."""
+    n = 64
+    wall = [1.0 + 0.05 * i for i in range(n)]  # doubling wall time: contention arriving during the run
+    raw = synthetic([5.0] + wall, [[]] * (n + 1))
+    cpu_env = msgspec.structs.replace(raw.environment, vendor="none", gpus=[])
+    flat_cpu = [raw.steps[0]] + [msgspec.structs.replace(st, cpu_ns=int(2e6) + 1000 * (i % 3)) for i, st in enumerate(raw.steps[1:])]
+    quiet_work = msgspec.structs.replace(raw, environment=cpu_env, steps=flat_cpu)
+    assert "kv-cache-broken" not in ids(build_report(quiet_work))
+    assert "kv-cache-broken" in ids(build_report(msgspec.structs.replace(quiet_work, environment=raw.environment)))  # GPU: wall time
+    growing_cpu = [raw.steps[0]] + [msgspec.structs.replace(st, cpu_ns=int(2e6 * (1.0 + 0.05 * i))) for i, st in enumerate(raw.steps[1:])]
+    f = next(f for f in build_report(msgspec.structs.replace(quiet_work, steps=growing_cpu)).findings if f.id == "kv-cache-broken")
+    assert f.evidence["signals"] == "step time" and "CPU time" in str(f.evidence["step_time"]) and float(f.evidence["growth_ratio"] or 0) > 1.6
+
+
+def test_kv_cache_step_time_not_judged_while_other_processes_held_the_cores() -> None:
+    """A rising step time under recorded contention is not a cache verdict (host-contention reports the load); the
+    load-independent signals (re-fed tokens) still are."""
+    from max_profile.model import BusyProcess, HostLoad
+
+    n = 64
+    raw = synthetic([5.0] + [1.0 + 0.05 * i for i in range(n)], [[]] * (n + 1))
+    busy = HostLoad(window_s=1.0, cores=2, cpu_busy_pct=100.0, own_cores=0.9, other_cores=1.1, load_avg_1m=3.0,
+                    busiest_others=[BusyProcess(pid=4242, name="python", cores=1.0)])
+    contended = msgspec.structs.replace(raw, capture=msgspec.structs.replace(raw.capture, host_load=busy))
+    found = ids(build_report(contended))
+    assert "kv-cache-broken" not in found and "host-contention" in found
+    assert "kv-cache-broken" in ids(build_report(raw))  # the same steps on a quiet host
+    refed = _refed([17 + i for i in range(64)])
+    f = next(f for f in build_report(msgspec.structs.replace(refed, capture=msgspec.structs.replace(refed.capture, host_load=busy))).findings
+             if f.id == "kv-cache-broken")
+    assert f.evidence["signals"] == "re-fed tokens"
+
+
 def test_kv_cache_rule_needs_enough_steps() -> None:
     short = synthetic([5.0] + [1.0 + 0.2 * i for i in range(10)], [DENSE] * 11)
     assert "kv-cache-broken" not in ids(build_report(short))

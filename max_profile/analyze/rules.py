@@ -345,6 +345,12 @@ def rule_tracer_overhead(report: Report, th: Thresholds) -> list[Finding]:
     ]
 
 
+def _host_contended(report: Report, th: Thresholds) -> bool:
+    """Whether other processes held enough of the host's cores during the capture that its timing figures are not reliable."""
+    load = report.capture.host_load
+    return load is not None and load.other_cores >= th.host_load_other_cores and (load.own_cores + load.other_cores) >= th.host_load_busy_fraction * load.cores
+
+
 def rule_host_contention(report: Report, th: Thresholds) -> list[Finding]:
     """Other processes kept the host's CPUs busy while the capture ran: step times, tokens/s and tracer cost are not reliable.
 
@@ -352,7 +358,7 @@ def rule_host_contention(report: Report, th: Thresholds) -> list[Finding]:
     wait for a CPU and every timing figure says more about the neighbours than about the model.
     """
     load = report.capture.host_load
-    if load is None or load.other_cores < th.host_load_other_cores or (load.own_cores + load.other_cores) < th.host_load_busy_fraction * load.cores:
+    if load is None or not _host_contended(report, th):
         return []
     busiest = ", ".join(f"{p.name} (pid {p.pid}) {p.cores:.2f}" for p in load.busiest_others[:3])
     return [Finding(
@@ -670,7 +676,10 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
     import numpy as np
 
     seq = np.array([st.sequence_tokens for st in steps], dtype=float)
-    ms = np.array([st.duration_ns / 1e6 for st in steps])
+    # on a CPU device the step's own CPU time, not its wall time: another process taking cores mid-run slows the later
+    # steps' wall time (a trend with the sequence) but not the work they do; on a GPU the step's wall time is the measure
+    on_cpu = report.environment.vendor == "none" and all(st.cpu_ns is not None for st in steps)
+    ms = np.array([(st.cpu_ns if on_cpu else st.duration_ns) / 1e6 for st in steps])  # type: ignore[operator]
     fed = np.array([st.input_tokens / st.batch_size for st in steps])
     if seq.max() - seq.min() < th.kv_min_context_growth:
         return []
@@ -681,6 +690,7 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
     fed_first, fed_last = float(np.median(fed[:third])), float(np.median(fed[-third:]))
     evidence: dict[str, float | int | str | None] = {
         "decode_steps": len(steps),
+        "step_time": "process CPU time per step (load-independent)" if on_cpu else "wall time per step",
         "sequence_from": int(seq.min()),
         "sequence_to": int(seq.max()),
         "first_third_median_ms": round(first, 3),
@@ -705,8 +715,15 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
         model_refeeds = bool((mf >= 2).mean() >= 0.9) and mf_last >= mf_first + th.kv_min_context_growth / 2 and _corr(seq, mf) >= th.kv_model_refeed_corr
     evidence.update(_decode_vs_prefill_mix(report))
     time_grows = ratio >= th.kv_growth_ratio and corr >= th.kv_trend_corr
-    kernels_grow = kernel_growth is not None and kernel_growth >= th.kv_growth_ratio and kernel_corr >= th.kv_trend_corr
+    # MAX's op ranges on a CPU are host wall time (load-dependent): evidence there, a trigger only for GPU kernels
+    kernels_grow = (kernel_growth is not None and kernel_growth >= th.kv_growth_ratio and kernel_corr >= th.kv_trend_corr
+                    and not (on_cpu and report.kernels is not None and not _gpu_kernels_of(report)))
     refeeds = bool((fed >= 2).mean() >= 0.9) and fed_last >= fed_first + th.kv_min_context_growth / 2
+    if time_grows and _host_contended(report, th):
+        # other processes held the cores: a step time rising through the run says more about them than about the cache
+        # (host-contention says so); token counts and GPU kernel times still judge
+        time_grows = False
+        evidence["step_time_not_judged"] = "other processes held the host's cores during the capture"
     if not (time_grows or kernels_grow or refeeds or model_refeeds):
         return []
     signals = [name for name, on in (("step time", time_grows), ("kernel time", kernels_grow), ("re-fed tokens", refeeds),
@@ -728,6 +745,11 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
             "attends over it in decode (paged attention), instead of re-encoding the whole sequence.",
         )
     ]
+
+
+def _gpu_kernels_of(report: Report) -> bool:
+    k = _kern(report)
+    return bool(k and _gpu_kernels(k))
 
 
 def _corr(x: object, y: object) -> float:
@@ -972,7 +994,8 @@ RULES: tuple[RuleSpec, ...] = (
         rule_kv_cache,
         ("kv-cache-broken",),
         ("steps", "step_summary", "kernels"),
-        ("kv_growth_ratio", "kv_min_decode_steps", "kv_min_context_growth", "kv_model_refeed_corr", "kv_trend_corr", "kv_min_kernel_steps"),
+        ("kv_growth_ratio", "kv_min_decode_steps", "kv_min_context_growth", "kv_model_refeed_corr", "kv_trend_corr", "kv_min_kernel_steps",
+         "host_load_other_cores", "host_load_busy_fraction"),
     ),
     RuleSpec(
         "host-bound",

@@ -247,11 +247,11 @@ class PipelineHook:
         self.marker.push(label)
         self._model_tokens = None
         self._in_step = True
-        start = self._clock()
+        start, cpu_start = self._clock(), time.process_time_ns()
         try:
             outputs = original(inputs)
         finally:
-            end = self._clock()
+            end, cpu_end = self._clock(), time.process_time_ns()
             self._in_step = False
             self.marker.pop()
         produced = 0
@@ -268,6 +268,7 @@ class PipelineHook:
             end_ns=end,
             output_tokens=produced,
             model_input_tokens=self._model_tokens,
+            cpu_ns=cpu_end - cpu_start,
         )
         with self._lock:
             self.steps.append(step)
