@@ -915,6 +915,9 @@ class PreflightResult(msgspec.Struct, frozen=True):
     checks: list[PreflightCheck]
     architectures: list[str] = []
     duration_s: float = 0.0
+    """The whole preflight: its child imports MAX (drift scan, built-in names), the tokenizer, then the package."""
+    package_import_s: float | None = None
+    """The package's own import in that child, with MAX already imported (what its module-level code costs)."""
 
     @property
     def ok(self) -> bool:

@@ -118,3 +118,29 @@ def test_graph_launch_late_found_in_the_serve_window_and_explained_by_a_measured
     demo = build_report(RawCapture.load(str(S9 / "demo_raw.json.gz")))
     assert demo.kernels.gpu_waits is not None and demo.kernels.gpu_waits.before_graph_pct > 10  # type: ignore[union-attr]
     assert "host-bound" in {f.id for f in demo.findings} and "graph-launch-late" not in {f.id for f in demo.findings}
+
+
+def test_custom_import_judged_by_the_packages_own_import_not_the_preflight_childs() -> None:
+    """On the H200 the preflight child took 19.4 s, 13-15 s of it importing MAX (the load's own MAX import took 13.7 s):
+    the run said "the custom architecture's import takes 19 s". Judged now by the package's own import in that child."""
+    import msgspec
+
+    from max_profile.analyze.rules import evaluate
+    from max_profile.model import PreflightResult, Report
+
+    report = Report.from_json(gzip.decompress((S9 / "run_custom.json.gz").read_bytes()))
+    phases = {p.name: p.seconds for p in report.startup.phases}  # type: ignore[union-attr]
+    assert phases["custom-architecture preflight (a child imports the package)"] == pytest.approx(19.39, abs=0.01)
+    assert phases["import MAX"] == pytest.approx(13.72, abs=0.01)
+    assert "startup-custom-import-slow" in {f.id for f in report.findings}  # what that run printed
+    spec = report.preflight[0].spec
+
+    def judged(import_s: float | None) -> set[str]:
+        pre = [msgspec.structs.replace(report.preflight[0], package_import_s=import_s)]
+        return {f.id for f in evaluate(msgspec.structs.replace(report, preflight=pre))}
+
+    assert "startup-custom-import-slow" not in judged(0.6) and "startup-custom-import-slow" not in judged(None)
+    slow = next(f for f in evaluate(msgspec.structs.replace(report, preflight=[PreflightResult(spec=spec, max_version=None, checks=[],
+                                                                                                 package_import_s=12.0)]))
+                if f.id == "startup-custom-import-slow")
+    assert "own import takes 12 s" in slow.title and slow.evidence["preflight_child_s"] == pytest.approx(19.39, abs=0.01)

@@ -35,6 +35,19 @@ def test_good_package(tmp_path: Path) -> None:
     assert any(c.id == "import-drift" and c.ok for c in r.checks)
 
 
+def test_package_import_time_is_its_own_not_maxs(tmp_path: Path) -> None:
+    """The child imports MAX before the package (drift scan, built-in names): the package's own import time excludes it.
+    A package that sleeps 1.5 s at import shows 1.5 s of its own; the good one well under a second."""
+    slow = _copy(tmp_path, "slow_import")
+    init = slow / "__init__.py"
+    init.write_text(init.read_text() + "\nimport time\n\ntime.sleep(1.5)\n")
+    r = check_architecture(str(slow))
+    assert r.ok, r.checks
+    assert r.package_import_s is not None and 1.5 <= r.package_import_s < r.duration_s
+    good = check_architecture(str(GOOD))
+    assert good.package_import_s is not None and good.package_import_s < 1.0 < good.duration_s  # the child's MAX import is the rest
+
+
 def test_import_drift_reported_with_file_and_line(tmp_path: Path) -> None:
     pkg = _copy(tmp_path, "drift_arch")
     (pkg / "arch.py").write_text("from max.interfaces import PipelineTask\nfrom max.pipelines.lib import KVCacheStrategy\n")

@@ -176,7 +176,8 @@ def check_architecture(spec: str, model_path: str | None = None, serve: bool = F
                              f"{clash!r} is also a built-in MAX architecture: MAX 26.7 lets the custom one replace it silently (only a DEBUG log line)",
                              fix=f"profile the built-in {clash!r} instead (drop --custom-architectures), or give the custom architecture its own name"))
     checks += _model_checks(model_path, serve, max_length, registered, builtins, child.get("tasks", {}), child.get("prompt_tokens"))
-    return PreflightResult(spec=spec, max_version=max_version(), checks=checks, architectures=registered, duration_s=time.perf_counter() - t0)
+    return PreflightResult(spec=spec, max_version=max_version(), checks=checks, architectures=registered, duration_s=time.perf_counter() - t0,
+                           package_import_s=child.get("import_s"))
 
 
 def _run_child(pkg: Path, name: str, model_path: str | None, prompt: str, timeout_s: float) -> tuple[dict[str, Any], list[PreflightCheck]]:
@@ -216,10 +217,12 @@ def _run_child(pkg: Path, name: str, model_path: str | None, prompt: str, timeou
         elif kind == "builtins":
             result["builtins"] = ev["names"]
         elif kind == "imported":
+            result["import_s"] = ev.get("import_s")
             result["architectures"] = ev["architectures"]
             result["tasks"] = ev.get("tasks", {})
             checks.append(_check("import", True, "info", f"imports cleanly; ARCHITECTURES registers {', '.join(ev['architectures'])}"))
         elif kind == "import-error":
+            result["import_s"] = ev.get("import_s")
             checks.append(_check("import", False, "error", f"import failed: {ev['error']}", where=ev.get("where"),
                                  fix="fix the error above; MAX would fail the same way ('Failed to import custom model from ...')"))
         elif kind == "no-architectures":

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 import traceback
 import types
 from pathlib import Path
@@ -144,6 +145,7 @@ def builtin_names() -> list[str]:
 def real_import(parent: str, name: str) -> None:
     """Import the package the way MAX's ArchLookup does: parent appended to sys.path, then import NAME."""
     sys.path.append(parent)
+    t0 = time.perf_counter()  # MAX is imported by now (drift scan, built-in names): this is the package's own import
     try:
         module = importlib.import_module(name)
     except BaseException as exc:  # noqa: BLE001 - SystemExit / KeyboardInterrupt at import are reported too
@@ -151,8 +153,9 @@ def real_import(parent: str, name: str) -> None:
         user = [f for f in tb if f.filename.startswith(parent)]
         frame = user[-1] if user else (tb[-1] if tb else None)
         where = f"{os.path.relpath(frame.filename, parent)}:{frame.lineno}" if frame else None
-        emit(kind="import-error", error=f"{type(exc).__name__}: {exc}", where=where)
+        emit(kind="import-error", error=f"{type(exc).__name__}: {exc}", where=where, import_s=time.perf_counter() - t0)
         return
+    import_s = time.perf_counter() - t0
     archs = getattr(module, "ARCHITECTURES", None)
     if not archs or not isinstance(archs, list):
         origin = getattr(module, "__file__", "?")
@@ -161,7 +164,7 @@ def real_import(parent: str, name: str) -> None:
         return
     names = [str(getattr(a, "name", a)) for a in archs]
     tasks = {str(getattr(a, "name", a)): str(getattr(a, "task", "")) for a in archs}
-    emit(kind="imported", architectures=names, tasks=tasks)
+    emit(kind="imported", architectures=names, tasks=tasks, import_s=import_s)
 
 
 def prompt_tokens(model_path: str, prompt: str) -> None:
