@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from max_profile.collect.startup import StartupRecorder, compile_failure
+from max_profile.collect.startup import CACHE_LOG_ENV, StartupRecorder, compile_failure
 from max_profile.errors import CaptureError, InputError, ToolMissingError
 from max_profile.model import StartupProfile
 from max_profile.util.devices import parse_devices
@@ -247,18 +247,59 @@ class LoadFailed(CaptureError):
         self.startup = startup
 
 
+def _preflight_beside_max_import(preflight: Callable[[], Any], rec: StartupRecorder) -> Any:
+    """Run the custom-architecture preflight (its child imports MAX, then the package) while this process imports MAX
+    too, instead of one after the other (on the H200 each import is 13-15 s); then wait for its verdict, which still
+    comes before the load. Its exception (a package that fails) is raised here."""
+    import threading
+
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = preflight()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="max-profile-preflight", daemon=True)
+    with rec.mark("import MAX (the custom-architecture preflight runs beside it)"):
+        thread.start()
+        os.environ[CACHE_LOG_ENV] = "1"  # as the load's capture sets it, before MAX's runtime is loaded (restored after the load)
+        with contextlib.suppress(ImportError):  # the load says what is missing, with the install command
+            import max.pipelines  # noqa: F401
+    with rec.mark("custom-architecture preflight (a child imports the package)"):
+        thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("result")
+
+
 def load_and_warm_up(s: LoadSettings, progress: Progress = lambda m: None, max_version: str | None = None,
                      preflight: Callable[[], Any] | None = None) -> tuple[LoadedModel, StartupProfile, Any]:
     """Preflight (``preflight``, timed), load with the startup recorder, warm up to the first token: the model, where the
     time to the first token went, and the preflight's result."""
+    rec = StartupRecorder()
+    checked = None
+    cache_log_before = os.environ.get(CACHE_LOG_ENV)
+    try:
+        if preflight is not None and s.custom_architectures:
+            checked = _preflight_beside_max_import(preflight, rec)
+        elif preflight is not None:
+            with rec.mark("custom-architecture preflight (a child imports the package)"):
+                checked = preflight()
+        return _load_and_warm_up(s, rec, checked, progress, max_version)
+    finally:  # the early import set MAX's cache logging on for the load (see _preflight_beside_max_import)
+        if cache_log_before is None:
+            os.environ.pop(CACHE_LOG_ENV, None)
+        else:
+            os.environ[CACHE_LOG_ENV] = cache_log_before
+
+
+def _load_and_warm_up(s: LoadSettings, rec: StartupRecorder, checked: Any, progress: Progress,
+                      max_version: str | None) -> tuple[LoadedModel, StartupProfile, Any]:
     from max_profile.collect.model_files import read_model_weights
     from max_profile.collect.startup import compile_key, startup_profile, warm_cache_command
 
-    rec = StartupRecorder()
-    checked = None
-    if preflight is not None:
-        with rec.mark("custom-architecture preflight (a child imports the package)"):
-            checked = preflight()
     profiling = os.environ.get("MODULAR_ENABLE_PROFILING", "off")
     weights = read_model_weights(s.model_path)
     weight_bytes = sum(g.bytes for g in weights.groups.values()) if weights and weights.groups else None

@@ -169,6 +169,20 @@ def test_reencoding_arch_is_caught_from_what_the_model_computes(tmp_path: Path) 
     assert f.title.startswith("The model re-encodes the whole sequence at every decode step while the scheduler feeds one token")
 
 
+def test_preflight_runs_beside_maxs_import_and_its_own_import_time_is_kept(correct_report: Report) -> None:
+    """The preflight child imports MAX while this process does (then its verdict is awaited, still before the load): the
+    start-up shows the two as one import phase and the wait after it; the package's own import time is kept apart from
+    the child's MAX import, and a package that imports in a fraction of a second is not called slow."""
+    st = correct_report.startup
+    assert st is not None
+    names = [p.name for p in st.phases]
+    assert names.index("import MAX (the custom-architecture preflight runs beside it)") < names.index("custom-architecture preflight (a child imports the package)")
+    assert correct_report.preflight and correct_report.preflight[0].package_import_s is not None
+    assert correct_report.preflight[0].package_import_s < correct_report.preflight[0].duration_s
+    assert "startup-custom-import-slow" not in {f.id for f in correct_report.findings}
+    assert st.cache in ("hit", "miss", "partial")  # MAX's cache log still read though MAX was imported before the load's capture
+
+
 def test_correct_arch_model_tokens_match_the_scheduler(correct_report: Report) -> None:
     decode = [s for s in correct_report.steps if s.phase == "decode"]
     assert decode and all(s.model_input_tokens == s.input_tokens == 1 for s in decode)
