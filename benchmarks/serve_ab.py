@@ -24,18 +24,19 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def token_times(requests: list[Any]) -> list[int]:
-    """Host times (ns) each streamed token arrived, from each request's TTFT and inter-token gaps."""
-    times: list[int] = []
+def token_arrivals(requests: list[Any]) -> list[tuple[int, float | None]]:
+    """Each streamed token's host arrival time (ns) and its gap to the token before (ms; None for a request's first),
+    from each request's TTFT and inter-token gaps."""
+    out: list[tuple[int, float | None]] = []
     for r in requests:
         if r.ttft_ms is None:
             continue
         t = r.started_ns + r.ttft_ms * 1e6
-        times.append(int(t))
+        out.append((int(t), None))
         for gap in r.itl_ms:
             t += gap * 1e6
-            times.append(int(t))
-    return times
+            out.append((int(t), gap))
+    return out
 
 
 def token_gaps(requests: list[Any], window_ns: tuple[int, int]) -> dict[str, float]:
@@ -43,15 +44,7 @@ def token_gaps(requests: list[Any], window_ns: tuple[int, int]) -> dict[str, flo
     (a stall in the window shows as a few long gaps, a slower step as a higher median)."""
     import numpy as np
 
-    gaps = []
-    for r in requests:
-        if r.ttft_ms is None:
-            continue
-        t = r.started_ns + r.ttft_ms * 1e6
-        for gap in r.itl_ms:
-            t += gap * 1e6
-            if window_ns[0] <= t < window_ns[1]:
-                gaps.append(gap)
+    gaps = [gap for t, gap in token_arrivals(requests) if gap is not None and window_ns[0] <= t < window_ns[1]]
     if not gaps:
         return {"p50": float("nan"), "p99": float("nan"), "max": float("nan"), "over_3x_median": 0, "count": 0}
     a = np.asarray(gaps)
@@ -63,7 +56,7 @@ def tokens_per_second(requests: list[Any], window_ns: tuple[int, int]) -> list[i
     """Tokens that arrived in each whole second of the window (a start-up cost shows in the first bins)."""
     seconds = int((window_ns[1] - window_ns[0]) // 1_000_000_000)
     counts = [0] * seconds
-    for t in token_times(requests):
+    for t, _ in token_arrivals(requests):
         k = (t - window_ns[0]) // 1_000_000_000
         if 0 <= k < seconds:
             counts[k] += 1

@@ -723,7 +723,7 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
     time_grows = ratio >= th.kv_growth_ratio and corr >= th.kv_trend_corr
     # MAX's op ranges on a CPU are host wall time (load-dependent): evidence there, a trigger only for GPU kernels
     kernels_grow = (kernel_growth is not None and kernel_growth >= th.kv_growth_ratio and kernel_corr >= th.kv_trend_corr
-                    and not (on_cpu and report.kernels is not None and not _gpu_kernels_of(report)))
+                    and not (on_cpu and not _gpu_kernels_of(report)))
     refeeds = bool((fed >= 2).mean() >= 0.9) and fed_last >= fed_first + th.kv_min_context_growth / 2
     if time_grows and _host_contended(report, th):
         # other processes held the cores: a step time rising through the run says more about them than about the cache
