@@ -1,12 +1,17 @@
 """The serve worker's tracer cost, A/B on one server: windows with the CUPTI recorder in the model worker and without it,
 alternating, same server, same load (``max-profile serve --mode kernels``'s recorder, MAX's defaults: device graphs on).
 
-    python benchmarks/serve_ab.py --model-path DIR [--devices gpu] [--pairs 3] [--duration 10] [--settle S] [--json out.json]
+    python benchmarks/serve_ab.py --model-path DIR [--devices gpu] [--pairs 3] [--duration 10] [--settle S]
+                                  [--variants default,full,zeroed,graph] [--json out.json]
 
-A pair is one traced and one untraced window back to back (the order flips every pair); the ratio of streamed tokens/s
-traced / untraced is reported per pair, with every window, the median and the spread, and the host's load per window.
+A round is one untraced window and one window per recording variant, back to back (the order rotates every round); the
+ratio of streamed tokens/s recorded / untraced is reported per variant and round, with every window, the median and the
+spread, and the host's load per window. Variants (``+`` combines): ``default`` what ``serve --mode kernels`` records
+(``ServePlan.record_share`` of each window, in slices), ``full`` every kernel of the whole window, ``share=F`` a share F
+in slices of ``--slice`` s, ``zeroed`` CUPTI handed zeroed buffers (``cupti_native.RECORDING_OPTIONS``), ``graph`` one
+record per graph launch instead of each kernel (the cost of node-level tracing; no kernels come back).
 Per window also: the inter-token gaps inside it (p50 / p99 / max: a stall shows as a few long gaps, a slower decode step
-as a higher median) and the tokens of each second (a start-up cost shows in the first ones). A traced window opens once
+as a higher median) and the tokens of each second (a start-up cost shows in the first ones). A recorded window opens once
 the worker's recording runs plus ``--settle`` seconds (the recorder's own ``settle_s`` by default; 0 measures CUPTI's
 first launches after its enable inside the window).
 Comparing two servers instead (one per mode) adds the spread between server starts (one earlier pair: 0.914, the other 1.05).
@@ -63,13 +68,44 @@ def tokens_per_second(requests: list[Any], window_ns: tuple[int, int]) -> list[i
     return counts
 
 
+def variant_plan(spec: str, default_share: float, slice_s: float) -> dict[str, Any]:
+    """What the worker records in a window of variant ``spec`` (see the module docstring)."""
+    plan: dict[str, Any] = {"share": 1.0, "slice_s": slice_s, "options": []}
+    for part in spec.split("+"):
+        if part == "default":
+            plan["share"] = default_share
+        elif part == "full":
+            plan["share"] = 1.0
+        elif part.startswith("share="):
+            plan["share"] = float(part.removeprefix("share="))
+        elif part == "zeroed":
+            plan["options"].append("zeroed-buffers")
+        elif part == "graph":
+            plan["options"].append("graph-level")
+        else:
+            raise SystemExit(f"unknown variant part {part!r} (default, full, share=F, zeroed, graph; + combines)")
+    return plan
+
+
+def rounds_of(variants: list[str], rounds: int) -> list[str | None]:
+    """The windows in order: per round the untraced one (None) and each variant, rotated by one every round."""
+    arms: list[str | None] = [None, *variants]
+    out: list[str | None] = []
+    for r in range(rounds):
+        k = r % len(arms)
+        out += arms[k:] + arms[:k]
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model-path", required=True)
     ap.add_argument("--devices", default="gpu")
-    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--pairs", type=int, default=3, help="rounds: one untraced window and one per variant each")
     ap.add_argument("--duration", type=float, default=10.0)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--variants", default="default", help="comma-separated recording variants (module docstring)")
+    ap.add_argument("--slice", type=float, default=None, help="seconds per recorded slice of a sampled variant (default: ServePlan's)")
     ap.add_argument("--json", help="write every number here")
     ap.add_argument("--no-warm", action="store_true")
     ap.add_argument("--settle", type=float, default=None,
@@ -80,18 +116,24 @@ def main() -> int:
     from max_profile.serve import ServePlan, _new_raw, _own_tmpdir, _recorder_for, _warm_pass, free_port, serve_windows
 
     env = detect_environment(check_tools=False)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    order = rounds_of(variants, args.pairs)
     plan = ServePlan(model_path=args.model_path, devices=args.devices, mode="kernels", duration_s=args.duration, port=free_port(), metrics_port=free_port(),
-                     max_tokens=args.max_tokens, vendor=env.vendor, concurrency=[1] * (2 * args.pairs), warm=not args.no_warm,
-                     reference=False)  # the pairs are this benchmark's own reference
-    traced_windows = {2 * k + (1 if k % 2 == 0 else 2) for k in range(args.pairs)}  # pair k: traced first when k is even
+                     max_tokens=args.max_tokens, vendor=env.vendor, concurrency=[1] * len(order), warm=not args.no_warm,
+                     reference=False)  # the untraced windows are this benchmark's own reference
+    slice_s = args.slice if args.slice is not None else plan.record_slice_s
+    plans = {v: variant_plan(v, plan.record_share, slice_s) for v in variants}
+    traced_windows = {i for i, v in enumerate(order, 1) if v is not None}
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    print("windows: " + ", ".join(v or "untraced" for v in order), flush=True)
     with _own_tmpdir() as tmp:
         if plan.warm:
             _warm_pass(plan, tmp, 900, progress)
         recorder, dest = _recorder_for(plan, env, tmp, None, 900, progress, None)
+        recorder.window_plans = {i: plans[v] for i, v in enumerate(order, 1) if v is not None}  # type: ignore[attr-defined]
         if args.settle is not None:
             recorder.settle_s = args.settle  # type: ignore[attr-defined]
         raw = serve_windows(plan, recorder, _new_raw(plan, env, []), tmp, 900, progress, dest, record=lambda w: w in traced_windows)
@@ -104,6 +146,7 @@ def main() -> int:
 
     windows: list[dict[str, Any]] = []
     for i, w in enumerate(raw.load_windows, 1):
+        variant = order[i - 1]
         secs = (w.window_ns[1] - w.window_ns[0]) / 1e9
         tokens = 0.0
         for r in w.requests:
@@ -115,37 +158,46 @@ def main() -> int:
         srv = server_metrics(w.metrics_before, w.metrics_after, secs)
         tg_ms = srv.batch_execution_ms_mean.get("TG") if srv is not None else None
         inside = int(((raw.kernels.start_ns >= w.window_ns[0]) & (raw.kernels.start_ns < w.window_ns[1])).sum()) if len(raw.kernels) else 0
-        # traced windows: how often the GPU waited 0.1-5 ms before a device graph (the host launching it late)
-        waits = gpu_waits(raw.kernels, w.window_ns, 100_000, 5_000_000) if inside else None
+        cov = coverage.get(i)
+        # recorded windows: how often the GPU waited 0.1-5 ms before a device graph (the host launching it late)
+        waits = gpu_waits(raw.kernels, w.window_ns, 100_000, 5_000_000, recorded=cov.slices if cov is not None and cov.sampled else ()) if inside else None
         gaps = token_gaps(w.requests, w.window_ns)
         per_second = tokens_per_second(w.requests, w.window_ns)
-        start_s = coverage[i].start_s if i in coverage else None
-        windows.append({"window": i, "traced": i in traced_windows, "tok_s": tokens / secs, "server_tg_ms": tg_ms, "kernels": inside,
+        start_s = cov.start_s if cov is not None else None
+        windows.append({"window": i, "variant": variant, "traced": variant is not None, "tok_s": tokens / secs, "server_tg_ms": tg_ms, "kernels": inside,
+                        "recorded_s": cov.covered_s if cov is not None else None, "graph_records": cov.graph_records if cov is not None else None,
                         "callback_s": callback_s.get(i), "enable_s": start_s, "itl_ms": gaps, "tokens_per_second": per_second,
                         "gpu_waits_before_graphs": waits.before_graph_gaps if waits else None,
                         "gpu_waits_before_graphs_pct": round(waits.before_graph_pct, 2) if waits else None})
-        print(f"window {i}: {'traced  ' if i in traced_windows else 'untraced'} {tokens / secs:8.1f} tok/s, server decode step "
+        print(f"window {i}: {variant or 'untraced':<18} {tokens / secs:8.1f} tok/s, server decode step "
               f"{'-' if tg_ms is None else f'{tg_ms:.3f}'} ms, {inside} kernels recorded"
+              + (f" in {cov.covered_s:.1f} s" if cov is not None else "")
+              + (f", {cov.graph_records} graph-level records" if cov is not None and cov.graph_records else "")
               + (f", {callback_s[i]:.3f} s in CUPTI buffer callbacks" if i in callback_s else "")
               + (f", CUPTI enable {1000 * start_s:.0f} ms before it" if start_s is not None else "")
-              + (f", GPU waited before {waits.before_graph_gaps} graph launches ({waits.before_graph_pct:.1f} %)" if waits else "")
+              + (f", GPU waited before {waits.before_graph_gaps} graph launches ({waits.before_graph_pct:.1f} % of the recorded time)" if waits else "")
               + f"; ITL p50 {gaps['p50']:.3f} / p99 {gaps['p99']:.3f} / max {gaps['max']:.1f} ms; tokens per second {per_second}", flush=True)
-    ratios = []
-    for k in range(args.pairs):
-        a, b = windows[2 * k], windows[2 * k + 1]
-        traced, untraced = (a, b) if a["traced"] else (b, a)
-        ratios.append(traced["tok_s"] / untraced["tok_s"] if untraced["tok_s"] else float("nan"))
-        print(f"pair {k + 1}: traced / untraced = {ratios[-1]:.4f}", flush=True)
-    t = [w["tok_s"] for w in windows if w["traced"]]
-    u = [w["tok_s"] for w in windows if not w["traced"]]
-    summary = {"pairs": ratios, "median_ratio": statistics.median(ratios), "min_ratio": min(ratios), "max_ratio": max(ratios),
-               "traced_median_tok_s": statistics.median(t), "untraced_median_tok_s": statistics.median(u),
-               "traced_spread_pct": 100 * (max(t) - min(t)) / statistics.median(t), "untraced_spread_pct": 100 * (max(u) - min(u)) / statistics.median(u),
-               "kernels": len(raw.kernels), "graph_kernels": int((raw.kernels.graph_id > 0).sum()) if raw.kernels.graph_id is not None else 0,
-               "tracer_callback_s": raw.tracer_callback_s, "settle_s": getattr(recorder, "settle_s", None), "windows": windows, "notes": raw.notes}
-    print(f"median traced / untraced: {summary['median_ratio']:.4f} (pairs {', '.join(f'{r:.4f}' for r in ratios)}); "
-          f"traced {summary['traced_median_tok_s']:.1f} (spread {summary['traced_spread_pct']:.1f} %), untraced {summary['untraced_median_tok_s']:.1f} "
-          f"(spread {summary['untraced_spread_pct']:.1f} %); {summary['kernels']} kernels, {summary['graph_kernels']} inside graphs", flush=True)
+    per_round = len(variants) + 1
+    summary: dict[str, Any] = {"order": order, "plans": plans, "rounds": args.pairs, "variants": {}, "windows": windows, "notes": raw.notes,
+                               "kernels": len(raw.kernels), "graph_kernels": int((raw.kernels.graph_id > 0).sum()) if raw.kernels.graph_id is not None else 0,
+                               "settle_s": getattr(recorder, "settle_s", None)}
+    untraced = [w["tok_s"] for w in windows if not w["traced"]]
+    for v in variants:
+        ratios = []
+        for k in range(args.pairs):
+            chunk = windows[k * per_round:(k + 1) * per_round]
+            u = next(w["tok_s"] for w in chunk if w["variant"] is None)
+            t = next(w["tok_s"] for w in chunk if w["variant"] == v)
+            ratios.append(t / u if u else float("nan"))
+        tok = [w["tok_s"] for w in windows if w["variant"] == v]
+        summary["variants"][v] = {"ratios": ratios, "median_ratio": statistics.median(ratios), "min_ratio": min(ratios), "max_ratio": max(ratios),
+                                  "median_tok_s": statistics.median(tok), "spread_pct": 100 * (max(tok) - min(tok)) / statistics.median(tok)}
+        print(f"{v}: recorded / untraced per round {', '.join(f'{x:.4f}' for x in ratios)}; median {statistics.median(ratios):.4f} "
+              f"({statistics.median(tok):.1f} tok/s, spread {summary['variants'][v]['spread_pct']:.1f} %)", flush=True)
+    summary["untraced_median_tok_s"] = statistics.median(untraced)
+    summary["untraced_spread_pct"] = 100 * (max(untraced) - min(untraced)) / statistics.median(untraced)
+    print(f"untraced: {statistics.median(untraced):.1f} tok/s (spread {summary['untraced_spread_pct']:.1f} %); "
+          f"{summary['kernels']} kernels, {summary['graph_kernels']} inside graphs", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1))
     return 0

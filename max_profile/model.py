@@ -751,7 +751,7 @@ class GpuWaits(msgspec.Struct, frozen=True):
     gaps: int
     waited_ms: float
     waited_pct: float
-    """Of the capture window."""
+    """Of the capture window (of its recorded slices when the recording was sampled)."""
     before_graph_gaps: int
     before_graph_ms: float
     before_graph_pct: float
@@ -777,8 +777,11 @@ class KernelBreakdown(msgspec.Struct, frozen=True, tag=True):
     ``MAX scheduler ranges``, ``host steps`` or ``none``."""
     window_ms: float | None = None
     """The capture window the busy figure is measured over."""
+    recorded_ms: float | None = None
+    """Where kernels were recorded in slices of the window (a sampled recording): the time inside them. The busy and
+    wait shares are then of this time, not of the window. None: the whole window was recorded."""
     gpu_busy_pct: float | None = None
-    """Union of all kernel intervals over the capture window (phases or not)."""
+    """Union of all kernel intervals over the capture window (phases or not); over the recorded slices when sampled."""
     unattributed_kernels: int = 0
     """Valid kernels asked for outside every step (between steps, or no steps at all)."""
     invalid_kernels: int = 0
@@ -1206,6 +1209,9 @@ class RawCapture(msgspec.Struct):
     trace_window_ns: tuple[int, int] | None = None
     """The capture window on the trace's clock when kernels are on it (a Kineto trace: all its events);
     None: from the first launch to the last kernel end."""
+    recorded_spans: list[tuple[int, int]] = []
+    """Where kernels were recorded only in slices of the window (``serve --mode kernels`` samples, paused in between):
+    those slices on the host clock. Empty: the whole window was recorded."""
     utilization_unavailable: Unavailable | None = None
     """Why no GPU utilization was sampled (None: sampled, or not asked for)."""
     kernels_unavailable: Unavailable | None = None

@@ -57,6 +57,9 @@ def test_make_model_bad_shape(tmp_path: Path) -> None:
         (["run", "--model-path", "MODEL", "--devices", "tpu"], "unsupported --devices"),
         (["run", "--model-path", "MODEL", "--interval", "0"], "--interval must be > 0"),
         (["kernels"], "needs --model-path"),
+        (["serve", "--model-path", "MODEL", "--mode", "kernels", "--record-share", "0", "--yes"], "--record-share must be above 0"),
+        (["serve", "--model-path", "MODEL", "--mode", "kernels", "--record-share", "1.5", "--yes"], "at most 1"),
+        (["serve", "--model-path", "MODEL", "--mode", "kernels", "--record-slice", "-1", "--yes"], "--record-slice must be > 0"),
     ],
 )
 def test_bad_input_one_line_nonzero(args: list[str], expect: str, tiny_model_dir: Path) -> None:

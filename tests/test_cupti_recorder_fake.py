@@ -52,9 +52,9 @@ scenario = sys.argv[2]
 out = {}
 
 def stats():
-    s = (ctypes.c_uint64 * 4)()
+    s = (ctypes.c_uint64 * 5)()
     fake.fake_stats(s)
-    return {"requested": s[0], "completed": s[1], "distinct": s[2], "undersized": s[3]}
+    return {"requested": s[0], "completed": s[1], "distinct": s[2], "undersized": s[3], "dirty": s[4]}
 
 def now_cupti():
     return time.monotonic_ns()  # the fake's cuptiGetTimestamp is CLOCK_MONOTONIC, as perf_counter_ns is on Linux
@@ -114,6 +114,31 @@ elif scenario == "cap":
     emitted = fake.fake_emit(3000, now_cupti(), 1000, 0)
     k = c.stop()
     out = {"emitted": emitted, "kernels": len(k), "dropped": c.dropped}
+elif scenario == "options":
+    # zeroed buffers: CUPTI is told the recorder zeroes them, and every buffer it gets (fresh or reused) is zero; graph
+    # level: one record per graph launch, no kernels; pause / resume: nothing recorded in between
+    c = NativeCuptiCollector(buffer_bytes=1 << 20, launches=False)
+    c.options = ("zeroed-buffers",)
+    zeroed = []
+    for w in range(3):
+        c.start(); emitted = fake.fake_emit(15000, now_cupti(), 1000, 0); k = c.stop()
+        zeroed.append({"emitted": emitted, "kernels": len(k)})
+    c.options = ("graph-level",)
+    c.start(); t0 = now_cupti()
+    graph_emitted = fake.fake_emit(500, t0, 1000, 9) + fake.fake_emit(500, t0 + 1_000_000, 1000, 9)
+    k = c.stop()
+    graph = {"kernels": len(k), "graph_records": c.graph_records, "emitted": graph_emitted}
+    c.options = ()
+    c.start(); t0 = now_cupti()
+    a = fake.fake_emit(100, t0, 1000, 0); c.pause(); b = fake.fake_emit(100, t0 + 1_000_000, 1000, 0); c.resume()
+    d = fake.fake_emit(100, t0 + 2_000_000, 1000, 0)
+    k = c.stop()
+    paused = {"before": a, "while_paused": b, "after": d, "kernels": len(k)}
+    try:
+        c.options = ("no-such-option",); c.start(); bad = None
+    except Exception as e:
+        bad = str(e)
+    out = {"zeroed": zeroed, "graph": graph, "paused": paused, "bad": bad, "stats": stats()}
 elif scenario == "busy":
     fake.fake_set_holder(b"Nsight Systems 2025.3")
     c = NativeCuptiCollector(launches=False)
@@ -187,6 +212,16 @@ def test_recorder_reserves_its_memory_before_the_first_recording(fake_libcupti: 
     assert out["stats"]["requested"] >= 3 and out["after"][1] >= 3
 
 
+def test_recorder_options_zeroed_buffers_graph_level_and_pause(fake_libcupti: Path, tmp_path: Path) -> None:
+    out = run_child(fake_libcupti, "options", tmp_path)
+    # 15,000 records of ~216 B over 1 MB buffers: several buffers per recording, reused from the second on, all zero
+    assert [z["kernels"] for z in out["zeroed"]] == [z["emitted"] for z in out["zeroed"]] == [15000] * 3
+    assert out["stats"]["requested"] > out["stats"]["distinct"] >= 1 and out["stats"]["dirty"] == 0
+    assert out["graph"] == {"kernels": 0, "graph_records": 2, "emitted": 0}
+    assert out["paused"] == {"before": 100, "while_paused": 0, "after": 100, "kernels": 200}
+    assert out["bad"] is not None and "no-such-option" in out["bad"] and "zeroed-buffers" in out["bad"]
+
+
 def test_recorder_caps_its_arrays_and_counts_the_rest(fake_libcupti: Path, tmp_path: Path) -> None:
     out = run_child(fake_libcupti, "cap", tmp_path)
     assert out["emitted"] == 3000 and out["kernels"] == 1000 and out["dropped"] == 2000
@@ -244,6 +279,24 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
             assert "CUPTI enable" in coverage.describe()
             assert len(kernels) > 100 and kernels.start_ns.min() >= span[0] and kernels.start_ns.max() <= span[1]
         assert not hook.wait_started(3, alive, timeout_s=0.2)  # no start-3 asked: the wait gives up and says so
+        # window 3 sampled: slices of 0.1 s, half the time; kernels only inside them, the pauses between them empty
+        hook.start(3, {"share": 0.5, "slice_s": 0.1})
+        assert hook.wait_started(3, alive, timeout_s=30)
+        span_start = time.perf_counter_ns()
+        time.sleep(1.0)
+        span = (span_start, time.perf_counter_ns())
+        hook.stop(3)
+        kernels, coverage = hook.read(3, span, alive, timeout_s=60)
+        assert kernels is not None and coverage is not None and coverage.sampled and len(kernels) > 100
+        slices = coverage.slices
+        assert len(slices) >= 3 and all(a < b for a, b in slices) and all(b0 <= a1 for (_, b0), (a1, _) in zip(slices, slices[1:], strict=False))
+        assert coverage.covered_s == pytest.approx(sum(b - a for a, b in slices) / 1e9) and coverage.covered_s < coverage.window_s
+        assert "slice" in coverage.describe()
+        margin = 1_000_000  # a launch just before a pause: its kernels start up to 0.2 ms after it
+        in_slice = [any(a <= t <= b + margin for a, b in slices) for t in kernels.start_ns.tolist()]
+        assert all(in_slice)
+        paused = [(b0, a1) for (_, b0), (a1, _) in zip(slices, slices[1:], strict=False)]
+        assert all(not ((kernels.start_ns > b0 + margin) & (kernels.start_ns < a1)).any() for b0, a1 in paused)
     finally:
         hook.quit()
         (hook.folder / "done").touch()

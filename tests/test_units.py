@@ -245,3 +245,26 @@ def test_gpu_waits_counts_the_gaps_the_gpu_waited_for_the_host() -> None:
     assert w.waited_ms == pytest.approx(0.5) and w.before_graph_ms == pytest.approx(0.2) and w.longer_ms == pytest.approx(20.0)
     assert w.before_graph_pct == pytest.approx(100 * 0.2 / 21.0) and w.gap_p50_us == pytest.approx(250.0)
     assert gpu_waits(KernelTable.from_records(recs[:1]), (0, 21_000 * us), 100 * us, 5_000 * us) is None
+
+
+def test_a_sampled_recording_judges_busy_and_waits_over_its_slices_only() -> None:
+    """Kernels recorded in two slices of a window (the recorder paused between them): the pause is no wait and no pause
+    of the GPU, busy and wait shares are of the slices' time, the window stays the window."""
+    from max_profile.analyze.breakdown import build_breakdown, gpu_waits
+    from max_profile.model import KernelRecord, KernelTable
+
+    us = 1000
+    recs = [KernelRecord(name="gemv_a", start_ns=t * us, end_ns=(t + 80) * us) for t in range(0, 1000, 100)]  # slice 1: 0-1 ms
+    recs.append(KernelRecord(name="gemv_g", start_ns=1300 * us, end_ns=1380 * us, graph_id=3))  # 300 µs wait before a graph, in slice 1
+    recs += [KernelRecord(name="gemv_a", start_ns=t * us, end_ns=(t + 80) * us) for t in range(4000, 5000, 100)]  # slice 2: 4-5 ms
+    table = KernelTable.from_records(recs)
+    window, slices = (0, 10_000 * us), [(0, 1500 * us), (4000 * us, 5000 * us)]
+    w = gpu_waits(table, window, 100 * us, 5_000 * us, recorded=slices)
+    assert w is not None and (w.gaps, w.before_graph_gaps, w.longer_gaps) == (1, 1, 0)  # 1.38 → 4 ms is the pause: neither
+    assert w.before_graph_pct == pytest.approx(100 * 0.32 / 2.5)  # the 320 µs wait (980 → 1300 µs) over 2.5 ms recorded
+    whole = gpu_waits(table, window, 100 * us, 5_000 * us)
+    assert whole is not None and whole.gaps == 2 and whole.before_graph_pct == pytest.approx(100 * 0.32 / 10)  # unsampled reading: the pause counts
+    b = build_breakdown(table, source="test", window=window, recorded=slices)
+    assert b.window_ms == pytest.approx(10.0) and b.recorded_ms == pytest.approx(2.5)
+    assert b.gpu_busy_pct == pytest.approx(100 * 21 * 0.08 / 2.5)
+    assert build_breakdown(table, source="test", window=window).recorded_ms is None

@@ -38,7 +38,8 @@ PY
 }
 # step NAME JSON -- command...: run it, keep stdout/stderr, one table row (exit code, wall seconds, findings of JSON).
 # ACC_ONLY="make_m24 startup_m24_cold serve_ab ..." runs only the named steps (short device time; name the make_* a step needs);
-# AB_PAIRS=5 gives serve_ab more traced / untraced pairs (default 3)
+# AB_PAIRS=5 gives serve_ab more rounds (default 3); AB_VARIANTS its recording variants (default: "default,full", what
+# `serve --mode kernels` records and every kernel of the whole window; benchmarks/serve_ab.py lists the others)
 step() {
   local name=$1 json=$2; shift 3
   if [ -n "${ACC_ONLY:-}" ] && [[ " $ACC_ONLY " != *" $name "* ]]; then echo "== skipped $name (ACC_ONLY)"; return 0; fi
@@ -70,7 +71,7 @@ wait
 
 # --- one at a time: what each number rests on (GPU to itself)
 step kernel_gemv "$ACC/kernel_gemv.json" -- "${MP[@]}" kernel gemv_split_k --model-path $M24 --launches 2 --output-dir "$ACC/ncu" --json "$ACC/kernel_gemv.json"
-step serve_ab - -- python3 benchmarks/serve_ab.py --model-path $M24 --devices gpu --pairs "${AB_PAIRS:-3}" --duration 10 --json "$ACC/serve_ab.json"
+step serve_ab - -- python3 benchmarks/serve_ab.py --model-path $M24 --devices gpu --pairs "${AB_PAIRS:-3}" --duration 10 --variants "${AB_VARIANTS:-default,full}" --json "$ACC/serve_ab.json"
 step run_b32 "$ACC/run_b32.json" -- "${MP[@]}" run --model-path $M24 --devices gpu --batch-size 32 --max-new-tokens 64 --json "$ACC/run_b32.json" --raw "$ACC/run_b32_raw.json.gz"
 step startup_fp8 "$ACC/startup_fp8.json" -- "${MP[@]}" startup --model-path $FP8 --devices gpu --json "$ACC/startup_fp8.json"
 step run_fp8 "$ACC/run_fp8.json" -- "${MP[@]}" run --model-path $FP8 --devices gpu --max-new-tokens 64 --json "$ACC/run_fp8.json" --raw "$ACC/run_fp8_raw.json.gz" --html "$ACC/run_fp8.html"
@@ -85,7 +86,7 @@ step run_off "$ACC/run_off.json" -- "${MP[@]}" run --model-path $M24 --devices g
 step run_nvtx "$ACC/run_nvtx.json" -- "${MP[@]}" run --model-path $M24 --devices gpu --kernels nvtx-log --json "$ACC/run_nvtx.json"
 # the same A/B with the traced windows opened right after the worker's recording runs (no settle): CUPTI's first launches
 # after its enable inside the window, as measured against the default settle above
-step serve_ab_settle0 - -- python3 benchmarks/serve_ab.py --model-path $M24 --devices gpu --pairs 3 --duration 10 --settle 0 --json "$ACC/serve_ab_settle0.json"
+step serve_ab_settle0 - -- python3 benchmarks/serve_ab.py --model-path $M24 --devices gpu --pairs 3 --duration 10 --settle 0 --variants full --json "$ACC/serve_ab_settle0.json"
 rm -rf "$ACC/ncu"/*.ncu-rep "$ACC/nsys"/*.nsys-rep "$ACC/nsys"/*.sqlite 2>/dev/null  # big; their readings are in the reports
 column -t -s $'\t' "$TABLE" | cut -c1-220
 pack

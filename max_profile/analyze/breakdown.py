@@ -122,10 +122,22 @@ def _unknown_names(fam_idx: np.ndarray, base_idx: np.ndarray, dur: np.ndarray, n
     return [names.bases[i] for i in np.argsort(-sums, kind="stable")[:25] if sums[i] > 0]
 
 
-def gpu_waits(table: KernelTable, window: tuple[int, int] | None, min_gap_ns: int, max_gap_ns: int) -> GpuWaits | None:
+def recorded_in_window(window: tuple[int, int], recorded: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The recorded slices clipped to the window, in time order (empty slices dropped)."""
+    clipped = [(max(a, window[0]), min(b, window[1])) for a, b in recorded]
+    return sorted((a, b) for a, b in clipped if b > a)
+
+
+def gpu_waits(table: KernelTable, window: tuple[int, int] | None, min_gap_ns: int, max_gap_ns: int,
+              recorded: Sequence[tuple[int, int]] = ()) -> GpuWaits | None:
     """The GPU's waits for work in the window (see :class:`GpuWaits`): on the device with the most kernels, the gaps of
-    ``min_gap_ns`` up to ``max_gap_ns`` between the merged kernel intervals, and those ending at a kernel of a device graph."""
+    ``min_gap_ns`` up to ``max_gap_ns`` between the merged kernel intervals, and those ending at a kernel of a device graph.
+    ``recorded``: the slices kernels were recorded in (a sampled recording): only gaps inside one slice count, and shares
+    are of the slices' time."""
     if len(table) < 2 or window is None or window[1] <= window[0]:
+        return None
+    slices = recorded_in_window(window, recorded) if recorded else [window]
+    if not slices:
         return None
     devices, counts = np.unique(table.device, return_counts=True)
     inside = (table.device == devices[int(np.argmax(counts))]) & (table.start_ns >= window[0]) & (table.start_ns < window[1])
@@ -135,10 +147,14 @@ def gpu_waits(table: KernelTable, window: tuple[int, int] | None, min_gap_ns: in
     start, end = table.start_ns[inside][order], table.end_ns[inside][order]
     graph = table.graph_id[inside][order] if table.graph_id is not None else np.zeros(start.size, dtype=np.int64)
     gap = start[1:] - np.maximum.accumulate(end)[:-1]
-    counted = (gap >= min_gap_ns) & (gap < max_gap_ns)
+    same_slice = np.ones(gap.size, dtype=bool)
+    if recorded:  # a gap from one slice into the next is the recording's pause, not the GPU waiting
+        slice_of = np.searchsorted(np.array([a for a, _ in slices], dtype=np.int64), start, side="right")
+        same_slice = slice_of[1:] == slice_of[:-1]
+    counted = (gap >= min_gap_ns) & (gap < max_gap_ns) & same_slice
     before_graph = counted & (graph[1:] > 0)
-    longer = gap >= max_gap_ns
-    span = window[1] - window[0]
+    longer = (gap >= max_gap_ns) & same_slice
+    span = sum(b - a for a, b in slices)
     return GpuWaits(min_gap_us=min_gap_ns / 1e3, max_gap_ms=max_gap_ns / 1e6, gaps=int(counted.sum()), waited_ms=float(gap[counted].sum()) / 1e6,
                     waited_pct=100.0 * float(gap[counted].sum()) / span, before_graph_gaps=int(before_graph.sum()),
                     before_graph_ms=float(gap[before_graph].sum()) / 1e6, before_graph_pct=100.0 * float(gap[before_graph].sum()) / span,
@@ -157,13 +173,15 @@ def build_breakdown(
     device_graph_capture: bool | None = None,
     graph_launches: int = 0,
     wait_gap_ns: tuple[int, int] = (100_000, 5_000_000),
+    recorded: Sequence[tuple[int, int]] = (),
 ) -> KernelBreakdown:
     """Aggregate kernels by family and name: overall, per phase, per step and per device.
 
     ``steps`` are the timeline's steps on the kernels' clock (requests only, any order);
     ``window`` is the capture window on that clock (default: from the first launch or step start
     to the last kernel end or step end); ``wait_gap_ns`` the shortest and the longest gap counted as the GPU waiting
-    for the host (:func:`gpu_waits`).
+    for the host (:func:`gpu_waits`); ``recorded`` the slices of the window kernels were recorded in when the recording
+    was sampled (busy and wait shares are then of their time).
     """
     valid = valid_kernels(table)
     invalid = int((~valid).sum())
@@ -190,6 +208,7 @@ def build_breakdown(
     if window is None and lo_candidates:
         window = (min(lo_candidates), max(hi_candidates))
     window_ns = (window[1] - window[0]) if window else 0
+    recorded_ns = sum(b - a for a, b in recorded_in_window(window, recorded)) if window and recorded else None
     busy_all = 0
     if n and window is not None:  # kernels clipped to the window (the last step's kernels may run past it)
         outside = int(table.start_ns.min()) < window[0] or int(table.end_ns.max()) > window[1]
@@ -233,14 +252,18 @@ def build_breakdown(
         source=source, kernels=n, kernel_ms=float(dur.sum()) / 1e6, attribution=attribution,
         families=_family_rows(fam_idx, dur), top_kernels=_kernel_rows(base_idx, names.bases, names.base_family, dur, top),
         phases=phases, step_source=step_source if ordered else "none",
-        window_ms=window_ns / 1e6 if window_ns > 0 else None,
-        gpu_busy_pct=min(100.0, 100.0 * busy_all / window_ns) if window_ns > 0 else None,
+        window_ms=window_ns / 1e6 if window_ns > 0 else None, recorded_ms=recorded_ns / 1e6 if recorded_ns is not None else None,
+        gpu_busy_pct=_busy_pct(busy_all, recorded_ns if recorded_ns is not None else window_ns),
         unattributed_kernels=int((step_of < 0).sum()) if ordered else n, invalid_kernels=invalid,
         unknown_kernel_names=_unknown_names(fam_idx, base_idx, dur, names), devices=devices, unreliable=unreliable,
         per_step=per_step, graph_kernels=graph_kernels,
-        per_device=_per_device(table, fam_idx, dur, kernel_phase, ordered, window_ns) if len(devices) > 1 else [],
-        gpu_waits=gpu_waits(table, window, *wait_gap_ns),
+        per_device=_per_device(table, fam_idx, dur, kernel_phase, ordered, recorded_ns if recorded_ns is not None else window_ns) if len(devices) > 1 else [],
+        gpu_waits=gpu_waits(table, window, *wait_gap_ns, recorded=recorded),
     )
+
+
+def _busy_pct(busy_ns: int, over_ns: int) -> float | None:
+    return min(100.0, 100.0 * busy_ns / over_ns) if over_ns > 0 else None
 
 
 def _attribution(table: KernelTable, has_steps: bool) -> str:

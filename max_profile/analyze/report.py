@@ -115,10 +115,15 @@ def build_report(
         kernels = build_breakdown(raw.kernels, source=source, steps=timeline.steps, step_source=timeline.source,
                                   window=host_window if raw.kernel_clock == "host" else raw.trace_window_ns,
                                   device_graph_capture=raw.capture.device_graph_capture, graph_launches=raw.graph_launches,
-                                  wait_gap_ns=(int(th.gpu_wait_min_us * 1e3), int(th.gpu_wait_max_ms * 1e6)))
+                                  wait_gap_ns=(int(th.gpu_wait_min_us * 1e3), int(th.gpu_wait_max_ms * 1e6)),
+                                  recorded=raw.recorded_spans if raw.kernel_clock == "host" else ())
         overhead = tracer_overhead_pct(raw.tracer_callback_s, host_window)
         if overhead is not None:
             kernels = msgspec.structs.replace(kernels, tracer_overhead_pct=overhead)
+        if kernels.recorded_ms is not None and kernels.window_ms:
+            notes.append(f"kernels were recorded in slices: {kernels.recorded_ms / 1e3:.1f} s of the {kernels.window_ms / 1e3:.1f} s window "
+                         f"({100 * kernels.recorded_ms / kernels.window_ms:.0f} %; the recorder paused in between, to keep its cost on the server "
+                         "low): kernel families, durations and per-step figures come from those slices, busy and wait shares are of their time")
         if kernels.graph_kernels:
             notes.append(f"{kernels.graph_kernels} of {kernels.kernels} kernels ran inside device graphs: each recorded, "
                          "tied to the step that launched its graph")

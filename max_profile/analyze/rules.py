@@ -110,8 +110,9 @@ def rule_host_bound(report: Report, th: Thresholds) -> list[Finding]:
             d = _phase(k, "decode")
             evidence.update({"decode_gpu_busy_pct": round(busy, 1), "decode_kernel_ms_per_step": round((d.kernel_ms_per_step if d else None) or 0, 4)})
         else:
-            evidence.update({"gpu_busy_pct": round(busy, 1), "busy_scope": "whole capture window (no phase ranges)",
-                             "window_ms": round(k.window_ms or 0, 3), "kernels": k.kernels})
+            evidence.update({"gpu_busy_pct": round(busy, 1), "kernels": k.kernels, "window_ms": round(k.window_ms or 0, 3),
+                             "busy_scope": "whole capture window (no phase ranges)" if k.recorded_ms is None
+                             else f"the recorded slices of the capture window ({k.recorded_ms:.1f} ms; no phase ranges)"})
     if not (low_util or busy_low):
         return []
     s = _steps(report)

@@ -36,6 +36,12 @@ KERNEL_RECORD_STRUCTS = ("CUpti_ActivityKernel10", "CUpti_ActivityKernel9")
 DEFAULT_BUFFER_BYTES = 16 << 20
 DEFAULT_MAX_BYTES = 4 << 30
 """Recorded arrays are capped here (about 18M kernel records); records past it are counted as dropped."""
+RECORDING_OPTIONS = {"zeroed-buffers": 1, "graph-level": 2}
+"""What :meth:`NativeCuptiCollector.start` can be asked to record differently (cupti_ring.c's ``mp_set_options``):
+``zeroed-buffers`` hands CUPTI buffers zeroed on CUPTI's own thread (``CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER``:
+otherwise CUPTI zeroes each buffer on the launching thread); ``graph-level`` records one record per graph launch instead
+of each kernel inside it (``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``, as ``nsys --cuda-graph-trace=graph``): no kernels come back,
+only their count in ``graph_records`` (a cost diagnostic for ``benchmarks/serve_ab.py``)."""
 RESERVE_ARENA_BYTES = 128 << 20
 RESERVE_BUFFERS = 4
 """What :meth:`NativeCuptiCollector.reserve` faults in ahead: about 600k kernel records and four activity buffers
@@ -126,6 +132,7 @@ def _bind(path: str) -> Any:
     lib.mp_reserve.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_size_t]
     lib.mp_held.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_int)]
     lib.mp_callback_name.argtypes = [ctypes.c_int, ctypes.c_uint32]
+    lib.mp_set_options.argtypes = [ctypes.c_uint]
     return lib
 
 
@@ -170,6 +177,9 @@ class NativeCuptiCollector:
         self.callback_s_before_stop = 0.0
         self.stop_s = 0.0
         self.recorded_bytes = 0
+        self.graph_records = 0
+        self.options: tuple[str, ...] = ()
+        """:data:`RECORDING_OPTIONS` of the next :meth:`start` (none: the default recording)."""
         self.api_filter = "no API records (kernels only)" if not launches else "all API records"
         self.raw: tuple[bytes, bytes, dict[int, str]] | None = None
         """The recorded arrays and the kernel names by address (what tests decode offline)."""
@@ -195,6 +205,10 @@ class NativeCuptiCollector:
 
     def start(self) -> None:
         self._lib.mp_clear()
+        unknown = [o for o in self.options if o not in RECORDING_OPTIONS]
+        if unknown:
+            raise CaptureError(f"unknown CUPTI recording option(s) {', '.join(unknown)}: known are {', '.join(RECORDING_OPTIONS)}")
+        self._lib.mp_set_options(sum(RECORDING_OPTIONS[o] for o in set(self.options)))
         rc = self._lib.mp_start(self._buffer_bytes, 1 if self._launches else 0, self._max_bytes)
         if rc == 1:
             holder = self._lib.mp_holder().decode(errors="replace")
@@ -204,15 +218,23 @@ class NativeCuptiCollector:
                             "(run without nsys / ncu / kineto around it, or read that tool's trace with `max-profile report`)")
         if rc != 0:
             raise CaptureError(f"CUPTI recording could not start: {self._lib.mp_error().decode(errors='replace')}")
-        stats = (ctypes.c_uint64 * 5)()
+        stats = (ctypes.c_uint64 * 6)()
         self._lib.mp_stats(stats)
         if self._launches:
             self.api_filter = f"launch calls only ({stats[4]} kept)" if stats[4] else "all API records (this CUPTI cannot filter by call)"
         self._sync = [self._pair()]
 
+    def pause(self) -> None:
+        """Stop recording new work until :meth:`resume` (one slice of a sampled window ended); nothing is flushed."""
+        self._lib.mp_pause()
+
+    def resume(self) -> None:
+        """Record again after :meth:`pause`."""
+        self._lib.mp_resume()
+
     def stop(self) -> KernelTable:
         t0 = time.perf_counter()
-        stats = (ctypes.c_uint64 * 5)()
+        stats = (ctypes.c_uint64 * 6)()
         self._lib.mp_stats(stats)
         self.callback_s_before_stop = stats[3] / 1e9
         self._sync.append(self._pair())
@@ -220,6 +242,7 @@ class NativeCuptiCollector:
             raise CaptureError(f"CUPTI flush failed: {self._lib.mp_error().decode(errors='replace')}")
         self._lib.mp_stats(stats)
         self.dropped, self.other_records, self.callback_s = int(stats[0]), int(stats[1]), stats[3] / 1e9
+        self.graph_records = int(stats[5])
         kernel_bytes, api_bytes = self._copy("mp_kernels"), self._copy("mp_apis")
         self.recorded_bytes = len(kernel_bytes) + len(api_bytes)
         names = self._names(kernel_bytes)

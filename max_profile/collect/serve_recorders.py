@@ -97,8 +97,11 @@ class WorkerKernelRecorder(UtilizationRecorder):
 
     mode = "kernels"
 
-    def __init__(self, tmp: Path, *, cupti: bool, profiling: str, progress: Progress) -> None:
+    def __init__(self, tmp: Path, *, cupti: bool, profiling: str, progress: Progress, record_share: float = 1.0, slice_s: float = 0.5) -> None:
         self.tmp = tmp
+        self.record_share, self.slice_s = record_share, slice_s
+        self.window_plans: dict[int, dict[str, object]] = {}
+        """Server window -> what the worker records in it, instead of the share above (``benchmarks/serve_ab.py``'s variants)."""
         self._hook_window: dict[int, int] = {}
         """Server window -> the hook's window number (the hook counts only windows that were recorded)."""
         self.coverage: dict[int, WindowCoverage] = {}
@@ -144,7 +147,8 @@ class WorkerKernelRecorder(UtilizationRecorder):
         """Start the worker's recording and return once it runs (plus ``settle_s``), so the window measures it steady."""
         if self.hook is not None:
             self._hook_window[window] = len(self._hook_window) + 1
-            self.hook.start(self._hook_window[window])
+            plan = self.window_plans.get(window) or ({"share": self.record_share, "slice_s": self.slice_s} if self.record_share < 1 else {})
+            self.hook.start(self._hook_window[window], plan)
             if not self.hook.wait_started(self._hook_window[window], self._alive):
                 progress("the model worker had not started recording after 10 s; the window opens anyway (its coverage says how much was recorded)")
             time.sleep(self.settle_s)
@@ -165,6 +169,8 @@ class WorkerKernelRecorder(UtilizationRecorder):
                 raw.kernels = KernelTable.concat([raw.kernels, kernels])
                 raw.kernel_source = "cupti (model worker" + (coverage.describe() if coverage else "") + ")"
                 if coverage is not None:
+                    if coverage.sampled:
+                        raw.recorded_spans = [*raw.recorded_spans, *coverage.slices]
                     if coverage.callback_s is not None:
                         raw.tracer_callback_s = (raw.tracer_callback_s or 0.0) + coverage.callback_s
                     raw.notes = [*raw.notes, *(n for n in coverage.notes if n not in raw.notes)]

@@ -4,6 +4,7 @@ worker, driven through files in one folder (no socket, nothing the server itself
     hook = WorkerHook(folder)                     # the server starts with hook.env() in its environment
     line = hook.prepare(server_alive)             # after /health: the worker imports CUPTI now, not in the window
     hook.start(1); hook.wait_started(1, alive)    # one window (several per server: 2, 3, ...): open it once recording runs
+                                                  # (hook.start(1, {"share": 0.25, "slice_s": 0.5}): slices, a quarter of it)
     ...; hook.stop(1)
     kernels, coverage = hook.read(1, window)      # its kernels (host clock), how much of it was recorded
     hook.quit()                                   # the hook threads end
@@ -36,9 +37,17 @@ class WindowCoverage:
     notes: tuple[str, ...] = ()
     start_s: float | None = None
     """Seconds CUPTI's enable took in the worker (subscribe, activity on), spent before the window opened."""
+    slices: tuple[tuple[int, int], ...] = ()
+    """The spans (host perf_counter ns, inside the window) in which kernels were recorded."""
+    sampled: bool = False
+    """Whether recording ran in slices (a share of the window), paused between them."""
+    graph_records: int = 0
+    """Graph-level records (the ``graph-level`` recording option; no kernels then)."""
 
     def describe(self) -> str:
         text = f", recorded {self.covered_s:.1f} of {self.window_s:.1f} s"
+        if self.sampled:
+            text += f" in {len(self.slices)} slice(s)"
         if self.dropped:
             text += f", {self.dropped} dropped"
         if self.collector == "CuptiKernelCollector":
@@ -87,8 +96,12 @@ class WorkerHook:
     def ready(self) -> bool:
         return any(self.folder.glob("ready-*"))
 
-    def start(self, window: int) -> None:
-        (self.folder / f"start-{window}").touch()
+    def start(self, window: int, plan: dict[str, object] | None = None) -> None:
+        """Ask for window ``window``'s recording; ``plan`` as the hook reads it (``share``, ``slice_s``, ``options``)."""
+        target = self.folder / f"start-{window}"
+        tmp = self.folder / f".start-{window}"
+        tmp.write_text(json.dumps(plan or {}))
+        os.replace(tmp, target)  # whole or not at all: the hook reads it as soon as it exists
 
     def wait_started(self, window: int, alive: Callable[[], bool], timeout_s: float = 10.0) -> bool:
         """Wait until every process that answered ready has started recording window ``window`` (or said it cannot);
@@ -136,12 +149,14 @@ class WorkerHook:
         for path in sorted(self.folder.glob(f"coverage-{pid}-{window}.json")):
             try:
                 c = json.loads(path.read_text())
-                covered = (min(int(c["stopped_ns"]), span[1]) - max(int(c["started_ns"]), span[0])) / 1e9
+                recorded = [(int(a), int(b)) for a, b in c.get("slices") or [(c["started_ns"], c["stopped_ns"])]]
             except (OSError, ValueError, KeyError, TypeError):
                 continue
+            inside = tuple((max(a, span[0]), min(b, span[1])) for a, b in recorded if min(b, span[1]) > max(a, span[0]))
             callback, start = c.get("callback_s"), c.get("start_s")
-            return WindowCoverage(start_s=float(start) if isinstance(start, (int, float)) else None,
-                                  covered_s=covered, window_s=(span[1] - span[0]) / 1e9, dropped=int(c.get("dropped") or 0),
+            return WindowCoverage(start_s=float(start) if isinstance(start, (int, float)) else None, slices=inside, sampled=float(c.get("share") or 1.0) < 1,
+                                  graph_records=int(c.get("graph_records") or 0),
+                                  covered_s=sum(b - a for a, b in inside) / 1e9, window_s=(span[1] - span[0]) / 1e9, dropped=int(c.get("dropped") or 0),
                                   callback_s=float(callback) if isinstance(callback, (int, float)) else None, api_records=int(c.get("api_records") or 0),
                                   collector=str(c.get("collector", "")), notes=tuple(str(n) for n in c.get("notes", [])))
         return None

@@ -233,7 +233,8 @@ def kernels_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableTyp
             f"steps from {k.step_source}, attribution by {k.attribution}")
     if k.gpu_busy_pct is not None:
         what = "MAX ops cover" if ops else "GPU busy"
-        head += f"; {what} {k.gpu_busy_pct:.1f}% of the {_f(k.window_ms, '.3f')} ms window"
+        head += (f"; {what} {k.gpu_busy_pct:.1f}% of the {_f(k.recorded_ms, '.3f')} ms recorded in slices of the {_f(k.window_ms, '.3f')} ms window"
+                 if k.recorded_ms is not None else f"; {what} {k.gpu_busy_pct:.1f}% of the {_f(k.window_ms, '.3f')} ms window")
         if ops:
             head += f" (the other {100 - k.gpu_busy_pct:.1f}% is host time between ops: Python, scheduling, sampling)"
     if k.unattributed_kernels and k.step_source != "none":

@@ -39,6 +39,11 @@ typedef CUptiResult (*fn_version_t)(uint32_t *);
 typedef CUptiResult (*fn_subscribe_t)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
 typedef CUptiResult (*fn_subscribe2_t)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *, CUpti_SubscriberParams *);
 typedef CUptiResult (*fn_unsubscribe_t)(CUpti_SubscriberHandle);
+typedef CUptiResult (*fn_set_attribute_t)(CUpti_ActivityAttribute, size_t *, void *);
+
+/* mp_set_options() flags */
+#define MP_ZEROED_BUFFERS 1u /* hand CUPTI zeroed buffers (zeroed on CUPTI's thread, after their records are copied) */
+#define MP_GRAPH_LEVEL 2u    /* one record per graph launch (GRAPH_TRACE) instead of one per kernel: a cost diagnostic */
 
 typedef struct {
     char *data;
@@ -60,14 +65,16 @@ static struct {
     fn_subscribe_t subscribe;
     fn_subscribe2_t subscribe2;
     fn_unsubscribe_t unsubscribe;
+    fn_set_attribute_t set_attribute;
     CUpti_SubscriberHandle subscriber;
-    int subscribed, recording, launches;
+    int subscribed, recording, paused, launches;
+    unsigned options, active_options;
     size_t buffer_bytes, max_bytes;
     pthread_mutex_t lock, free_lock; /* lock: the arrays and counters; free_lock: the free buffers only */
     arena_t kernels, apis;
     uint8_t *free_buffers[64];
     int n_free;
-    uint64_t dropped_records, other_records, buffers_completed, callback_ns, graph_launches, launch_calls_kept;
+    uint64_t dropped_records, other_records, buffers_completed, callback_ns, graph_launches, launch_calls_kept, graph_records;
     char error[512];
     char holder[128];
 } S = {.lock = PTHREAD_MUTEX_INITIALIZER, .free_lock = PTHREAD_MUTEX_INITIALIZER};
@@ -101,11 +108,13 @@ static int append(arena_t *a, const void *rec, size_t size) {
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
     uint8_t *b = NULL;
+    int reused = 0;
     /* only the free list's lock: a thread asking for a buffer never waits while another buffer's records are copied */
     pthread_mutex_lock(&S.free_lock);
-    if (S.n_free > 0) b = S.free_buffers[--S.n_free];
+    if (S.n_free > 0) { b = S.free_buffers[--S.n_free]; reused = 1; }
     pthread_mutex_unlock(&S.free_lock);
     if (!b && posix_memalign((void **)&b, 8, S.buffer_bytes) != 0) b = NULL;
+    else if (b && !reused && (S.active_options & MP_ZEROED_BUFFERS)) memset(b, 0, S.buffer_bytes); /* a fresh buffer: zeroed once */
     *buffer = b;
     *size = b ? S.buffer_bytes : 0;
     *max_records = 0;
@@ -125,6 +134,9 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
         case CUPTI_ACTIVITY_KIND_RUNTIME:
             if (append(&S.apis, rec, sizeof(CUpti_ActivityAPI)) != 0) S.dropped_records++;
             break;
+        case CUPTI_ACTIVITY_KIND_GRAPH_TRACE:
+            S.graph_records++;
+            break;
         default:
             S.other_records++;
         }
@@ -132,6 +144,9 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     size_t dropped = 0;
     if (S.dropped && S.dropped(ctx, stream, &dropped) == CUPTI_SUCCESS) S.dropped_records += dropped;
     S.buffers_completed++;
+    /* zeroed here, on CUPTI's thread, so that CUPTI need not zero it on the launching thread when it is handed out again
+     * (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER); only the part CUPTI wrote: the rest is still zero */
+    if (buffer && (S.active_options & MP_ZEROED_BUFFERS)) memset(buffer, 0, valid < size ? valid : size);
     S.callback_ns += now_ns() - t0;
     pthread_mutex_unlock(&S.lock);
     pthread_mutex_lock(&S.free_lock);
@@ -141,7 +156,6 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     }
     pthread_mutex_unlock(&S.free_lock);
     free(buffer);
-    (void)size;
 }
 
 static void CUPTIAPI no_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data) {
@@ -173,6 +187,7 @@ int mp_open(const char *libcupti) {
     LOAD(subscribe, "cuptiSubscribe");
     LOAD(subscribe2, "cuptiSubscribe_v2");
     LOAD(unsubscribe, "cuptiUnsubscribe");
+    LOAD(set_attribute, "cuptiActivitySetAttribute");
     if (!S.reg || !S.enable || !S.disable || !S.flush || !S.next || !S.timestamp) {
         snprintf(S.error, sizeof S.error, "%s lacks the CUPTI activity API", libcupti);
         dlclose(S.lib);
@@ -258,6 +273,20 @@ void mp_held(size_t *kernel_cap, int *free_buffers) {
     *free_buffers = S.n_free;
 }
 
+static CUpti_ActivityKind record_kind(void) {
+    return (S.active_options & MP_GRAPH_LEVEL) ? CUPTI_ACTIVITY_KIND_GRAPH_TRACE : CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+}
+
+/* A start that failed after subscribing: the subscription dropped, so a later start (another window) can subscribe. */
+static int give_up(void) {
+    if (S.subscribed && S.unsubscribe) S.unsubscribe(S.subscriber);
+    S.subscribed = 0;
+    return -1;
+}
+
+/* Options for the next mp_start (MP_ZEROED_BUFFERS, MP_GRAPH_LEVEL); 0 is the default recording. */
+void mp_set_options(unsigned options) { S.options = options; }
+
 /* Start recording. launches: also record launch API calls (launch time and thread per kernel); max_bytes caps
  * the recorded arrays (records past it are counted as dropped).
  * Returns 0, or 1 when another CUPTI client holds the process (mp_holder() names it), or -1 on error. */
@@ -298,32 +327,68 @@ int mp_start(size_t buffer_bytes, int launches, size_t max_bytes) {
     r = S.reg(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) {
         set_error("cuptiActivityRegisterCallbacks", r);
-        return -1;
+        return give_up();
     }
-    if ((r = S.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)) != CUPTI_SUCCESS) {
-        set_error("cuptiActivityEnable(CONCURRENT_KERNEL)", r);
-        return -1;
+    if ((S.options & MP_ZEROED_BUFFERS) && !(S.active_options & MP_ZEROED_BUFFERS)) { /* buffers kept from before hold old records */
+        pthread_mutex_lock(&S.free_lock);
+        for (int i = 0; i < S.n_free; i++) memset(S.free_buffers[i], 0, S.buffer_bytes);
+        pthread_mutex_unlock(&S.free_lock);
+    }
+    S.active_options = S.options;
+    if (S.set_attribute) {
+        uint8_t zeroed = (S.options & MP_ZEROED_BUFFERS) ? 1 : 0;
+        size_t size = sizeof zeroed;
+        S.set_attribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &size, &zeroed);
+    }
+    if ((r = S.enable(record_kind())) != CUPTI_SUCCESS) {
+        set_error((S.options & MP_GRAPH_LEVEL) ? "cuptiActivityEnable(GRAPH_TRACE)" : "cuptiActivityEnable(CONCURRENT_KERNEL)", r);
+        return give_up();
     }
     if (launches) {
         if ((r = S.enable(CUPTI_ACTIVITY_KIND_DRIVER)) != CUPTI_SUCCESS || (r = S.enable(CUPTI_ACTIVITY_KIND_RUNTIME)) != CUPTI_SUCCESS) {
             set_error("cuptiActivityEnable(DRIVER / RUNTIME)", r);
-            return -1;
+            S.disable(record_kind());
+            return give_up();
         }
         int kept = keep_launch_calls_only();
         S.launch_calls_kept = kept < 0 ? 0 : (uint64_t)kept;
     }
     S.recording = 1;
+    S.paused = 0;
     return 0;
 }
 
 /* Stop recording and flush every buffer (their records land in the arrays). */
+static void switch_kinds(int on) {
+    fn_kind_t f = on ? S.enable : S.disable;
+    f(record_kind());
+    if (S.launches) {
+        f(CUPTI_ACTIVITY_KIND_DRIVER);
+        f(CUPTI_ACTIVITY_KIND_RUNTIME);
+    }
+}
+
+/* Pause recording inside a recording (a slice of a sampled window ended): the activity kinds off, nothing flushed, the
+ * subscription kept; records of work launched before it still arrive. 0, or -1 when not recording. */
+int mp_pause(void) {
+    if (!S.recording) return -1;
+    if (!S.paused) switch_kinds(0);
+    S.paused = 1;
+    return 0;
+}
+
+/* Resume a paused recording (the next slice). 0, or -1 when not recording. */
+int mp_resume(void) {
+    if (!S.recording) return -1;
+    if (S.paused) switch_kinds(1);
+    S.paused = 0;
+    return 0;
+}
+
 int mp_stop(void) {
     if (!S.recording) return 0;
-    S.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-    if (S.launches) {
-        S.disable(CUPTI_ACTIVITY_KIND_DRIVER);
-        S.disable(CUPTI_ACTIVITY_KIND_RUNTIME);
-    }
+    if (!S.paused) switch_kinds(0);
+    S.paused = 0;
     CUptiResult r = S.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     S.recording = 0;
     if (S.subscribed && S.unsubscribe) S.unsubscribe(S.subscriber);
@@ -348,12 +413,14 @@ const char *mp_apis(size_t *bytes) { *bytes = S.apis.len; return S.apis.data; }
 void mp_clear(void) {
     pthread_mutex_lock(&S.lock);
     S.kernels.len = S.apis.len = 0;
-    S.dropped_records = S.other_records = S.buffers_completed = S.callback_ns = 0;
+    S.dropped_records = S.other_records = S.buffers_completed = S.callback_ns = S.graph_records = 0;
     pthread_mutex_unlock(&S.lock);
 }
 
-/* Counters: dropped records, records of other kinds, buffers completed, ns spent in buffer_completed, launch calls kept. */
+/* Counters: dropped records, records of other kinds, buffers completed, ns spent in buffer_completed, launch calls kept,
+ * graph-level records (MP_GRAPH_LEVEL). */
 void mp_stats(uint64_t *out) {
+    out[5] = S.graph_records;
     out[0] = S.dropped_records;
     out[1] = S.other_records;
     out[2] = S.buffers_completed;

@@ -8,6 +8,8 @@ follows files that max_profile creates in that folder:
   ``skipped-<pid>.txt`` and ends the hook; the others import CUPTI and write ``ready-<pid>``
   (or ``unavailable-<pid>.txt`` with the reason), so the import is done before the window;
 - ``start-N`` / ``stop-N`` (N = 1, 2, ...: one server, several windows): kernels are recorded in between;
+  ``start-N`` may hold JSON: ``{"share": 0.25, "slice_s": 0.5}`` records slices of ``slice_s`` seconds, a ``share`` of
+  the time (recording paused in between), ``"options"`` the recorder's (``cupti_native.RECORDING_OPTIONS``);
   ``started-<pid>-N`` (the seconds CUPTI's enable took) says recording runs, so the window opens after it;
   then written as ``kernels-<pid>-N.json`` (a KernelTable as JSON, host perf_counter clock) with
   ``coverage-<pid>-N.json`` (when the recording really ran, records CUPTI dropped, its callback time);
@@ -45,6 +47,51 @@ def _write(path: str, text: str) -> None:
         fh.write(text)
 
 
+def _window_plan(path: str) -> dict:  # type: ignore[type-arg]
+    """What ``start-N`` asks for (empty: record the whole window, the default recording)."""
+    import json
+
+    try:
+        with open(path) as fh:
+            text = fh.read().strip()
+        plan = json.loads(text) if text else {}
+    except (OSError, ValueError):
+        return {}
+    return plan if isinstance(plan, dict) else {}
+
+
+def _record_until_stop(collector: object, stop: str, share: float, slice_s: float) -> list[list[int]]:
+    """Record until ``stop`` exists: all the time, or (``share`` < 1, a collector that can pause) slices of ``slice_s``
+    seconds with the recording paused for ``slice_s * (1 - share) / share`` between them. Returns the recorded slices
+    (perf_counter ns)."""
+    pause, resume = getattr(collector, "pause", None), getattr(collector, "resume", None)
+    on_at = time.perf_counter_ns()
+    if not (0 < share < 1) or pause is None or resume is None:
+        _wait_for(stop, None, 0.02)
+        return [[on_at, time.perf_counter_ns()]]
+    off_s = slice_s * (1 - share) / share
+    slices: list[list[int]] = []
+    while True:
+        if _wait_until(stop, on_at + int(slice_s * 1e9)):
+            return [*slices, [on_at, time.perf_counter_ns()]]
+        pause()
+        off_at = time.perf_counter_ns()
+        slices.append([on_at, off_at])
+        if _wait_until(stop, off_at + int(off_s * 1e9)):
+            return slices
+        resume()
+        on_at = time.perf_counter_ns()
+
+
+def _wait_until(path: str, deadline_ns: int) -> bool:
+    """Whether ``path`` appeared before the deadline (perf_counter ns)."""
+    while time.perf_counter_ns() < deadline_ns:
+        if os.path.exists(path):
+            return True
+        time.sleep(min(0.01, max(deadline_ns - time.perf_counter_ns(), 0) / 1e9))
+    return os.path.exists(path)
+
+
 def _watch(folder: str) -> None:
     pid = os.getpid()
     prepare, quit_ = os.path.join(folder, "prepare"), os.path.join(folder, "quit")
@@ -69,28 +116,43 @@ def _watch(folder: str) -> None:
     window = 0
     while True:
         window += 1
-        if not _wait_for(os.path.join(folder, f"start-{window}"), quit_, 0.01):
+        start_file = os.path.join(folder, f"start-{window}")
+        if not _wait_for(start_file, quit_, 0.01):
             return
+        plan = _window_plan(start_file)
         t0 = time.perf_counter_ns()
         try:
+            if hasattr(collector, "options"):
+                collector.options = tuple(str(o) for o in plan.get("options", ()))
             collector.start()
         except Exception as exc:  # noqa: BLE001 - e.g. another CUPTI client holds this process: say why, record nothing
+            if plan.get("options"):  # a variant this CUPTI refuses (serve_ab): this window records nothing, the next ones go on
+                _write(os.path.join(folder, f"started-{pid}-{window}"), "0\n")
+                _wait_for(os.path.join(folder, f"stop-{window}"), None, 0.02)
+                now = time.perf_counter_ns()
+                _dump(folder, pid, window, type(collector.kernels).empty(), collector, t0, now, now,  # type: ignore[attr-defined]
+                      [*notes, f"recording option(s) {plan['options']} failed: {type(exc).__name__}: {exc}"], [], 1.0)
+                continue
             _write(os.path.join(folder, f"unavailable-{pid}.txt"), f"{type(exc).__name__}: {exc}\n")
             return
         started = time.perf_counter_ns()
         # the controller opens its window only after this file: CUPTI's enable (subscribe, activity on) stays outside it
         _write(os.path.join(folder, f"started-{pid}-{window}"), f"{(started - t0) / 1e9:.6f}\n")
-        _wait_for(os.path.join(folder, f"stop-{window}"), None, 0.02)
+        slices = _record_until_stop(collector, os.path.join(folder, f"stop-{window}"), float(plan.get("share", 1.0)), float(plan.get("slice_s", 0.5)))
         stopped = time.perf_counter_ns()
         kernels = collector.stop()
         window_notes = list(notes)
         if getattr(collector, "unfinished", 0):
             window_notes.append(f"CUPTI: {collector.unfinished} kernel(s) were still running when the window closed (no end time): left out")
-        _dump(folder, pid, window, kernels, collector, t0, started, stopped, window_notes)
+        share = float(plan.get("share", 1.0))
+        if share < 1 and getattr(collector, "pause", None) is None:
+            window_notes.append("this recorder cannot pause (cupti-python): the whole window was recorded, not a share of it")
+            share = 1.0
+        _dump(folder, pid, window, kernels, collector, t0, started, stopped, window_notes, slices, share)
 
 
 def _dump(folder: str, pid: int, window: int, kernels: object, collector: object, enable_ns: int, started: int, stopped: int,
-          notes: list[str]) -> None:
+          notes: list[str], slices: list[list[int]], share: float) -> None:
     """``coverage-<pid>-<window>.json`` then ``kernels-<pid>-<window>.json`` (a KernelTable), each written whole or not at all."""
     import json
 
@@ -98,7 +160,8 @@ def _dump(folder: str, pid: int, window: int, kernels: object, collector: object
                 "callback_s": getattr(collector, "callback_s_before_stop", None), "api_records": getattr(collector, "api_records", 0),
                 "start_s": (started - enable_ns) / 1e9,
                 "api_filter": getattr(collector, "api_filter", ""), "notes": notes, "stop_s": getattr(collector, "stop_s", None),
-                "collector": type(collector).__name__, "kernels": len(kernels)}  # type: ignore[arg-type]
+                "collector": type(collector).__name__, "kernels": len(kernels),  # type: ignore[arg-type]
+                "slices": slices, "share": share, "graph_records": getattr(collector, "graph_records", 0), "options": list(getattr(collector, "options", ()))}
     # coverage first: the kernels file appearing is what the controller waits for
     for name, data in ((f"coverage-{pid}-{window}.json", json.dumps(coverage).encode()), (f"kernels-{pid}-{window}.json", kernels.to_json())):  # type: ignore[attr-defined]
         tmp = os.path.join(folder, "." + name)
