@@ -2,14 +2,13 @@
 alternating, same server, same load (``max-profile serve --mode kernels``'s recorder, MAX's defaults: device graphs on).
 
     python benchmarks/serve_ab.py --model-path DIR [--devices gpu] [--pairs 3] [--duration 10] [--settle S]
-                                  [--variants default,full,zeroed,graph] [--json out.json]
+                                  [--variants default,full,zeroed] [--json out.json]
 
 A round is one untraced window and one window per recording variant, back to back (the order rotates every round); the
 ratio of streamed tokens/s recorded / untraced is reported per variant and round, with every window, the median and the
 spread, and the host's load per window. Variants (``+`` combines): ``default`` what ``serve --mode kernels`` records
 (``ServePlan.record_share`` of each window, in slices), ``full`` every kernel of the whole window, ``share=F`` a share F
-in slices of ``--slice`` s, ``zeroed`` CUPTI handed zeroed buffers (``cupti_native.RECORDING_OPTIONS``), ``graph`` one
-record per graph launch instead of each kernel (the cost of node-level tracing; no kernels come back).
+in slices of ``--slice`` s, ``zeroed`` CUPTI handed zeroed buffers (``cupti_native.RECORDING_OPTIONS``).
 Per window also: the inter-token gaps inside it (p50 / p99 / max: a stall shows as a few long gaps, a slower decode step
 as a higher median) and the tokens of each second (a start-up cost shows in the first ones). A recorded window opens once
 the worker's recording runs plus ``--settle`` seconds (the recorder's own ``settle_s`` by default; 0 measures CUPTI's
@@ -80,10 +79,8 @@ def variant_plan(spec: str, default_share: float, slice_s: float) -> dict[str, A
             plan["share"] = float(part.removeprefix("share="))
         elif part == "zeroed":
             plan["options"].append("zeroed-buffers")
-        elif part == "graph":
-            plan["options"].append("graph-level")
         else:
-            raise SystemExit(f"unknown variant part {part!r} (default, full, share=F, zeroed, graph; + combines)")
+            raise SystemExit(f"unknown variant part {part!r} (default, full, share=F, zeroed; + combines)")
     return plan
 
 
@@ -165,14 +162,13 @@ def main() -> int:
         per_second = tokens_per_second(w.requests, w.window_ns)
         start_s = cov.start_s if cov is not None else None
         windows.append({"window": i, "variant": variant, "traced": variant is not None, "tok_s": tokens / secs, "server_tg_ms": tg_ms, "kernels": inside,
-                        "recorded_s": cov.covered_s if cov is not None else None, "graph_records": cov.graph_records if cov is not None else None,
+                        "recorded_s": cov.covered_s if cov is not None else None,
                         "callback_s": callback_s.get(i), "enable_s": start_s, "itl_ms": gaps, "tokens_per_second": per_second,
                         "gpu_waits_before_graphs": waits.before_graph_gaps if waits else None,
                         "gpu_waits_before_graphs_pct": round(waits.before_graph_pct, 2) if waits else None})
         print(f"window {i}: {variant or 'untraced':<18} {tokens / secs:8.1f} tok/s, server decode step "
               f"{'-' if tg_ms is None else f'{tg_ms:.3f}'} ms, {inside} kernels recorded"
               + (f" in {cov.covered_s:.1f} s" if cov is not None else "")
-              + (f", {cov.graph_records} graph-level records" if cov is not None and cov.graph_records else "")
               + (f", {callback_s[i]:.3f} s in CUPTI buffer callbacks" if i in callback_s else "")
               + (f", CUPTI enable {1000 * start_s:.0f} ms before it" if start_s is not None else "")
               + (f", GPU waited before {waits.before_graph_gaps} graph launches ({waits.before_graph_pct:.1f} % of the recorded time)" if waits else "")

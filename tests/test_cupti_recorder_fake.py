@@ -115,19 +115,14 @@ elif scenario == "cap":
     k = c.stop()
     out = {"emitted": emitted, "kernels": len(k), "dropped": c.dropped}
 elif scenario == "options":
-    # zeroed buffers: CUPTI is told the recorder zeroes them, and every buffer it gets (fresh or reused) is zero; graph
-    # level: one record per graph launch, no kernels; pause / resume: nothing recorded in between
+    # zeroed buffers: CUPTI is told the recorder zeroes them, and every buffer it gets (fresh or reused) is zero;
+    # pause / resume: nothing recorded in between
     c = NativeCuptiCollector(buffer_bytes=1 << 20, launches=False)
     c.options = ("zeroed-buffers",)
     zeroed = []
     for w in range(3):
         c.start(); emitted = fake.fake_emit(15000, now_cupti(), 1000, 0); k = c.stop()
         zeroed.append({"emitted": emitted, "kernels": len(k)})
-    c.options = ("graph-level",)
-    c.start(); t0 = now_cupti()
-    graph_emitted = fake.fake_emit(500, t0, 1000, 9) + fake.fake_emit(500, t0 + 1_000_000, 1000, 9)
-    k = c.stop()
-    graph = {"kernels": len(k), "graph_records": c.graph_records, "emitted": graph_emitted}
     c.options = ()
     c.start(); t0 = now_cupti()
     a = fake.fake_emit(100, t0, 1000, 0); c.pause(); b = fake.fake_emit(100, t0 + 1_000_000, 1000, 0); c.resume()
@@ -138,7 +133,7 @@ elif scenario == "options":
         c.options = ("no-such-option",); c.start(); bad = None
     except Exception as e:
         bad = str(e)
-    out = {"zeroed": zeroed, "graph": graph, "paused": paused, "bad": bad, "stats": stats()}
+    out = {"zeroed": zeroed, "paused": paused, "bad": bad, "stats": stats()}
 elif scenario == "busy":
     fake.fake_set_holder(b"Nsight Systems 2025.3")
     c = NativeCuptiCollector(launches=False)
@@ -212,12 +207,11 @@ def test_recorder_reserves_its_memory_before_the_first_recording(fake_libcupti: 
     assert out["stats"]["requested"] >= 3 and out["after"][1] >= 3
 
 
-def test_recorder_options_zeroed_buffers_graph_level_and_pause(fake_libcupti: Path, tmp_path: Path) -> None:
+def test_recorder_options_zeroed_buffers_and_pause(fake_libcupti: Path, tmp_path: Path) -> None:
     out = run_child(fake_libcupti, "options", tmp_path)
     # 15,000 records of ~216 B over 1 MB buffers: several buffers per recording, reused from the second on, all zero
     assert [z["kernels"] for z in out["zeroed"]] == [z["emitted"] for z in out["zeroed"]] == [15000] * 3
     assert out["stats"]["requested"] > out["stats"]["distinct"] >= 1 and out["stats"]["dirty"] == 0
-    assert out["graph"] == {"kernels": 0, "graph_records": 2, "emitted": 0}
     assert out["paused"] == {"before": 100, "while_paused": 0, "after": 100, "kernels": 200}
     assert out["bad"] is not None and "no-such-option" in out["bad"] and "zeroed-buffers" in out["bad"]
 

@@ -268,3 +268,32 @@ def test_a_sampled_recording_judges_busy_and_waits_over_its_slices_only() -> Non
     assert b.window_ms == pytest.approx(10.0) and b.recorded_ms == pytest.approx(2.5)
     assert b.gpu_busy_pct == pytest.approx(100 * 21 * 0.08 / 2.5)
     assert build_breakdown(table, source="test", window=window).recorded_ms is None
+
+
+def test_the_worker_hook_drops_kernels_stamped_across_a_pause_of_a_sampled_recording() -> None:
+    """On the H200 kernels of the graph launched as the recorder paused came back ending at the resume, 1.5 s later: such
+    records (ending at or after the next slice's start) are left out and counted; a kernel running a little past its
+    slice's end stays, and busy time is clipped to the slice it started in."""
+    import importlib.util
+
+    from max_profile.analyze.breakdown import build_breakdown
+    from max_profile.collect.worker_protocol import HOOK_DIR
+    from max_profile.model import KernelRecord, KernelTable
+
+    spec = importlib.util.spec_from_file_location("max_profile_hook_under_test", HOOK_DIR / "sitecustomize.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    ms = 1_000_000
+    slices = [[0, 500 * ms], [2000 * ms, 2500 * ms]]
+    recs = [KernelRecord(name="gemv", start_ns=10 * ms, end_ns=11 * ms),
+            KernelRecord(name="gemv", start_ns=499 * ms, end_ns=503 * ms),  # past its slice by 3 ms: kept
+            KernelRecord(name="norm", start_ns=500 * ms, end_ns=2001 * ms),  # stamped at the resume: dropped
+            KernelRecord(name="gemv", start_ns=2100 * ms, end_ns=2101 * ms),
+            KernelRecord(name="gemv", start_ns=2499 * ms, end_ns=2600 * ms)]  # the last slice: nothing follows, kept
+    kept, dropped = hook._drop_pause_spanning(KernelTable.from_records(recs), slices)
+    assert dropped == 1 and len(kept) == 4 and "norm" not in {kept.names[i] for i in kept.name_idx}
+    whole, none = hook._drop_pause_spanning(KernelTable.from_records(recs), slices[:1])
+    assert none == 0 and len(whole) == 5  # one slice (a whole window): nothing to judge
+    b = build_breakdown(kept, source="test", window=(0, 3000 * ms), recorded=[(0, 500 * ms), (2000 * ms, 2500 * ms)])
+    assert b.recorded_ms == pytest.approx(1000) and b.gpu_busy_pct == pytest.approx(100 * (1 + 1 + 1 + 1) / 1000)

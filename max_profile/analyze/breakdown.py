@@ -210,7 +210,9 @@ def build_breakdown(
     window_ns = (window[1] - window[0]) if window else 0
     recorded_ns = sum(b - a for a, b in recorded_in_window(window, recorded)) if window and recorded else None
     busy_all = 0
-    if n and window is not None:  # kernels clipped to the window (the last step's kernels may run past it)
+    if n and window is not None and recorded_ns is not None:  # sampled: each kernel clipped to the slice it started in
+        busy_all = _busy_in_slices(table, recorded_in_window(window, recorded))
+    elif n and window is not None:  # kernels clipped to the window (the last step's kernels may run past it)
         outside = int(table.start_ns.min()) < window[0] or int(table.end_ns.max()) > window[1]
         s, e = (np.clip(table.start_ns, window[0], window[1]), np.clip(table.end_ns, window[0], window[1])) if outside else (table.start_ns, table.end_ns)
         busy_all = union_ns(s, e)
@@ -260,6 +262,20 @@ def build_breakdown(
         per_device=_per_device(table, fam_idx, dur, kernel_phase, ordered, recorded_ns if recorded_ns is not None else window_ns) if len(devices) > 1 else [],
         gpu_waits=gpu_waits(table, window, *wait_gap_ns, recorded=recorded),
     )
+
+
+def _busy_in_slices(table: KernelTable, slices: Sequence[tuple[int, int]]) -> int:
+    """The union of kernel intervals, each clipped to the recorded slice it started in (kernels outside every slice left out)."""
+    if not slices:
+        return 0
+    a = np.array([x for x, _ in slices], dtype=np.int64)
+    b = np.array([y for _, y in slices], dtype=np.int64)
+    k = np.searchsorted(a, table.start_ns, side="right") - 1
+    ok = k >= 0
+    s = np.maximum(table.start_ns[ok], a[k[ok]])
+    e = np.minimum(table.end_ns[ok], b[k[ok]])
+    keep = e > s
+    return union_ns(s[keep], e[keep])
 
 
 def _busy_pct(busy_ns: int, over_ns: int) -> float | None:

@@ -36,12 +36,11 @@ KERNEL_RECORD_STRUCTS = ("CUpti_ActivityKernel10", "CUpti_ActivityKernel9")
 DEFAULT_BUFFER_BYTES = 16 << 20
 DEFAULT_MAX_BYTES = 4 << 30
 """Recorded arrays are capped here (about 18M kernel records); records past it are counted as dropped."""
-RECORDING_OPTIONS = {"zeroed-buffers": 1, "graph-level": 2}
+RECORDING_OPTIONS = {"zeroed-buffers": 1}
 """What :meth:`NativeCuptiCollector.start` can be asked to record differently (cupti_ring.c's ``mp_set_options``):
 ``zeroed-buffers`` hands CUPTI buffers zeroed on CUPTI's own thread (``CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER``:
-otherwise CUPTI zeroes each buffer on the launching thread); ``graph-level`` records one record per graph launch instead
-of each kernel inside it (``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``, as ``nsys --cuda-graph-trace=graph``): no kernels come back,
-only their count in ``graph_records`` (a cost diagnostic for ``benchmarks/serve_ab.py``)."""
+otherwise CUPTI zeroes each buffer on the launching thread). (Graph-level records, ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``
+switched on in a running ``max serve`` worker, crashed it on the H200: segmentation fault; not offered.)"""
 RESERVE_ARENA_BYTES = 128 << 20
 RESERVE_BUFFERS = 4
 """What :meth:`NativeCuptiCollector.reserve` faults in ahead: about 600k kernel records and four activity buffers
@@ -177,7 +176,6 @@ class NativeCuptiCollector:
         self.callback_s_before_stop = 0.0
         self.stop_s = 0.0
         self.recorded_bytes = 0
-        self.graph_records = 0
         self.options: tuple[str, ...] = ()
         """:data:`RECORDING_OPTIONS` of the next :meth:`start` (none: the default recording)."""
         self.api_filter = "no API records (kernels only)" if not launches else "all API records"
@@ -218,7 +216,7 @@ class NativeCuptiCollector:
                             "(run without nsys / ncu / kineto around it, or read that tool's trace with `max-profile report`)")
         if rc != 0:
             raise CaptureError(f"CUPTI recording could not start: {self._lib.mp_error().decode(errors='replace')}")
-        stats = (ctypes.c_uint64 * 6)()
+        stats = (ctypes.c_uint64 * 5)()
         self._lib.mp_stats(stats)
         if self._launches:
             self.api_filter = f"launch calls only ({stats[4]} kept)" if stats[4] else "all API records (this CUPTI cannot filter by call)"
@@ -234,7 +232,7 @@ class NativeCuptiCollector:
 
     def stop(self) -> KernelTable:
         t0 = time.perf_counter()
-        stats = (ctypes.c_uint64 * 6)()
+        stats = (ctypes.c_uint64 * 5)()
         self._lib.mp_stats(stats)
         self.callback_s_before_stop = stats[3] / 1e9
         self._sync.append(self._pair())
@@ -242,7 +240,6 @@ class NativeCuptiCollector:
             raise CaptureError(f"CUPTI flush failed: {self._lib.mp_error().decode(errors='replace')}")
         self._lib.mp_stats(stats)
         self.dropped, self.other_records, self.callback_s = int(stats[0]), int(stats[1]), stats[3] / 1e9
-        self.graph_records = int(stats[5])
         kernel_bytes, api_bytes = self._copy("mp_kernels"), self._copy("mp_apis")
         self.recorded_bytes = len(kernel_bytes) + len(api_bytes)
         names = self._names(kernel_bytes)

@@ -41,8 +41,6 @@ class WindowCoverage:
     """The spans (host perf_counter ns, inside the window) in which kernels were recorded."""
     sampled: bool = False
     """Whether recording ran in slices (a share of the window), paused between them."""
-    graph_records: int = 0
-    """Graph-level records (the ``graph-level`` recording option; no kernels then)."""
 
     def describe(self) -> str:
         text = f", recorded {self.covered_s:.1f} of {self.window_s:.1f} s"
@@ -155,7 +153,6 @@ class WorkerHook:
             inside = tuple((max(a, span[0]), min(b, span[1])) for a, b in recorded if min(b, span[1]) > max(a, span[0]))
             callback, start = c.get("callback_s"), c.get("start_s")
             return WindowCoverage(start_s=float(start) if isinstance(start, (int, float)) else None, slices=inside, sampled=float(c.get("share") or 1.0) < 1,
-                                  graph_records=int(c.get("graph_records") or 0),
                                   covered_s=sum(b - a for a, b in inside) / 1e9, window_s=(span[1] - span[0]) / 1e9, dropped=int(c.get("dropped") or 0),
                                   callback_s=float(callback) if isinstance(callback, (int, float)) else None, api_records=int(c.get("api_records") or 0),
                                   collector=str(c.get("collector", "")), notes=tuple(str(n) for n in c.get("notes", [])))

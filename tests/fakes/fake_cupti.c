@@ -8,7 +8,7 @@
  *   cuptiActivityEnableDriverApi / EnableRuntimeApi, cuptiGetTimestamp (CLOCK_MONOTONIC ns), cuptiGetCallbackName,
  *   cuptiGetResultString, cuptiGetVersion, cuptiSubscribe / cuptiSubscribe_v2 / cuptiUnsubscribe,
  *   cuptiActivitySetAttribute (ZEROED_OUT_ACTIVITY_BUFFER: then every buffer handed over is checked to be zero; else the
- *   fake zeroes it, as CUPTI does), GRAPH_TRACE (one CUpti_ActivityGraphTrace2 per graph launch instead of its kernels).
+ *   fake zeroes it, as CUPTI does).
  * Records are written into the client's buffers back to back, as CUPTI does: kernel records of the struct the
  * recorder was built with (MP_KERNEL_RECORD), launch-call records as CUpti_ActivityAPI. A full buffer is handed to
  * the client's completion callback from another thread (CUPTI's worker thread does that), then a new one requested.
@@ -31,7 +31,7 @@
 
 static CUpti_BuffersCallbackRequestFunc requested_fn;
 static CUpti_BuffersCallbackCompleteFunc completed_fn;
-static int kernels_on, driver_on, subscribed, graphs_on, client_zeroes;
+static int kernels_on, driver_on, subscribed, client_zeroes;
 static uint64_t dirty_buffers; /* buffers handed over not zeroed although the client said it zeroes them */
 static uint8_t *buffer;
 static size_t buffer_size, buffer_used;
@@ -123,14 +123,12 @@ CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc req,
 CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
     if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) kernels_on = 1;
     if (kind == CUPTI_ACTIVITY_KIND_DRIVER) driver_on = 1;
-    if (kind == CUPTI_ACTIVITY_KIND_GRAPH_TRACE) graphs_on = 1;
     return CUPTI_SUCCESS;
 }
 
 CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
     if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) kernels_on = 0;
     if (kind == CUPTI_ACTIVITY_KIND_DRIVER) driver_on = 0;
-    if (kind == CUPTI_ACTIVITY_KIND_GRAPH_TRACE) graphs_on = 0;
     return CUPTI_SUCCESS;
 }
 
@@ -149,9 +147,7 @@ CUptiResult cuptiActivityGetNextRecord(uint8_t *buf, size_t valid, CUpti_Activit
     uint8_t *at = *record ? (uint8_t *)*record : buf;
     if (*record) {
         CUpti_ActivityKind kind = (*record)->kind;
-        at += kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ? sizeof(MP_KERNEL_RECORD)
-              : kind == CUPTI_ACTIVITY_KIND_GRAPH_TRACE   ? sizeof(CUpti_ActivityGraphTrace2)
-                                                          : sizeof(CUpti_ActivityAPI);
+        at += kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ? sizeof(MP_KERNEL_RECORD) : sizeof(CUpti_ActivityAPI);
     }
     if (at >= buf + valid) return CUPTI_ERROR_MAX_LIMIT_REACHED;
     *record = (CUpti_Activity *)at;
@@ -241,21 +237,6 @@ static int write_launch(uint32_t cbid, uint64_t work_start_ns, uint32_t correlat
  * cuLaunchKernel record when driver API records are on), else inside that graph (one cuGraphLaunch record for all).
  * Nothing is written while kernel records are disabled, as with CUPTI. Returns the kernel records written. */
 int fake_emit(int n, uint64_t start_ns, uint64_t step_ns, uint32_t graph_id) {
-    if (graph_id && graphs_on && !kernels_on && requested_fn) { /* graph-level tracing: one record for the whole launch */
-        pthread_mutex_lock(&lock);
-        int ok = ensure_space(sizeof(CUpti_ActivityGraphTrace2)) == 0;
-        if (ok) {
-            CUpti_ActivityGraphTrace2 *g = (CUpti_ActivityGraphTrace2 *)(buffer + buffer_used);
-            memset(g, 0, sizeof *g);
-            g->kind = CUPTI_ACTIVITY_KIND_GRAPH_TRACE;
-            g->start = start_ns;
-            g->end = start_ns + (uint64_t)n * step_ns;
-            g->graphId = graph_id;
-            buffer_used += sizeof *g;
-        }
-        pthread_mutex_unlock(&lock);
-        return 0;
-    }
     if (!kernels_on || !requested_fn) return 0;
     pthread_mutex_lock(&lock);
     int written = 0;

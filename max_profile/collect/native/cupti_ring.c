@@ -43,7 +43,6 @@ typedef CUptiResult (*fn_set_attribute_t)(CUpti_ActivityAttribute, size_t *, voi
 
 /* mp_set_options() flags */
 #define MP_ZEROED_BUFFERS 1u /* hand CUPTI zeroed buffers (zeroed on CUPTI's thread, after their records are copied) */
-#define MP_GRAPH_LEVEL 2u    /* one record per graph launch (GRAPH_TRACE) instead of one per kernel: a cost diagnostic */
 
 typedef struct {
     char *data;
@@ -74,7 +73,7 @@ static struct {
     arena_t kernels, apis;
     uint8_t *free_buffers[64];
     int n_free;
-    uint64_t dropped_records, other_records, buffers_completed, callback_ns, graph_launches, launch_calls_kept, graph_records;
+    uint64_t dropped_records, other_records, buffers_completed, callback_ns, graph_launches, launch_calls_kept;
     char error[512];
     char holder[128];
 } S = {.lock = PTHREAD_MUTEX_INITIALIZER, .free_lock = PTHREAD_MUTEX_INITIALIZER};
@@ -133,9 +132,6 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
         case CUPTI_ACTIVITY_KIND_DRIVER:
         case CUPTI_ACTIVITY_KIND_RUNTIME:
             if (append(&S.apis, rec, sizeof(CUpti_ActivityAPI)) != 0) S.dropped_records++;
-            break;
-        case CUPTI_ACTIVITY_KIND_GRAPH_TRACE:
-            S.graph_records++;
             break;
         default:
             S.other_records++;
@@ -273,10 +269,6 @@ void mp_held(size_t *kernel_cap, int *free_buffers) {
     *free_buffers = S.n_free;
 }
 
-static CUpti_ActivityKind record_kind(void) {
-    return (S.active_options & MP_GRAPH_LEVEL) ? CUPTI_ACTIVITY_KIND_GRAPH_TRACE : CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-}
-
 /* A start that failed after subscribing: the subscription dropped, so a later start (another window) can subscribe. */
 static int give_up(void) {
     if (S.subscribed && S.unsubscribe) S.unsubscribe(S.subscriber);
@@ -284,7 +276,7 @@ static int give_up(void) {
     return -1;
 }
 
-/* Options for the next mp_start (MP_ZEROED_BUFFERS, MP_GRAPH_LEVEL); 0 is the default recording. */
+/* Options for the next mp_start (MP_ZEROED_BUFFERS); 0 is the default recording. */
 void mp_set_options(unsigned options) { S.options = options; }
 
 /* Start recording. launches: also record launch API calls (launch time and thread per kernel); max_bytes caps
@@ -340,14 +332,14 @@ int mp_start(size_t buffer_bytes, int launches, size_t max_bytes) {
         size_t size = sizeof zeroed;
         S.set_attribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &size, &zeroed);
     }
-    if ((r = S.enable(record_kind())) != CUPTI_SUCCESS) {
-        set_error((S.options & MP_GRAPH_LEVEL) ? "cuptiActivityEnable(GRAPH_TRACE)" : "cuptiActivityEnable(CONCURRENT_KERNEL)", r);
+    if ((r = S.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)) != CUPTI_SUCCESS) {
+        set_error("cuptiActivityEnable(CONCURRENT_KERNEL)", r);
         return give_up();
     }
     if (launches) {
         if ((r = S.enable(CUPTI_ACTIVITY_KIND_DRIVER)) != CUPTI_SUCCESS || (r = S.enable(CUPTI_ACTIVITY_KIND_RUNTIME)) != CUPTI_SUCCESS) {
             set_error("cuptiActivityEnable(DRIVER / RUNTIME)", r);
-            S.disable(record_kind());
+            S.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
             return give_up();
         }
         int kept = keep_launch_calls_only();
@@ -361,7 +353,7 @@ int mp_start(size_t buffer_bytes, int launches, size_t max_bytes) {
 /* Stop recording and flush every buffer (their records land in the arrays). */
 static void switch_kinds(int on) {
     fn_kind_t f = on ? S.enable : S.disable;
-    f(record_kind());
+    f(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     if (S.launches) {
         f(CUPTI_ACTIVITY_KIND_DRIVER);
         f(CUPTI_ACTIVITY_KIND_RUNTIME);
@@ -413,14 +405,12 @@ const char *mp_apis(size_t *bytes) { *bytes = S.apis.len; return S.apis.data; }
 void mp_clear(void) {
     pthread_mutex_lock(&S.lock);
     S.kernels.len = S.apis.len = 0;
-    S.dropped_records = S.other_records = S.buffers_completed = S.callback_ns = S.graph_records = 0;
+    S.dropped_records = S.other_records = S.buffers_completed = S.callback_ns = 0;
     pthread_mutex_unlock(&S.lock);
 }
 
-/* Counters: dropped records, records of other kinds, buffers completed, ns spent in buffer_completed, launch calls kept,
- * graph-level records (MP_GRAPH_LEVEL). */
+/* Counters: dropped records, records of other kinds, buffers completed, ns spent in buffer_completed, launch calls kept. */
 void mp_stats(uint64_t *out) {
-    out[5] = S.graph_records;
     out[0] = S.dropped_records;
     out[1] = S.other_records;
     out[2] = S.buffers_completed;
