@@ -674,9 +674,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-reference", action="store_true",
                    help="kernels mode on NVIDIA: skip the untraced reference window run first (it measures the recorder's cost on this server)")
     p.add_argument("--record-share", type=float, default=0.25, metavar="FRACTION",
-                   help="kernels mode on NVIDIA: the share of each window recorded, in slices (default 0.25; 1 records all of it, "
-                        "at about 6 %% of the server's tokens/s measured on an H200)")
-    p.add_argument("--record-slice", type=float, default=0.5, metavar="SECONDS", help="length of one recorded slice (default 0.5)")
+                   help="kernels mode on NVIDIA: the share of each window recorded, in slices (1 records all of it, "
+                        "at about 6 %% of the server's tokens/s measured on an H200; default: 0.25)")
+    p.add_argument("--record-slice", type=float, default=0.5, metavar="SECONDS", help="length of one recorded slice (default: 0.5)")
     p.add_argument("--ready-timeout", type=float, default=READY_TIMEOUT_S, help="seconds allowed until /health answers 200")
     p.add_argument("--artifacts-dir", help="keep the server log (and captures) here")
     p.add_argument("--yes", "-y", action="store_true", help="start without asking")
