@@ -164,6 +164,31 @@ def test_kv_cache_on_a_cpu_judges_the_steps_cpu_time_not_their_wall_time() -> No
     assert f.evidence["signals"] == "step time" and "CPU time" in str(f.evidence["step_time"]) and float(f.evidence["growth_ratio"] or 0) > 1.6
 
 
+def test_kv_cache_step_time_that_jumps_once_is_not_growth() -> None:
+    """CI once judged a correct architecture broken on its CPU: the step's CPU time rose partway through the run (the
+    suite's other worker starting a heavy test) and ranked as a trend. A level shift leaves one half of the decode flat
+    (robust slope ~0); re-encoding grows in both halves, linear or quadratic."""
+    n = 64
+    raw = synthetic([5.0] + [1.0] * n, [[]] * (n + 1))
+    cpu_env = msgspec.structs.replace(raw.environment, vendor="none", gpus=[])
+
+    def cpu_run(ms: list[float]) -> RawCapture:
+        steps = [raw.steps[0]] + [msgspec.structs.replace(st, cpu_ns=int(m * 1e6)) for st, m in zip(raw.steps[1:], ms, strict=True)]
+        return msgspec.structs.replace(raw, environment=cpu_env, steps=steps)
+
+    wobble = [0.01 * (i % 3) for i in range(n)]
+    for at in (n // 3, n // 2, 2 * n // 3):
+        jump = [2.0 + w + (2.0 if i >= at else 0.0) for i, w in enumerate(wobble)]
+        report = build_report(cpu_run(jump))
+        assert "kv-cache-broken" not in ids(report), at
+    linear = [2.0 + w + 0.05 * i for i, w in enumerate(wobble)]
+    quadratic = [2.0 + w + 0.0012 * i * i for i, w in enumerate(wobble)]
+    for ms in (linear, quadratic):
+        f = next(f for f in build_report(cpu_run(ms)).findings if f.id == "kv-cache-broken")
+        assert f.evidence["signals"] == "step time" and min(float(f.evidence["growth_ms_per_token_first_half"] or 0),
+                                                            float(f.evidence["growth_ms_per_token_second_half"] or 0)) > 0
+
+
 def test_kv_cache_step_time_not_judged_while_other_processes_held_the_cores() -> None:
     """A rising step time under recorded contention is not a cache verdict (host-contention reports the load); the
     load-independent signals (re-fed tokens) still are."""

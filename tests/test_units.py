@@ -271,9 +271,11 @@ def test_a_sampled_recording_judges_busy_and_waits_over_its_slices_only() -> Non
 
 
 def test_the_worker_hook_drops_kernels_stamped_across_a_pause_of_a_sampled_recording() -> None:
-    """On the H200 kernels of the graph launched as the recorder paused came back ending at the resume, 1.5 s later: such
-    records (ending at or after the next slice's start) are left out and counted; a kernel running a little past its
-    slice's end stays, and busy time is clipped to the slice it started in."""
+    """On the H200 kernels of the graph launched as the recorder paused came back ending at the resume, 1.5 s later and
+    ~0.4 ms before the next slice's first timestamp, and those in flight at the last pause ending at the stop: such
+    records (ending past the middle of the pause after their slice) are left out and counted; a kernel running a little
+    past its slice's end stays, and busy time is clipped to the slice it started in. The breakdown drops them too, from a
+    capture whose recorder did not, and merges the overlapping slices of two recording processes."""
     import importlib.util
 
     from max_profile.analyze.breakdown import build_breakdown
@@ -286,14 +288,24 @@ def test_the_worker_hook_drops_kernels_stamped_across_a_pause_of_a_sampled_recor
     spec.loader.exec_module(hook)
     ms = 1_000_000
     slices = [[0, 500 * ms], [2000 * ms, 2500 * ms]]
+    stopped = 3000 * ms  # the recording paused after its last slice until the stop
     recs = [KernelRecord(name="gemv", start_ns=10 * ms, end_ns=11 * ms),
             KernelRecord(name="gemv", start_ns=499 * ms, end_ns=503 * ms),  # past its slice by 3 ms: kept
-            KernelRecord(name="norm", start_ns=500 * ms, end_ns=2001 * ms),  # stamped at the resume: dropped
+            KernelRecord(name="norm", start_ns=500 * ms, end_ns=1999 * ms + 600_000),  # stamped at the resume: dropped
             KernelRecord(name="gemv", start_ns=2100 * ms, end_ns=2101 * ms),
-            KernelRecord(name="gemv", start_ns=2499 * ms, end_ns=2600 * ms)]  # the last slice: nothing follows, kept
-    kept, dropped = hook._drop_pause_spanning(KernelTable.from_records(recs), slices)
-    assert dropped == 1 and len(kept) == 4 and "norm" not in {kept.names[i] for i in kept.name_idx}
-    whole, none = hook._drop_pause_spanning(KernelTable.from_records(recs), slices[:1])
-    assert none == 0 and len(whole) == 5  # one slice (a whole window): nothing to judge
+            KernelRecord(name="gemv", start_ns=2499 * ms, end_ns=2600 * ms),  # before the middle of the last pause: kept
+            KernelRecord(name="mha", start_ns=2499 * ms, end_ns=3001 * ms)]  # stamped at the stop: dropped
+    table = KernelTable.from_records(recs)
+    kept, dropped = hook._drop_pause_spanning(table, slices, stopped)
+    assert dropped == 2 and len(kept) == 4 and {kept.names[i] for i in kept.name_idx} == {"gemv"}
+    _, ran_to_stop = hook._drop_pause_spanning(table, [[0, 500 * ms], [2000 * ms, 3000 * ms]], stopped)
+    assert ran_to_stop == 1  # stopped inside the last slice: no pause after it, only the resume-stamped record goes
+    whole, none = hook._drop_pause_spanning(table, slices[:1], stopped)
+    assert none == 0 and len(whole) == 6  # one slice (a whole window): nothing to judge
     b = build_breakdown(kept, source="test", window=(0, 3000 * ms), recorded=[(0, 500 * ms), (2000 * ms, 2500 * ms)])
     assert b.recorded_ms == pytest.approx(1000) and b.gpu_busy_pct == pytest.approx(100 * (1 + 1 + 1 + 1) / 1000)
+    assert b.paused_kernels == 0
+    two_processes = [(0, 500 * ms), (1 * ms, 501 * ms), (2000 * ms, 2500 * ms), (2001 * ms, 2500 * ms)]
+    raw = build_breakdown(table, source="test", window=(0, 3000 * ms), recorded=two_processes)
+    assert raw.paused_kernels == 2 and raw.kernels == 4 and raw.recorded_ms == pytest.approx(1001)
+    assert raw.kernel_ms == pytest.approx(kept.end_ns.sum() / 1e6 - kept.start_ns.sum() / 1e6)

@@ -33,6 +33,7 @@ from max_profile.model import (
     PhaseBreakdown,
     Step,
     StepKernels,
+    merged_spans,
 )
 
 PHASES: tuple[Phase, ...] = ("prefill", "mixed", "decode", "unknown")
@@ -123,9 +124,9 @@ def _unknown_names(fam_idx: np.ndarray, base_idx: np.ndarray, dur: np.ndarray, n
 
 
 def recorded_in_window(window: tuple[int, int], recorded: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The recorded slices clipped to the window, in time order (empty slices dropped)."""
-    clipped = [(max(a, window[0]), min(b, window[1])) for a, b in recorded]
-    return sorted((a, b) for a, b in clipped if b > a)
+    """The recorded slices clipped to the window, in time order (empty slices dropped, overlapping ones merged: the slices
+    of several recording processes)."""
+    return merged_spans((max(a, window[0]), min(b, window[1])) for a, b in recorded)
 
 
 def gpu_waits(table: KernelTable, window: tuple[int, int] | None, min_gap_ns: int, max_gap_ns: int,
@@ -187,6 +188,10 @@ def build_breakdown(
     invalid = int((~valid).sum())
     if invalid:
         table = table.select(valid)
+    across = table.across_pauses(recorded, window[1] if window else None) if recorded else np.zeros(len(table), dtype=bool)
+    paused = int(across.sum())  # a capture whose recorder did not drop them itself
+    if paused:
+        table = table.select(~across)
     n = len(table)
     dur = (table.end_ns - table.start_ns).astype(np.float64)
     names = _Names(table.names)
@@ -256,7 +261,7 @@ def build_breakdown(
         phases=phases, step_source=step_source if ordered else "none",
         window_ms=window_ns / 1e6 if window_ns > 0 else None, recorded_ms=recorded_ns / 1e6 if recorded_ns is not None else None,
         gpu_busy_pct=_busy_pct(busy_all, recorded_ns if recorded_ns is not None else window_ns),
-        unattributed_kernels=int((step_of < 0).sum()) if ordered else n, invalid_kernels=invalid,
+        unattributed_kernels=int((step_of < 0).sum()) if ordered else n, invalid_kernels=invalid, paused_kernels=paused,
         unknown_kernel_names=_unknown_names(fam_idx, base_idx, dur, names), devices=devices, unreliable=unreliable,
         per_step=per_step, graph_kernels=graph_kernels,
         per_device=_per_device(table, fam_idx, dur, kernel_phase, ordered, recorded_ns if recorded_ns is not None else window_ns) if len(devices) > 1 else [],

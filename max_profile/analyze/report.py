@@ -127,6 +127,9 @@ def build_report(
         if kernels.graph_kernels:
             notes.append(f"{kernels.graph_kernels} of {kernels.kernels} kernels ran inside device graphs: each recorded, "
                          "tied to the step that launched its graph")
+        if kernels.paused_kernels:
+            notes.append(f"{kernels.paused_kernels} kernel record(s) of the sampled recording ended past the middle of the pause after "
+                         "their slice (CUPTI stamps a kernel still running at a pause with the time recording resumed): left out")
         if kernels.invalid_kernels:
             notes.append(f"{kernels.invalid_kernels} of {kernels.invalid_kernels + kernels.kernels} kernel records had invalid "
                          "timestamps (negative, or ending before they start) and were dropped")

@@ -722,6 +722,16 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
         model_refeeds = bool((mf >= 2).mean() >= 0.9) and mf_last >= mf_first + th.kv_min_context_growth / 2 and _corr(seq, mf) >= th.kv_model_refeed_corr
     evidence.update(_decode_vs_prefill_mix(report))
     time_grows = ratio >= th.kv_growth_ratio and corr >= th.kv_trend_corr
+    if time_grows:
+        halves = _half_slopes(seq, ms)
+        whole = (last - first) / max(float(np.median(seq[-third:])) - float(np.median(seq[:third])), 1.0)
+        evidence["growth_ms_per_token_first_half"] = round(halves[0], 5)
+        evidence["growth_ms_per_token_second_half"] = round(halves[1], 5)
+        if min(halves) < th.kv_gradual_share * whole:
+            # one level shift (another process taking cores partway, a clock change), not growth at every step
+            time_grows = False
+            evidence["step_time_not_judged"] = ("the step time rose in one jump, not step by step with the sequence "
+                                                f"(robust slope per half {halves[0]:.4f} / {halves[1]:.4f} ms per token against {whole:.4f} overall)")
     # MAX's op ranges on a CPU are host wall time (load-dependent): evidence there, a trigger only for GPU kernels
     kernels_grow = (kernel_growth is not None and kernel_growth >= th.kv_growth_ratio and kernel_corr >= th.kv_trend_corr
                     and not (on_cpu and not _gpu_kernels_of(report)))
@@ -752,6 +762,23 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
             "attends over it in decode (paged attention), instead of re-encoding the whole sequence.",
         )
     ]
+
+
+def _half_slopes(seq: object, ms: object) -> tuple[float, float]:
+    """Theil-Sen slope (ms per token) of step time against the sequence in each half of the decode: the median of the
+    pairwise slopes, which one jump in level (a step function) leaves near 0 where steady growth keeps it."""
+    import numpy as np
+    from scipy.stats import theilslopes
+
+    x, y = np.asarray(seq, dtype=float), np.asarray(ms, dtype=float)
+    mid = x.size // 2
+    out = []
+    for a, b in ((x[:mid], y[:mid]), (x[mid:], y[mid:])):
+        if a.size > 1500:  # every pair of 1,500 steps is ~1.1 M slopes: enough, and bounded
+            pick = np.linspace(0, a.size - 1, 1500).astype(int)
+            a, b = a[pick], b[pick]
+        out.append(float(theilslopes(b, a)[0]) if a.size >= 2 and np.ptp(a) > 0 else 0.0)
+    return out[0], out[1]
 
 
 def _gpu_kernels_of(report: Report) -> bool:
@@ -1001,7 +1028,7 @@ RULES: tuple[RuleSpec, ...] = (
         rule_kv_cache,
         ("kv-cache-broken",),
         ("steps", "step_summary", "kernels"),
-        ("kv_growth_ratio", "kv_min_decode_steps", "kv_min_context_growth", "kv_model_refeed_corr", "kv_trend_corr", "kv_min_kernel_steps",
+        ("kv_growth_ratio", "kv_min_decode_steps", "kv_min_context_growth", "kv_model_refeed_corr", "kv_trend_corr", "kv_gradual_share", "kv_min_kernel_steps",
          "host_load_other_cores", "host_load_busy_fraction"),
     ),
     RuleSpec(

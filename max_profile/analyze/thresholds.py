@@ -99,6 +99,9 @@ class Thresholds:
     """Kernels a capture needs before a missing norm kernel is worth saying."""
     kv_trend_corr: float = 0.8
     """Step or kernel time must rise with the sequence at this rank correlation or more to count as growth."""
+    kv_gradual_share: float = 0.25
+    """Step time counts as growth only where each half of the decode rises too, at this share of the whole run's rise per
+    token or more (robust slope): re-encoding grows every step, a neighbour starting mid-run makes one level shift."""
     kv_min_kernel_steps: int = 8
     """Decode steps with kernels needed before their kernel-time growth is judged."""
     graphs_off_min_kernels: int = 100

@@ -241,11 +241,14 @@ def kernels_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableTyp
         head += f"; {k.unattributed_kernels} {unit} outside every step"
     if k.invalid_kernels:
         head += f"; {k.invalid_kernels} records with invalid timestamps dropped"
+    if k.paused_kernels:
+        head += f"; {k.paused_kernels} records stamped across a recording pause dropped"
     if k.tracer_overhead_pct is not None:
         head += f"; tracer callbacks {k.tracer_overhead_pct:.1f}% of the window"
     w = k.gpu_waits
     if w is not None and not ops and w.gaps:
-        head += (f"; the GPU waited for work {w.waited_pct:.1f}% of the window in {w.gaps} gaps of {w.min_gap_us / 1e3:g}-{w.max_gap_ms:g} ms "
+        scope = "of the recorded slices' time" if k.recorded_ms is not None else "of the window"
+        head += (f"; the GPU waited for work {w.waited_pct:.1f}% {scope} in {w.gaps} gaps of {w.min_gap_us / 1e3:g}-{w.max_gap_ms:g} ms "
                  f"({w.before_graph_gaps} before device-graph kernels)")
     parts: list[RenderableType] = [Text(head)]
     if k.unreliable:

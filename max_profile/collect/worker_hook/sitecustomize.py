@@ -87,18 +87,10 @@ def _record_until_stop(collector: object, stop: str, share: float, slice_s: floa
         on_at = time.perf_counter_ns()
 
 
-def _drop_pause_spanning(kernels: KernelTable, slices: list[list[int]]) -> tuple[KernelTable, int]:
-    """Kernels of a sampled recording without those that end at or after the next slice's start: on the H200, kernels of
-    the graph launched as the recorder paused came back with their end stamped at the resume, 1.5 s later (1,100 of
-    188,302 in one window). A real kernel of a served model does not run across a whole pause."""
-    if len(slices) < 2 or not len(kernels):
-        return kernels, 0
-    import numpy as np
-
-    starts = np.array([a for a, _ in slices], dtype=np.int64)
-    following = np.searchsorted(starts, kernels.start_ns, side="right")
-    next_start = np.append(starts, np.iinfo(np.int64).max)[following]
-    spanning = kernels.end_ns >= next_start
+def _drop_pause_spanning(kernels: KernelTable, slices: list[list[int]], stopped: int) -> tuple[KernelTable, int]:
+    """Kernels of a sampled recording without those stamped across a pause, the one before the stop included
+    (:meth:`KernelTable.across_pauses`)."""
+    spanning = kernels.across_pauses([(a, b) for a, b in slices], stopped)
     return (kernels.select(~spanning), int(spanning.sum())) if spanning.any() else (kernels, 0)
 
 
@@ -161,7 +153,7 @@ def _watch(folder: str) -> None:
         stopped = time.perf_counter_ns()
         kernels = collector.stop()
         window_notes = list(notes)
-        kernels, spanning = _drop_pause_spanning(kernels, slices)
+        kernels, spanning = _drop_pause_spanning(kernels, slices, stopped)
         if spanning:
             window_notes.append(f"CUPTI: {spanning} kernel record(s) reached across a pause of the sampled recording (their end stamped "
                                 "only when recording resumed): left out")
