@@ -64,12 +64,12 @@ def _window_plan(path: str) -> dict:  # type: ignore[type-arg]
     return plan if isinstance(plan, dict) else {}
 
 
-def _record_until_stop(collector: object, stop: str, share: float, slice_s: float) -> list[list[int]]:
+def _record_until_stop(collector: object, stop: str, share: float, slice_s: float, on_at: int) -> list[list[int]]:
     """Record until ``stop`` exists: all the time, or (``share`` < 1, a collector that can pause) slices of ``slice_s``
-    seconds with the recording paused for ``slice_s * (1 - share) / share`` between them. Returns the recorded slices
-    (perf_counter ns)."""
+    seconds with the recording paused for ``slice_s * (1 - share) / share`` between them. ``on_at``: when the recording
+    started (perf_counter ns, stamped before the controller was told: a thread held up after it must not shorten the
+    first slice). Returns the recorded slices (perf_counter ns)."""
     pause, resume = getattr(collector, "pause", None), getattr(collector, "resume", None)
-    on_at = time.perf_counter_ns()
     if not (0 < share < 1) or pause is None or resume is None:
         _wait_for(stop, None, 0.02)
         return [[on_at, time.perf_counter_ns()]]
@@ -149,14 +149,15 @@ def _watch(folder: str) -> None:
         started = time.perf_counter_ns()
         # the controller opens its window only after this file: CUPTI's enable (subscribe, activity on) stays outside it
         _write(os.path.join(folder, f"started-{pid}-{window}"), f"{(started - t0) / 1e9:.6f}\n")
-        slices = _record_until_stop(collector, os.path.join(folder, f"stop-{window}"), float(plan.get("share", 1.0)), float(plan.get("slice_s", 0.5)))
+        slices = _record_until_stop(collector, os.path.join(folder, f"stop-{window}"), float(plan.get("share", 1.0)), float(plan.get("slice_s", 0.5)),
+                                    started)
         stopped = time.perf_counter_ns()
         kernels = collector.stop()
         window_notes = list(notes)
         kernels, spanning = _drop_pause_spanning(kernels, slices, stopped)
         if spanning:
             window_notes.append(f"CUPTI: {spanning} kernel record(s) reached across a pause of the sampled recording (their end stamped "
-                                "only when recording resumed): left out")
+                                "only when recording resumed or stopped): left out")
         if getattr(collector, "unfinished", 0):
             window_notes.append(f"CUPTI: {collector.unfinished} kernel(s) were still running when the window closed (no end time): left out")
         share = float(plan.get("share", 1.0))
