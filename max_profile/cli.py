@@ -165,9 +165,21 @@ def _profile_generation(args: argparse.Namespace, progress: Progress, model_path
         raw = prof.raw_capture
         raw.preflight = preflight or []
         raw.startup = startup
+        raw.capture.workload = _workload(args, raw)
         return raw
     finally:
         model.close()
+
+
+def _workload(args: argparse.Namespace, raw: Any) -> Any:
+    """What the generation asked for, as the capture records it (next commands reproduce it)."""
+    from max_profile.model import Workload
+
+    prefill = [s for s in raw.steps if s.phase in ("prefill", "mixed") and s.batch_size > 0]
+    prompt_tokens = round(sum(s.input_tokens for s in prefill) / max(sum(s.batch_size for s in prefill), 1)) if prefill else None
+    return Workload(batch_size=args.batch_size, prompt=args.prompt, prompt_tokens=prompt_tokens, max_new_tokens=args.max_new_tokens,
+                    warmup_tokens=args.warmup, max_length=args.max_length, quantization_encoding=args.quantization_encoding,
+                    custom_architectures=list(args.custom_architectures or []), kernels=getattr(args, "kernels_asked", args.kernels))
 
 
 def cmd_startup(args: argparse.Namespace, progress: Progress) -> int:
@@ -326,7 +338,10 @@ def cmd_kernels(args: argparse.Namespace, progress: Progress) -> int:
         run = NsysRun(model_path=args.model_path, devices=devices, batch_size=args.batch_size, prompt=args.prompt, warmup=args.warmup,
                       max_new_tokens=args.max_new_tokens, custom_architectures=list(args.custom_architectures or []),
                       device_graph_capture=args.device_graph_capture)
-        return _emit(profile_generation_with_nsys(run, progress), args, progress)
+        raw = profile_generation_with_nsys(run, progress)
+        args.kernels_asked = "nsys"
+        raw.capture.workload = _workload(args, raw)
+        return _emit(raw, args, progress)
     if args.backend == "rocprof":
         raise InputError("run the generation under rocprofv3 yourself (rocprofv3 --kernel-trace --marker-trace --output-format csv -d OUT -- "
                          "max-profile run --model-path P --kernels off) and read it with `max-profile kernels --import OUT/<host>/<pid>_kernel_trace.csv`")
@@ -357,7 +372,8 @@ def cmd_kernel(args: argparse.Namespace, progress: Progress) -> int:
     run = KernelRun(name=args.name, model_path=args.model_path, devices=devices, launches=args.launches, launch_skip=args.launch_skip,
                     section_set=args.set, max_new_tokens=args.max_new_tokens, timeout_s=args.timeout, output_dir=args.output_dir,
                     suggest_from=args.suggest_from, batch_size=args.batch_size, custom_architectures=list(args.custom_architectures or []),
-                    device_graph_capture=bool(args.device_graph_capture))
+                    device_graph_capture=bool(args.device_graph_capture), prompt=args.prompt, max_length=args.max_length,
+                    quantization_encoding=args.quantization_encoding)
     return _emit(profile_kernel(run, progress), args, progress)
 
 
@@ -634,6 +650,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", default="full", choices=["basic", "full"], help="ncu section set")
     p.add_argument("--max-new-tokens", type=int, default=24, help="tokens of the generation run under ncu")
     p.add_argument("--batch-size", type=int, default=1, help="prompts in the batch of the generation run under ncu")
+    p.add_argument("--prompt", default="I believe the meaning of life is", help="prompt text of the generation run under ncu")
+    p.add_argument("--max-length", type=int, default=None, help="MAX --max-length")
+    p.add_argument("--quantization-encoding", default=None, help="MAX --quantization-encoding (e.g. float32, bfloat16)")
     p.add_argument("--custom-architectures", action="append", metavar="DIR", help="custom architecture package (repeatable)")
     p.add_argument("--device-graph-capture", action=argparse.BooleanOptionalAction, default=False,
                    help="device graphs in the profiled generation (default off: ncu replays each launch, and MAX 26.7 "

@@ -206,6 +206,27 @@ class StartupProfile(msgspec.Struct, frozen=True, tag=True):
     source: str = "in-process load"
 
 
+class Workload(msgspec.Struct, frozen=True):
+    """What the profiled generation asked of the model: what a next command needs to reproduce the capture.
+
+    Filled by the CLI from its flags, by ``profile(pipeline)`` from the pipeline's config and the steps it saw
+    (batch size, prompt and new tokens per request), by ``serve`` from its load; None where it is not known."""
+
+    batch_size: int | None = None
+    """Requests per batch (``--batch-size``)."""
+    prompt: str | None = None
+    """The prompt text, when the capture chose it (``--prompt``)."""
+    prompt_tokens: int | None = None
+    """Prompt tokens per request, as the tokenizer counted them (the prefill's input tokens / batch)."""
+    max_new_tokens: int | None = None
+    warmup_tokens: int | None = None
+    max_length: int | None = None
+    quantization_encoding: str | None = None
+    custom_architectures: list[str] = []
+    kernels: str | None = None
+    """The kernel recorder asked for (``--kernels``: off, cupti, nvtx-log, auto)."""
+
+
 class Capture(msgspec.Struct):
     """How the data was captured."""
 
@@ -229,6 +250,8 @@ class Capture(msgspec.Struct):
     """The host's CPU load over the capture window (None: not recorded)."""
     interface: str = ""
     """How the capture was asked for: ``cli`` (max-profile) or ``python`` (profile() / Profiler); next steps are said the same way."""
+    workload: Workload | None = None
+    """What the generation asked for (batch, prompt, new tokens, custom architectures...): next commands reproduce it."""
     unix_minus_perf_counter_ns: int | None = None
     """Unix time minus the step clock (``time.perf_counter_ns``) in the profiled process: step times plus
     this are Unix nanoseconds (spans). None for imported traces, whose clock is the trace's own."""
@@ -287,6 +310,18 @@ class PhaseStats(msgspec.Struct, frozen=True):
     """Input tokens for prefill, output tokens for decode."""
 
 
+class BatchStats(msgspec.Struct, frozen=True):
+    """Step times of one phase at one batch size (a server runs many batch sizes; a generation one)."""
+
+    phase: Phase
+    batch_size: int
+    steps: int
+    p50_ms: float
+    p90_ms: float
+    tokens_per_step: float
+    """Input tokens per step (prefill, mixed) or requests per step (decode)."""
+
+
 class StepSummary(msgspec.Struct, frozen=True, tag=True):
     """What the host saw: time to first token, per-phase step times, decode throughput."""
 
@@ -298,6 +333,8 @@ class StepSummary(msgspec.Struct, frozen=True, tag=True):
     """Slope of decode step time against sequence length (ms per 100 tokens of context)."""
     source: str = "host steps"
     """Where the step times come from: ``host steps`` (the pipeline hook) or the trace's ranges."""
+    by_batch: list[BatchStats] = []
+    """Step times by phase and batch size (one row per size seen)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -731,6 +768,11 @@ class KernelRow(msgspec.Struct, frozen=True):
     total_ms: float
     mean_us: float
     share_pct: float
+    launches_before: int | None = None
+    """In a phase's table: launches the row's name filter (``ncu -k regex:``) matched, in the capture's launch order,
+    before this phase's first launch of it: a deep dive's ``--launch-skip`` that lands in the phase."""
+    launch_shape: str | None = None
+    """In a phase's table: the most common launch shape of its launches there, ``grid XxYxZ block XxYxZ`` (when recorded)."""
 
 
 class PhaseBreakdown(msgspec.Struct, frozen=True):
@@ -882,6 +924,93 @@ class DecodeCost(msgspec.Struct, frozen=True, tag=True):
     """Matmul families against the weights, attention against the KV cache."""
 
 
+class LedgerRow(msgspec.Struct, frozen=True):
+    """One part of a phase's step time: kernels of one family (or the matmuls together), the GPU idle inside the step
+    (waiting for a device-graph launch, or between launches), per step, against its roofline ideal.
+
+    ``ideal_ms_per_step``: the bytes-and-FLOPs model's time for the part at the attainable share of the GPU's peaks
+    (None: the model does not price this part); ``recoverable_ms_per_step`` = actual - ideal (idle time: all of it)."""
+
+    part: str
+    kind: Literal["kernels", "idle"]
+    ms_per_step: float
+    share_pct: float
+    """Of the phase's step time (the sum of its rows)."""
+    families: list[str] = []
+    """Kernel families in the part (``kernels`` rows)."""
+    kernels_per_step: float | None = None
+    ideal_ms_per_step: float | None = None
+    recoverable_ms_per_step: float | None = None
+    basis: str | None = None
+    """How the ideal was priced (bytes and FLOPs, the roofs used), or why it was not."""
+
+
+class PhaseLedger(msgspec.Struct, frozen=True):
+    """One phase's step, accounted: its kernels' time on the GPU (launch-time attribution) plus the GPU's idle time inside its
+    steps; the rows sum to ``step_ms``. Equivalent: the CUDA GPU trace row of ``nsys`` over the phase's NVTX ranges."""
+
+    phase: Phase
+    steps: int
+    step_ms: float
+    """Ledger time per step: the phase's kernel (busy) time plus the GPU idle inside its steps, per step."""
+    host_step_p50_ms: float | None
+    """The host's step time (execute's wall time), median: the overlap pipeline shifts GPU work against it."""
+    batch: int | None
+    """Median requests per step."""
+    tokens_per_step: float | None
+    """Median input tokens per step (prefill, mixed) or requests per step (decode)."""
+    rows: list[LedgerRow]
+    busy_pct: float
+    """Kernel (busy) time as a share of the step."""
+    ideal_ms_per_step: float | None = None
+    """Sum of the priced rows' ideals plus the unpriced rows' actual time (None: nothing priced)."""
+    recoverable_ms_per_step: float = 0.0
+
+
+class StepLedger(msgspec.Struct, frozen=True, tag=True):
+    """One account of the capture's time: each phase's step split into kernel families and GPU idle, the time outside
+    steps apart, each part against its roofline. Every verdict about where time goes reads it."""
+
+    source: str
+    """``kernel timeline`` (kernels on the GPU, or MAX's op ranges on the host), or ``server metrics`` (batch times only)."""
+    window_ms: float
+    """The observed time (the capture window; the recorded slices of a sampled recording)."""
+    phases: list[PhaseLedger]
+    outside_steps_ms: float
+    """Time in the window outside every step (no step ran): GPU idle there plus kernels launched between steps."""
+    outside_steps_pct: float
+    outside_kernels_ms: float = 0.0
+    """Of ``outside_steps_ms``: kernels launched outside every step."""
+    device: int | None = None
+    """The GPU whose timeline was accounted (the busiest, when several ran)."""
+    attainable_bandwidth_pct: float | None = None
+    attainable_compute_pct: float | None = None
+    """The share of the datasheet peaks an ideal assumes (measured bests on the H200, :class:`Thresholds`)."""
+    requests_in_flight_pct: float | None = None
+    """Share of the window with at least one request in flight (serve / attach; None: not known)."""
+    request_rate_rps: float | None = None
+    notes: list[str] = []
+
+
+class Lever(msgspec.Struct, frozen=True):
+    """What fixing a finding buys, from the ledger: the part, ms per step, share of the step, and over the capture."""
+
+    phase: str
+    """A phase, or ``outside steps``."""
+    part: str
+    ms_per_step: float
+    pct_of_step: float
+    total_ms: float
+    """``ms_per_step`` x the phase's steps: what the findings are ranked by."""
+
+
+class SkippedRule(msgspec.Struct, frozen=True):
+    """A rule the engine did not run, and why (what it needs that the capture lacks)."""
+
+    rule: str
+    reason: str
+
+
 class StallReason(msgspec.Struct, frozen=True):
     reason: str
     cycles_per_instruction: float
@@ -916,10 +1045,11 @@ class KernelAnalysis(msgspec.Struct, frozen=True):
 
 class Command(msgspec.Struct, frozen=True):
     """A measurement to run next, as data: shown as a ``max-profile`` command line to CLI users and as the equivalent
-    Python call to those who profiled from Python (``verb`` ``shell``: another tool's command, the same for both)."""
+    Python call to those who profiled from Python (``verb`` ``shell``: another tool's command, the same for both).
+    A list value is a repeated flag (``--custom-architectures A --custom-architectures B``)."""
 
     verb: str
-    args: dict[str, str | int | float | bool] = {}
+    args: dict[str, str | int | float | bool | list[str]] = {}
     positional: list[str] = []
     comment: str | None = None
 
@@ -936,6 +1066,8 @@ class Finding(msgspec.Struct, frozen=True):
     detail: str | None = None
     command: Command | None = None
     """The measurement the next step names (rendered for the report's interface: CLI or Python)."""
+    lever: Lever | None = None
+    """What fixing it would buy, from the step ledger (None: a finding about state, not about where time goes)."""
 
 
 class PreflightCheck(msgspec.Struct, frozen=True):
@@ -1023,6 +1155,8 @@ class LoadLevel(msgspec.Struct, frozen=True):
     slo_met_pct: float | None = None
     gpu_utilization_pct: float | None = None
     server: ServerMetrics | None = None
+    in_flight_pct: float | None = None
+    """Share of the window with at least one request in flight (ours: probes or load)."""
 
 
 class TracerCost(msgspec.Struct, frozen=True):
@@ -1155,6 +1289,10 @@ class Report(msgspec.Struct):
     kernels: KernelBreakdown | Unavailable | None = None
     decode_cost: DecodeCost | None = None
     """The decode step's bytes-and-FLOPs model against the GPU's peaks (needs the model's config or weights)."""
+    ledger: StepLedger | Unavailable | None = None
+    """One account of each phase's step: kernel time by family, GPU idle, time outside steps, against the roofline."""
+    rules_skipped: list[SkippedRule] = []
+    """Rules not run, each with what it needed."""
     kernel_analyses: list[KernelAnalysis] = []
     startup: StartupProfile | None = None
     """Process start to first token (``run``, ``demo``, ``startup``; ``serve``: launch to /health)."""
@@ -1165,6 +1303,8 @@ class Report(msgspec.Struct):
     """The server's own metrics over the (last) window of a serve / attach capture."""
     load_levels: list[LoadLevel] = []
     """A concurrency sweep, one entry per level (``--concurrency 1,4,16``)."""
+    window_load: LoadLevel | None = None
+    """The (last) load window of a serve / attach capture: requests, throughput, how much of it had requests in flight."""
     tracer_cost: TracerCost | None = None
     """``serve --mode kernels``: the recorder's cost on this server, against its untraced reference window."""
     slo_ms: dict[str, float] = {}

@@ -22,7 +22,7 @@ from max_profile.analyze.families import distinctive_regex
 from max_profile.collect.environment import detect_environment, require_tool
 from max_profile.collect.ncu import NO_KERNELS, PERMISSION_ERRORS, PERMISSION_FIX, export_ncu_pages, ncu_capture
 from max_profile.errors import CaptureError, InputError
-from max_profile.model import KernelBreakdown, RawCapture, load_saved
+from max_profile.model import KernelBreakdown, RawCapture, Workload, load_saved
 from max_profile.util.models import check_model_folder
 from max_profile.util.procs import clean_child_env, die_with_parent, kill_group
 
@@ -148,6 +148,9 @@ class KernelRun:
     custom_architectures: list[str] = field(default_factory=list)
     device_graph_capture: bool = False
     """Device graphs in the profiled child: off unless forced (see GRAPHS_OFF_UNDER_NCU_NOTE)."""
+    prompt: str = "I believe the meaning of life is"
+    max_length: int | None = None
+    quantization_encoding: str | None = None
 
 
 def profile_kernel(run: KernelRun, progress: Callable[[str], None]) -> RawCapture:
@@ -163,6 +166,11 @@ def profile_kernel(run: KernelRun, progress: Callable[[str], None]) -> RawCaptur
               "--device-graph-capture" if run.device_graph_capture else "--no-device-graph-capture"]
     for spec in run.custom_architectures:
         target += ["--custom-architectures", spec]
+    target += ["--prompt", run.prompt]
+    if run.max_length is not None:
+        target += ["--max-length", str(run.max_length)]
+    if run.quantization_encoding:
+        target += ["--quantization-encoding", run.quantization_encoding]
     cmd = ncu_command(ncu, run.name, run.launches, run.launch_skip, run.section_set, report_base, target)
     ncu_exit, out = run_ncu(cmd, work / "ncu.log", run.timeout_s, progress)
     if any(e in out for e in PERMISSION_ERRORS):
@@ -182,6 +190,8 @@ def profile_kernel(run: KernelRun, progress: Callable[[str], None]) -> RawCaptur
     raw.capture.model_path = run.model_path
     raw.capture.devices = run.devices
     raw.capture.device_graph_capture = bool(run.device_graph_capture)
+    raw.capture.workload = Workload(batch_size=run.batch_size, prompt=run.prompt, max_new_tokens=run.max_new_tokens, max_length=run.max_length,
+                                    quantization_encoding=run.quantization_encoding, custom_architectures=list(run.custom_architectures))
     raw.artifacts = [f"{report_base}.ncu-rep  (open with: ncu-ui {report_base}.ncu-rep)", pages["details"], pages["raw"]]
     if not run.device_graph_capture:
         raw.notes.append(GRAPHS_OFF_UNDER_NCU_NOTE)

@@ -59,6 +59,7 @@ from max_profile.model import (
     ServeRun,
     StartupProfile,
     Unavailable,
+    Workload,
 )
 from max_profile.util.models import check_model_folder
 from max_profile.util.procs import clean_child_env, die_with_parent, kill_group
@@ -455,7 +456,8 @@ def _new_raw(plan: ServePlan, env: Environment, preflight: list[PreflightResult]
                       device_graph_capture=plan.device_graphs_forced(),
                       profiling_mode=profiling, collectors=[f"serve:{plan.mode}"],
                       model_config=read_model_config(plan.model_path), model_weights=read_model_weights(plan.model_path),
-                      phase_markers="MAX scheduler ranges" if profiling not in (None, "off") else None)
+                      phase_markers="MAX scheduler ranges" if profiling not in (None, "off") else None,
+                      workload=Workload(prompt=plan.prompt, max_new_tokens=plan.max_tokens, custom_architectures=list(plan.custom_architectures)))
     return RawCapture(environment=env, capture=capture, preflight=list(preflight), slo_ms=dict(plan.slo_ms))
 
 

@@ -65,11 +65,13 @@ def test_small_model_is_host_bound_and_stops_there() -> None:
     assert dec.kernels_per_step == pytest.approx(50.0)
     assert dec.gpu_busy_pct == pytest.approx(7.9, abs=0.1)
     assert dec.kernel_us_per_token == pytest.approx(193.5, abs=0.1)
-    host = next(f for f in report.findings if f.id == "host-bound")
-    assert host.severity == "warning"
-    assert host.evidence["decode_gpu_busy_pct"] == pytest.approx(7.9, abs=0.1)
+    host = next(f for f in report.findings if f.id == "host-bound" and f.lever is not None and f.lever.phase == "decode")
+    assert host.severity == "warning" and report.findings[0] is host
+    # the ledger's busy share: the decode kernels' union over the ledger's decode time (the breakdown's 7.9 % is over the host
+    # steps' wall time, which the overlap pipeline shifts against the GPU)
+    assert host.evidence["gpu_busy_pct"] == pytest.approx(7.9, abs=0.3)
     # NVML's 3 samples over the 0.17 s window (peak 10 %) are not evidence: it averages over up to 1 s; the kernel timeline is
-    assert "peak_utilization_pct" not in host.evidence and host.confidence == 0.7
+    assert "peak_utilization_pct" not in host.evidence and "healthy-dense-decode" not in {f.id for f in report.findings}
     assert any("0.17 s window (3 samples)" in n and "no verdict is drawn from it" in n for n in report.notes)
     assert report.next_measurement is None  # host-bound: a deeper trace adds nothing
 
@@ -174,7 +176,7 @@ def test_nsys_breakdown_by_launch_time_matches_cupti(nsys_sqlite: str) -> None:
     cupti_dec = _phase(cupti.kernels, "decode")
     # the two tracers agree on the per-token kernel time within 1 %
     assert dec.kernel_ms_per_step == pytest.approx(cupti_dec.kernel_ms_per_step, rel=0.01)
-    assert {f.id for f in report.findings} >= {"host-bound", "healthy-dense-decode"}
+    assert "host-bound" in {f.id for f in report.findings} and "healthy-dense-decode" not in {f.id for f in report.findings}
     assert report.step_summary is not None and report.step_summary.source == "max_profile ranges"  # type: ignore[union-attr]
 
 
@@ -197,9 +199,13 @@ def _ids(report: Report) -> dict[str, str]:
 
 
 def test_h200_correct_arch_no_error() -> None:
+    """The correct custom architecture (graphs off, 8 layers): no error, fused attention, a GEMV-dominated decode; its GPU is
+    busy 38.4 % of the decode step, under the host-bound threshold (40 %): host-bound, so not called healthy beside it."""
     r = _arch("a")
-    assert "error" not in _ids(r).values()
-    assert _ids(r).get("healthy-dense-decode") == "info"  # GEMV-dominated decode
+    assert "error" not in _ids(r).values() and "unfused-attention" not in _ids(r)
+    host = next(f for f in r.findings if f.id == "host-bound" and f.lever is not None and f.lever.phase == "decode")
+    assert host.severity == "warning" and host.evidence["gpu_busy_pct"] == pytest.approx(38.4, abs=0.1)
+    assert "healthy-dense-decode" not in _ids(r)  # a lever of 62 % of the step remains: not healthy
     decode = next(p for p in r.kernels.phases if p.phase == "decode")  # type: ignore[union-attr]
     assert decode.families[0].family == "gemv" and decode.kernels_per_step == 86
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from max_profile.analyze.ncu import analyze_launch, kernel_findings
+from max_profile.analyze.ncu import analyze_launch
+from max_profile.analyze.rules.nsight import kernel_findings
 from max_profile.collect.ncu import parse_ncu_csv, to_number
 from max_profile.collect.ncu import read_ncu_files as read_launches
 from max_profile.errors import MaxProfileError as NcuError

@@ -29,7 +29,7 @@ NAMES = {
     "topk_topp_sampling_from_prob_float32_int64_False_True_False_float32_1_abcdef01": "sampling",
     "moe_create_indices_bfloat16_abcdef01": "moe_routing",
     "grouped_matmul_sm100_bfloat16_abcdef01": "grouped_matmul",
-    "block_scaled_matmul_nvfp4_abcdef01": "grouped_matmul",
+    "block_scaled_matmul_nvfp4_abcdef01": "gemm",  # one dense low-bit weight matrix, not a group of experts
     "quantize_dynamic_scaled_fp8_abcdef01": "quantize",
     "ncclDevKernel_AllReduce_Sum_bf16_RING_LL": "collective",
     "ep_dispatch_kernel_bf16": "collective",

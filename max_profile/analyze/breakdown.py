@@ -16,11 +16,13 @@ Pure functions over numpy columns: a million kernels take well under a second.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
+import msgspec
 import numpy as np
 
-from max_profile.analyze.families import FAMILIES, base_name, classify_kernel
+from max_profile.analyze.families import FAMILIES, base_name, classify_kernel, distinctive_regex
 from max_profile.model import (
     DeviceBreakdown,
     FamilyRow,
@@ -73,6 +75,12 @@ def _intervals_index(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.
     inside = np.zeros(t.shape, dtype=bool)
     inside[ok] = t[ok] <= ends[idx[ok]]
     return np.where(inside, idx, -1)
+
+
+def step_index_of(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Index of the step (sorted by start) whose interval holds each time ``t`` (ends included), -1 for none: how a kernel
+    is tied to the step that asked for it (``t``: its launch time, else its start)."""
+    return _intervals_index(starts, ends, t)
 
 
 def _family_rows(fam_idx: np.ndarray, dur: np.ndarray, counts_override: np.ndarray | None = None) -> list[FamilyRow]:
@@ -240,7 +248,8 @@ def build_breakdown(
             gpu_busy_pct=min(100.0, 100.0 * busy / wall_ns) if wall_ns else None,
             kernels_per_step=float(mask.sum()) / len(sel), kernel_ms_per_step=k_ns / 1e6 / len(sel),
             kernel_us_per_token=k_ns / 1e3 / tokens if tokens else None,
-            families=_family_rows(fam_idx[mask], dur[mask]), top_kernels=_kernel_rows(base_idx[mask], names.bases, names.base_family, dur[mask], top),
+            families=_family_rows(fam_idx[mask], dur[mask]),
+            top_kernels=_with_launches_before(_kernel_rows(base_idx[mask], names.bases, names.base_family, dur[mask], top), table, t_attr, mask),
         ))
 
     per_step = _per_step(ordered, step_of, fam_idx, dur) if ordered else []
@@ -267,6 +276,32 @@ def build_breakdown(
         per_device=_per_device(table, fam_idx, dur, kernel_phase, ordered, recorded_ns if recorded_ns is not None else window_ns) if len(devices) > 1 else [],
         gpu_waits=gpu_waits(table, window, *wait_gap_ns, recorded=recorded),
     )
+
+
+def _with_launches_before(rows: list[KernelRow], table: KernelTable, t_attr: np.ndarray, in_phase: np.ndarray) -> list[KernelRow]:
+    """Each row with the launches its name filter matched before the phase's first launch of it (launch order)."""
+    out = []
+    for row in rows:
+        pattern = re.compile(distinctive_regex(row.name))
+        matched = np.array([bool(pattern.search(n)) for n in table.names] or [False], dtype=bool)[table.name_idx]
+        mine = matched & in_phase
+        if not mine.any():
+            out.append(row)
+            continue
+        first = int(t_attr[mine].min())
+        out.append(msgspec.structs.replace(row, launches_before=int((matched & (t_attr < first)).sum()), launch_shape=_launch_shape(table, mine)))
+    return out
+
+
+def _launch_shape(table: KernelTable, mask: np.ndarray) -> str | None:
+    """The most common ``grid XxYxZ block XxYxZ`` of the masked launches (None when the trace has no shapes)."""
+    if table.grid is None or table.block is None or not mask.any():
+        return None
+    shapes, counts = np.unique(np.concatenate([table.grid[mask], table.block[mask]], axis=1), axis=0, return_counts=True)
+    g = shapes[int(np.argmax(counts))]
+    if not g.any():
+        return None
+    return f"grid {g[0]}x{g[1]}x{g[2]} block {g[3]}x{g[4]}x{g[5]}"
 
 
 def _busy_in_slices(table: KernelTable, slices: Sequence[tuple[int, int]]) -> int:

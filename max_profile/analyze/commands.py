@@ -1,21 +1,83 @@
 """Next measurements as data (:class:`~max_profile.model.Command`), said the way the user asked for the capture:
-a ``max-profile`` command line, or the Python call that does the same (``profile(...)``, ``Profiler(...)``, ...)."""
+a ``max-profile`` command line, or the Python call that does the same (``profile(...)``, ``profile_kernel(...)``, ...).
+
+A next command reproduces the capture it follows: the model, devices, batch size, prompt, new tokens, custom
+architectures, length and encoding, the device-graph state (where the verb takes it), and for a kernel deep dive a
+launch filter that lands in the phase the finding is about (``--launch-skip`` past the launches before it).
+"""
 
 from __future__ import annotations
 
 import shlex
 
+import msgspec
+import numpy as np
+
 from max_profile.analyze.families import distinctive_regex
-from max_profile.model import Command, Report
+from max_profile.model import Command, KernelBreakdown, KernelRow, Report, Workload
+
+ArgValue = str | int | float | bool | list[str]
+
+DEEP_DIVE_STEPS_IN = 2
+"""A decode deep dive skips this many decode steps' launches first (past the first, cold steps)."""
 
 
-def for_model(report: Report, verb: str, positional: tuple[str, ...] = (), comment: str | None = None, **args: str | int | float | bool) -> Command:
-    """A command on the report's own model and devices."""
+def workload_of(report: Report) -> Workload:
+    """What the capture's generation asked for: what the capture recorded, else what its steps show (batch size, prompt
+    tokens and new tokens per request; a Python capture knows no more)."""
+    w = report.capture.workload or Workload()
+    if report.serve is not None:
+        return w  # a server's steps say nothing about one generation's batch or length
+    work = [s for s in report.steps if s.batch_size > 0]
+    decode = [s for s in work if s.phase == "decode"]
+    prefill = [s for s in work if s.phase in ("prefill", "mixed")]
+    batch = w.batch_size
+    if batch is None and decode:
+        batch = int(np.median([s.batch_size for s in decode]))
+    prompt_tokens = w.prompt_tokens
+    if prompt_tokens is None and prefill:
+        prompt_tokens = int(round(sum(s.input_tokens for s in prefill) / max(sum(s.batch_size for s in prefill), 1)))
+    new = w.max_new_tokens
+    if new is None and decode:
+        # the overlap pipeline (MAX's GPU default) runs one decode step per new token; the plain one makes the first in prefill
+        new = len(decode) if "Overlap" in report.capture.target else len(decode) + 1
+    return msgspec.structs.replace(w, batch_size=batch, prompt_tokens=prompt_tokens, max_new_tokens=new)
+
+
+def _reproducing(report: Report, verb: str) -> dict[str, ArgValue]:
+    """The flags of ``verb`` that reproduce the capture's generation (model, devices and workload)."""
     c = report.capture
-    base: dict[str, str | int | float | bool] = {"model_path": c.model_path or "MODEL_PATH"}
+    args: dict[str, ArgValue] = {"model_path": c.model_path or "MODEL_PATH"}
     if c.devices:
-        base["devices"] = c.devices
-    return Command(verb=verb, args={**base, **args}, positional=list(positional), comment=comment)
+        args["devices"] = c.devices
+    w = workload_of(report)
+    if verb in ("run", "kernels", "kernel"):
+        if w.batch_size and w.batch_size != 1:
+            args["batch_size"] = w.batch_size
+        if w.prompt:
+            args["prompt"] = w.prompt
+        if w.max_new_tokens:
+            args["max_new_tokens"] = w.max_new_tokens
+        if w.max_length:
+            args["max_length"] = w.max_length
+        if w.quantization_encoding:
+            args["quantization_encoding"] = w.quantization_encoding
+    if w.custom_architectures and verb in ("run", "kernels", "kernel", "serve"):
+        args["custom_architectures"] = list(w.custom_architectures)
+    if verb == "serve":
+        levels = [lv.concurrency for lv in report.load_levels] or ([report.window_load.concurrency] if report.window_load else [])
+        if levels and levels != [1]:
+            args["concurrency"] = ",".join(map(str, levels))
+        if w.max_new_tokens and w.max_new_tokens != 64:
+            args["max_tokens"] = w.max_new_tokens
+    if verb in ("run", "kernels") and c.device_graph_capture is not None and c.devices != "cpu":
+        args["device_graph_capture"] = c.device_graph_capture
+    return args
+
+
+def for_model(report: Report, verb: str, positional: tuple[str, ...] = (), comment: str | None = None, **args: ArgValue) -> Command:
+    """A command on the report's own model, devices and workload (``args`` add to or override them)."""
+    return Command(verb=verb, args={**_reproducing(report, verb), **args}, positional=list(positional), comment=comment)
 
 
 def shell(text: str, comment: str | None = None) -> Command:
@@ -33,15 +95,23 @@ def cli(cmd: Command) -> str:
                 parts.append(flag)
             elif value is False:
                 parts.append("--no-" + key.replace("_", "-"))
+            elif isinstance(value, list):
+                for item in value:
+                    parts += [flag, str(item)]
             else:
                 parts += [flag, str(value)]
         line = " ".join(shlex.quote(p) for p in parts)
     return line + (f"   # {cmd.comment}" if cmd.comment else "")
 
 
-def _kw(args: dict[str, str | int | float | bool], rename: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> str:
+def _kw(args: dict[str, ArgValue], rename: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> str:
     rename = rename or {}
     return ", ".join(f"{rename.get(k, k)}={v!r}" for k, v in args.items() if k not in drop)
+
+
+_GENERATION_ARGS = ("batch_size", "prompt", "max_new_tokens", "max_length", "quantization_encoding", "custom_architectures", "device_graph_capture",
+                    "warmup")
+"""What a ``run`` command sets that, from Python, is the user's own load and generation, not ``profile()``'s."""
 
 
 def python(cmd: Command) -> str:
@@ -52,14 +122,14 @@ def python(cmd: Command) -> str:
         if cmd.verb == "kernels" and cmd.args.get("backend") == "nsys":
             line = f"from max_profile.nsys_run import NsysRun, profile_generation_with_nsys; raw = profile_generation_with_nsys(NsysRun({_kw(a)}), print)"
         else:
-            graphs = a.pop("device_graph_capture", None)
-            extra = f"  (load the pipeline with device_graph_capture={graphs})" if graphs is not None else ""
-            line = f"with max_profile.profile(pipeline, kernels={kernels!r}, {_kw(a, drop=('max_new_tokens',))}) as prof: ...{extra}"
+            same = [f"{k}={a[k]!r}" for k in _GENERATION_ARGS if k in a]
+            extra = f"  (as before: {', '.join(same)})" if same else ""
+            line = f"with max_profile.profile(pipeline, kernels={kernels!r}, {_kw(a, drop=_GENERATION_ARGS)}) as prof: ...{extra}"
     elif cmd.verb == "kernel":
         a.pop("set", None)
         name = cmd.positional[0] if cmd.positional else "NAME"
         line = (f"from max_profile.ncu_run import KernelRun, profile_kernel; raw = profile_kernel(KernelRun(name={name!r}, "
-                f"{_kw(a, {'set': 'section_set'})}), print)")
+                f"{_kw(a)}), print)")
     elif cmd.verb == "serve":
         line = (f"from max_profile.serve import ServePlan, free_port, run_serve_capture; raw = run_serve_capture(ServePlan({_kw(a, {'duration': 'duration_s'})}, "
                 "duration_s=10, port=free_port(), metrics_port=free_port()), confirm=True)")
@@ -73,6 +143,33 @@ def say(cmd: Command, interface: str) -> str:
     return python(cmd) if interface == "python" else cli(cmd)
 
 
-def kernel_command(report: Report, name: str) -> Command:
-    """``max-profile kernel <distinctive regex of NAME>`` on the report's model (3 launches, full set)."""
-    return for_model(report, "kernel", positional=(distinctive_regex(name),), launches=3, set="full")
+def _row_in(k: KernelBreakdown, name: str, phase: str | None) -> tuple[KernelRow | None, int]:
+    """The kernel's row in the phase's top kernels (else the capture's), and the phase's steps."""
+    p = next((x for x in k.phases if x.phase == phase), None) if phase else None
+    rows = p.top_kernels if p is not None else k.top_kernels
+    return next((r for r in rows if r.name == name), None), (p.steps if p is not None else 0)
+
+
+def launch_skip_for(report: Report, name: str, phase: str | None) -> int | None:
+    """``--launch-skip`` that lands a deep dive of ``name`` in ``phase``: the launches its name filter matched before the
+    phase's first one, plus (decode) :data:`DEEP_DIVE_STEPS_IN` steps' worth; None when the breakdown cannot tell."""
+    k = report.kernels
+    if not isinstance(k, KernelBreakdown) or phase is None:
+        return None
+    row, steps = _row_in(k, name, phase)
+    if row is None or row.launches_before is None:
+        return None
+    per_step = row.count / steps if steps else 0.0
+    skip = row.launches_before + (int(per_step * min(DEEP_DIVE_STEPS_IN, max(steps - 1, 0))) if phase == "decode" else 0)
+    return max(skip, 0)
+
+
+def kernel_command(report: Report, name: str, phase: str | None = None) -> Command:
+    """``max-profile kernel <distinctive regex of NAME>`` on the report's model and workload (3 launches, full set), its
+    launches skipped into ``phase``."""
+    args: dict[str, ArgValue] = {"launches": 3, "set": "full"}
+    skip = launch_skip_for(report, name, phase)
+    if skip is not None:
+        args["launch_skip"] = skip
+    comment = f"{phase} launches" if skip is not None and phase else None
+    return for_model(report, "kernel", positional=(distinctive_regex(name),), comment=comment, **args)

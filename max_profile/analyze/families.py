@@ -32,8 +32,8 @@ FAMILIES: tuple[str, ...] = (
 
 FAMILY_DESCRIPTIONS: dict[str, str] = {
     "gemv": "matrix-vector products (decode projections; memory-bound)",
-    "gemm": "matrix-matrix products (prefill projections; compute-bound)",
-    "grouped_matmul": "grouped / block-scaled matmuls (MoE experts, low-bit weights)",
+    "gemm": "matrix-matrix products (prefill projections, batched decode; dense low-bit / block-scaled matmuls)",
+    "grouped_matmul": "grouped matmuls (MoE experts: one launch over many weight matrices)",
     "attention": "fused attention (flash / MHA / MLA kernels)",
     "norm": "RMS / layer norm (often fused with the residual add)",
     "rope": "rotary position embedding",
@@ -57,7 +57,9 @@ FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
     ("collective", r"allreduce|all_reduce|allgather|all_gather|reduce_scatter|reducescatter|nccl|rccl|ep_dispatch|ep_combine|dispatch_kernel|combine_kernel|shmem|\bdispatch\b|\bcombine\b|broadcast_pull|multimem"),
     ("sampling", r"topk_topp|top_k_top_p|topp_sampling|sampling|sample_|argmax|logits_processor|min_p|temperature|rejection_sampler|logsoftmax_sampler|gumbel"),
     ("moe_routing", r"moe_create_indices|moe_router|router|topk_route|topk_softmax|moe_align|route_|expert_ids|moe_.*indices|^topk|_topk_"),
-    ("grouped_matmul", r"grouped|block_?(wise_)?scaled|moe_matmul|expert.*matmul|bmm_grouped|group_gemm|ragged_matmul|fused_moe|fp8_quantization_naive"),
+    ("grouped_matmul", r"grouped|moe_matmul|expert.*matmul|bmm_grouped|group_gemm|ragged_matmul|fused_moe"),
+    # dense low-bit matmuls (one weight matrix, not a group of experts): MAX's naive block-scaled FP8 fallback among them
+    ("gemm", r"fp8_quantization_naive|naive_blockwise_scaled|block_?(wise_)?scaled_?(fp8_)?(matmul|gemm|mm)"),
     ("quantize", r"quantize|quant_|block_scales|scale_layout|dequant|fp8_cast|to_fp8|nvfp4|mxfp4|scales_interleave|cast_to_f8|fp8_quantization_+quant"),
     ("attention", r"\bmha\b|_mha|mha_|\bmla\b|_mla|mla_|flash|attention|attn|fmha|decode_attn|paged_attention|mo\.mha|flare"),
     ("rope", r"rope|rotary|freqs_cis"),

@@ -21,6 +21,7 @@ from max_profile.model import (
     ServerMetrics,
     TracerCost,
     UtilizationSample,
+    merged_spans,
 )
 
 METRIC_NAMES: dict[str, tuple[str, ...]] = {
@@ -155,6 +156,16 @@ def _meets(r: RequestRecord, slo: dict[str, float]) -> bool:
     return True
 
 
+def in_flight(requests: Sequence[RequestRecord], window: tuple[int, int]) -> tuple[float, float]:
+    """(share of the window with at least one request in flight, in %; completed requests per second)."""
+    w0, w1 = window
+    span = max(w1 - w0, 1)
+    inside = [(max(r.started_ns, w0), min(r.ended_ns, w1)) for r in requests if r.ended_ns >= w0 and r.started_ns <= w1]
+    covered = sum(b - a for a, b in merged_spans(inside) if b > a)
+    done = sum(1 for r in requests if r.ok and w0 <= r.ended_ns <= w1)
+    return round(100 * covered / span, 2), round(done / (span / 1e9), 4)
+
+
 def load_level(window: LoadWindow, slo: dict[str, float], samples: Sequence[UtilizationSample] = ()) -> LoadLevel:
     """One load window summarized: throughput over the window, latency percentiles, goodput, the server's metrics."""
     w0, w1 = window.window_ns
@@ -179,6 +190,7 @@ def load_level(window: LoadWindow, slo: dict[str, float], samples: Sequence[Util
         ttft_ms=latency([r.ttft_ms for r in good if r.ttft_ms is not None]), itl_ms=latency([g for r in good for g in r.itl_ms]),
         goodput_rps=goodput, slo_met_pct=slo_pct, gpu_utilization_pct=round(float(np.mean(inside)), 1) if inside else None,
         server=server_metrics(window.metrics_before, window.metrics_after, secs),
+        in_flight_pct=in_flight(window.requests, window.window_ns)[0] if window.requests else None,
     )
 
 

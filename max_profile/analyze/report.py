@@ -14,17 +14,18 @@ import numpy as np
 
 from max_profile.analyze.breakdown import breakdown_from_totals, build_breakdown
 from max_profile.analyze.commands import say
+from max_profile.analyze.ledger import build_ledger, server_ledger, with_load
 from max_profile.analyze.load import load_level, tracer_cost
 from max_profile.analyze.ncu import analyze_launch
 from max_profile.analyze.plan import next_command
 from max_profile.analyze.roofline import decode_roofline
-from max_profile.analyze.rules import RULES, RuleSpec, evaluate, nvml_window_long_enough
+from max_profile.analyze.rules import RULES, RuleSpec, evaluate_rules, nvml_window_long_enough
 from max_profile.analyze.serve import summarize_serve
 from max_profile.analyze.steps import summarize_steps
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.analyze.timeline import capture_timeline, valid_host_steps
 from max_profile.analyze.utilization import summarize_gpus, window_samples
-from max_profile.model import DecodeCost, KernelBreakdown, RawCapture, Report, Unavailable, UtilizationSection
+from max_profile.model import DecodeCost, KernelBreakdown, RawCapture, Report, Step, StepLedger, Unavailable, UtilizationSection
 
 
 def tracer_overhead_pct(callback_s: float | None, window: tuple[int, int] | None) -> float | None:
@@ -69,6 +70,31 @@ def decode_cost_of(report: Report) -> DecodeCost | None:
                            step_ms=float(np.median([s.duration_ns / 1e6 for s in steps])), family_ms_per_step=per_step)
 
 
+def ledger_of(raw: RawCapture, report: Report, steps: list[Step], host_window: tuple[int, int] | None, th: Thresholds) -> StepLedger | Unavailable:
+    """The step ledger: from the kernel timeline where kernels and steps share a clock, else from the server's metrics
+    (attach), else why there is none."""
+    k = report.kernels
+    gpu = report.environment.gpus[0].name if report.environment.gpus else None
+    if isinstance(k, KernelBreakdown) and len(raw.kernels) and steps and not k.unreliable:
+        host = raw.kernel_clock == "host"
+        ledger = build_ledger(raw.kernels, steps, window=host_window if host else raw.trace_window_ns,
+                              recorded=raw.recorded_spans if host else (), model_config=raw.capture.model_config,
+                              weights=raw.capture.model_weights, gpu=gpu, th=th, host_ops=k.source.startswith("nvtx-log"))
+        if ledger is not None:
+            return with_load(ledger, raw.load_windows)
+    windows = [w for w in raw.load_windows if not w.reference]
+    if windows and report.server_metrics is not None:
+        ledger = server_ledger(report.server_metrics, windows[-1])
+        if ledger is not None:
+            return ledger
+    if isinstance(k, KernelBreakdown) and k.unreliable:
+        return Unavailable("device graphs hid the kernels: no per-step account of their time")
+    if not steps:
+        return Unavailable("no steps: the capture has no pipeline steps, phase ranges or scheduler ranges to account" if isinstance(k, KernelBreakdown)
+                           else "no steps and no kernel timeline")
+    return Unavailable("no kernel timeline to account the steps with" + (f" ({k.reason})" if isinstance(k, Unavailable) else ""))
+
+
 def build_report(
     raw: RawCapture, *, tool_version: str = "", thresholds: Thresholds | None = None, rules: tuple[RuleSpec, ...] = RULES
 ) -> Report:
@@ -87,7 +113,7 @@ def build_report(
     host_work = [s for s in host_steps if s.batch_size > 0]
     if host_work:
         report.steps = host_steps
-        report.step_summary = summarize_steps(host_steps)
+        report.step_summary = summarize_steps(host_steps, source="model worker steps" if raw.serve is not None else "host steps")
     elif timeline.steps:
         report.steps = list(timeline.steps)
         report.step_summary = summarize_steps(timeline.steps, source=timeline.source)
@@ -140,6 +166,7 @@ def build_report(
     if measured_windows:
         levels = [load_level(w, raw.slo_ms, raw.samples) for w in measured_windows]
         report.server_metrics = levels[-1].server
+        report.window_load = levels[-1]
         report.slo_ms = dict(raw.slo_ms)
         if len(levels) > 1:
             report.load_levels = levels
@@ -155,9 +182,10 @@ def build_report(
         notes.append(f"device graphs {'on' if observed else 'off'}, from what ran ({why}); the capture's settings said {said}")
         report.capture = msgspec.structs.replace(raw.capture, device_graph_capture=observed)
     report.decode_cost = decode_cost_of(report)
+    report.ledger = ledger_of(raw, report, timeline.steps, host_window, th)
     report.kernel_analyses = [analyze_launch(launch, th) for launch in raw.ncu_launches]
     report.notes = notes
-    report.findings = evaluate(report, th, rules)
+    report.findings, report.rules_skipped = evaluate_rules(report, th, rules)
     report.next_command = next_command(report, th)
     report.next_measurement = say(report.next_command, report.capture.interface) if report.next_command is not None else None
     return report

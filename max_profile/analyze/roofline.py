@@ -185,14 +185,26 @@ def _expert_share_per_token(cfg: dict[str, Any]) -> float:
 
 
 def decode_step_cost(cfg: dict[str, Any], weights: ModelWeights | None, batch: int, context_tokens: float) -> dict[str, Any] | None:
-    """Bytes and FLOPs of one decode step of ``batch`` requests whose cached contexts sum to ``context_tokens``.
+    """Bytes and FLOPs of one decode step of ``batch`` requests whose cached contexts sum to ``context_tokens``
+    (:func:`step_cost` with one new token per request)."""
+    return step_cost(cfg, weights, batch=batch, context_tokens=context_tokens)
 
-    Keys: weight_bytes, kv_bytes, embedding_bytes, matmul_flops, attention_flops, basis (how the weights were counted).
-    None when neither the weights nor config.json give the model's size.
+
+def step_cost(cfg: dict[str, Any], weights: ModelWeights | None, *, batch: int, context_tokens: float,
+              new_tokens: float | None = None) -> dict[str, Any] | None:
+    """Bytes and FLOPs of one step of ``batch`` requests that feed ``new_tokens`` tokens (default: one each, a decode step)
+    over cached contexts summing to ``context_tokens``.
+
+    A prefill step (``new_tokens`` > ``batch``) reads the weights once, multiplies every new token through the layers,
+    computes logits for each request's last token only, attends causally (each new token over the cached context and
+    the new tokens before it) and writes the new tokens' K/V. Keys: weight_bytes, kv_bytes, embedding_bytes,
+    matmul_flops, attention_flops, basis (how the weights were counted). None when neither the weights nor config.json
+    give the model's size.
     """
     h, layers, heads, _kv, hd, _vocab = _shape(cfg)
     batch = max(int(batch), 1)
-    fraction, experts_note = experts_active_fraction(cfg, batch)
+    new = float(new_tokens) if new_tokens is not None and new_tokens > 0 else float(batch)
+    fraction, experts_note = experts_active_fraction(cfg, max(int(round(new)), 1))
     act = activation_bytes(cfg)
     if weights is not None and weights.groups:
         g = weights.groups
@@ -218,12 +230,17 @@ def decode_step_cost(cfg: dict[str, Any], weights: ModelWeights | None, batch: i
         out_e, emb_row = out_b / act, h * act
     if expert_b:
         basis += f"; {experts_note}"
+    context = max(context_tokens, 0.0)
+    per_request_new, per_request_cached = new / batch, context / batch
+    # each new token attends over its request's cached context and the new tokens up to itself
+    attended = new * per_request_cached + batch * per_request_new * (per_request_new + 1) / 2 if new > batch else context
+    kv_tokens = context + (new if new > batch else 0.0)  # a prefill writes the new tokens' K/V; a decode's one token is noise
     return {
         "weight_bytes": dense_b + out_b + expert_b * fraction,
-        "kv_bytes": (kv_bytes_per_token(cfg) or 0.0) * max(context_tokens, 0.0),
-        "embedding_bytes": batch * emb_row,
-        "matmul_flops": 2.0 * batch * (dense_e + out_e + expert_e * _expert_share_per_token(cfg)),
-        "attention_flops": 4.0 * layers * heads * hd * max(context_tokens, 0.0),
+        "kv_bytes": (kv_bytes_per_token(cfg) or 0.0) * kv_tokens,
+        "embedding_bytes": new * emb_row,
+        "matmul_flops": 2.0 * (new * (dense_e + expert_e * _expert_share_per_token(cfg)) + batch * out_e),
+        "attention_flops": 4.0 * layers * heads * hd * attended,
         "basis": basis,
     }
 

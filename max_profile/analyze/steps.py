@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from max_profile.model import Phase, PhaseStats, Step, StepSummary
+from max_profile.model import BatchStats, Phase, PhaseStats, Step, StepSummary
 
 
 def _pct(values: np.ndarray, q: float) -> float:
@@ -25,8 +25,9 @@ def active_steps(steps: Sequence[Step]) -> list[Step]:
 def summarize_steps(steps: Sequence[Step], source: str = "host steps") -> StepSummary:
     """Summary of one run's steps; raises ValueError when no step carried a request.
 
-    ``source``: ``host steps`` (the pipeline hook: TTFT as the host saw it) or the trace ranges the
-    steps came from (no TTFT: ranges do not say when the first token reached the caller)."""
+    ``source``: ``host steps`` (the pipeline hook: TTFT as the host saw it), ``model worker steps`` (a server's batches:
+    no TTFT, requests come and go) or the trace ranges the steps came from (no TTFT: ranges do not say when the first
+    token reached the caller)."""
     work = active_steps(steps)
     if not work:
         raise ValueError("no pipeline step ran inside the profiled block")
@@ -71,7 +72,22 @@ def summarize_steps(steps: Sequence[Step], source: str = "host steps") -> StepSu
         decode_tokens_per_s=tps,
         decode_step_growth_ms_per_100_ctx=decode_growth(decode),
         source=source,
+        by_batch=by_batch(work),
     )
+
+
+def by_batch(steps: Sequence[Step]) -> list[BatchStats]:
+    """Step-time percentiles per phase and batch size (a server runs many sizes: decode steps at 1, 2, 3... requests)."""
+    groups: dict[tuple[Phase, int], list[Step]] = {}
+    for s in steps:
+        groups.setdefault((s.phase, s.batch_size), []).append(s)
+    order: tuple[Phase, ...] = ("prefill", "mixed", "decode", "unknown")
+    out = []
+    for (phase, size), sel in sorted(groups.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1])):
+        ms = np.array([s.duration_ns / 1e6 for s in sel])
+        tokens = float(np.mean([s.batch_size if phase == "decode" else s.input_tokens for s in sel]))
+        out.append(BatchStats(phase=phase, batch_size=size, steps=len(sel), p50_ms=_pct(ms, 50), p90_ms=_pct(ms, 90), tokens_per_step=round(tokens, 2)))
+    return out
 
 
 def decode_growth(decode: Sequence[Step]) -> float | None:

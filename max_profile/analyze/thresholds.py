@@ -106,10 +106,40 @@ class Thresholds:
     """Decode steps with kernels needed before their kernel-time growth is judged."""
     graphs_off_min_kernels: int = 100
     """Kernels a graph-aware trace needs, none of them in a graph, before it says device graphs were off."""
+    attainable_bandwidth_pct: float = 85.0
+    """The share of the datasheet DRAM bandwidth a part's ideal time assumes (the H200 here: MAX's gemv_split_k at 82-86 %
+    of 4.8 TB/s in Nsight Compute and in decode steps; no kernel reaches 100 %)."""
+    attainable_compute_pct: float = 80.0
+    """The share of the datasheet dense tensor-core FLOP/s an ideal assumes (the H200 here: 769-798 of 989 bf16 TFLOP/s
+    on an 8192^3 product, 78-81 %)."""
+    lever_warning_pct: float = 15.0
+    """A lever (recoverable time of one ledger part) of at least this % of its phase's step → a warning; a phase with one
+    gets no "healthy" verdict."""
+    lever_min_steps: int = 3
+    """A phase with fewer steps (a generation's one prefill) gets at most info-level levers: one step is a one-off."""
+    kernel_floor_us: float = 2.0
+    """The shortest time a kernel that does real work takes (launch to end): a part's ideal is never below its kernels per
+    step times this (the H200 here: 5th percentile of the m24 decode's kernels 2.0 µs, norms 2.8-3.3 µs)."""
+    lever_info_pct: float = 5.0
+    """A lever of at least this % of the step (and under ``lever_warning_pct``) → an info finding; smaller ones stay in
+    the ledger table only."""
+    light_load_pct: float = 50.0
+    """Requests in flight (serve / attach), or steps running (run), under this % of the window → lightly loaded: no
+    host-bound / idle-GPU verdict, which needs load."""
     plan_suspicious_share_pct: float = 25.0
     """A non-matmul kernel above this share of decode kernel time is worth one Nsight Compute deep dive."""
     ncu_latency_bound_pct: float = 40.0
     """Nsight Compute: both compute and memory throughput below this % of peak → latency-bound."""
+    ncu_balanced_gap_pct: float = 10.0
+    """Nsight Compute: compute and memory throughput within this many points of each other ..."""
+    ncu_balanced_min_pct: float = 60.0
+    """... and both at least this % of peak → balanced (neither bound dominates)."""
+    ncu_compute_far_pct: float = 60.0
+    """Nsight Compute: compute-bound below this % of peak compute throughput → far from peak."""
+    ncu_low_occupancy_ratio: float = 0.5
+    """Nsight Compute: achieved occupancy under this share of the theoretical → low occupancy."""
+    ncu_occupancy_limited_pct: float = 50.0
+    """Nsight Compute: theoretical occupancy below this % with a named limiter → occupancy-limited."""
     ncu_near_peak_dram_pct: float = 70.0
     """Nsight Compute: memory-bound at or above this % of peak DRAM bandwidth → near the roofline."""
     ncu_on_chip_busy_pct: float = 80.0

@@ -59,6 +59,11 @@ def resolve_pipeline(target: Any) -> Any:
     )
 
 
+def looks_like_pipeline(obj: Any) -> bool:
+    """Whether ``obj`` is a MAX text-generation pipeline (by its classes' names: MAX's own, or a subclass)."""
+    return _looks_like_pipeline(obj)
+
+
 def _looks_like_pipeline(obj: Any) -> bool:
     cls_names = {c.__name__ for c in type(obj).__mro__}
     return bool(cls_names & {"TextGenerationPipeline", "OverlapTextGenerationPipeline", "TextGenerationPipelineInterface"})
@@ -112,6 +117,97 @@ def classify(inputs: Any) -> tuple[Phase, int, int, int | None]:
                 decoding += 1
         return ("mixed" if decoding else "prefill"), batch_size, input_tokens, context_tokens
     return "unknown", batch_size, input_tokens, context_tokens
+
+
+def make_step(index: int, kind: tuple[Phase, int, int, int | None], outputs: Any, start_ns: int, end_ns: int, *,
+              model_input_tokens: int | None = None, cpu_ns: int | None = None) -> Step:
+    """One :class:`Step` from an ``execute`` call: its kind (:func:`classify` of the inputs), the tokens it returned, its times."""
+    phase, batch_size, input_tokens, context_tokens = kind
+    produced = 0
+    if isinstance(outputs, dict):
+        for out in outputs.values():
+            produced += len(getattr(out, "tokens", ()) or ())
+    return Step(index=index, phase=phase, batch_size=batch_size, input_tokens=input_tokens, context_tokens=context_tokens, start_ns=start_ns,
+                end_ns=end_ns, output_tokens=produced, model_input_tokens=model_input_tokens, cpu_ns=cpu_ns)
+
+
+def pipeline_classes() -> list[type]:
+    """Every text-generation pipeline class loaded in this process that defines its own ``execute`` (MAX's, subclasses)."""
+    import sys
+
+    module = sys.modules.get("max.pipelines.lib.pipeline_variants.text_generation")
+    base = getattr(module, "TextGenerationPipelineInterface", None)
+    if base is None:
+        return []
+    found: list[type] = []
+    todo = [base]
+    while todo:
+        cls = todo.pop()
+        if cls in found:
+            continue
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return [c for c in found if "execute" in c.__dict__ and callable(c.__dict__["execute"])]
+
+
+class ClassStepHook:
+    """Steps of every pipeline of the given classes, by wrapping their ``execute`` on the class (a process whose objects the
+    hook cannot reach: ``max serve``'s model worker freezes its heap with ``gc.freeze()``). Installed for a window and
+    removed after it; a subclass calling ``super().execute`` makes one step, not two."""
+
+    def __init__(self, classes: list[type], clock: Callable[[], int] = time.perf_counter_ns) -> None:
+        self.classes = classes
+        self.steps: list[Step] = []
+        self._originals: dict[type, Any] = {}
+        self._clock = clock
+        self._local = threading.local()
+        self._inflight = 0
+        self._idle = threading.Condition()
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        hook = self
+        for cls in self.classes:
+            if cls in self._originals:
+                continue
+            original = cls.__dict__["execute"]
+
+            def execute(this: Any, inputs: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
+                return hook._run(__original, this, inputs, *args, **kwargs)
+
+            execute.__wrapped__ = original  # type: ignore[attr-defined]
+            self._originals[cls] = original
+            cls.execute = execute  # type: ignore[attr-defined]
+
+    def uninstall(self) -> None:
+        for cls, original in self._originals.items():
+            cls.execute = original  # type: ignore[attr-defined]
+        self._originals.clear()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        with self._idle:
+            return self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout_s)
+
+    def _run(self, original: Any, this: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self._local, "inside", False):
+            return original(this, inputs, *args, **kwargs)
+        with self._idle:
+            self._inflight += 1
+        self._local.inside = True
+        kind = classify(inputs)
+        start, cpu = self._clock(), time.process_time_ns()
+        outputs = None
+        try:
+            outputs = original(this, inputs, *args, **kwargs)
+            return outputs
+        finally:
+            end, cpu_end = self._clock(), time.process_time_ns()
+            self._local.inside = False
+            with self._lock:
+                self.steps.append(make_step(len(self.steps), kind, outputs, start, end, cpu_ns=cpu_end - cpu))
+            with self._idle:
+                self._inflight -= 1
+                self._idle.notify_all()
 
 
 class PipelineHook:
@@ -254,22 +350,8 @@ class PipelineHook:
             end, cpu_end = self._clock(), time.process_time_ns()
             self._in_step = False
             self.marker.pop()
-        produced = 0
-        if isinstance(outputs, dict):
-            for out in outputs.values():
-                produced += len(getattr(out, "tokens", ()) or ())
-        step = Step(
-            index=len(self.steps),
-            phase=phase,
-            batch_size=batch_size,
-            input_tokens=input_tokens,
-            context_tokens=context_tokens,
-            start_ns=start,
-            end_ns=end,
-            output_tokens=produced,
-            model_input_tokens=self._model_tokens,
-            cpu_ns=cpu_end - cpu_start,
-        )
+        step = make_step(len(self.steps), (phase, batch_size, input_tokens, context_tokens), outputs, start, end,
+                         model_input_tokens=self._model_tokens, cpu_ns=cpu_end - cpu_start)
         with self._lock:
             self.steps.append(step)
         if self._on_step is not None:

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+import msgspec
+
 from max_profile.collect import serve_profilers as sp
 from max_profile.collect.recorders import ops_in_window
 from max_profile.collect.worker_protocol import WindowCoverage, WorkerHook
@@ -119,17 +121,20 @@ class WorkerKernelRecorder(UtilizationRecorder):
             except ToolMissingError as exc:
                 self.nvtx_template = None
                 progress(f"no NVTX log ({exc})")
+        library = None
         if cupti:
             from max_profile.collect.cupti_native import build_cupti_library
 
-            library = None
             try:  # built here, once, so the worker's prepare step only loads it
                 library = build_cupti_library()
             except MaxProfileError as exc:
                 progress(f"the C CUPTI recorder is unavailable ({exc}); the worker falls back to cupti-python (slower, said in the report)")
-            self.hook = WorkerHook(tmp / "cupti")
-            self.extra.update(self.hook.env(library, launches=profiling != "off"))
-        self.switched_per_window = self.hook is not None  # CUPTI in the worker, on and off per window
+        # the hook stamps the model worker's steps (prefill / decode, size, tokens) on every device, and records its kernels with
+        # CUPTI on NVIDIA (launch records tie each kernel to the step that launched it)
+        self.hook = WorkerHook(tmp / "cupti")
+        self.extra.update(self.hook.env(library, launches=True, kernels=cupti))
+        self.cupti = cupti
+        self.switched_per_window = cupti  # CUPTI in the worker, on and off per window: an untraced window measures its cost
 
     def env(self) -> dict[str, str]:
         return dict(self.extra)
@@ -162,6 +167,11 @@ class WorkerKernelRecorder(UtilizationRecorder):
         op_table, ranges, _unreadable = ops_in_window([str(p) for p in self.tmp.glob("nvtx-*.log")], span)  # a log cut mid-line is skipped
         raw.ranges = [*raw.ranges, *ranges]
         if self.hook is not None and window in self._hook_window:
+            steps = self.hook.read_steps(self._hook_window[window], span)
+            if steps:
+                first = len(raw.steps)
+                raw.steps = [*raw.steps, *(msgspec.structs.replace(st, index=first + i) for i, st in enumerate(steps))]
+        if self.hook is not None and self.cupti and window in self._hook_window:
             kernels, coverage = self.hook.read(self._hook_window[window], span, server.alive)
             if coverage is not None:
                 self.coverage[window] = coverage

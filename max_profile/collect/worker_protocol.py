@@ -19,7 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from max_profile.model import KernelTable
+import msgspec
+
+from max_profile.model import KernelTable, Step
 
 HOOK_DIR = Path(__file__).parent / "worker_hook"
 
@@ -57,6 +59,22 @@ class WindowCoverage:
         return text
 
 
+def _hook_path() -> list[str]:
+    """The hook's folder, and the folder max_profile itself is imported from where that is not a site-packages (an editable
+    install: the server's worker, spawned by MAX, does not always run the installer's import hook)."""
+    root = Path(__file__).resolve().parents[2]
+    return [str(HOOK_DIR)] + ([] if root.name in ("site-packages", "dist-packages") else [str(root)])
+
+
+def _ready_doc(path: Path) -> dict[str, object]:
+    """What a ``ready-<pid>`` file says the process records (an older hook wrote it empty: CUPTI only)."""
+    try:
+        doc = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 class WorkerHook:
     """One server's hook folder (see the module docstring)."""
 
@@ -64,11 +82,12 @@ class WorkerHook:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
 
-    def env(self, library: str | None, launches: bool) -> dict[str, str]:
-        """What the server's environment needs: the folder, the hook on PYTHONPATH, the C recorder built here once."""
-        env = {"MAX_PROFILE_WORKER_CUPTI_DIR": str(self.folder), "PYTHONPATH": str(HOOK_DIR) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               # launch records serve the attribution to MAX's scheduler ranges (they need MAX's profiling on)
-               "MAX_PROFILE_WORKER_CUPTI_LAUNCHES": "1" if launches else "0"}
+    def env(self, library: str | None, launches: bool, kernels: bool = True) -> dict[str, str]:
+        """What the server's environment needs: the folder, the hook on PYTHONPATH, the C recorder built here once; ``kernels``
+        False: the worker stamps its steps only (no CUPTI)."""
+        env = {"MAX_PROFILE_WORKER_CUPTI_DIR": str(self.folder), "PYTHONPATH": os.pathsep.join([*_hook_path(), os.environ.get("PYTHONPATH", "")]),
+               # launch records tie kernels to the steps that launched them (the worker's stamped steps, MAX's scheduler ranges)
+               "MAX_PROFILE_WORKER_CUPTI_LAUNCHES": "1" if launches else "0", "MAX_PROFILE_WORKER_KERNELS": "1" if kernels else "0"}
         if library:
             env["MAX_PROFILE_CUPTI_RING_LIB"] = library
         return env
@@ -81,9 +100,14 @@ class WorkerHook:
         (self.folder / "prepare").touch()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and alive():
-            ready = sorted(p.name.removeprefix("ready-") for p in self.folder.glob("ready-*"))
+            ready = sorted(self.folder.glob("ready-*"))
             if ready:
-                return f"CUPTI ready in process {', '.join(ready)} (the ones with the CUDA driver loaded)"
+                said = []
+                for path in ready:
+                    what = _ready_doc(path)
+                    parts = [p for p, on in (("CUPTI", what.get("kernels", True)), (f"{what.get('pipeline') or 'pipeline'} steps", what.get("steps"))) if on]
+                    said.append(f"process {path.name.removeprefix('ready-')}: {' and '.join(parts) or 'nothing'}")
+                return "worker hook ready (" + "; ".join(said) + ")"
             failed = list(self.folder.glob("unavailable-*.txt"))
             if failed:
                 return f"CUPTI unavailable in the model worker ({failed[0].read_text().strip()}); kernels will be missing"
@@ -93,6 +117,17 @@ class WorkerHook:
 
     def ready(self) -> bool:
         return any(self.folder.glob("ready-*"))
+
+    def read_steps(self, window: int, span: tuple[int, int]) -> list[Step]:
+        """The steps the hooked pipeline(s) ran in window ``window`` that began inside ``span`` (host clock), in time order."""
+        steps: list[Step] = []
+        for path in sorted(self.folder.glob(f"steps-*-{window}.json")):
+            try:
+                steps += msgspec.json.decode(path.read_bytes(), type=list[Step])
+            except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+                continue
+        inside = sorted((s for s in steps if span[0] <= s.start_ns <= span[1]), key=lambda s: s.start_ns)
+        return [msgspec.structs.replace(s, index=i) for i, s in enumerate(inside)]
 
     def start(self, window: int, plan: dict[str, object] | None = None) -> None:
         """Ask for window ``window``'s recording; ``plan`` as the hook reads it (``share``, ``slice_s``, ``options``)."""
@@ -130,6 +165,8 @@ class WorkerHook:
         nothing): the read waits for all of them, not for the first."""
         deadline = time.monotonic() + timeout_s
         ready = {p.name.removeprefix("ready-") for p in self.folder.glob("ready-*")}
+
+        ready = {pid for pid in ready if _ready_doc(self.folder / f"ready-{pid}").get("kernels", True)}  # steps-only processes write no kernels
 
         def written() -> set[str]:
             return {p.name.split("-")[1] for p in self.folder.glob(f"kernels-*-{window}.json")}

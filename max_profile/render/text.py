@@ -107,7 +107,12 @@ def steps_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableType:
     growth = growth_text(s)
     if growth:
         head.append(f"   {growth}")
-    return Panel(Group(head, *fitted_tables(cols, rows, width - INNER)), title="Steps (host)" if s.source == "host steps" else "Steps", title_align="left")
+    parts: list[RenderableType] = [head, *fitted_tables(cols, rows, width - INNER)]
+    if len(s.by_batch) > len(s.phases):  # several batch sizes in one phase (a server): step times by size
+        bcols = [Col("phase", numeric=False), Col("batch"), Col("steps"), Col("p50 ms"), Col("p90 ms"), Col("tokens/step")]
+        brows = [[b.phase, str(b.batch_size), str(b.steps), _f(b.p50_ms, ".3f"), _f(b.p90_ms, ".3f"), _f(b.tokens_per_step, ".1f")] for b in s.by_batch]
+        parts += fitted_tables(bcols, brows, width - INNER, title="by batch size")
+    return Panel(Group(*parts), title="Steps (host)" if s.source == "host steps" else "Steps", title_align="left")
 
 
 def serve_section(report: Report) -> RenderableType | None:
@@ -333,6 +338,39 @@ def preflight_section(results: list[PreflightResult]) -> RenderableType | None:
     return Panel(Group(*parts), title="Custom architecture preflight", title_align="left")
 
 
+def ledger_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableType | None:
+    """Each phase's step split into kernel parts and GPU idle, against the roofline: the account every verdict reads."""
+    lg = report.ledger
+    if lg is None:
+        return None
+    if isinstance(lg, Unavailable):
+        return Panel(_na(lg.reason), title="Step ledger", title_align="left") if report.steps or isinstance(report.kernels, KernelBreakdown) else None
+    parts: list[RenderableType] = []
+    roofs = (f"; ideal = the roofline at {lg.attainable_bandwidth_pct:g} % of peak bandwidth"
+             + (f" / {lg.attainable_compute_pct:g} % of peak compute" if lg.attainable_compute_pct else "") if lg.attainable_bandwidth_pct else "")
+    parts.append(Text(f"from the {lg.source}{roofs}; recoverable = actual - ideal (idle: all of it)", style="dim"))
+    cols = [Col("part", numeric=False, wrap=True), Col("ms/step"), Col("% of step"), Col("ideal ms"), Col("recoverable ms"), Col("kernels/step")]
+    for p in lg.phases:
+        head = Text(f"{p.phase}: {p.steps} step{'s' if p.steps != 1 else ''} of {p.step_ms:.3f} ms", style="bold")
+        extra = [f"host step p50 {p.host_step_p50_ms:.3f} ms" if p.host_step_p50_ms is not None else "", f"batch {p.batch}" if p.batch else "",
+                 f"GPU busy {p.busy_pct:.1f} %" if lg.source == "kernel timeline" else "",
+                 f"{p.recoverable_ms_per_step:.3f} ms per step recoverable" if p.recoverable_ms_per_step else ""]
+        head.append("  " + ", ".join(x for x in extra if x), style="dim")
+        rows = [[r.part, f"{r.ms_per_step:.3f}", f"{r.share_pct:.1f}", _f(r.ideal_ms_per_step, ".3f", "") if r.ideal_ms_per_step is not None else "-",
+                 _f(r.recoverable_ms_per_step, ".3f") if r.recoverable_ms_per_step is not None else "-",
+                 _f(r.kernels_per_step, ".1f") if r.kernels_per_step is not None else ""] for r in p.rows]
+        parts += [head, *fitted_tables(cols, rows, width - INNER)]
+    outside = Text(f"outside steps: {lg.outside_steps_ms:.2f} ms ({lg.outside_steps_pct:.1f} % of the {lg.window_ms:.1f} ms observed)")
+    if lg.outside_kernels_ms:
+        outside.append(f", {lg.outside_kernels_ms:.2f} ms of it kernels launched between steps")
+    if lg.requests_in_flight_pct is not None:
+        outside.append(f"; requests in flight {lg.requests_in_flight_pct:.0f} % of the window"
+                       + (f", {lg.request_rate_rps:.2f} requests/s" if lg.request_rate_rps is not None else ""))
+    parts.append(outside)
+    parts += [Text(n, style="dim") for n in lg.notes]
+    return Panel(Group(*parts), title="Step ledger", title_align="left")
+
+
 def findings_section(report: Report) -> RenderableType:
     parts: list[RenderableType] = []
     if not report.findings:
@@ -342,6 +380,10 @@ def findings_section(report: Report) -> RenderableType:
         line.append(f"{f.title}", style="bold")
         line.append(f"  ({f.id}, confidence {f.confidence:.0%})", style="dim")
         parts.append(line)
+        if f.lever is not None:
+            where = f.lever.phase if f.lever.phase == "outside steps" else f"per {f.lever.phase} step"
+            parts.append(Text(f"    buys: {f.lever.ms_per_step:.3f} ms {where} ({f.lever.pct_of_step:.1f} %), {f.lever.total_ms:.1f} ms over the capture",
+                              style="bold"))
         ev = ", ".join(f"{k}={v}" for k, v in f.evidence.items())
         parts.append(Text(f"    evidence: {ev}", style="dim"))
         if f.next_step:
@@ -404,6 +446,8 @@ def render_renderables(report: Report, width: int = DEFAULT_WIDTH) -> list[Rende
     sections: list[RenderableType | None] = [
         environment_section(report),
         preflight_section(report.preflight),
+        ledger_section(report, width),
+        findings_section(report) if measured else None,
         startup_section(report.startup, width),
         serve_section(report),
         server_metrics_section(report.server_metrics),
@@ -414,7 +458,6 @@ def render_renderables(report: Report, width: int = DEFAULT_WIDTH) -> list[Rende
         kernels_section(report, width),
         decode_cost_section(report.decode_cost, width),
         analyses_section(report.kernel_analyses),
-        findings_section(report) if measured else None,
         host_load_line(report),
     ]
     if report.notes:

@@ -1,18 +1,21 @@
-"""max_profile worker hook: CUPTI kernel recording inside `max serve`'s model worker (NVIDIA).
+"""max_profile worker hook: the model worker's steps and (NVIDIA) its kernels, recorded inside `max serve`.
 
 Python imports this ``sitecustomize`` at start-up in every process that has this folder on
 PYTHONPATH. It does nothing unless MAX_PROFILE_WORKER_CUPTI_DIR is set; then a daemon thread
 follows files that max_profile creates in that folder:
 
-- ``prepare`` (after /health answers): a process without the CUDA driver loaded writes
-  ``skipped-<pid>.txt`` and ends the hook; the others import CUPTI and write ``ready-<pid>``
-  (or ``unavailable-<pid>.txt`` with the reason), so the import is done before the window;
+- ``prepare`` (after /health answers): a process that holds a MAX text-generation pipeline hooks its
+  ``execute`` (each batch stamped prefill / decode / mixed, with its size and tokens, while a window records);
+  a process with the CUDA driver loaded imports CUPTI too (unless MAX_PROFILE_WORKER_KERNELS=0), so the import
+  is done before the window. A process with neither writes ``skipped-<pid>.txt`` and ends the hook; the others
+  write ``ready-<pid>`` (JSON: what they record), or ``unavailable-<pid>.txt`` with the reason;
 - ``start-N`` / ``stop-N`` (N = 1, 2, ...: one server, several windows): kernels are recorded in between;
   ``start-N`` may hold JSON: ``{"share": 0.25, "slice_s": 0.5}`` records slices of ``slice_s`` seconds, a ``share`` of
   the time (recording paused in between), ``"options"`` the recorder's (``cupti_native.RECORDING_OPTIONS``);
   ``started-<pid>-N`` (the seconds CUPTI's enable took) says recording runs, so the window opens after it;
   then written as ``kernels-<pid>-N.json`` (a KernelTable as JSON, host perf_counter clock) with
-  ``coverage-<pid>-N.json`` (when the recording really ran, records CUPTI dropped, its callback time);
+  ``coverage-<pid>-N.json`` (when the recording really ran, records CUPTI dropped, its callback time), and
+  ``steps-<pid>-N.json`` (the pipeline's steps in the window, the same clock) where a pipeline was hooked;
 - ``quit``: the hook ends (a process that never saw ``prepare`` too).
 
 The controller side is :mod:`max_profile.collect.worker_protocol`.
@@ -23,7 +26,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from max_profile.model import KernelTable
@@ -103,34 +106,71 @@ def _wait_until(path: str, deadline_ns: int) -> bool:
     return os.path.exists(path)
 
 
+def _pipeline_classes() -> list[type]:
+    """The text-generation pipeline classes this process has loaded (the model worker's among them); none without MAX."""
+    import sys
+
+    if "max.pipelines.lib.pipeline_variants.text_generation" not in sys.modules:
+        return []
+    from max_profile.collect.pipeline_hook import pipeline_classes
+
+    return pipeline_classes()
+
+
+class _NoKernels:
+    """Stands in for the CUPTI collector where kernels are not recorded (no CUDA driver here, or steps only)."""
+
+    kernels: object = None
+
+    def start(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+
 def _watch(folder: str) -> None:
+    import json
+
     pid = os.getpid()
     prepare, quit_ = os.path.join(folder, "prepare"), os.path.join(folder, "quit")
     if not _wait_for(prepare, quit_, 0.05):
         return
-    if not _cuda_driver_loaded():
-        _write(os.path.join(folder, f"skipped-{pid}.txt"), "no libcuda in this process\n")
+    pipelines = _pipeline_classes()
+    cuda = _cuda_driver_loaded() and os.environ.get("MAX_PROFILE_WORKER_KERNELS", "1") == "1"
+    if not cuda and not pipelines:
+        _write(os.path.join(folder, f"skipped-{pid}.txt"), "no libcuda and no MAX pipeline in this process\n")
         return
-    try:
-        from max_profile.collect.cupti_native import make_cupti_collector
+    notes: list[str] = []
+    collector: Any = _NoKernels()
+    if cuda:
+        try:
+            from max_profile.collect.cupti_native import make_cupti_collector
 
-        notes: list[str] = []
-        # launch records only where phase ranges will need them (MAX_PROFILE_WORKER_CUPTI_LAUNCHES=1)
-        collector = make_cupti_collector(notes, launches=os.environ.get("MAX_PROFILE_WORKER_CUPTI_LAUNCHES", "1") == "1")
-    except Exception as exc:  # noqa: BLE001 - no CUPTI in this process: say so once
-        _write(os.path.join(folder, f"unavailable-{pid}.txt"), f"{type(exc).__name__}: {exc}\n")
-        return
+            # launch records only where phase ranges will need them (MAX_PROFILE_WORKER_CUPTI_LAUNCHES=1)
+            collector = make_cupti_collector(notes, launches=os.environ.get("MAX_PROFILE_WORKER_CUPTI_LAUNCHES", "1") == "1")
+        except Exception as exc:  # noqa: BLE001 - no CUPTI in this process: say so once
+            if not pipelines:
+                _write(os.path.join(folder, f"unavailable-{pid}.txt"), f"{type(exc).__name__}: {exc}\n")
+                return
+            notes.append(f"CUPTI unavailable in the model worker ({type(exc).__name__}: {exc}): steps only")
+            cuda = False
     reserve = getattr(collector, "reserve", None)
     if reserve is not None:  # fault in the recorder's memory now, not inside the first window (see NativeCuptiCollector.reserve)
         reserve()
-    _write(os.path.join(folder, f"ready-{pid}"), "")
+    steps = _StepStamps(pipelines) if pipelines else None
+    _write(os.path.join(folder, f"ready-{pid}"), json.dumps({"kernels": cuda, "steps": steps is not None}))
     window = 0
     while True:
         window += 1
         start_file = os.path.join(folder, f"start-{window}")
         if not _wait_for(start_file, quit_, 0.01):
+            if steps is not None:
+                steps.close()
             return
         plan = _window_plan(start_file)
+        if steps is not None:
+            steps.open()
         t0 = time.perf_counter_ns()
         try:
             if hasattr(collector, "options"):
@@ -143,8 +183,12 @@ def _watch(folder: str) -> None:
                 now = time.perf_counter_ns()
                 _dump(folder, pid, window, type(collector.kernels).empty(), collector, t0, now, now,  # type: ignore[attr-defined]
                       [*notes, f"recording option(s) {plan['options']} failed: {type(exc).__name__}: {exc}"], [], 1.0)
+                if steps is not None:
+                    steps.dump(folder, pid, window)
                 continue
             _write(os.path.join(folder, f"unavailable-{pid}.txt"), f"{type(exc).__name__}: {exc}\n")
+            if steps is not None:
+                steps.close()
             return
         started = time.perf_counter_ns()
         # the controller opens its window only after this file: CUPTI's enable (subscribe, activity on) stays outside it
@@ -152,6 +196,10 @@ def _watch(folder: str) -> None:
         slices = _record_until_stop(collector, os.path.join(folder, f"stop-{window}"), float(plan.get("share", 1.0)), float(plan.get("slice_s", 0.5)),
                                     started)
         stopped = time.perf_counter_ns()
+        if steps is not None:
+            steps.dump(folder, pid, window)  # first: a step running now is waited for by the next window's open, not here
+        if isinstance(collector, _NoKernels):
+            continue
         kernels = collector.stop()
         window_notes = list(notes)
         kernels, spanning = _drop_pause_spanning(kernels, slices, stopped)
@@ -165,6 +213,43 @@ def _watch(folder: str) -> None:
             window_notes.append("this recorder cannot pause (cupti-python): the whole window was recorded, not a share of it")
             share = 1.0
         _dump(folder, pid, window, kernels, collector, t0, started, stopped, window_notes, slices, share)
+
+
+class _StepStamps:
+    """The pipelines' ``execute`` hooked for the windows (:class:`~max_profile.collect.pipeline_hook.ClassStepHook`): each
+    batch a :class:`~max_profile.model.Step` with its kind, size and tokens; written per window (when it ran any), nothing
+    kept in between."""
+
+    def __init__(self, classes: list[type]) -> None:
+        from max_profile.collect.pipeline_hook import ClassStepHook
+
+        self.hook = ClassStepHook(classes)
+        self.installed = False
+
+    def open(self) -> None:
+        self.hook.steps.clear()
+        if not self.installed:
+            self.hook.install()
+            self.installed = True
+
+    def dump(self, folder: str, pid: int, window: int) -> None:
+        import msgspec
+
+        self.close()
+        self.hook.wait_idle(timeout_s=5.0)  # a batch that started inside the window ends in it
+        steps, self.hook.steps = list(self.hook.steps), []
+        if not steps:
+            return
+        name = f"steps-{pid}-{window}.json"
+        tmp = os.path.join(folder, "." + name)
+        with open(tmp, "wb") as fh:
+            fh.write(msgspec.json.encode(steps))
+        os.replace(tmp, os.path.join(folder, name))
+
+    def close(self) -> None:
+        if self.installed:
+            self.hook.uninstall()
+            self.installed = False
 
 
 def _dump(folder: str, pid: int, window: int, kernels: object, collector: object, enable_ns: int, started: int, stopped: int,
@@ -186,6 +271,16 @@ def _dump(folder: str, pid: int, window: int, kernels: object, collector: object
         os.replace(tmp, os.path.join(folder, name))
 
 
+def _watch_or_say(folder: str) -> None:
+    """:func:`_watch`, and a hook that fails says why in ``unavailable-<pid>.txt`` (a thread that dies says nothing)."""
+    try:
+        _watch(folder)
+    except Exception as exc:  # noqa: BLE001 - the server must not notice; the controller reads the reason
+        import traceback
+
+        _write(os.path.join(folder, f"unavailable-{os.getpid()}.txt"), f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+
+
 _folder = os.environ.get("MAX_PROFILE_WORKER_CUPTI_DIR")
 if _folder and os.path.isdir(_folder):
-    threading.Thread(target=_watch, args=(_folder,), daemon=True, name="max-profile-cupti").start()
+    threading.Thread(target=_watch_or_say, args=(_folder,), daemon=True, name="max-profile-cupti").start()

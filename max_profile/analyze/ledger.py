@@ -1,0 +1,366 @@
+"""The step ledger: one account of where a capture's time went, that every verdict about time reads.
+
+For each phase (prefill, decode, mixed) the step's time is split into parts that add up:
+
+* the phase's **kernels**, by family (the matmul families together: they read the same weights), as time on the GPU —
+  each kernel belongs to the step that launched it (the breakdown's launch-time attribution), overlapping kernels
+  counted once;
+* the **GPU idle inside its steps**: gaps on the GPU timeline while the host was inside one of the phase's steps,
+  split into those that end at a device-graph kernel (the host launched the step's graph late) and the rest (between
+  eager launches, host syncs, Python);
+* apart from the phases, the time **outside every step** (no step running: the generation loop, a server without
+  requests), with the kernels launched there.
+
+Each kernel part is priced by the bytes-and-FLOPs model (:mod:`~max_profile.analyze.roofline`): its ideal is the time
+it needs at the attainable share of the GPU's peaks (``Thresholds.attainable_*``), its recoverable time the rest.
+Idle and outside time are recoverable whole. Equivalent by hand: the CUDA GPU trace row of ``nsys`` over the phase's
+NVTX ranges, summed by kernel name and gap, against ``bytes / peak`` from ``ncu --metrics dram__bytes.sum``.
+
+Pure functions over numpy columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+
+from max_profile.analyze.breakdown import PHASES, recorded_in_window, step_index_of, union_ns, valid_kernels
+from max_profile.analyze.families import FAMILIES, classify_kernel
+from max_profile.analyze.load import in_flight
+from max_profile.analyze.roofline import MATMUL_FAMILIES, peak_bandwidth, peak_flops, step_cost, weight_operand
+from max_profile.analyze.thresholds import Thresholds
+from max_profile.model import (
+    KernelTable,
+    LedgerRow,
+    LoadWindow,
+    ModelWeights,
+    Phase,
+    PhaseLedger,
+    ServerMetrics,
+    Step,
+    StepLedger,
+    merged_spans,
+)
+
+IDLE_BEFORE_GRAPH = "GPU idle: waiting for a device-graph launch"
+IDLE_BETWEEN_LAUNCHES = "GPU idle: between launches"
+HOST_BETWEEN_OPS = "host time between MAX's ops"
+MATMUL_PART = "matmul"
+ATTENTION_PART = "attention"
+
+
+@dataclass(frozen=True)
+class _Timed:
+    """Per phase: busy time by part, idle time by kind, steps counted."""
+
+    busy_ns: dict[str, float]
+    kernels: dict[str, int]
+    families: dict[str, list[str]]
+    idle_before_graph_ns: float
+    idle_other_ns: float
+    steps: float
+    """Steps observed (a sampled recording: the share of each step inside the recorded slices, summed)."""
+
+
+def part_of_family(family: str) -> str:
+    """The ledger part a kernel family falls in: the matmul families share one (they read the same weights)."""
+    return MATMUL_PART if family in MATMUL_FAMILIES else family
+
+
+def _coverage(starts: np.ndarray, ends: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """f(t): the length of the (merged) intervals lying before t: the part of [a, b] they cover is f(b) - f(a)."""
+    spans = merged_spans(zip(starts.tolist(), ends.tolist(), strict=True))
+    if not spans:
+        return lambda t: np.zeros(t.shape, dtype=np.float64)
+    a = np.array([x for x, _ in spans], dtype=np.int64)
+    b = np.array([y for _, y in spans], dtype=np.int64)
+    before = np.concatenate([[0], np.cumsum(b - a)]).astype(np.float64)  # length of the spans wholly before span i
+
+    def f(t: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(a, t, side="right") - 1  # the span starting at or before t
+        out = np.zeros(t.shape, dtype=np.float64)
+        ok = i >= 0
+        out[ok] = before[i[ok]] + np.minimum(t[ok] - a[i[ok]], b[i[ok]] - a[i[ok]])
+        return out
+
+    return f
+
+
+def _clip_to_spans(start: np.ndarray, end: np.ndarray, spans: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each interval clipped to the observed span it starts in (a sampled recording's slice, or the window); the mask of
+    those that keep a length."""
+    a = np.array([x for x, _ in spans], dtype=np.int64)
+    b = np.array([y for _, y in spans], dtype=np.int64)
+    k = np.searchsorted(a, start, side="right") - 1
+    inside = k >= 0
+    kk = np.maximum(k, 0)
+    s = np.maximum(start, a[kk])
+    e = np.minimum(end, b[kk])
+    keep = inside & (e > s)
+    return s, e, keep
+
+
+def _busiest_device(table: KernelTable) -> int:
+    dur = (table.end_ns - table.start_ns).astype(np.float64)
+    devices, inverse = np.unique(table.device, return_inverse=True)
+    return int(devices[int(np.argmax(np.bincount(inverse, weights=dur)))])
+
+
+def time_ledger(table: KernelTable, steps: Sequence[Step], *, window: tuple[int, int] | None,
+                recorded: Sequence[tuple[int, int]] = (), host_ops: bool = False) -> tuple[dict[Phase, _Timed], float, float, float, int, list[str]] | None:
+    """The time parts of each phase, from the kernel timeline (see the module docstring).
+
+    Returns (per phase, outside-steps idle ns, outside-steps kernel ns, observed ns, device, notes); None without kernels
+    or steps. ``host_ops``: the "kernels" are MAX's op ranges on the host (a CPU): idle is host time between ops.
+    """
+    notes: list[str] = []
+    table = table.select(valid_kernels(table))
+    work = sorted((s for s in steps if s.batch_size > 0), key=lambda s: s.start_ns)
+    if not len(table) or not work:
+        return None
+    if recorded:
+        across = table.across_pauses(recorded, window[1] if window else None)
+        if across.any():
+            table = table.select(~across)
+    step_start = np.array([s.start_ns for s in work], dtype=np.int64)
+    step_end = np.array([s.end_ns for s in work], dtype=np.int64)
+    t_attr = table.attribution_time()
+    step_of = step_index_of(step_start, step_end, t_attr)
+    attributed = step_of >= 0
+    if window is None:
+        window = (int(min(t_attr.min(), step_start.min())), int(max(table.end_ns.max(), step_end.max())))
+    elif not recorded and attributed.any():
+        # the overlap pipeline returns before its last steps' kernels end: the window reaches to the end of the steps' work
+        window = (min(window[0], int(table.start_ns[attributed].min())), max(window[1], int(table.end_ns[attributed].max())))
+    spans = recorded_in_window(window, recorded) if recorded else [window]
+    if not spans:
+        return None
+    observed = float(sum(b - a for a, b in spans))
+    devices = np.unique(table.device)
+    device = _busiest_device(table)
+    if devices.size > 1:
+        notes.append(f"the timeline of device {device} is accounted (the busiest of {devices.size})")
+        on_device = table.device == device
+        table, step_of = table.select(on_device), step_of[on_device]
+    phase_codes = np.array([PHASES.index(s.phase) for s in work], dtype=np.int32)
+    kernel_phase = np.where(step_of >= 0, phase_codes[np.maximum(step_of, 0)], -1)
+    names_family = np.array([FAMILIES.index(classify_kernel(n)) for n in table.names] or [0], dtype=np.int32)
+    fam = names_family[table.name_idx]
+    s, e, keep = _clip_to_spans(table.start_ns, table.end_ns, spans)
+
+    out: dict[Phase, _Timed] = {}
+    # a step counts by the share of it that was observed (all of it, unless the recording was sampled)
+    seen = _coverage(np.array([a for a, _ in spans], dtype=np.int64), np.array([b for _, b in spans], dtype=np.int64))
+    observed_share = np.where(step_end > step_start, (seen(step_end) - seen(step_start)) / np.maximum(step_end - step_start, 1),
+                              ((seen(step_start + 1) - seen(step_start)) > 0).astype(np.float64))
+    for code, phase in enumerate(PHASES):
+        n_steps = float(observed_share[phase_codes == code].sum())
+        if n_steps <= 0:
+            continue
+        m = keep & (kernel_phase == code)
+        busy = float(union_ns(s[m], e[m]))
+        dur = (e[m] - s[m]).astype(np.float64)
+        summed = float(dur.sum())
+        scale = busy / summed if summed > 0 else 0.0  # overlapping kernels (streams) counted once
+        busy_by: dict[str, float] = {}
+        kernels_by: dict[str, int] = {}
+        families_by: dict[str, list[str]] = {}
+        fam_sums = np.bincount(fam[m], weights=dur, minlength=len(FAMILIES))
+        fam_counts = np.bincount(fam[m], minlength=len(FAMILIES))
+        for i in np.nonzero(fam_counts)[0]:
+            family = FAMILIES[int(i)]
+            part = part_of_family(family)
+            busy_by[part] = busy_by.get(part, 0.0) + float(fam_sums[i]) * scale
+            kernels_by[part] = kernels_by.get(part, 0) + int(fam_counts[i])
+            families_by.setdefault(part, []).append(family)
+        out[phase] = _Timed(busy_by, kernels_by, families_by, 0.0, 0.0, n_steps)
+
+    # the GPU's idle time: the gaps of the merged busy timeline inside each observed span
+    order = np.argsort(s[keep], kind="stable")
+    ks, ke = s[keep][order], e[keep][order]
+    graph = table.graph_id[keep][order] > 0 if table.graph_id is not None else np.zeros(ks.size, dtype=bool)
+    gap_start: list[np.ndarray] = []
+    gap_end: list[np.ndarray] = []
+    gap_graph: list[np.ndarray] = []
+    for a, b in spans:
+        sel = (ks >= a) & (ks < b)
+        cs, ce, cg = ks[sel], ke[sel], graph[sel]
+        if not cs.size:
+            gap_start.append(np.array([a]))
+            gap_end.append(np.array([b]))
+            gap_graph.append(np.array([False]))
+            continue
+        run_end = np.maximum.accumulate(ce)
+        # a gap before each kernel that starts after everything before it ended, and one after the last
+        prev_end = np.concatenate([[a], run_end[:-1]])
+        g = cs > prev_end
+        gap_start.append(np.concatenate([prev_end[g], [min(int(run_end[-1]), b)]]))
+        gap_end.append(np.concatenate([cs[g], [b]]))
+        gap_graph.append(np.concatenate([cg[g], [False]]))
+    g0, g1 = np.concatenate(gap_start), np.concatenate(gap_end)
+    gg = np.concatenate(gap_graph)
+    ok = g1 > g0
+    g0, g1, gg = g0[ok], g1[ok], gg[ok]
+    inside_any = np.zeros(g0.shape, dtype=np.float64)
+    for code, phase in enumerate(PHASES):
+        if phase not in out:
+            continue
+        sel = phase_codes == code
+        cover = _coverage(step_start[sel], step_end[sel])
+        inside = cover(g1) - cover(g0)
+        inside_any += inside
+        t = out[phase]
+        out[phase] = _Timed(t.busy_ns, t.kernels, t.families, float(inside[gg].sum()), float(inside[~gg].sum()), t.steps)
+    if host_ops:
+        out = {p: _Timed(t.busy_ns, t.kernels, t.families, 0.0, t.idle_before_graph_ns + t.idle_other_ns, t.steps) for p, t in out.items()}
+    outside_idle = float(np.maximum((g1 - g0) - inside_any, 0.0).sum())
+    m = keep & (kernel_phase < 0)
+    outside_kernels = float(union_ns(s[m], e[m]))
+    return out, outside_idle, outside_kernels, observed, device, notes
+
+
+@dataclass(frozen=True)
+class Roofs:
+    """The attainable bandwidth (bytes/s) and compute (FLOP/s) an ideal is priced at, and how they were chosen."""
+
+    bandwidth: float
+    compute: float | None
+    basis: str
+
+
+def roofs_for(gpu: str | None, operand: str, th: Thresholds) -> Roofs | None:
+    """The GPU's datasheet peaks times the attainable shares (None: the GPU's peaks are not known)."""
+    bw, fl = peak_bandwidth(gpu), peak_flops(gpu, operand)
+    if bw is None:
+        return None
+    bw_a = bw * th.attainable_bandwidth_pct / 100
+    fl_a = fl * th.attainable_compute_pct / 100 if fl else None
+    basis = f"{th.attainable_bandwidth_pct:g} % of {bw / 1e12:.2f} TB/s" + (f", {th.attainable_compute_pct:g} % of {fl / 1e12:.0f} {operand} TFLOP/s" if fl else "")
+    return Roofs(bw_a, fl_a, basis)
+
+
+def _ideal_ms(bytes_: float, flops: float, roofs: Roofs) -> float:
+    t = bytes_ / roofs.bandwidth
+    if roofs.compute:
+        t = max(t, flops / roofs.compute)
+    return 1e3 * t
+
+
+def _rows(t: _Timed, step_ms: float, cost: dict[str, float] | None, roofs: Roofs | None, host_ops: bool, floor_us: float) -> list[LedgerRow]:
+    rows: list[LedgerRow] = []
+    n = t.steps
+    for part, ns in sorted(t.busy_ns.items(), key=lambda kv: -kv[1]):
+        ms = ns / 1e6 / n
+        ideal = basis = None
+        if cost is not None and roofs is not None and part in (MATMUL_PART, ATTENTION_PART):
+            b, f = (cost["weight_bytes"], cost["matmul_flops"]) if part == MATMUL_PART else (cost["kv_bytes"], cost["attention_flops"])
+            per_step = t.kernels.get(part, 0) / n
+            roof, floor = _ideal_ms(b, f, roofs), per_step * floor_us / 1e3
+            ideal = max(roof, floor)
+            basis = (f"{b / 1e9:.3g} GB, {f / 1e12:.3g} TFLOP at {roofs.basis}" if roof >= floor
+                     else f"{per_step:.0f} kernels at {floor_us:g} µs each (the roofline's {roof * 1e3:.1f} µs is below that floor)")
+        elif cost is None and part in (MATMUL_PART, ATTENTION_PART):
+            basis = "not priced: no model config or weights"
+        elif roofs is None and part in (MATMUL_PART, ATTENTION_PART):
+            basis = "not priced: the device's peaks are not known"
+        label = ("matmul: " + " + ".join(t.families.get(part, []))) if part == MATMUL_PART else part
+        rows.append(LedgerRow(part=label, kind="kernels", ms_per_step=round(ms, 6), share_pct=round(100 * ms / step_ms, 2) if step_ms else 0.0,
+                              families=list(t.families.get(part, [])), kernels_per_step=round(t.kernels.get(part, 0) / n, 2),
+                              ideal_ms_per_step=round(ideal, 6) if ideal is not None else None,
+                              recoverable_ms_per_step=round(max(ms - ideal, 0.0), 6) if ideal is not None else None, basis=basis))
+    idle = ((IDLE_BEFORE_GRAPH, t.idle_before_graph_ns), (HOST_BETWEEN_OPS if host_ops else IDLE_BETWEEN_LAUNCHES, t.idle_other_ns))
+    for label, ns in idle:
+        if ns <= 0:
+            continue
+        ms = ns / 1e6 / n
+        rows.append(LedgerRow(part=label, kind="idle", ms_per_step=round(ms, 6), share_pct=round(100 * ms / step_ms, 2) if step_ms else 0.0,
+                              ideal_ms_per_step=0.0, recoverable_ms_per_step=round(ms, 6)))
+    return rows
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return float(np.median(values)) if len(values) else None
+
+
+def build_ledger(table: KernelTable, steps: Sequence[Step], *, window: tuple[int, int] | None, recorded: Sequence[tuple[int, int]] = (),
+                 model_config: dict[str, object] | None, weights: ModelWeights | None, gpu: str | None, th: Thresholds,
+                 host_ops: bool = False, source: str = "kernel timeline") -> StepLedger | None:
+    """The step ledger of a capture with kernels and steps on one clock (see the module docstring); None without both."""
+    timed = time_ledger(table, steps, window=window, recorded=recorded, host_ops=host_ops)
+    if timed is None:
+        return None
+    per_phase, outside_idle, outside_kernels, observed, device, notes = timed
+    cfg = dict(model_config or {})
+    roofs = roofs_for(gpu, weight_operand(cfg, weights), th) if (cfg or weights) and not host_ops else None
+    phases: list[PhaseLedger] = []
+    for phase in PHASES:
+        t = per_phase.get(phase)
+        if t is None:
+            continue
+        sel = [s for s in steps if s.phase == phase and s.batch_size > 0]
+        batch = _median([s.batch_size for s in sel])
+        tokens = _median([float(s.input_tokens) for s in sel]) if phase != "decode" else batch
+        context = _median([float(s.context_tokens or 0) for s in sel]) or 0.0
+        cost = None
+        if (cfg or weights) and batch:
+            cost = step_cost(cfg, weights, batch=int(batch), context_tokens=context,
+                             new_tokens=tokens if phase != "decode" else None)
+        total_ns = sum(t.busy_ns.values()) + t.idle_before_graph_ns + t.idle_other_ns
+        step_ms = total_ns / 1e6 / t.steps
+        rows = _rows(t, step_ms, cost, roofs, host_ops, th.kernel_floor_us)
+        priced = [r for r in rows if r.ideal_ms_per_step is not None and r.kind == "kernels"]
+        ideal = sum(r.ideal_ms_per_step or 0.0 for r in priced) + sum(r.ms_per_step for r in rows if r.kind == "kernels" and r.ideal_ms_per_step is None)
+        recoverable = sum(r.recoverable_ms_per_step or 0.0 for r in rows)
+        busy_ms = sum(r.ms_per_step for r in rows if r.kind == "kernels")
+        phases.append(PhaseLedger(
+            phase=phase, steps=max(int(round(t.steps)), 1), step_ms=round(step_ms, 6), host_step_p50_ms=_median([s.duration_ns / 1e6 for s in sel]),
+            batch=int(batch) if batch else None, tokens_per_step=tokens, rows=rows, busy_pct=round(100 * busy_ms / step_ms, 2) if step_ms else 0.0,
+            ideal_ms_per_step=round(ideal, 6) if priced else None, recoverable_ms_per_step=round(recoverable, 6)))
+    outside = outside_idle + outside_kernels
+    return StepLedger(source=source if not host_ops else "op ranges (host)", window_ms=round(observed / 1e6, 6), phases=phases,
+                      outside_steps_ms=round(outside / 1e6, 6), outside_steps_pct=round(100 * outside / observed, 2) if observed else 0.0,
+                      outside_kernels_ms=round(outside_kernels / 1e6, 6), device=device,
+                      attainable_bandwidth_pct=th.attainable_bandwidth_pct if roofs else None,
+                      attainable_compute_pct=th.attainable_compute_pct if roofs and roofs.compute else None, notes=notes)
+
+
+def with_load(ledger: StepLedger, windows: Sequence[LoadWindow]) -> StepLedger:
+    """The ledger with the load of the serve / attach windows it covers (requests in flight, request rate)."""
+    measured = [w for w in windows if not w.reference]
+    if not measured:
+        return ledger
+    shares = [in_flight(w.requests, w.window_ns) for w in measured]
+    weights = [w.window_ns[1] - w.window_ns[0] for w in measured]
+    total = sum(weights) or 1
+    return msgspec.structs.replace(ledger, requests_in_flight_pct=round(sum(s[0] * w for s, w in zip(shares, weights, strict=True)) / total, 2),
+                                   request_rate_rps=round(sum(s[1] * w for s, w in zip(shares, weights, strict=True)) / total, 4))
+
+
+def server_ledger(server: ServerMetrics, window: LoadWindow) -> StepLedger | None:
+    """A ledger from the server's own metrics when no kernel timeline exists (``attach``): each batch type's mean
+    execution time as its step, the rest of the window outside steps. Batch execution holds kernels and host work alike."""
+    if server.unavailable or not server.batches:
+        return None
+    w0, w1 = window.window_ns
+    observed_ms = max((w1 - w0) / 1e6, 1e-9)
+    phases: list[PhaseLedger] = []
+    inside_ms = 0.0
+    for batch_type, phase in (("CE", "prefill"), ("TG", "decode")):
+        count = server.batches.get(batch_type)
+        mean = server.batch_execution_ms_mean.get(batch_type)
+        if not count or mean is None:
+            continue
+        inside_ms += count * mean
+        row = LedgerRow(part="batch execution (kernels and host work, server metrics)", kind="kernels", ms_per_step=round(mean, 6), share_pct=100.0,
+                        basis="not priced: the server's metrics give batch times, not kernels")
+        phases.append(PhaseLedger(phase=phase, steps=int(round(count)), step_ms=round(mean, 6), host_step_p50_ms=None,  # type: ignore[arg-type]
+                                  batch=int(round(server.batch_size_mean)) if server.batch_size_mean and phase == "decode" else None,
+                                  tokens_per_step=None, rows=[row], busy_pct=100.0))
+    if not phases:
+        return None
+    outside = max(observed_ms - inside_ms, 0.0)
+    return with_load(StepLedger(source="server metrics", window_ms=round(observed_ms, 6), phases=phases, outside_steps_ms=round(outside, 6),
+                                outside_steps_pct=round(100 * outside / observed_ms, 2)), [window])

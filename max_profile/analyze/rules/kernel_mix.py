@@ -1,0 +1,150 @@
+"""The kernel mix: fused attention and norms present, MoE routing against the experts, low-bit quantization prep against the
+matmuls, collectives across GPUs. Judged by which kernels ran and their shares, not by their time against a roofline."""
+
+from __future__ import annotations
+
+from max_profile.analyze.commands import kernel_command
+from max_profile.analyze.rules.base import fam_ms, gpu_kernels, kern, ledger_phase, phase_of, worst_lever_pct
+from max_profile.analyze.thresholds import Thresholds
+from max_profile.model import Command, Finding, KernelBreakdown, Report
+
+
+def _top_kernel_command(report: Report, families: tuple[str, ...]) -> Command | None:
+    """A deep dive of the top decode kernel (or top kernel) of these families, its launches in decode."""
+    k = kern(report)
+    if not k:
+        return None
+    d = phase_of(k, "decode")
+    rows = d.top_kernels if d else k.top_kernels
+    top = next((r for r in rows if r.family in families), None)
+    return kernel_command(report, top.name, "decode" if d else None) if top else None
+
+
+def rule_unfused(report: Report, th: Thresholds) -> list[Finding]:
+    """A decoder whose kernels show no fused attention / norm: a wiring problem at bring-up.
+
+    Attention is judged by presence (attention kernels per decode step), never by its share of time: a slow
+    matmul elsewhere (an FP8 fallback) makes a fused attention's share ~0 without anything being unfused.
+    """
+    k = kern(report)
+    if not k or k.unreliable or not k.kernels:
+        return []
+    rows = k.families
+    has_matmul = any(r.family in ("gemm", "gemv", "grouped_matmul") for r in rows)
+    if not has_matmul:
+        return []
+    out = []
+    per_step, scope, count = _attention_presence(k)
+    if per_step is not None and per_step < th.min_attention_kernels_per_step:
+        total = sum(r.total_ms for r in rows) or 1.0
+        ev: dict[str, float | int | str | None] = {
+            "attention_kernels": count,
+            "attention_kernels_per_decode_step" if scope == "decode" else "attention_kernels_in_capture": round(per_step, 2),
+            "attention_share_pct": round(100.0 * fam_ms(rows, "attention") / total, 3),
+            "matmul_ms": round(fam_ms(rows, "gemm") + fam_ms(rows, "gemv"), 3),
+            "elementwise_ms": round(fam_ms(rows, "elementwise") + fam_ms(rows, "activation"), 3),
+            "top_families": ",".join(r.family for r in rows[:5]),
+            "source": k.source,
+            "threshold_per_step": th.min_attention_kernels_per_step,
+        }
+        out.append(
+            Finding(
+                id="unfused-attention",
+                severity="warning",
+                title="No fused attention kernel: attention runs as generic matmul / softmax / elementwise ops",
+                evidence=ev,
+                confidence=0.75 if scope == "decode" else round(0.75 * th.no_phase_confidence_scale, 2),
+                next_step="Wire the architecture's attention to MAX's fused attention (e.g. the KV-cache-aware attention "
+                "layers in max.nn that launch *_mha_* kernels) and compare this breakdown again.",
+            )
+        )
+    # RoPE is fused into other kernels by MAX on GPUs (no kernel carries its name on the H200),
+    # so only the norm is checked by name.
+    for family, what in (("norm", "RMS norm"),):
+        if fam_ms(rows, family) <= 0 and k.kernels > th.unfused_norm_min_kernels:
+            out.append(
+                Finding(
+                    id=f"unfused-{family}",
+                    severity="info",
+                    title=f"No fused {what} kernel in the trace",
+                    evidence={"family": family, "kernels": k.kernels, "top_families": ",".join(r.family for r in rows[:5])},
+                    confidence=0.5,
+                    next_step=f"If the architecture uses {what}, check it is built from MAX's fused op rather than elementwise pieces.",
+                )
+            )
+    return out
+
+
+def _attention_presence(k: KernelBreakdown) -> tuple[float | None, str, int]:
+    """(attention kernels per decode step, or per capture when no phases; the scope; attention kernels counted)."""
+    d = phase_of(k, "decode")
+    if d is not None and d.steps:
+        n = sum(r.kernels for r in d.families if r.family == "attention")
+        return n / d.steps, "decode", n
+    if k.phases:
+        return None, "", 0
+    n = sum(r.kernels for r in k.families if r.family == "attention")
+    return float(n), "capture", n
+
+
+def rule_moe(report: Report, th: Thresholds) -> list[Finding]:
+    k = kern(report)
+    if not k or not gpu_kernels(k):
+        return []
+    scope = phase_of(k, "decode")
+    rows = scope.families if scope else k.families
+    grouped = fam_ms(rows, "grouped_matmul")
+    routing = fam_ms(rows, "moe_routing") + fam_ms(rows, "gather_scatter")
+    if grouped <= 0 or fam_ms(rows, "moe_routing") <= 0:
+        return []
+    ratio = routing / grouped
+    ev: dict[str, float | int | str | None] = {"grouped_matmul_ms": round(grouped, 3), "routing_and_gather_ms": round(routing, 3), "ratio": round(ratio, 2), "threshold": th.routing_vs_matmul_ratio}
+    if ratio >= th.routing_vs_matmul_ratio:
+        return [Finding(id="moe-routing-heavy", severity="warning", title="MoE routing and gather/scatter rival the expert matmuls", evidence=ev, confidence=0.7,
+                        next_step="Look at the top routing/gather kernels in the table; a single-kernel deep dive shows whether they are latency-bound.",
+                        command=_top_kernel_command(report, ("moe_routing", "gather_scatter")))]
+    dl = ledger_phase(report, "decode")
+    if dl is not None and worst_lever_pct(dl) >= th.lever_warning_pct:
+        return []  # a lever at warning size remains in decode: not healthy (the lever's finding says which)
+    return [Finding(id="healthy-moe", severity="info", title="Healthy MoE: grouped expert matmuls dominate; routing cost is expected", evidence=ev, confidence=0.7)]
+
+
+def rule_quant_prep(report: Report, th: Thresholds) -> list[Finding]:
+    k = kern(report)
+    if not k or not gpu_kernels(k):
+        return []
+    rows = k.families
+    quant = fam_ms(rows, "quantize")
+    matmul = fam_ms(rows, "grouped_matmul") + fam_ms(rows, "gemm") + fam_ms(rows, "gemv")
+    if quant <= 0 or matmul <= 0:
+        return []
+    ratio = quant / matmul
+    ev: dict[str, float | int | str | None] = {"quantize_ms": round(quant, 3), "matmul_ms": round(matmul, 3), "ratio": round(ratio, 4)}
+    if ratio > th.quant_vs_matmul_ratio:
+        return [Finding(id="quant-prep-heavy", severity="warning", title="Low-bit quantization prep takes longer than the matmuls it feeds", evidence=ev, confidence=0.7,
+                        next_step="Deep-dive the top quantize kernel and check the scale layout matches the matmul's.",
+                        command=_top_kernel_command(report, ("quantize",)))]
+    return [Finding(id="low-bit-normal", severity="info", title="Low-bit weights: activation quantization and scale layout present at normal cost", evidence=ev, confidence=0.6)]
+
+
+def rule_communication(report: Report, th: Thresholds) -> list[Finding]:
+    """Multi-GPU decode where collectives (allreduce, EP dispatch/combine) take a large share of kernel time."""
+    k = kern(report)
+    if not k or len(k.per_device) < 2:
+        return []
+    shares = [d.collective_share_of_decode_pct for d in k.per_device if d.collective_share_of_decode_pct is not None]
+    if not shares:
+        return []
+    worst = max(k.per_device, key=lambda d: d.collective_share_of_decode_pct or 0.0)
+    ev: dict[str, float | int | str | None] = {
+        "devices": len(k.per_device),
+        "max_collective_share_of_decode_pct": round(worst.collective_share_of_decode_pct or 0.0, 1),
+        "device": worst.device,
+        "collective_ms_per_decode_step": round(worst.collective_ms_per_decode_step or 0.0, 4),
+        "threshold_pct": th.communication_share_pct,
+    }
+    if (worst.collective_share_of_decode_pct or 0.0) >= th.communication_share_pct:
+        return [Finding(id="communication-dominates", severity="warning", confidence=0.7, evidence=ev,
+                        title="Collectives take a large share of each decode step: communication, not compute, limits tensor/expert parallelism",
+                        next_step="Try fewer GPUs per replica (or data parallelism), check NVLink/P2P is used (nvidia-smi topo -m), and compare allreduce time per step against its size.")]
+    return [Finding(id="communication-share", severity="info", confidence=0.6, evidence=ev, title="Collective share of decode kernel time per GPU is moderate")]
