@@ -20,7 +20,7 @@ import pytest
 
 from max_profile.analyze.report import build_report
 from max_profile.errors import MaxProfileError as ServeError
-from max_profile.model import KernelBreakdown, Report, Unavailable
+from max_profile.model import KernelBreakdown, Report, StepLedger, Unavailable
 from max_profile.serve import ServePlan, free_port
 from max_profile.serve import run_serve_capture as capture_raw
 from max_profile.util.procs import clean_child_env
@@ -97,13 +97,29 @@ def test_utilization_mode_end_to_end(tiny_model_dir: Path, foreign_max_process: 
 
 
 def test_kernels_mode_uses_scheduler_ranges(tiny_model_dir: Path) -> None:
-    plan = _plan(tiny_model_dir, mode="kernels", warm=False, duration_s=4.0)
-    report = run_serve_capture(plan, confirm=True)
+    """`serve --mode kernels` on the CPU: MAX's op ranges split by its scheduler ranges, and the model worker's own batches
+    stamped by the hook (prefill / decode, size, tokens): the report's steps, step times by batch size and its ledger."""
+    plan = _plan(tiny_model_dir, mode="kernels", warm=False, duration_s=4.0, concurrency=[2])
+    raw = capture_raw(plan, confirm=True)
+    report = build_report(raw)
     k = report.kernels
     assert isinstance(k, KernelBreakdown), k
     phases = {p.phase: p for p in k.phases}
     assert phases["decode"].steps > 5 and "attention" in {f.family for f in k.families}
     assert "--no-device-graph-capture" in report.serve.commands[0]  # type: ignore[union-attr]
+    # the worker's batches, on the host clock of the window
+    w0, w1 = raw.window_ns  # type: ignore[misc]
+    assert raw.steps and all(w0 <= st.start_ns <= w1 for st in raw.steps)
+    kinds = {st.phase for st in raw.steps}
+    assert {"prefill", "decode"} <= kinds, kinds
+    assert all(st.input_tokens == st.batch_size for st in raw.steps if st.phase == "decode")
+    assert all(st.input_tokens > st.batch_size and st.context_tokens == 0 for st in raw.steps if st.phase == "prefill")
+    summary = report.step_summary
+    assert summary is not None and summary.source == "model worker steps" and summary.ttft_ms is None  # type: ignore[union-attr]
+    assert {b.batch_size for b in summary.by_batch if b.phase == "decode"} == {st.batch_size for st in raw.steps if st.phase == "decode"}  # type: ignore[union-attr]
+    ledger = report.ledger
+    assert isinstance(ledger, StepLedger) and {p.phase for p in ledger.phases} >= {"prefill", "decode"}
+    assert ledger.requests_in_flight_pct is not None and ledger.requests_in_flight_pct > 90
 
 
 def test_not_confirmed_starts_nothing(tiny_model_dir: Path) -> None:

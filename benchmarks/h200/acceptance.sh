@@ -87,7 +87,25 @@ step run_nvtx "$ACC/run_nvtx.json" -- "${MP[@]}" run --model-path $M24 --devices
 # the same A/B with the traced windows opened right after the worker's recording runs (no settle): CUPTI's first launches
 # after its enable inside the window, as measured against the default settle above
 step serve_ab_settle0 - -- python3 benchmarks/serve_ab.py --model-path $M24 --devices gpu --pairs 3 --duration 10 --settle 0 --variants full --json "$ACC/serve_ab_settle0.json"
-rm -rf "$ACC/ncu"/*.ncu-rep "$ACC/nsys"/*.nsys-rep "$ACC/nsys"/*.sqlite 2>/dev/null  # big; their readings are in the reports
+
+# --- session 12: the step ledger on a model this project never profiled: a Llama-3.2-3B-shaped bf16 model (hidden 3072,
+# 28 layers, 24 / 8 heads, intermediate 8192), batch 64; the deep dive its report prints, run as printed; the serve worker's
+# phase split; attach on an idle server; a block-scaled FP8 nsys trace read back without its config
+M3B=/tmp/m3b
+[ -f $M3B/model.safetensors ] || step make_m3b - -- "${MP[@]}" make-model $M3B --dtype bfloat16 --hidden 3072 --layers 28 --heads 24 --kv-heads 8 --intermediate 8192
+step run_b64_3b "$ACC/run_b64_3b.json" -- "${MP[@]}" run --model-path $M3B --devices gpu --batch-size 64 --max-new-tokens 128 --json "$ACC/run_b64_3b.json" --raw "$ACC/run_b64_3b_raw.json.gz" --text "$ACC/run_b64_3b.txt"
+# the report's top deep-dive command as printed (its argv), with only the output flags added
+step kernel_b64_3b "$ACC/kernel_b64_3b.json" -- python3 benchmarks/h200/run_printed.py "$ACC/run_b64_3b.json" kernel --json "$ACC/kernel_b64_3b.json" --output-dir "$ACC/ncu3b"
+# the servers take the run's --max-batch-size (64): the same compile key, no second compile of the model
+step serve_kernels_3b "$ACC/serve_kernels_3b.json" -- "${MP[@]}" serve --model-path $M3B --mode kernels --concurrency 4 --no-warm --yes --json "$ACC/serve_kernels_3b.json" --raw "$ACC/serve_kernels_3b_raw.json.gz" --text "$ACC/serve_kernels_3b.txt" -- --max-batch-size 64
+step attach_idle_3b "$ACC/attach_idle_3b.json" -- bash benchmarks/h200/attach_idle.sh $M3B "$ACC/attach_idle_3b"
+FP8S=/tmp/fp8s  # block-scaled FP8, 4 layers (a shorter compile than the 8-layer one above)
+[ -f $FP8S/model.safetensors ] || step make_fp8s - -- "${MP[@]}" make-model $FP8S --dtype float8_e4m3fn --hidden 4096 --layers 4 --heads 32 --kv-heads 8 --intermediate 14336
+step nsys_fp8 "$ACC/nsys_fp8.json" -- "${MP[@]}" kernels --backend nsys --model-path $FP8S --devices gpu --max-new-tokens 32 --json "$ACC/nsys_fp8.json"
+python3 -c "import json, shutil, sys; d = json.load(open(sys.argv[1])); src = next(a for a in d['artifacts'] if a.endswith('.sqlite')); shutil.copy(src, sys.argv[2])" "$ACC/nsys_fp8.json" "$ACC/nsys_fp8.sqlite" 2>/dev/null && gzip -kf "$ACC/nsys_fp8.sqlite"
+step import_fp8_noconfig "$ACC/import_fp8_noconfig.json" -- "${MP[@]}" report "$ACC/nsys_fp8.sqlite" --json "$ACC/import_fp8_noconfig.json" --text "$ACC/import_fp8_noconfig.txt"
+rm -f "$ACC/nsys_fp8.sqlite"
+rm -rf "$ACC/ncu"/*.ncu-rep "$ACC/ncu3b"/*.ncu-rep "$ACC/nsys"/*.nsys-rep "$ACC/nsys"/*.sqlite 2>/dev/null  # big; their readings are in the reports
 # the table, aligned (the H200 image has no `column`)
 python3 -c "import csv, sys; rows = list(csv.reader(open(sys.argv[1]), delimiter='\t')); w = [max(len(r[i]) for r in rows) for i in range(4)]
 for r in rows: print('  '.join(c.ljust(n) for c, n in zip(r, w)), ' ', r[4][:100])" "$TABLE"

@@ -23,7 +23,7 @@ from max_profile.analyze.commands import say
 from max_profile.analyze.diff import DiffResult
 from max_profile.model import FamilyRow, KernelAnalysis, KernelBreakdown, Report, StepSummary, Unavailable, UtilizationSection
 
-SECTIONS = ("summary", "verdicts", "startup", "steps", "utilization", "families", "kernels", "roofline", "ncu", "serve", "server", "sweep")
+SECTIONS = ("summary", "ledger", "verdicts", "startup", "steps", "utilization", "families", "kernels", "roofline", "ncu", "serve", "server", "sweep")
 MAX_POINTS = 4000
 """Steps plotted at most (evenly thinned beyond that)."""
 HEATMAP_COLUMNS = 400
@@ -74,6 +74,10 @@ def _verdicts(report: Report) -> str:
         rows = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in f.evidence.items())
         color = SEVERITY_COLORS.get(f.severity, "#999")
         nxt = f'<div class="next"><b>next:</b> {_esc(f.next_step)}</div>' if f.next_step else ""
+        if f.lever is not None:
+            where = f.lever.phase if f.lever.phase == "outside steps" else f"per {f.lever.phase} step"
+            nxt = (f'<div class="next"><b>buys:</b> {f.lever.ms_per_step:.3f} ms {_esc(where)} ({f.lever.pct_of_step:.1f} %), '
+                   f'{f.lever.total_ms:.1f} ms over the capture</div>') + nxt
         if f.command is not None:
             nxt += f'<div class="next"><b>run:</b> <code>{_esc(say(f.command, report.capture.interface))}</code></div>'
         cards.append(f'<div class="card finding" style="border-left-color:{color}"><span class="sev" style="color:{color}">{_esc(f.severity)}</span>'
@@ -316,6 +320,33 @@ def _summary(report: Report) -> str:
     return '<div class="cards">' + "".join(f'<div class="card metric"><span class="meta">{_esc(k)}</span><h3>{_esc(v)}</h3></div>' for k, v in items) + "</div>"
 
 
+def _ledger(report: Report) -> str:
+    """Each phase's step split into kernel parts and GPU idle, against the roofline (the account every verdict reads)."""
+    lg = report.ledger
+    if lg is None:
+        return _na("no steps to account in this capture")
+    if isinstance(lg, Unavailable):
+        return _na(lg.reason)
+    roofs = (f"; ideal: the roofline at {lg.attainable_bandwidth_pct:g} % of peak bandwidth"
+             + (f" / {lg.attainable_compute_pct:g} % of peak compute" if lg.attainable_compute_pct else "") if lg.attainable_bandwidth_pct else "")
+    out = [f"<p class='meta'>from the {_esc(lg.source)}{_esc(roofs)}; recoverable = actual - ideal (idle: all of it)</p>"]
+    for p in lg.phases:
+        facts = [f"{p.steps} step{'s' if p.steps != 1 else ''} of {p.step_ms:.3f} ms", f"host step p50 {_n(p.host_step_p50_ms, '.3f', ' ms')}",
+                 f"batch {p.batch}" if p.batch else "", f"GPU busy {p.busy_pct:.1f} %" if lg.source == "kernel timeline" else "",
+                 f"{p.recoverable_ms_per_step:.3f} ms per step recoverable"]
+        out.append(f"<h3>{_esc(p.phase)}</h3><p class='meta'>{_esc(', '.join(x for x in facts if x))}</p>")
+        rows = [[r.part, f"{r.ms_per_step:.3f}", f"{r.share_pct:.1f}", _n(r.ideal_ms_per_step, ".3f") if r.ideal_ms_per_step is not None else "-",
+                 _n(r.recoverable_ms_per_step, ".3f") if r.recoverable_ms_per_step is not None else "-",
+                 _n(r.kernels_per_step, ".1f") if r.kernels_per_step is not None else "", r.basis or ""] for r in p.rows]
+        out.append(_figures_table(["part", "ms / step", "% of step", "ideal ms", "recoverable ms", "kernels / step", "priced"], rows))
+    tail = f"outside steps: {lg.outside_steps_ms:.2f} ms ({lg.outside_steps_pct:.1f} % of the {lg.window_ms:.1f} ms observed)"
+    if lg.requests_in_flight_pct is not None:
+        tail += f"; requests in flight {lg.requests_in_flight_pct:.0f} % of the window"
+    out.append(f"<p class='meta'>{_esc(tail)}</p>")
+    out += [f"<p class='meta'>{_esc(n)}</p>" for n in lg.notes]
+    return "".join(out)
+
+
 def _decode_cost(report: Report) -> str:
     c = report.decode_cost
     if c is None:
@@ -414,12 +445,12 @@ def render_html(report: Report) -> str:
     from bokeh.embed import components
     from bokeh.resources import Resources
 
-    titles = {"summary": "Summary", "verdicts": "Verdicts", "startup": "Start-up (to the first token)", "steps": "Steps", "utilization": "GPU utilization over time",
+    titles = {"summary": "Summary", "ledger": "Step ledger: where each step's time goes", "verdicts": "Verdicts", "startup": "Start-up (to the first token)", "steps": "Steps", "utilization": "GPU utilization over time",
               "families": "Where the time goes: kernel families", "kernels": "Top kernels", "roofline": "Decode step against the roofline",
               "ncu": "Kernel deep dive (Nsight Compute)", "serve": "max serve: client-side latency", "server": "Server metrics (its /metrics over the window)",
               "sweep": "Load sweep"}
     built: dict[str, Any] = {
-        "summary": _summary(report), "verdicts": _verdicts(report), "startup": _startup_plot(report),
+        "summary": _summary(report), "ledger": _ledger(report), "verdicts": _verdicts(report), "startup": _startup_plot(report),
         "steps": _steps_plot(report), "utilization": _utilization_plots(report), "families": _family_plots(report.kernels),
         "kernels": _kernel_table(report.kernels), "roofline": _decode_cost(report), "ncu": _ncu_plots(report.kernel_analyses), "serve": _serve_plots(report),
         "server": _server(report), "sweep": _sweep_plots(report),

@@ -121,7 +121,7 @@ def lever_severity(pct_of_step: float, steps: int, th: Thresholds) -> str | None
 
 def phase_lever(p: PhaseLedger, part: str, ms_per_step: float) -> Lever:
     return Lever(phase=p.phase, part=part, ms_per_step=round(ms_per_step, 4), pct_of_step=round(100 * ms_per_step / p.step_ms, 1) if p.step_ms else 0.0,
-                 total_ms=round(ms_per_step * p.steps, 3))
+                 total_ms=round(ms_per_step * p.steps, 4))
 
 
 def worst_lever_pct(p: PhaseLedger) -> float:

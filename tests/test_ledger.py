@@ -1,0 +1,343 @@
+"""The step ledger and the verdicts read off it: parts that add up (checked against a count made here from the raw
+records), levers ranked by what they buy, severity by size with its boundary pinned, no contradictions, load before any
+load verdict, and next commands that reproduce the capture (parsed with the CLI's own parser)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+from max_profile.analyze.commands import cli
+from max_profile.analyze.families import classify_kernel
+from max_profile.analyze.report import build_report
+from max_profile.analyze.thresholds import Thresholds
+from max_profile.cli import build_parser
+from max_profile.model import (
+    Capture,
+    Command,
+    KernelRecord,
+    LoadWindow,
+    RawCapture,
+    Report,
+    RequestRecord,
+    Step,
+    StepLedger,
+    Unavailable,
+    UtilizationSample,
+    Workload,
+)
+
+from .test_rules import GPU_ENV, finding, ids
+
+H200 = Path(__file__).parent / "data" / "h200"
+RUN_FIXTURES = ["session7/run_b32_raw.json.gz", "session7/run_b1_raw.json.gz", "session7/run_fp8_raw.json.gz", "session8/run_b32_raw.json.gz",
+                "session8/run_fp8_raw.json.gz", "session9/run_b1_raw.json.gz", "session9/demo_raw.json.gz", "arch_a_raw.json.gz", "arch_b_raw.json.gz",
+                "arch_c_raw.json.gz", "small_cupti_raw.json.gz", "big_cupti_raw.json.gz"]
+
+
+def _raw(name: str) -> RawCapture:
+    return RawCapture.load(str(H200 / name))
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[str, tuple[RawCapture, Report]]:
+    out = {}
+    for name in RUN_FIXTURES:
+        raw = _raw(name)
+        out[name] = (raw, build_report(raw))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The account adds up
+
+
+def test_parts_add_up_to_the_step_and_the_window(reports: dict[str, tuple[RawCapture, Report]]) -> None:
+    for name, (_raw_capture, report) in reports.items():
+        lg = report.ledger
+        assert isinstance(lg, StepLedger), (name, lg)
+        for p in lg.phases:
+            assert sum(r.ms_per_step for r in p.rows) == pytest.approx(p.step_ms, rel=1e-3), (name, p.phase)
+            for r in p.rows:
+                if r.ideal_ms_per_step is not None and r.recoverable_ms_per_step is not None:
+                    assert r.recoverable_ms_per_step == pytest.approx(max(r.ms_per_step - r.ideal_ms_per_step, 0.0), abs=1e-5)
+        # each phase's time (busy + idle inside its steps) and the time outside steps fill the window, nothing twice
+        accounted = sum(sum(r.ms_per_step for r in p.rows) * p.steps for p in lg.phases) + lg.outside_steps_ms
+        assert accounted == pytest.approx(lg.window_ms, rel=2e-3), name
+
+
+def _decode_idle_independently(raw: RawCapture) -> float:
+    """GPU idle inside the decode steps per step, counted here: the window reaches to the end of the steps' kernels, the
+    gaps between merged kernel intervals are intersected with the decode steps' intervals, summed."""
+    k = raw.kernels
+    steps = sorted((s for s in raw.steps if s.batch_size > 0), key=lambda s: s.start_ns)
+    start, end = np.sort(k.start_ns), k.end_ns[np.argsort(k.start_ns)]
+    gaps, reach = [], int(start[0])
+    for a, b in zip(start.tolist(), end.tolist(), strict=True):
+        if a > reach:
+            gaps.append((reach, a))
+        reach = max(reach, b)
+    decode = [(s.start_ns, s.end_ns) for s in steps if s.phase == "decode"]
+    idle = 0
+    for g0, g1 in gaps:
+        for s0, s1 in decode:
+            idle += max(0, min(g1, s1) - max(g0, s0))
+    return idle / 1e6 / len(decode)
+
+
+@pytest.mark.parametrize("name", ["session9/demo_raw.json.gz", "arch_a_raw.json.gz", "session7/run_b1_raw.json.gz"])
+def test_decode_idle_matches_a_count_from_the_raw_records(reports: dict[str, tuple[RawCapture, Report]], name: str) -> None:
+    raw, report = reports[name]
+    lg = report.ledger
+    assert isinstance(lg, StepLedger)
+    decode = next(p for p in lg.phases if p.phase == "decode")
+    idle = sum(r.ms_per_step for r in decode.rows if r.kind == "idle")
+    assert idle == pytest.approx(_decode_idle_independently(raw), rel=0.01, abs=2e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Levers: ranked, sized, never contradicted
+
+
+def _lever_ids(report: Report) -> list[str]:
+    return [f.id for f in report.findings if f.lever is not None]
+
+
+def test_findings_are_ranked_by_what_fixing_them_buys(reports: dict[str, tuple[RawCapture, Report]]) -> None:
+    order = {"error": 0, "warning": 1, "info": 2}
+    for name, (_raw_capture, report) in reports.items():
+        keys = [(order[f.severity], 0 if f.lever else 1, -(f.lever.total_ms if f.lever else 0)) for f in report.findings]
+        assert keys[: len(keys)] == sorted(keys), name
+        for f in report.findings:
+            if f.lever is not None and f.id != "lightly-loaded":
+                assert f.lever.ms_per_step > 0 and f.lever.total_ms >= f.lever.ms_per_step - 1e-9, (name, f.id)
+
+
+def test_no_two_findings_contradict(reports: dict[str, tuple[RawCapture, Report]]) -> None:
+    healthy = {"healthy-dense-decode", "healthy-batched-decode", "healthy-moe"}
+    for name, (_raw_capture, report) in reports.items():
+        found = ids(report)
+        decode_warnings = [f for f in report.findings if f.severity == "warning" and f.lever is not None and f.lever.phase == "decode"]
+        assert not (found & healthy and decode_warnings), (name, found)
+        assert not {"host-bound", "gpu-bound"} <= found, name
+        assert not {"lightly-loaded", "host-bound"} <= found and not {"lightly-loaded", "gpu-idle"} <= found, name
+        assert not ({"matmul-slow-path", "low-bit-normal"} <= found), name
+
+
+def _idle_capture(busy_ms: float, idle_ms: float, steps: int = 40, graphs: bool = False) -> RawCapture:
+    """Decode steps of ``busy_ms`` kernel time followed by ``idle_ms`` of GPU idle inside the step (one gemv per step)."""
+    out, kernels = [], []
+    t = 1_000_000
+    for i in range(steps + 1):
+        phase = "prefill" if i == 0 else "decode"
+        dur = int((busy_ms + idle_ms) * 1e6)
+        out.append(Step(index=i, phase=phase, batch_size=1, input_tokens=16 if i == 0 else 1, context_tokens=0 if i == 0 else 16 + i,
+                        start_ns=t, end_ns=t + dur, output_tokens=1))
+        k0 = t + int(idle_ms * 1e6)  # the host prepares, then launches: the gap ends at the step's kernels
+        k1 = k0 + int(0.9 * busy_ms * 1e6)
+        kernels.append(KernelRecord(name="gemv_split_k_bf16_128_0123456789abcdef", start_ns=k0, end_ns=k1, launch_ns=t + 10, graph_id=7 if graphs else None))
+        kernels.append(KernelRecord(name="sm90_mha_depth128_0123456789abcdef", start_ns=k1, end_ns=k0 + int(busy_ms * 1e6), launch_ns=t + 20,
+                                    graph_id=7 if graphs else None))
+        t += dur
+    return RawCapture(environment=GPU_ENV, capture=Capture(started_unix_s=0.0, target="OverlapTextGenerationPipeline"), steps=out, kernels=kernels,
+                      kernel_source="synthetic", utilization_unavailable=Unavailable("test: no samples"))
+
+
+def test_idle_lever_severity_boundary_at_lever_warning_pct() -> None:
+    """GPU idle of 14 % of the decode step is an info lever, 16 % a warning (Thresholds.lever_warning_pct = 15); both name
+    the time in ms; a busy share under 40 % is host-bound, and graph-kernel gaps are a late graph launch."""
+    just_under = build_report(_idle_capture(0.86, 0.14))
+    f = finding(just_under, "gpu-idle")
+    assert f.severity == "info" and f.lever is not None and f.lever.ms_per_step == pytest.approx(0.14, abs=1e-3)
+    assert f.lever.pct_of_step == pytest.approx(14.0, abs=0.2)
+    over = build_report(_idle_capture(0.84, 0.16))
+    assert finding(over, "gpu-idle").severity == "warning"
+    assert finding(build_report(_idle_capture(0.84, 0.16), thresholds=Thresholds(lever_warning_pct=17)), "gpu-idle").severity == "info"
+    assert "gpu-idle" not in ids(build_report(_idle_capture(0.96, 0.04)))  # under lever_info_pct (5 %): ledger only
+    host = finding(build_report(_idle_capture(0.39, 0.61)), "host-bound")  # busy 39 % < host_bound_busy_pct 40
+    assert host.severity == "warning" and host.evidence["gpu_busy_pct"] == pytest.approx(39.0, abs=0.2)
+    assert "host-bound" not in ids(build_report(_idle_capture(0.41, 0.59)))  # busy 41 %: idle, not host-bound
+    assert finding(build_report(_idle_capture(0.41, 0.59)), "gpu-idle").severity == "warning"
+    late = finding(build_report(_idle_capture(0.8, 0.2, graphs=True)), "graph-launch-late")
+    assert late.evidence["idle_before_graph_launch_ms_per_step"] == pytest.approx(0.2, abs=1e-3)
+
+
+def test_one_step_phases_get_info_levers_only() -> None:
+    """The single prefill step of a generation idles 70 % here: a one-off (TTFT), not a pattern: info, ranked by its total."""
+    raw = _idle_capture(0.8, 0.1)
+    shift = int(1.1e6)  # the prefill step grows from 0.9 to 2.0 ms: everything after it moves on
+    steps = [raw.steps[0]] + [msgspec.structs.replace(s, start_ns=s.start_ns + shift, end_ns=s.end_ns + shift) for s in raw.steps[1:]]
+    steps[0] = msgspec.structs.replace(steps[0], end_ns=steps[0].start_ns + int(2.0e6))
+    kernels = raw.kernels.records()
+    kernels = kernels[:2] + [msgspec.structs.replace(k, start_ns=k.start_ns + shift, end_ns=k.end_ns + shift, launch_ns=(k.launch_ns or 0) + shift)
+                             for k in kernels[2:]]
+    kernels[0] = msgspec.structs.replace(kernels[0], start_ns=steps[0].start_ns + int(1.4e6), end_ns=steps[0].start_ns + int(1.9e6))
+    kernels[1] = msgspec.structs.replace(kernels[1], start_ns=steps[0].start_ns + int(1.9e6), end_ns=steps[0].start_ns + int(2.0e6))
+    report = build_report(msgspec.structs.replace(raw, steps=steps, kernels=kernels))
+    f = finding(report, "host-bound", phase="prefill")
+    assert f.severity == "info" and f.lever is not None and f.lever.total_ms == pytest.approx(1.4, abs=0.01)
+
+
+def test_healthy_only_where_no_lever_at_warning_size_remains() -> None:
+    assert "healthy-dense-decode" in ids(build_report(_idle_capture(0.96, 0.04)))
+    assert "healthy-dense-decode" not in ids(build_report(_idle_capture(0.84, 0.16)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Load first
+
+
+def _samples(pct: float, seconds: float, start_ns: int) -> list[UtilizationSample]:
+    return [UtilizationSample(t_ns=start_ns + int(i * 0.1e9), gpu="nv0", utilization_pct=pct, memory_used_bytes=1, memory_total_bytes=10)
+            for i in range(int(seconds * 10))]
+
+
+def _attach_window(requests: int, request_s: float, window_s: float = 10.0) -> RawCapture:
+    """An attach-style capture: NVML at 2.8 % over a 10 s window, ``requests`` sequential streams of ``request_s`` each."""
+    w0 = 10_000_000_000
+    recs = [RequestRecord(started_ns=w0 + int(i * request_s * 1e9), ended_ns=w0 + int((i + 1) * request_s * 1e9) - 1, ok=True, tokens=64,
+                          ttft_ms=20.0, itl_ms=[3.0] * 63) for i in range(requests)]
+    window = LoadWindow(concurrency=1, window_ns=(w0, w0 + int(window_s * 1e9)), requests=recs)
+    return RawCapture(environment=GPU_ENV, capture=Capture(started_unix_s=0.0, target="attach http://127.0.0.1:8000"), samples=_samples(2.8, window_s, w0),
+                      load_windows=[window], window_ns=window.window_ns, requests=recs)
+
+
+def test_an_idle_server_is_lightly_loaded_not_host_bound() -> None:
+    """The issue's case: 3 probe requests in 10 s (in flight 6 % of the window), NVML 2.8 %: lightly loaded, with the request
+    rate and in-flight share; no host-bound verdict. The same NVML reading with requests in flight all the time is host-bound,
+    and the boundary is Thresholds.light_load_pct (50 %)."""
+    idle = build_report(_attach_window(3, 0.2))
+    f = finding(idle, "lightly-loaded", phase=None)
+    assert f.evidence["loaded_pct"] == pytest.approx(6.0, abs=0.1) and f.evidence["requests_per_s"] == pytest.approx(0.3, abs=0.01)
+    assert "host-bound" not in ids(idle) and f.severity == "info"
+    busy = build_report(_attach_window(50, 0.2))
+    assert "host-bound" in ids(busy) and "lightly-loaded" not in ids(busy)
+    assert "lightly-loaded" in ids(build_report(_attach_window(24, 0.2)))  # 48 %
+    assert "lightly-loaded" not in ids(build_report(_attach_window(26, 0.2)))  # 52 %
+
+
+def test_a_run_mostly_outside_steps_is_lightly_loaded() -> None:
+    """A generation loop that spends 70 % of the window between steps: lightly loaded, no idle verdict on its steps."""
+    raw = _idle_capture(0.5, 0.5, steps=20)
+    steps = [msgspec.structs.replace(s, start_ns=s.start_ns + i * 2_300_000, end_ns=s.end_ns + i * 2_300_000) for i, s in enumerate(raw.steps)]
+    kernels = [msgspec.structs.replace(k, start_ns=k.start_ns + i * 2_300_000, end_ns=k.end_ns + i * 2_300_000, launch_ns=(k.launch_ns or 0) + i * 2_300_000)
+               for i, k in enumerate(raw.kernels.records())]
+    report = build_report(msgspec.structs.replace(raw, steps=steps, kernels=kernels))
+    lg = report.ledger
+    assert isinstance(lg, StepLedger) and lg.outside_steps_pct > 50
+    assert "lightly-loaded" in ids(report) and not ({"host-bound", "gpu-idle", "graph-launch-late"} & ids(report))
+
+
+# ---------------------------------------------------------------------------------------------
+# Slow paths by the roofline, and without a config by the kernel's own evidence
+
+
+def test_fp8_trace_without_its_config_still_names_the_naive_fallback() -> None:
+    """The H200 block-scaled FP8 run with its config and weights taken away (as an nsys / Kineto import arrives): the naive
+    kernels are matmuls (gemm, not grouped_matmul: no experts), 99 % of decode; named as the fallback from their share, launch
+    shape and name, a warning; no "low-bit weights at normal cost"."""
+    raw = _raw("session7/run_fp8_raw.json.gz")
+    bare = msgspec.structs.replace(raw, capture=msgspec.structs.replace(raw.capture, model_config=None, model_weights=None, model_path=None,
+                                                                        target="import:capture.sqlite"))
+    report = build_report(bare)
+    f = finding(report, "matmul-slow-path")
+    assert f.severity == "warning" and "naive FP8" in f.title and "not priced" in f.title
+    assert f.evidence["top_matmul_launch_shape"] == "grid 1x256x1 block 16x16x1" and float(f.evidence["share_of_kernel_time_pct"] or 0) > 95  # type: ignore[arg-type]
+    assert "low-bit-normal" not in ids(report) and "grouped_matmul" not in {r.family for r in report.kernels.families}  # type: ignore[union-attr]
+
+
+def test_grouped_matmul_is_for_groups_of_experts() -> None:
+    assert classify_kernel("linalg_fp8_quantization_naive_6A6A6A6A_a2eaa9af27c8da6d") == "gemm"
+    assert classify_kernel("grouped_matmul_kernel_sm90_bf16_0123456789abcdef") == "grouped_matmul"
+    assert classify_kernel("fused_moe_kernel") == "grouped_matmul"
+
+
+# ---------------------------------------------------------------------------------------------
+# Next commands reproduce the capture
+
+
+def _parse(cmd: Command) -> tuple[str, object]:
+    line = cli(cmd).split("   # ")[0]
+    words = shlex.split(line)
+    assert words[0] == "max-profile"
+    return words[1], build_parser().parse_args(words[1:])
+
+
+def _commands(report: Report) -> list[Command]:
+    cmds = [f.command for f in report.findings if f.command is not None]
+    shells = [c for c in cmds if c.verb == "shell"]
+    for c in shells:  # py-spy around a max-profile run: the run itself must parse
+        inner = str(c.args["line"]).split(" -- ", 1)
+        if len(inner) == 2 and inner[1].startswith("max-profile "):
+            words = shlex.split(inner[1])
+            cmds.append(Command(verb=words[1], args={}, positional=[], comment="parsed: " + inner[1]))
+    if report.next_command is not None:
+        cmds.append(report.next_command)
+    return [c for c in cmds if c.verb != "shell"]
+
+
+def _reproduces(report: Report, cmd: Command) -> None:
+    if cmd.comment and cmd.comment.startswith("parsed: "):
+        words = shlex.split(cmd.comment.removeprefix("parsed: ").split("   # ")[0])
+        verb, args = words[1], build_parser().parse_args(words[1:])
+    else:
+        verb, args = _parse(cmd)
+    c, w = report.capture, report.capture.workload or Workload()
+    assert args.model_path == c.model_path and (getattr(args, "devices", None) or "gpu") == (c.devices or "gpu")  # type: ignore[attr-defined]
+    if verb in ("run", "kernel", "kernels"):
+        decode = [s for s in report.steps if s.phase == "decode" and s.batch_size > 0]
+        assert args.batch_size == (w.batch_size or int(np.median([s.batch_size for s in decode])))  # type: ignore[attr-defined]
+        assert args.max_new_tokens == (w.max_new_tokens or len(decode))  # type: ignore[attr-defined]
+        assert (args.custom_architectures or []) == list(w.custom_architectures)  # type: ignore[attr-defined]
+        if w.prompt:
+            assert args.prompt == w.prompt  # type: ignore[attr-defined]
+    if verb in ("run", "kernels") and c.device_graph_capture is not None:
+        assert args.device_graph_capture is c.device_graph_capture  # type: ignore[attr-defined]
+
+
+def _launches_land_in(raw: RawCapture, report: Report, cmd: Command, phase: str) -> None:
+    """Replay ncu's selection on the capture's own launches: kernels whose name the regex matches, in launch order, skip K,
+    take N; each must be one the steps of ``phase`` launched."""
+    _verb, args = _parse(cmd)
+    pattern = re.compile(args.name)  # type: ignore[attr-defined]
+    k = raw.kernels
+    t = k.attribution_time()
+    matched = np.array([bool(pattern.search(n)) for n in k.names])[k.name_idx]
+    order = np.argsort(t[matched], kind="stable")
+    picked = t[matched][order][args.launch_skip: args.launch_skip + args.launches]  # type: ignore[attr-defined]
+    assert len(picked) == args.launches  # type: ignore[attr-defined]
+    steps = [s for s in raw.steps if s.batch_size > 0 and s.phase == phase]
+    for when in picked.tolist():
+        assert any(s.start_ns <= when <= s.end_ns for s in steps), (cmd, when)
+
+
+def test_every_suggested_command_reproduces_the_capture(reports: dict[str, tuple[RawCapture, Report]]) -> None:
+    seen = 0
+    for _raw_capture, report in reports.values():
+        for cmd in _commands(report):
+            _reproduces(report, cmd)
+            seen += 1
+    assert seen >= 10
+
+
+def test_a_deep_dive_lands_in_the_phase_its_finding_is_about(reports: dict[str, tuple[RawCapture, Report]]) -> None:
+    """The issue's case on the H200 batch-32 run: the matmul lever's deep dive keeps the batch and skips the prefill
+    launches of the same kernel (97 here) plus two decode steps: every profiled launch is a decode launch."""
+    raw, report = reports["session7/run_b32_raw.json.gz"]
+    f = finding(report, "matmul-below-roofline")
+    assert f.command is not None and f.command.verb == "kernel" and f.command.args["batch_size"] == 32
+    assert f.command.args["launch_skip"] == 97 + 2 * 97
+    _launches_land_in(raw, report, f.command, "decode")
+    pre = finding(report, "matmul-below-roofline", phase="prefill")
+    assert pre.command is not None
+    _launches_land_in(raw, report, pre.command, "prefill")
+    for name in ("session7/run_fp8_raw.json.gz", "arch_b_raw.json.gz", "big_cupti_raw.json.gz"):
+        raw, report = reports[name]
+        for f in report.findings:
+            if f.command is not None and f.command.verb == "kernel" and f.lever is not None:
+                _launches_land_in(raw, report, f.command, f.lever.phase)
