@@ -1,0 +1,115 @@
+"""What profiling costs a generation, against the pipeline with no max_profile code installed at all.
+
+    python benchmarks/untraced_overhead.py --model-path DIR --devices gpu [--tokens 128] [--batch 1] [--repeats 11]
+        [--max-batch-size N] [--no-device-graph-capture] [--arms none,hook,sampler,cupti,cupti-no-launches] [--json PATH]
+
+One process, one model load (device graphs as MAX decides unless --no-device-graph-capture), a warm-up generation, then
+``--repeats`` rounds; each round runs every arm once, in an order that rotates from round to round:
+
+  none               MAX's own generation loop (GenerateIterator) with nothing of max_profile on the pipeline
+  hook               ``profile(kernels="off", gpu_sampling=False)``: the step hook and its NVTX phase ranges
+  sampler            ``profile(kernels="off")``: + the GPU sampler (a child process reading NVML)
+  cupti              ``profile(kernels="cupti")``: + every kernel through the C CUPTI recorder, launch records on
+  cupti-no-launches  the hook and sampler + the C recorder with no launch-call records (kernels tied to steps by start)
+
+Every arm is timed the same way: new tokens x batch over the wall time of the whole generation (prefill included),
+so the reference arm needs no hook. Prints every round (each arm's tok/s and the host's load around the round), each
+arm's median, min, max and spread, and its ratio to ``none``: of the medians and paired per round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from repeats import RepeatLoad, report_arms  # noqa: E402
+
+ARMS = ("none", "hook", "sampler", "cupti", "cupti-no-launches")
+
+
+def _generate(model: Any, prompts: list[str], tokens: int) -> float:
+    """tok/s of one generation by its wall time."""
+    from max_profile.runner import generate
+
+    t0 = time.perf_counter()
+    out = generate(model, prompts, tokens)
+    return sum(len(x) for x in out) / (time.perf_counter() - t0)
+
+
+def run_arm(arm: str, model: Any, prompts: list[str], tokens: int, interval_s: float) -> float:
+    """One generation under ``arm``; its tok/s."""
+    from max_profile.collect.pipeline_hook import synchronize_accelerators
+    from max_profile.session import profile
+
+    if arm == "none":
+        return _generate(model, prompts, tokens)
+    if arm in ("hook", "sampler", "cupti"):
+        kernels = "cupti" if arm == "cupti" else "off"
+        with profile(model.pipeline, kernels=kernels, gpu_sampling=arm != "hook", sample_interval_s=interval_s):  # type: ignore[arg-type]
+            return _generate(model, prompts, tokens)
+    if arm == "cupti-no-launches":
+        from max_profile.collect.cupti_native import make_cupti_collector
+
+        notes: list[str] = []
+        collector = make_cupti_collector(notes, launches=False)
+        with profile(model.pipeline, kernels="off", sample_interval_s=interval_s):
+            collector.start()
+            try:
+                tps = _generate(model, prompts, tokens)
+            finally:
+                synchronize_accelerators(model.pipeline)
+                collector.stop()
+        return tps
+    raise SystemExit(f"unknown arm {arm!r}: use {', '.join(ARMS)}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model-path", required=True)
+    ap.add_argument("--devices", default="gpu")
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--max-batch-size", type=int, default=None, help="the load's max batch size (default: --batch); another compile key")
+    ap.add_argument("--repeats", type=int, default=11)
+    ap.add_argument("--interval", type=float, default=0.1, help="GPU sampling interval (s)")
+    ap.add_argument("--device-graph-capture", action=argparse.BooleanOptionalAction, default=None)
+    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--json", help="write every repeat and the summary here")
+    args = ap.parse_args()
+    arms = args.arms.split(",")
+    from max_profile.runner import load_model
+
+    model = load_model(args.model_path, devices=args.devices, max_batch_size=args.max_batch_size or args.batch,
+                       device_graph_capture=args.device_graph_capture)
+    prompts = ["I believe the meaning of life is"] * args.batch
+    _generate(model, prompts, 16)  # warm-up: one-time work (graph capture, first launches) out of the rounds
+    for arm in arms:  # one warm pass of every arm (CUPTI's first enable, the recorder's library, the sampler's start)
+        run_arm(arm, model, prompts, 16, args.interval)
+    tps: dict[str, list[float]] = {a: [] for a in arms}
+    load = RepeatLoad()
+    print(f"model {args.model_path}, batch {args.batch}, {args.tokens} new tokens, device graphs {model.device_graph_capture}, "
+          f"{args.repeats} rounds", flush=True)
+    for i in range(args.repeats):
+        order = arms[i % len(arms):] + arms[: i % len(arms)]
+        with load.repeat(i):
+            for arm in order:
+                tps[arm].append(run_arm(arm, model, prompts, args.tokens, args.interval))
+        print(f"round {i:2d}: " + ", ".join(f"{a} {tps[a][-1]:.1f}" for a in arms) + f"   (order {','.join(order)}; {load.describe(i)})", flush=True)
+    summary = report_arms(tps, {a: "none" for a in arms}, load)
+    model.close()
+    if args.json:
+        out = {"model_path": args.model_path, "batch": args.batch, "tokens": args.tokens, "repeats": args.repeats,
+               "device_graph_capture": model.device_graph_capture, "busy_repeats": summary.pop("_busy_repeats"), "arms": summary}
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
