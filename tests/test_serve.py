@@ -369,7 +369,9 @@ def test_worker_hook_records_several_windows(tmp_path: Path) -> None:
     records, and each window's kernels and coverage come back on their own. The stand-in worker loads a stand-in libcuda
     and a FAKE collector (CI has no CUPTI) that returns one kernel per window at the time it was started; a second
     stand-in (the API server, which can have the CUDA driver loaded too) records nothing, and writes its empty file
-    first: the read waits for every ready process (on the H200 the first empty file used to end the wait)."""
+    first: the read waits for every ready process (on the H200 the first empty file used to end the wait). The worker also
+    runs a (FAKE) pipeline class: its steps come back per window beside the kernels (on the H200 the steps were read
+    before the worker had written them: no phase split)."""
     import shutil
 
     from max_profile.collect.worker_protocol import WorkerHook
@@ -400,7 +402,24 @@ if sys.argv[1] == "worker":
         return _stop(self)
     FakeCollector.stop = slow_stop
 native.make_cupti_collector = lambda notes, launches=True: FakeCollector() if sys.argv[1] == "worker" else IdleCollector()
-while True: time.sleep(0.05)
+if sys.argv[1] != "worker":
+    while True: time.sleep(0.05)
+# FAKE: the worker's pipeline, as a module at MAX's path with MAX's interface name (the hook finds classes, not objects:
+# the real worker freezes its heap with gc.freeze()); its loop calls execute on decode batches of 2 requests
+import types
+mod = types.ModuleType("max.pipelines.lib.pipeline_variants.text_generation")
+class TextGenerationPipelineInterface: pass
+class FakeOverlapPipeline(TextGenerationPipelineInterface):
+    def execute(self, inputs):
+        time.sleep(0.002)
+        return dict()
+mod.TextGenerationPipelineInterface = TextGenerationPipelineInterface
+sys.modules[mod.__name__] = mod
+class Kind: value = "TG"
+class Inputs:
+    flat_batch = [object(), object()]; input_tokens = 2; context_tokens = 40; batch_type = Kind()
+pipeline = FakeOverlapPipeline()
+while True: pipeline.execute(Inputs())
 """
     folder = tmp_path / "cupti"
     hook = WorkerHook(folder)
@@ -409,7 +428,8 @@ while True: time.sleep(0.05)
     idle = subprocess.Popen([sys.executable, "-c", script, "api-server"], env=env, start_new_session=True)
     try:
         time.sleep(1.0)  # the stand-ins patch the collector before `prepare`
-        assert "CUPTI ready in process" in hook.prepare(lambda: proc.poll() is None, timeout_s=30)
+        said = hook.prepare(lambda: proc.poll() is None, timeout_s=30)
+        assert "worker hook ready" in said and "CUPTI" in said, said
         deadline = time.monotonic() + 10
         while len(list(folder.glob("ready-*"))) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -417,10 +437,15 @@ while True: time.sleep(0.05)
         for n in (1, 2):
             t0 = time.perf_counter_ns()
             hook.start(n)
+            assert hook.wait_started(n, lambda: proc.poll() is None)  # as the recorder does: the window opens once recording runs
             time.sleep(0.3)
             hook.stop(n)
             spans.append((t0, time.perf_counter_ns() + 10**9))
         for n, span in zip((1, 2), spans, strict=True):
+            # steps first, as the recorder reads them: the read waits for the file (written after the stop, before the kernels)
+            steps = hook.read_steps(n, span, lambda: proc.poll() is None, timeout_s=10)
+            assert len(steps) > 20 and {(s.phase, s.batch_size, s.context_tokens) for s in steps} == {("decode", 2, 40)}
+            assert all(span[0] <= s.start_ns <= span[1] for s in steps) and [s.index for s in steps] == list(range(len(steps)))
             kernels, coverage = hook.read(n, span, lambda: proc.poll() is None, timeout_s=10)
             assert kernels is not None and len(kernels) == 1 and kernels.names == ["gemv_split_k_fake"]
             assert coverage is not None and coverage.callback_s == pytest.approx(0.01) and coverage.api_records == 3

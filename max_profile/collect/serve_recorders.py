@@ -167,7 +167,7 @@ class WorkerKernelRecorder(UtilizationRecorder):
         op_table, ranges, _unreadable = ops_in_window([str(p) for p in self.tmp.glob("nvtx-*.log")], span)  # a log cut mid-line is skipped
         raw.ranges = [*raw.ranges, *ranges]
         if self.hook is not None and window in self._hook_window:
-            steps = self.hook.read_steps(self._hook_window[window], span)
+            steps = self.hook.read_steps(self._hook_window[window], span, server.alive)
             if steps:
                 first = len(raw.steps)
                 raw.steps = [*raw.steps, *(msgspec.structs.replace(st, index=first + i) for i, st in enumerate(steps))]

@@ -118,8 +118,16 @@ class WorkerHook:
     def ready(self) -> bool:
         return any(self.folder.glob("ready-*"))
 
-    def read_steps(self, window: int, span: tuple[int, int]) -> list[Step]:
-        """The steps the hooked pipeline(s) ran in window ``window`` that began inside ``span`` (host clock), in time order."""
+    def read_steps(self, window: int, span: tuple[int, int], alive: Callable[[], bool] = lambda: True, timeout_s: float = 20.0) -> list[Step]:
+        """The steps the hooked pipeline(s) ran in window ``window`` that began inside ``span`` (host clock), in time order.
+        Waits (up to ``timeout_s``, while the server lives) for the file of every process that said it records steps: each
+        writes it after the window's stop, before its kernels."""
+        expected = {p.name.removeprefix("ready-") for p in self.folder.glob("ready-*") if _ready_doc(p).get("steps")}
+        deadline = time.monotonic() + timeout_s
+        while expected and time.monotonic() < deadline and alive():
+            if expected <= {p.name.split("-")[1] for p in self.folder.glob(f"steps-*-{window}.json")}:
+                break
+            time.sleep(0.05)
         steps: list[Step] = []
         for path in sorted(self.folder.glob(f"steps-*-{window}.json")):
             try:

@@ -217,8 +217,8 @@ def _watch(folder: str) -> None:
 
 class _StepStamps:
     """The pipelines' ``execute`` hooked for the windows (:class:`~max_profile.collect.pipeline_hook.ClassStepHook`): each
-    batch a :class:`~max_profile.model.Step` with its kind, size and tokens; written per window (when it ran any), nothing
-    kept in between."""
+    batch a :class:`~max_profile.model.Step` with its kind, size and tokens; written per window (an empty list where none
+    ran: the controller waits for every process that records steps), nothing kept in between."""
 
     def __init__(self, classes: list[type]) -> None:
         from max_profile.collect.pipeline_hook import ClassStepHook
@@ -238,8 +238,6 @@ class _StepStamps:
         self.close()
         self.hook.wait_idle(timeout_s=5.0)  # a batch that started inside the window ends in it
         steps, self.hook.steps = list(self.hook.steps), []
-        if not steps:
-            return
         name = f"steps-{pid}-{window}.json"
         tmp = os.path.join(folder, "." + name)
         with open(tmp, "wb") as fh:
