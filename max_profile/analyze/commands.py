@@ -152,24 +152,39 @@ def _row_in(k: KernelBreakdown, name: str, phase: str | None) -> tuple[KernelRow
 
 def launch_skip_for(report: Report, name: str, phase: str | None) -> int | None:
     """``--launch-skip`` that lands a deep dive of ``name`` in ``phase``: the launches its name filter matched before the
-    phase's first one, plus (decode) :data:`DEEP_DIVE_STEPS_IN` steps' worth; None when the breakdown cannot tell."""
+    phase's first one, plus (decode) :data:`DEEP_DIVE_STEPS_IN` steps' worth; None when the breakdown cannot tell.
+
+    A server's capture has no such order to replay (the deep dive runs a generation, not the server): there the skip is
+    that of a generation of the server's decode batch, one prefill step's launches of the kernel and the steps' worth."""
     k = report.kernels
     if not isinstance(k, KernelBreakdown) or phase is None:
         return None
     row, steps = _row_in(k, name, phase)
-    if row is None or row.launches_before is None:
+    if row is None:
         return None
     per_step = row.count / steps if steps else 0.0
-    skip = row.launches_before + (int(per_step * min(DEEP_DIVE_STEPS_IN, max(steps - 1, 0))) if phase == "decode" else 0)
-    return max(skip, 0)
+    into = int(per_step * min(DEEP_DIVE_STEPS_IN, max(steps - 1, 0))) if phase == "decode" else 0
+    if report.serve is not None:
+        pre, pre_steps = _row_in(k, name, "prefill")
+        per_prefill = round(pre.count / pre_steps) if pre is not None and pre_steps else 0
+        return per_prefill + into if phase == "decode" else 0
+    if row.launches_before is None:
+        return None
+    return max(row.launches_before + into, 0)
 
 
 def kernel_command(report: Report, name: str, phase: str | None = None) -> Command:
     """``max-profile kernel <distinctive regex of NAME>`` on the report's model and workload (3 launches, full set), its
-    launches skipped into ``phase``."""
+    launches skipped into ``phase``; for a server, a generation at the server's median decode batch."""
     args: dict[str, ArgValue] = {"launches": 3, "set": "full"}
     skip = launch_skip_for(report, name, phase)
     if skip is not None:
         args["launch_skip"] = skip
+    if report.serve is not None:
+        batches = [s.batch_size for s in report.steps if s.phase == "decode" and s.batch_size > 0]
+        if batches and int(np.median(batches)) > 1:
+            args["batch_size"] = int(np.median(batches))
     comment = f"{phase} launches" if skip is not None and phase else None
+    if report.serve is not None:
+        comment = f"a generation at the server's decode batch; {comment or 'the first launches'}"
     return for_model(report, "kernel", positional=(distinctive_regex(name),), comment=comment, **args)
