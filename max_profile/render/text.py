@@ -350,10 +350,11 @@ def ledger_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableType
              + (f" / {lg.attainable_compute_pct:g} % of peak compute" if lg.attainable_compute_pct else "") if lg.attainable_bandwidth_pct else "")
     parts.append(Text(f"from the {lg.source}{roofs}; recoverable = actual - ideal (idle: all of it)", style="dim"))
     cols = [Col("part", numeric=False, wrap=True), Col("ms/step"), Col("% of step"), Col("ideal ms"), Col("recoverable ms"), Col("kernels/step")]
+    on_gpu = lg.source == "kernel timeline" and not (isinstance(report.kernels, KernelBreakdown) and report.kernels.source.startswith("nvtx-log"))
     for p in lg.phases:
         head = Text(f"{p.phase}: {p.steps} step{'s' if p.steps != 1 else ''} of {p.step_ms:.3f} ms", style="bold")
         extra = [f"host step p50 {p.host_step_p50_ms:.3f} ms" if p.host_step_p50_ms is not None else "", f"batch {p.batch}" if p.batch else "",
-                 f"GPU busy {p.busy_pct:.1f} %" if lg.source == "kernel timeline" else "",
+                 f"GPU busy {p.busy_pct:.1f} %" if on_gpu else "",
                  f"{p.recoverable_ms_per_step:.3f} ms per step recoverable" if p.recoverable_ms_per_step else ""]
         head.append("  " + ", ".join(x for x in extra if x), style="dim")
         rows = [[r.part, f"{r.ms_per_step:.3f}", f"{r.share_pct:.1f}", _f(r.ideal_ms_per_step, ".3f", "") if r.ideal_ms_per_step is not None else "-",

@@ -387,6 +387,7 @@ def rule_healthy_decode(report: Report, th: Thresholds) -> list[Finding]:
     if top.family != "gemv" or gemv is None or gemv.share_pct < th.healthy_gemv_share_pct:
         return []
     names = [r.family for r in families[:4]]
+    ev["gemv_share_pct"] = round(gemv.share_pct, 1)
     if d is not None:
         ev["decode_kernel_us_per_token"] = round(d.kernel_us_per_token or 0, 2)
         title = "Healthy dense decode: matrix-vector products dominate (memory-bound), then " + ", ".join(names[1:3])
