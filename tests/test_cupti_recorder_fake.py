@@ -258,7 +258,8 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
         deadline = time.monotonic() + 60
         while not (hook.folder / "loaded").exists() and alive() and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert "CUPTI ready in process" in hook.prepare(alive, timeout_s=120)
+        said = hook.prepare(alive, timeout_s=120)
+        assert "worker hook ready" in said and "CUPTI" in said, said
         for window in (1, 2):
             hook.start(window)
             assert hook.wait_started(window, alive, timeout_s=30)

@@ -53,7 +53,8 @@ def test_custom_arch_bringup(package: str, fused: str, tmp_path: Path) -> None:
 def test_import_trace_default_and_damaged(tmp_path: Path) -> None:
     res = _run("import_trace.py")
     assert res.returncode == 0, res.stderr
-    assert "2,046 kernels from nsys" in res.stdout and "healthy-dense-decode" in res.stdout and "host-bound" in res.stdout
+    # host-bound (a lever of 92 % of the decode step): no "healthy" verdict beside it
+    assert "2,046 kernels from nsys" in res.stdout and "host-bound" in res.stdout and "healthy-dense-decode" not in res.stdout
     broken = tmp_path / "trace.json"
     broken.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel"')
     res = _run("import_trace.py", str(broken))

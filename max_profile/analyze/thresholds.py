@@ -30,8 +30,6 @@ class Thresholds:
     """Decode steps needed before judging step-time growth."""
     kv_min_context_growth: int = 32
     """Context tokens the decode must grow by before judging step-time growth."""
-    decode_bw_low_pct: float = 30.0
-    """Decode reads below this % of peak DRAM bandwidth while the GPU is busy → far from roofline."""
     communication_share_pct: float = 30.0
     """Multi-GPU: collectives above this % of a device's decode kernel time → communication dominates."""
     min_attention_kernels_per_step: float = 0.5
@@ -43,8 +41,6 @@ class Thresholds:
     """... reading the weights below this % of peak bandwidth and computing below this % of peak FLOP/s → far below the roofline."""
     batched_decode_min_batch: int = 2
     """Decode batches of at least this many requests are GEMM-shaped (judged as batched decode)."""
-    batched_healthy_roofline_pct: float = 35.0
-    """Batched decode whose matmuls run at this % or more of either roof (bandwidth or compute) → healthy."""
     tracer_overhead_pct: float = 5.0
     """In-process tracer callbacks above this % of the capture window → timing figures are distorted."""
     gpu_wait_min_us: float = 100.0
@@ -102,8 +98,6 @@ class Thresholds:
     kv_gradual_share: float = 0.25
     """Step time counts as growth only where each half of the decode rises too, at this share of the whole run's rise per
     token or more (robust slope): re-encoding grows every step, a neighbour starting mid-run makes one level shift."""
-    kv_min_kernel_steps: int = 8
-    """Decode steps with kernels needed before their kernel-time growth is judged."""
     graphs_off_min_kernels: int = 100
     """Kernels a graph-aware trace needs, none of them in a graph, before it says device graphs were off."""
     attainable_bandwidth_pct: float = 85.0

@@ -37,7 +37,7 @@ __all__ = ["NEEDS", "RULES", "SUPERSEDED_BY", "Rule", "RuleSpec", "evaluate", "e
 RULES: tuple[RuleSpec, ...] = (
     RuleSpec("kv-cache", rule_kv_cache, ("kv-cache-broken",), ("steps", "step_summary"),
              ("kv_growth_ratio", "kv_min_decode_steps", "kv_min_context_growth", "kv_model_refeed_corr", "kv_trend_corr", "kv_gradual_share",
-              "kv_min_kernel_steps", "host_load_other_cores", "host_load_busy_fraction")),
+              "host_load_other_cores", "host_load_busy_fraction")),
     RuleSpec("load", rule_outside_steps, ("lightly-loaded", "time-outside-steps"), ("load",),
              ("light_load_pct", "lever_warning_pct", "lever_info_pct", "lever_min_steps")),
     RuleSpec("gpu-idle", rule_gpu_idle, ("host-bound", "graph-launch-late", "gpu-idle", "host-time-between-ops"), ("ledger|utilization|kernels",),
@@ -82,7 +82,7 @@ RULES: tuple[RuleSpec, ...] = (
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 _IDLE = frozenset({"host-bound", "graph-launch-late", "gpu-idle"})
-_LEVERS_ON_DECODE = frozenset({"matmul-slow-path", "matmul-below-roofline", "attention-below-roofline", "host-bound", "graph-launch-late", "gpu-idle"})
+_KERNEL_LEVERS = frozenset({"matmul-slow-path", "matmul-below-roofline", "attention-below-roofline"})
 
 SUPERSEDED_BY: dict[str, frozenset[str]] = {
     # a decode that re-encodes the sequence, or runs attention as generic ops, is not a healthy decode
@@ -97,7 +97,7 @@ SUPERSEDED_BY: dict[str, frozenset[str]] = {
     "low-bit-normal": frozenset({"matmul-slow-path", "matmul-below-roofline"}),
     # a named healthy mix or a lever already says where the busy GPU's time goes
     "gpu-bound": frozenset({"healthy-dense-decode", "healthy-moe", "moe-routing-heavy", "kv-cache-broken", "tracer-overhead", "healthy-batched-decode",
-                            *_LEVERS_ON_DECODE}),
+                            *_KERNEL_LEVERS}),
 }
 """Findings dropped when a finding that explains the same numbers better fired."""
 

@@ -54,7 +54,7 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
         "decode_input_tokens_per_request_first": round(fed_first, 1),
         "decode_input_tokens_per_request_last": round(fed_last, 1),
     }
-    kernel_growth, kernel_corr = _per_step_kernel_growth(report, steps, th.kv_min_kernel_steps)
+    kernel_growth, kernel_corr = _per_step_kernel_growth(report, steps, th.kv_min_decode_steps)
     if kernel_growth is not None:
         evidence["decode_kernel_ms_growth_ratio"] = round(kernel_growth, 2)
         evidence["kernel_time_vs_sequence_correlation"] = round(kernel_corr, 3)
