@@ -32,6 +32,16 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 _WORKER_TMP: Path | None = None
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _fresh_name_caches() -> None:
+    """The kernel-name caches start empty in every test session: a mutation-testing run forks sessions from one process,
+    and names classified by the unmutated code would hide a mutant of the classifier (benchmarks/mutation.py)."""
+    from max_profile.analyze.families import base_name, classify_kernel
+
+    base_name.cache_clear()
+    classify_kernel.cache_clear()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist each worker gets its own TMPDIR (removed at its end): tests that check what a capture leaves in
     the temporary folder see only their own worker's files, not the other worker's servers."""

@@ -46,16 +46,20 @@ class Expected:
     wall_ns: dict[str, int] = field(default_factory=dict)
     worker_launches: int = 0
     main_launches: int = 0
+    between_steps: int = 0
+    """Kernels launched between two steps (no step holds their launch): unattributed."""
 
 
 def make_nsys_sqlite(path: Path, *, decode_steps: int = 24, worker_fraction: float = 1.0, ours: bool = True, scheduler: bool = False,
-                     duplicate_ours: bool = False, repeat: int = 6, seed: int = 0) -> Expected:
+                     duplicate_ours: bool = False, repeat: int = 6, seed: int = 0, boundary_launches: bool = False) -> Expected:
     """Write a trace of one prefill and ``decode_steps`` decode steps; return what a correct breakdown must say.
 
     ``worker_fraction`` of the launches come from a runtime worker thread, the rest from the thread that
     holds the ranges. ``ours``: ``max_profile`` domain push/pop ranges; ``scheduler``: MAX's
     ``_schedule(...)`` start/end ranges around the same steps (both: the normal MAX case with profiling
-    on). ``duplicate_ours`` pushes every range of ours twice, nested.
+    on). ``duplicate_ours`` pushes every range of ours twice, nested. ``boundary_launches``: each step's last launch call
+    starts 1 µs before the step ends and returns after it (its start decides: this step), and one more kernel is launched
+    in the gap after each step (no step holds it: unattributed, never the step before).
     """
     rng = random.Random(seed)
     names = sorted({n for n, _ in DECODE_MIX + PREFILL_MIX})
@@ -91,6 +95,14 @@ def make_nsys_sqlite(path: Path, *, decode_steps: int = 24, worker_fraction: flo
                 launch_t += 3_000
                 k_t += dur + 200
         end = launch_t + 20_000  # the step's host time ends; its last kernels still run on the GPU
+        if boundary_launches:  # a launch call that starts inside the step and returns after its end: it belongs to this step
+            corr += 1
+            launches.append((end - 1_000, end + 4_000, 1, worker_tid, corr, launch_id, 0))
+            k_t = max(k_t, end + 8_000)
+            kernels.append((k_t, k_t + 1_000, 0, 1, 13, corr, pid << 24, sid[mix[-1][0]], sid[mix[-1][0]], 40, 1, 1024, 1, 128, 1, 1, None))
+            exp.kernels[phase] = exp.kernels.get(phase, 0) + 1
+            exp.kernel_ns[phase] = exp.kernel_ns.get(phase, 0) + 1_000
+            k_t += 1_200
         exp.steps[phase] = exp.steps.get(phase, 0) + 1
         exp.wall_ns[phase] = exp.wall_ns.get(phase, 0) + (end - start)
         text_id = prefill_id if phase == "prefill" else decode_id
@@ -104,6 +116,13 @@ def make_nsys_sqlite(path: Path, *, decode_steps: int = 24, worker_fraction: flo
                            main_tid, None, None, 0))
         # the host moves on while the GPU queue drains: the next step starts before these kernels end
         t = end + rng.randrange(12_000, 20_000)
+        if boundary_launches:  # launched in the gap between this step and the next: no step's
+            corr += 1
+            launches.append((end + 6_000, end + 7_000, 1, worker_tid, corr, launch_id, 0))
+            k_t = max(k_t, end + 9_000)
+            kernels.append((k_t, k_t + 500, 0, 1, 13, corr, pid << 24, sid[mix[0][0]], sid[mix[0][0]], 40, 1, 1024, 1, 128, 1, 1, None))
+            exp.between_steps += 1
+            k_t += 700
     con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (" + ",".join("?" * 17) + ")", kernels)
     con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?,?)", launches)
     con.executemany("INSERT INTO NVTX_EVENTS VALUES (?,?,?,?,?,?,?,?,?,?,?)", ranges)

@@ -37,6 +37,13 @@ CPU_ENV = Environment(vendor="none", vendor_reason="test: no GPU")
 _cache: dict[str, Report] = {}
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _reports_built_in_this_session() -> None:
+    """Reports are cached per test session, never across: a mutation-testing run forks sessions from one process, and a
+    report built by the unmutated code would hide a mutant."""
+    _cache.clear()
+
+
 def real(name: str) -> Report:
     if name not in _cache:
         _cache[name] = build_report(RawCapture.load(str(H200 / name)))

@@ -341,3 +341,76 @@ def test_a_deep_dive_lands_in_the_phase_its_finding_is_about(reports: dict[str, 
         for f in report.findings:
             if f.command is not None and f.command.verb == "kernel" and f.lever is not None:
                 _launches_land_in(raw, report, f.command, f.lever.phase)
+
+
+# ---------------------------------------------------------------------------------------------
+# Without a kernel timeline: the server's own batch metrics (attach, serve --mode utilization)
+
+
+def test_server_metrics_ledger_on_a_recorded_cpu_sweep() -> None:
+    """`serve --concurrency 1,2` on the CPU (tests/data/cpu): no kernels, the server's CE / TG batch counts and mean
+    execution times are the steps; requests in flight and the request rate come from the client's records."""
+    raw = RawCapture.load(str(Path(__file__).parent / "data" / "cpu" / "serve_sweep_c1_c2_raw.json.gz"))
+    report = build_report(raw)
+    lg = report.ledger
+    m = report.server_metrics
+    assert isinstance(lg, StepLedger) and lg.source == "server metrics" and m is not None
+    phases = {p.phase: p for p in lg.phases}
+    assert (phases["prefill"].steps, phases["decode"].steps) == (round(m.batches["CE"]), round(m.batches["TG"]))
+    assert phases["prefill"].step_ms == pytest.approx(m.batch_execution_ms_mean["CE"]) and phases["decode"].step_ms == pytest.approx(m.batch_execution_ms_mean["TG"])
+    assert phases["decode"].batch == round(m.batch_size_mean or 0) and phases["prefill"].batch is None
+    w0, w1 = raw.load_windows[-1].window_ns
+    inside = m.batches["CE"] * m.batch_execution_ms_mean["CE"] + m.batches["TG"] * m.batch_execution_ms_mean["TG"]
+    assert lg.window_ms == pytest.approx((w1 - w0) / 1e6) and lg.outside_steps_ms == pytest.approx(max((w1 - w0) / 1e6 - inside, 0.0), abs=1e-3)
+    spans = sorted((max(r.started_ns, w0), min(r.ended_ns, w1)) for r in raw.load_windows[-1].requests if r.ended_ns >= w0 and r.started_ns <= w1)
+    covered, reach = 0, w0
+    for a, b in spans:
+        covered += max(0, b - max(a, reach))
+        reach = max(reach, b)
+    assert lg.requests_in_flight_pct == pytest.approx(100 * covered / (w1 - w0), abs=0.01)
+    done = sum(1 for r in raw.load_windows[-1].requests if r.ok and w0 <= r.ended_ns <= w1)
+    assert lg.request_rate_rps == pytest.approx(done / ((w1 - w0) / 1e9), rel=1e-3)
+    for p in lg.phases:
+        assert [r.share_pct for r in p.rows] == [100.0] and p.busy_pct == 100.0 and "not priced" in (p.rows[0].basis or "")
+
+
+def test_server_metrics_ledger_of_an_idle_window() -> None:
+    """Synthetic metrics: 10 TG batches of 5 ms and 2 CE batches of 20 ms in a 1 s window: 90 ms inside batches, 910 ms
+    (91 %) outside them; a server without batch metrics gives no ledger."""
+    from max_profile.analyze.ledger import server_ledger
+    from max_profile.model import LoadWindow, ServerMetrics
+
+    window = LoadWindow(concurrency=1, window_ns=(0, 1_000_000_000), requests=[])
+    m = ServerMetrics(url="u", window_s=1.0, batches={"CE": 2.0, "TG": 10.0}, batch_execution_ms_mean={"CE": 20.0, "TG": 5.0}, batch_size_mean=3.0)
+    lg = server_ledger(m, window)
+    assert lg is not None and lg.window_ms == pytest.approx(1000.0) and lg.outside_steps_ms == pytest.approx(910.0) and lg.outside_steps_pct == 91.0
+    assert [(p.phase, p.steps, p.step_ms, p.batch) for p in lg.phases] == [("prefill", 2, 20.0, None), ("decode", 10, 5.0, 3)]
+    assert lg.requests_in_flight_pct == 0.0 and lg.request_rate_rps == 0.0
+    assert server_ledger(msgspec.structs.replace(m, batches={}), window) is None
+    assert server_ledger(msgspec.structs.replace(m, unavailable="refused"), window) is None
+    only_tg = server_ledger(msgspec.structs.replace(m, batches={"TG": 10.0}), window)
+    assert only_tg is not None and [p.phase for p in only_tg.phases] == ["decode"] and only_tg.outside_steps_ms == pytest.approx(950.0)
+
+
+def test_host_ops_on_a_cpu_name_the_time_between_ops() -> None:
+    """MAX's op ranges on a CPU: ops cover 20 % of each 1 ms step; the other 80 % (0.8 ms) is host time between ops, an
+    info finding with its lever; at 42 % coverage nothing, at 38 % again (the host-bound threshold, 40 %, is the boundary)."""
+    from max_profile.model import Environment
+
+    from .test_rules import synthetic
+
+    def ops(cover: float) -> Report:
+        raw = synthetic([1.0] * 41, [[("matmulmo.matmul", 0.9 * cover), ("mo.mha.ragged.paged", 0.1 * cover)]] * 41)
+        return build_report(msgspec.structs.replace(raw, environment=Environment(vendor="none", vendor_reason="test"),
+                                                    kernel_source="nvtx-log (MAX op ranges, host time)"))
+
+    report = ops(0.2)
+    lg = report.ledger
+    assert isinstance(lg, StepLedger) and lg.source == "op ranges (host)"
+    f = finding(report, "host-time-between-ops")
+    assert f.severity == "info" and f.lever is not None
+    assert f.lever.ms_per_step == pytest.approx(0.8, abs=0.002) and f.lever.pct_of_step == pytest.approx(80.0, abs=0.3)
+    assert f.evidence["ops_cover_pct"] == pytest.approx(20.0, abs=0.3) and f.evidence["between_ops_ms_per_step"] == pytest.approx(0.8, abs=0.002)
+    assert "80 %" in f.title and f.command is not None and "--kernels off" in str(f.command.args["line"])
+    assert "host-time-between-ops" not in ids(ops(0.42)) and "host-time-between-ops" in ids(ops(0.38))
+    assert all(r.ideal_ms_per_step is None for p in lg.phases for r in p.rows if r.kind == "kernels")  # nothing priced on a CPU

@@ -112,12 +112,13 @@ def test_children_started_for_the_gpu_recorder_ignore_ctrl_c() -> None:
     stops the recorder), not the child (which otherwise prints a KeyboardInterrupt traceback)."""
     from max_profile.collect.gpu_sampling import _child_ignores_ctrl_c
 
-    code = "import time\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('INTERRUPTED', flush=True)\n    raise\n"
+    code = "import time\ntry:\n    print('READY', flush=True)\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('INTERRUPTED', flush=True)\n    raise\n"
     with default_sigint(), _child_ignores_ctrl_c():
         guarded = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with default_sigint():
         plain = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)
+    for p in (guarded, plain):  # each says READY inside its try: its handler is in place (no sleep to win a race)
+        assert p.stdout is not None and p.stdout.readline().strip() == "READY"
     for p in (guarded, plain):
         p.send_signal(signal.SIGINT)
     out, err = plain.communicate(timeout=20)

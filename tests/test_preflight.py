@@ -37,7 +37,7 @@ def test_good_package(tmp_path: Path) -> None:
 
 def test_package_import_time_is_its_own_not_maxs(tmp_path: Path) -> None:
     """The child imports MAX before the package (drift scan, built-in names): the package's own import time excludes it.
-    A package that sleeps 1.5 s at import shows 1.5 s of its own; the good one well under a second."""
+    A package that sleeps 1.5 s at import shows 1.5 s of its own; the good one 1.5 s less."""
     slow = _copy(tmp_path, "slow_import")
     init = slow / "__init__.py"
     init.write_text(init.read_text() + "\nimport time\n\ntime.sleep(1.5)\n")
@@ -45,7 +45,8 @@ def test_package_import_time_is_its_own_not_maxs(tmp_path: Path) -> None:
     assert r.ok, r.checks
     assert r.package_import_s is not None and 1.5 <= r.package_import_s < r.duration_s
     good = check_architecture(str(GOOD))
-    assert good.package_import_s is not None and good.package_import_s < 1.0 < good.duration_s  # the child's MAX import is the rest
+    # the same import work less the 1.5 s sleep; the child's MAX import is the rest of its time (no wall-time limit: load-independent)
+    assert good.package_import_s is not None and good.package_import_s < r.package_import_s - 1.0 and good.package_import_s < good.duration_s
 
 
 def test_import_drift_reported_with_file_and_line(tmp_path: Path) -> None:

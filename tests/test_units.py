@@ -26,6 +26,9 @@ NAMES = {
     "sm90_matmul_bfloat16_bfloat16_bfloat16_True_77aa88bb": "gemm",
     "mogg_foreach_r2_w8_b256_gs_False_abcdef01": "elementwise",
     "gather_r2_w8_b256_gs_False_abcdef01": "gather_scatter",
+    # MAX's KV-cache kernels on the H200 (session 12): "gather" in a KV-cache kernel's name is still the KV cache
+    "kv_cache_gather_rows_ragged_r3_w8_b256_gs_False_abcdef01": "kv_cache",
+    "kv_cache_store_ragged_r3_w8_b256_gs_False_abcdef01": "kv_cache",
     "topk_topp_sampling_from_prob_float32_int64_False_True_False_float32_1_abcdef01": "sampling",
     "moe_create_indices_bfloat16_abcdef01": "moe_routing",
     "grouped_matmul_sm100_bfloat16_abcdef01": "grouped_matmul",

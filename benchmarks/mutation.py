@@ -1,0 +1,124 @@
+"""Mutation testing of the analysis (``max_profile/analyze``) with mutmut: which single-token changes of the code the fast
+rule and capture tests notice, and a report of those they do not.
+
+    python benchmarks/mutation.py [--max-children 2] [--report benchmarks/mutation_report.md] [--skip-run]
+
+Runs ``mutmut run`` from the repository root with the ``[tool.mutmut]`` settings of pyproject.toml (the analysis modules;
+the test files named there, in one process each, stopping at the first failure), then reads every mutant's status and
+diff and writes a Markdown report: per module the killed, surviving and untested mutants, the score (killed / killed +
+surviving), and each survivor with its diff, classed:
+
+  text         the change is inside a string literal only (a title, a note, an evidence label): the verdicts are the same
+  arithmetic   a number, comparison or operator changed
+  other        anything else
+
+A survivor that is equivalent is argued in ``EQUIVALENT`` below (one line each); the others are what tests must kill.
+Not run in CI: a full run takes about an hour on 2 cores. ``pip install mutmut==3.8.1`` (the ``mutation`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MUTMUT = [sys.executable, "-m", "mutmut"]
+
+EQUIVALENT: dict[str, str] = {
+    # mutant name: why the change cannot alter any result (kept short; reviewed with each report)
+}
+
+
+def run(max_children: int) -> int:
+    return subprocess.call([*MUTMUT, "run", "--max-children", str(max_children)], cwd=REPO)
+
+
+def statuses() -> dict[str, str]:
+    out = subprocess.run([*MUTMUT, "results", "--all", "true"], cwd=REPO, capture_output=True, text=True).stdout
+    found = {}
+    for line in out.splitlines():
+        if ": " in line:
+            name, status = line.strip().rsplit(": ", 1)
+            found[name] = status
+    return found
+
+
+def diff_of(name: str) -> str:
+    out = subprocess.run([*MUTMUT, "show", name], cwd=REPO, capture_output=True, text=True).stdout
+    return "\n".join(line for line in out.splitlines() if line.startswith(("+", "-")) and not line.startswith(("+++", "---")))
+
+
+_STRING = re.compile(r"""(?:[rbfu]{0,2})("([^"\\]|\\.)*"|'([^'\\]|\\.)*')""")
+
+
+def kind_of(diff: str) -> str:
+    removed = [line[1:] for line in diff.splitlines() if line.startswith("-")]
+    added = [line[1:] for line in diff.splitlines() if line.startswith("+")]
+    if len(removed) == len(added) and all(_STRING.sub('""', a) == _STRING.sub('""', b) for a, b in zip(removed, added, strict=True)):
+        return "text"
+    if any(re.search(r"[\d<>=+\-*/%]", a) for a in added):
+        return "arithmetic"
+    return "other"
+
+
+def module_of(name: str) -> str:
+    return name.split(".x_")[0].split(".xǁ")[0]
+
+
+def report(path: Path) -> None:
+    status = statuses()
+    by_module: dict[str, Counter[str]] = defaultdict(Counter)
+    survivors: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
+    for name, st in sorted(status.items()):
+        mod = module_of(name)
+        by_module[mod][st] += 1
+        if st == "survived":
+            diff = diff_of(name)
+            kind = "equivalent" if name in EQUIVALENT else kind_of(diff)
+            by_module[mod]["survived " + kind] += 1
+            survivors[mod].append((name, kind, diff))
+    lines = ["# Mutation testing of max_profile/analyze (mutmut 3.8.1)", "",
+             "Written by `python benchmarks/mutation.py`. Score = killed / (killed + survived, not counting `text` survivors: a change",
+             "inside a string literal only, the same verdicts) and equivalent ones argued below.", "",
+             "| module | mutants | killed | survived (text) | survived (other) | no tests | score |", "|---|---|---|---|---|---|---|"]
+    total = Counter[str]()
+    for mod, c in sorted(by_module.items()):
+        total.update(c)
+        judged = c["killed"] + c["survived"] - c["survived text"] - c["survived equivalent"]
+        score = f"{100 * c['killed'] / judged:.1f} %" if judged else "-"
+        lines.append(f"| {mod} | {sum(v for k, v in c.items() if ' ' not in k)} | {c['killed']} | {c['survived text']} | "
+                     f"{c['survived'] - c['survived text'] - c['survived equivalent']} | {c['no tests']} | {score} |")
+    judged = total["killed"] + total["survived"] - total["survived text"] - total["survived equivalent"]
+    lines += ["", f"**All: {total['killed']} killed of {judged} judged mutants: {100 * total['killed'] / judged:.1f} %** "
+              f"({total['survived text']} text-only survivors, {total['survived equivalent']} argued equivalent, {total['no tests']} in code the "
+              "selected tests do not reach).", ""]
+    for mod, items in sorted(survivors.items()):
+        rest = [x for x in items if x[1] != "text"]
+        if not rest:
+            continue
+        lines += [f"## {mod}", ""]
+        for name, kind, diff in rest:
+            why = EQUIVALENT.get(name)
+            lines += [f"- `{name.rsplit('.', 1)[-1]}` ({kind}){': ' + why if why else ''}", "", "```diff", diff, "```", ""]
+    path.write_text("\n".join(lines) + "\n")
+    print(f"wrote {path}: {total['killed']} killed, {judged} judged ({100 * total['killed'] / judged:.1f} %)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--max-children", type=int, default=2)
+    ap.add_argument("--report", default=str(REPO / "benchmarks" / "mutation_report.md"))
+    ap.add_argument("--skip-run", action="store_true", help="only write the report from the last run's results")
+    args = ap.parse_args()
+    if not args.skip_run:
+        run(args.max_children)
+    report(Path(args.report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
