@@ -49,7 +49,27 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> Any:  # type: ignore[override]
         verb = self.prog.split(" ", 1)[1] if " " in self.prog else ""  # "max-profile run" -> "run"
+        message += self._hint(message)
         raise InputError(f"{verb}: {message}" if verb else message)
+
+    def _hint(self, message: str) -> str:
+        """A verb list for a missing verb; for an unknown flag, the close ones this verb takes (``--tokens``: ``--max-new-tokens``)."""
+        import difflib
+
+        if "required: VERB" in message:
+            verbs = next((a for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
+            return f" (one of: {', '.join(verbs.choices)}; `max-profile VERB --help` for each)" if verbs is not None else ""
+        unknown = [w.split("=")[0] for w in message.removeprefix("unrecognized arguments:").split() if w.startswith("--")]
+        if not unknown or not message.startswith("unrecognized arguments"):
+            return ""
+        flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        hints = []
+        for word in unknown:
+            inside = [f for f in flags if word.removeprefix("--") in f]  # --tokens: --max-new-tokens before --kernels
+            close = list(dict.fromkeys(inside + difflib.get_close_matches(word, flags, n=2, cutoff=0.6)))
+            if close:
+                hints.append(f"{word}: did you mean {' or '.join(close[:2])}?")
+        return ("; " + "; ".join(hints)) if hints else ""
 
 
 def _requested_outputs(args: argparse.Namespace) -> dict[str, str | bool | None]:
@@ -239,8 +259,8 @@ def _prepare_run(args: argparse.Namespace, progress: Progress, op_ranges_on_cpu:
     args.kernels_asked = args.kernels
     if args.kernels == "cupti" and (env.vendor != "nvidia" or devices == "cpu"):
         where = "the CPU" if devices == "cpu" else f"an {env.vendor.upper()} GPU" if env.vendor != "none" else "a machine without a GPU"
-        raise CaptureError(f"--kernels cupti records NVIDIA GPU kernels; this run is on {where} ({env.vendor_reason}): nothing could be recorded. "
-                           "Use --kernels nvtx-log for MAX's op ranges on any device (or --kernels auto)")
+        raise InputError(f"--kernels cupti records NVIDIA GPU kernels; this run is on {where} ({env.vendor_reason}): nothing could be recorded. "
+                         "Use --kernels nvtx-log for MAX's op ranges on any device (or --kernels auto)")
     if op_ranges_on_cpu and args.kernels == "auto" and devices == "cpu":
         try:
             _ensure_nvtx_log_env(devices, progress)
@@ -731,12 +751,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parse_args``, with an unknown flag reported by its verb's parser (which knows the close flags to suggest)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        verbs = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        sub = verbs.choices.get(getattr(args, "verb", None) or "") if verbs is not None else None
+        (sub or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     progress = Progress(quiet=bool(argv is not None and ("-q" in argv or "--quiet" in argv)))
     previous = _on_sigterm_raise()
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args = parse_args(parser, argv)
         progress.quiet = bool(getattr(args, "quiet", False))
         func: Callable[[argparse.Namespace, Progress], int] = args.func
         _check_outputs(args)

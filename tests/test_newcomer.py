@@ -76,9 +76,10 @@ def test_unwritable_run_output_fails_before_the_load(tiny_model_dir: Path) -> No
 
 
 @pytest.mark.parametrize("args", [["kernels", "--backend", "cupti"], ["run", "--kernels", "cupti"]], ids=["kernels", "run"])
-def test_cupti_without_an_nvidia_gpu_is_exit_4_before_the_load(args: list[str], tiny_model_dir: Path) -> None:
+def test_cupti_without_an_nvidia_gpu_is_exit_2_before_the_load(args: list[str], tiny_model_dir: Path) -> None:
+    """A flag that cannot work on this machine is bad input (exit 2, as the README maps bad flags), said before any load."""
     res = run_cli(*args, "--model-path", str(tiny_model_dir), "--devices", "cpu", timeout=120)
-    assert res.returncode == 4, res.stderr
+    assert res.returncode == 2, res.stderr
     line = _one_error_line(res.stderr)
     assert "cupti" in line and "NVIDIA" in line and "--kernels nvtx-log" in line
     assert "loading" not in res.stderr
@@ -249,3 +250,12 @@ def test_examples_and_preflight_leave_nothing_in_tmp(tmp_path: Path, monkeypatch
     assert path.startswith(str(tmp_path / "cache")), path
     new = {n for n in set(os.listdir(tempfile.gettempdir())) - before if not n.startswith(("pytest-", "tmp"))}
     assert not new, new
+
+
+def test_unknown_flags_suggest_the_close_ones_and_a_bare_call_lists_the_verbs() -> None:
+    res = run_cli("run", "--model-path", "M", "--tokens", "5", timeout=60)
+    assert res.returncode == 2 and "--tokens: did you mean --max-new-tokens" in res.stderr, res.stderr
+    res = run_cli("kernel", "gemv", "--lanches", "3", timeout=60)
+    assert res.returncode == 2 and "did you mean --launches" in res.stderr, res.stderr
+    res = run_cli(timeout=60)
+    assert res.returncode == 2 and "one of: doctor, make-model, demo, run" in res.stderr, res.stderr

@@ -21,6 +21,7 @@ import numpy as np
 
 from max_profile.analyze.commands import say
 from max_profile.analyze.diff import DiffResult
+from max_profile.analyze.plan import no_next_reason
 from max_profile.model import FamilyRow, KernelAnalysis, KernelBreakdown, Report, StepSummary, Unavailable, UtilizationSection
 
 SECTIONS = ("summary", "ledger", "verdicts", "startup", "steps", "utilization", "families", "kernels", "roofline", "ncu", "serve", "server", "sweep")
@@ -83,7 +84,7 @@ def _verdicts(report: Report) -> str:
         cards.append(f'<div class="card finding" style="border-left-color:{color}"><span class="sev" style="color:{color}">{_esc(f.severity)}</span>'
                      f' <span class="meta">{_esc(f.id)}, confidence {f.confidence:.0%}</span><h3>{_esc(f.title)}</h3><table>{rows}</table>{nxt}</div>')
     body = f'<div class="cards">{"".join(cards)}</div>' if cards else '<p class="na">no findings</p>'
-    nm = report.next_measurement or "none — the question is answered at this level"
+    nm = report.next_measurement or no_next_reason(report)
     return body + f'<p class="next-measurement"><b>Next measurement:</b> <code>{_esc(nm)}</code></p>'
 
 

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from max_profile.analyze.commands import say
 from max_profile.analyze.diff import DiffResult
+from max_profile.analyze.plan import no_next_reason
 from max_profile.model import (
     DecodeCost,
     FamilyRow,
@@ -392,7 +393,7 @@ def findings_section(report: Report) -> RenderableType:
         if f.command is not None:
             parts.append(Text(f"    run: {say(f.command, report.capture.interface)}"))
     verdict = Text("Next measurement: ", style="bold")
-    verdict.append(report.next_measurement or "none — the question is answered at this level")
+    verdict.append(report.next_measurement or no_next_reason(report))
     parts.append(verdict)
     return Panel(Group(*parts), title="Findings", title_align="left")
 
