@@ -414,3 +414,99 @@ def test_host_ops_on_a_cpu_name_the_time_between_ops() -> None:
     assert "80 %" in f.title and f.command is not None and "--kernels off" in str(f.command.args["line"])
     assert "host-time-between-ops" not in ids(ops(0.42)) and "host-time-between-ops" in ids(ops(0.38))
     assert all(r.ideal_ms_per_step is None for p in lg.phases for r in p.rows if r.kind == "kernels")  # nothing priced on a CPU
+
+
+# ---------------------------------------------------------------------------------------------
+# The account on a timeline drawn by hand (µs): every part known
+
+
+def _hand_timeline(second_device: bool = False) -> RawCapture:
+    """A prefill step 0-10,000 µs (gemm 2,000-8,000, norm 8,000-9,000) and three decode steps of 2,000 µs with 500 µs between
+    them; each decode step launches a graph gemv 500 µs in (1,000 µs) and a graph attention after it (200 µs); a sampling
+    kernel launched between the first two decode steps runs 12,200-12,300. The account, by hand:
+
+    prefill: gemm 6.0 + norm 1.0 ms busy; idle 2.0 ms before the gemm (between launches) and 1.0 ms before the first decode
+    graph kernel (the gap ends at a graph kernel); decode per step: gemv 1.0 + attention 0.2 ms, idle before graph kernels
+    1.8 ms and between launches 0.6 ms over the three steps (the gap after the first step ends at the sampling kernel);
+    outside the steps: 0.9 ms idle + 0.1 ms of the sampling kernel, of a 17 ms window."""
+    us = 1_000
+    steps = [Step(index=0, phase="prefill", batch_size=1, input_tokens=20, context_tokens=0, start_ns=0, end_ns=10_000 * us, output_tokens=1)]
+    kernels = [KernelRecord(name="sm90_matmul_bfloat16_0123456789abcdef", start_ns=2_000 * us, end_ns=8_000 * us, launch_ns=100 * us, graph_id=0),
+               KernelRecord(name="rms_norm_fused_residual_0123456789abcdef", start_ns=8_000 * us, end_ns=9_000 * us, launch_ns=200 * us, graph_id=0)]
+    for i, start in enumerate((10_000, 12_500, 15_000)):
+        steps.append(Step(index=i + 1, phase="decode", batch_size=1, input_tokens=1, context_tokens=20 + i, start_ns=start * us,
+                          end_ns=(start + 2_000) * us, output_tokens=1))
+        kernels.append(KernelRecord(name="gemv_split_k_bf16_0123456789abcdef", start_ns=(start + 500) * us, end_ns=(start + 1_500) * us,
+                                    launch_ns=(start + 10) * us, graph_id=1))
+        kernels.append(KernelRecord(name="sm90_mha_depth128_0123456789abcdef", start_ns=(start + 1_500) * us, end_ns=(start + 1_700) * us,
+                                    launch_ns=(start + 20) * us, graph_id=1))
+    kernels.append(KernelRecord(name="topk_topp_sampling_0123456789abcdef", start_ns=12_200 * us, end_ns=12_300 * us, launch_ns=12_150 * us, graph_id=0))
+    if second_device:
+        kernels.append(KernelRecord(name="gemv_split_k_bf16_0123456789abcdef", start_ns=3_000 * us, end_ns=3_100 * us, launch_ns=150 * us, device=1, graph_id=0))
+    from max_profile.model import Capture
+
+    return RawCapture(environment=GPU_ENV, capture=Capture(started_unix_s=0.0), steps=steps, kernels=kernels, kernel_source="synthetic",
+                      utilization_unavailable=Unavailable("test: no samples"))
+
+
+def _rows(p: object) -> dict[str, float]:
+    return {r.part: round(r.ms_per_step, 6) for r in p.rows}  # type: ignore[attr-defined]
+
+
+def test_a_timeline_drawn_by_hand_is_accounted_exactly() -> None:
+    report = build_report(_hand_timeline())
+    lg = report.ledger
+    assert isinstance(lg, StepLedger) and lg.source == "kernel timeline" and lg.device == 0 and lg.notes == []
+    pre, dec = lg.phases
+    assert (pre.phase, pre.steps, pre.step_ms, pre.batch, pre.tokens_per_step) == ("prefill", 1, 10.0, 1, 20.0)
+    assert _rows(pre) == {"matmul: gemm": 6.0, "norm": 1.0, "GPU idle: waiting for a device-graph launch": 1.0, "GPU idle: between launches": 2.0}
+    assert (dec.phase, dec.steps, dec.step_ms, dec.batch, dec.tokens_per_step) == ("decode", 3, 2.0, 1, 1.0)
+    assert _rows(dec) == {"matmul: gemv": 1.0, "attention": 0.2, "GPU idle: waiting for a device-graph launch": 0.6, "GPU idle: between launches": 0.2}
+    assert pre.busy_pct == 70.0 and dec.busy_pct == 60.0
+    assert pre.host_step_p50_ms == 10.0 and dec.host_step_p50_ms == 2.0
+    assert [r.kernels_per_step for r in dec.rows if r.kind == "kernels"] == [1.0, 1.0]
+    assert [r.share_pct for r in dec.rows] == [50.0, 10.0, 30.0, 10.0]
+    assert lg.window_ms == 17.0 and lg.outside_steps_ms == pytest.approx(1.0) and lg.outside_kernels_ms == pytest.approx(0.1)
+    assert lg.outside_steps_pct == pytest.approx(100 / 17, abs=0.01)
+    # nothing priced (no model config): recoverable is the idle time alone, no ideal for the phase
+    assert pre.ideal_ms_per_step is None and pre.recoverable_ms_per_step == pytest.approx(3.0) and dec.recoverable_ms_per_step == pytest.approx(0.8)
+    assert all(r.ideal_ms_per_step is None and r.recoverable_ms_per_step is None for p in lg.phases for r in p.rows if r.kind == "kernels")
+    assert all(r.ideal_ms_per_step == 0.0 and r.recoverable_ms_per_step == r.ms_per_step for p in lg.phases for r in p.rows if r.kind == "idle")
+    assert lg.attainable_bandwidth_pct is None and lg.requests_in_flight_pct is None
+
+
+def test_the_busiest_device_is_accounted_and_said() -> None:
+    lg = build_report(_hand_timeline(second_device=True)).ledger
+    assert isinstance(lg, StepLedger) and lg.device == 0 and lg.notes == ["the timeline of device 0 is accounted (the busiest of 2)"]
+    assert _rows(lg.phases[0])["matmul: gemm"] == 6.0  # device 1's kernel is not in device 0's account
+
+
+def test_a_sampled_recording_accounts_only_its_slices() -> None:
+    """Kernels recorded only in slices 10,000-12,000 and 15,000-17,000 µs (the first and last decode steps): two decode steps
+    observed, each the same 2.0 ms account; the prefill and the time between steps were not observed."""
+    raw = _hand_timeline()
+    raw.recorded_spans = [(10_000_000, 12_000_000), (15_000_000, 17_000_000)]
+    keep = [k for k in raw.kernels.records() if any(a <= k.start_ns < b for a, b in raw.recorded_spans)]
+    raw = msgspec.structs.replace(raw, kernels=keep)
+    raw.recorded_spans = [(10_000_000, 12_000_000), (15_000_000, 17_000_000)]
+    lg = build_report(raw).ledger
+    assert isinstance(lg, StepLedger) and [p.phase for p in lg.phases] == ["decode"]
+    dec = lg.phases[0]
+    assert dec.steps == 2 and dec.step_ms == 2.0 and lg.window_ms == 4.0 and lg.outside_steps_ms == 0.0
+    assert _rows(dec) == {"matmul: gemv": 1.0, "attention": 0.2, "GPU idle: waiting for a device-graph launch": 0.5, "GPU idle: between launches": 0.3}
+
+
+def test_a_phase_ideal_sums_priced_ideals_and_unpriced_actuals(reports: dict[str, tuple[RawCapture, Report]]) -> None:
+    for name, (_raw_capture, report) in reports.items():
+        lg = report.ledger
+        assert isinstance(lg, StepLedger)
+        for p in lg.phases:
+            kernels = [r for r in p.rows if r.kind == "kernels"]
+            priced = [r for r in kernels if r.ideal_ms_per_step is not None]
+            if priced:
+                expected = sum(r.ideal_ms_per_step or 0.0 for r in priced) + sum(r.ms_per_step for r in kernels if r.ideal_ms_per_step is None)
+                assert p.ideal_ms_per_step == pytest.approx(expected, abs=1e-5), name
+            else:
+                assert p.ideal_ms_per_step is None, name
+            assert p.recoverable_ms_per_step == pytest.approx(sum(r.recoverable_ms_per_step or 0.0 for r in p.rows), abs=1e-5), name
+            assert p.busy_pct == pytest.approx(100 * sum(r.ms_per_step for r in kernels) / p.step_ms, abs=0.01), name

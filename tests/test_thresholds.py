@@ -299,6 +299,34 @@ def jump_and_slope(jump: float) -> Report:
     return build_report(synthetic([5.0] + times, [DENSE] * (n + 1)))
 
 
+def graph_share(before_pct: float) -> Report:
+    """Decode steps of 1 ms, idle 0.2 ms of each: ``before_pct`` % of it before the step's graph kernel (the gemv), the
+    rest before an eager kernel launched after it (between launches)."""
+    from max_profile.model import Capture
+
+    before, after = 0.2 * before_pct / 100, 0.2 * (1 - before_pct / 100)
+    steps, kernels, t = [], [], 1_000_000
+    for i in range(41):
+        steps.append(Step(index=i, phase="prefill" if i == 0 else "decode", batch_size=1, input_tokens=16 if i == 0 else 1,
+                          context_tokens=0 if i == 0 else 16 + i, start_ns=t, end_ns=t + 1_000_000, output_tokens=1))
+        g0 = t + int(before * 1e6)
+        kernels.append(KernelRecord(name="gemv_split_k_bf16_0123456789abcdef", start_ns=g0, end_ns=g0 + 700_000, launch_ns=t + 10, graph_id=1))
+        e0 = g0 + 700_000 + int(after * 1e6)
+        kernels.append(KernelRecord(name="sm90_mha_depth128_0123456789abcdef", start_ns=e0, end_ns=e0 + 100_000, launch_ns=t + 20, graph_id=0))
+        t += 1_000_000
+    return build_report(RawCapture(environment=GPU_ENV, capture=Capture(started_unix_s=0.0), steps=steps, kernels=kernels, kernel_source="synthetic"))
+
+
+def refeed_share(pct: float) -> Report:
+    """The scheduler feeds a growing sequence again (flat step times) in ``pct`` % of the decode steps, one token in the rest."""
+    n = 64
+    raw = synthetic([5.0] + [1.0] * n, [DENSE] * (n + 1))
+    refed = int(round(n * pct / 100))
+    steps = [raw.steps[0]] + [msgspec.structs.replace(s, input_tokens=(16 + i) if i >= n - refed else 1, context_tokens=0)
+                              for i, s in enumerate(raw.steps[1:])]
+    return build_report(msgspec.structs.replace(raw, steps=steps))
+
+
 def ncu_bound(compute: float, memory: float) -> str | None:
     return bound_of(compute, memory, TH.ncu_latency_bound_pct, TH.ncu_balanced_gap_pct, TH.ncu_balanced_min_pct)
 
@@ -347,6 +375,8 @@ CASES: dict[str, Case] = {
     "batched_decode_min_batch": (batched, has("healthy-batched-decode"), 2, 1),
     "lever_warning_pct": (idle_share, has("gpu-idle", "decode", "warning"), 15.5, 14.5),
     "lever_info_pct": (idle_share, has("gpu-idle", "decode"), 5.5, 4.5),
+    "graph_launch_late_share": (graph_share, has("graph-launch-late", "decode"), 52.0, 48.0),
+    "kv_refeed_steps_share": (refeed_share, has("kv-cache-broken"), 91.0, 89.0),
     "lever_min_steps": (lambda n: idle_share(20.0, steps=int(n)), has("gpu-idle", "decode", "warning"), 3, 2),
     "light_load_pct": (in_flight, has("lightly-loaded"), 48.0, 52.0),
     "kv_growth_ratio": (kv_growth, has("kv-cache-broken"), 1.65, 1.55),

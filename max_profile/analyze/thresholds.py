@@ -58,6 +58,9 @@ class Thresholds:
     """A throttle reason with the mean SM clock below this % of its max → throttled (warning); at or above → info only."""
     gpu_bound_busy_pct: float = 85.0
     """GPU busy (union of kernel time over the window) at or above this → GPU-bound."""
+    kv_refeed_steps_share: float = 0.9
+    """Decode steps feeding 2 or more tokens per request, at least this share of them → the sequence is fed again (with
+    growth); speculative decoding feeds a constant 1 + draft tokens and does not grow."""
     kv_model_refeed_corr: float = 0.9
     """Model input tokens per request growing with the sequence at this correlation or more → the model re-encodes it."""
     no_phase_confidence_scale: float = 0.75
@@ -109,6 +112,9 @@ class Thresholds:
     lever_warning_pct: float = 15.0
     """A lever (recoverable time of one ledger part) of at least this % of its phase's step → a warning; a phase with one
     gets no "healthy" verdict."""
+    graph_launch_late_share: float = 0.5
+    """Of a step's GPU idle, this share or more before device-graph kernels → the host launched the step's graph late
+    (graph-launch-late); less → idle between launches (gpu-idle)."""
     lever_min_steps: int = 3
     """A phase with fewer steps (a generation's one prefill) gets at most info-level levers: one step is a one-off."""
     kernel_floor_us: float = 2.0

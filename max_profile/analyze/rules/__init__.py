@@ -36,13 +36,13 @@ __all__ = ["NEEDS", "RULES", "SUPERSEDED_BY", "Rule", "RuleSpec", "evaluate", "e
 
 RULES: tuple[RuleSpec, ...] = (
     RuleSpec("kv-cache", rule_kv_cache, ("kv-cache-broken",), ("steps", "step_summary"),
-             ("kv_growth_ratio", "kv_min_decode_steps", "kv_min_context_growth", "kv_model_refeed_corr", "kv_trend_corr", "kv_gradual_share",
+             ("kv_growth_ratio", "kv_min_decode_steps", "kv_min_context_growth", "kv_refeed_steps_share", "kv_model_refeed_corr", "kv_trend_corr", "kv_gradual_share",
               "host_load_other_cores", "host_load_busy_fraction")),
     RuleSpec("load", rule_outside_steps, ("lightly-loaded", "time-outside-steps"), ("load",),
              ("light_load_pct", "lever_warning_pct", "lever_info_pct", "lever_min_steps")),
     RuleSpec("gpu-idle", rule_gpu_idle, ("host-bound", "graph-launch-late", "gpu-idle", "host-time-between-ops"), ("ledger|utilization|kernels",),
              ("host_bound_busy_pct", "host_bound_util_pct", "nvml_min_window_s", "nvml_min_samples", "no_phase_confidence_scale", "lever_warning_pct",
-              "lever_info_pct", "lever_min_steps", "light_load_pct", "gpu_wait_min_us", "gpu_wait_max_ms", "graph_launch_late_pct",
+              "lever_info_pct", "lever_min_steps", "light_load_pct", "gpu_wait_min_us", "gpu_wait_max_ms", "graph_launch_late_pct", "graph_launch_late_share",
               "graph_launch_late_min_gaps")),
     RuleSpec("matmul", rule_matmul, ("matmul-slow-path", "matmul-below-roofline"), ("ledger", "gpu_kernels"),
              ("slow_matmul_share_pct", "slow_matmul_roofline_pct", "attainable_bandwidth_pct", "attainable_compute_pct", "kernel_floor_us",

@@ -65,7 +65,7 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
         mf_first, mf_last = float(np.median(mf[:third])), float(np.median(mf[-third:]))
         evidence["model_input_tokens_per_request_first"] = round(mf_first, 1)
         evidence["model_input_tokens_per_request_last"] = round(mf_last, 1)
-        model_refeeds = bool((mf >= 2).mean() >= 0.9) and mf_last >= mf_first + th.kv_min_context_growth / 2 and _corr(seq, mf) >= th.kv_model_refeed_corr
+        model_refeeds = bool((mf >= 2).mean() >= th.kv_refeed_steps_share) and mf_last >= mf_first + th.kv_min_context_growth / 2 and _corr(seq, mf) >= th.kv_model_refeed_corr
     evidence.update(_decode_vs_prefill_mix(report))
     time_grows = ratio >= th.kv_growth_ratio and corr >= th.kv_trend_corr
     if time_grows:
@@ -81,7 +81,7 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
     # MAX's op ranges on a CPU are host wall time (load-dependent): evidence there, a trigger only for GPU kernels
     kernels_grow = (kernel_growth is not None and kernel_growth >= th.kv_growth_ratio and kernel_corr >= th.kv_trend_corr
                     and not (on_cpu and not _gpu_kernels_of(report)))
-    refeeds = bool((fed >= 2).mean() >= 0.9) and fed_last >= fed_first + th.kv_min_context_growth / 2
+    refeeds = bool((fed >= 2).mean() >= th.kv_refeed_steps_share) and fed_last >= fed_first + th.kv_min_context_growth / 2
     if time_grows and host_contended(report, th):
         # other processes held the cores: a step time rising through the run says more about them than about the cache
         # (host-contention says so); token counts and GPU kernel times still judge

@@ -84,7 +84,7 @@ def _idle_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | N
             next_step="The GPU is not the bottleneck: a kernel deep dive adds nothing until it is busy. Raise the batch size / concurrency "
             "(more work per launch), or find where the host's time goes per step:",
             command=_host_command(report))
-    graphs = before >= 0.5 * idle
+    graphs = before >= th.graph_launch_late_share * idle
     if graphs:
         title = (f"The GPU waits {idle:.2f} ms of {where} ({pct:.0f} % of {p.step_ms:.2f} ms) for the host, "
                  f"{before:.2f} ms of it before the step's device graph is launched")
