@@ -116,16 +116,16 @@ class _Recording:
             started_unix_s=self.started,
             ended_unix_s=time.time(),
             target=type(owner.pipeline).__name__,
-            model_path=owner.model_path,
-            devices=owner.devices,
+            model_path=owner.model_path or pipeline_model_path(owner.pipeline),
+            devices=owner.devices or pipeline_devices(owner.pipeline),
             device_graph_capture=_device_graph_capture(owner.pipeline),
             profiling_mode=os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
             collectors=["pipeline-hook"]
             + ([sampler.sampler.source] if sampler is not None else [])
             + ([f"kernels:{owner.kernel_mode}"] if owner.kernel_mode != "off" else []),
             phase_markers=self.hook.marker.kind,
-            model_config=read_model_config(owner.model_path) if owner.model_path else None,
-            model_weights=read_model_weights(owner.model_path) if owner.model_path else None,
+            model_config=read_model_config(path) if (path := owner.model_path or pipeline_model_path(owner.pipeline)) else None,
+            model_weights=read_model_weights(path) if path else None,
             interface="python",
             unix_minus_perf_counter_ns=UNIX_MINUS_PERF_COUNTER_NS,
         )
@@ -352,6 +352,26 @@ class ProfileSession(Profiler):
     def raw(self) -> RawCapture:
         """What this session recorded, before analysis (save it with ``.save(path)``; rebuild with ``build_report``)."""
         return self.raw_capture
+
+
+def pipeline_model_path(pipeline: Any) -> str | None:
+    """The local model folder the pipeline was loaded from (its config's ``model.model_path``), when it is one."""
+    cfg = getattr(pipeline, "_pipeline_config", None) or getattr(pipeline, "pipeline_config", None)
+    path = getattr(getattr(cfg, "model", None), "model_path", None)
+    return path if isinstance(path, str) and os.path.isdir(path) else None
+
+
+def pipeline_devices(pipeline: Any) -> str | None:
+    """The pipeline's devices said as the CLI's ``--devices`` says them (``cpu``, ``gpu``, ``gpu:0,1``): a capture from Python
+    and one from the CLI of the same setup compare (``max-profile diff``)."""
+    devices = getattr(pipeline, "_devices", None) or getattr(getattr(pipeline, "_pipeline_model", None), "devices", None)
+    if not isinstance(devices, (list, tuple)) or not devices:
+        return None
+    accelerators = [d for d in devices if not getattr(d, "is_host", str(getattr(d, "label", "cpu")) == "cpu")]
+    if not accelerators:
+        return "cpu"
+    ids = [int(getattr(d, "id", 0)) for d in accelerators]
+    return "gpu" if ids == [0] else "gpu:" + ",".join(map(str, ids))
 
 
 def _device_graph_capture(pipeline: Any) -> bool | None:

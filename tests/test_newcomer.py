@@ -259,3 +259,29 @@ def test_unknown_flags_suggest_the_close_ones_and_a_bare_call_lists_the_verbs() 
     assert res.returncode == 2 and "did you mean --launches" in res.stderr, res.stderr
     res = run_cli(timeout=60)
     assert res.returncode == 2 and "one of: doctor, make-model, demo, run" in res.stderr, res.stderr
+
+
+def test_reports_take_the_terminal_width() -> None:
+    """`print(prof.report)` and `--text` files take the terminal's width (COLUMNS), as the CLI does; never under 80."""
+    import os
+    import subprocess
+
+    code = ("from max_profile.model import RawCapture; from max_profile import build_report; "
+            f"print(build_report(RawCapture.load({str(SMALL_RAW)!r})))")
+    for columns in (80, 100, 150):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "COLUMNS": str(columns)}, timeout=120).stdout
+        widths = [len(line) for line in out.splitlines()]
+        assert max(widths) == columns, (columns, max(widths))
+
+
+def test_our_own_outputs_fed_back_name_what_to_pass(tmp_path: Path) -> None:
+    for name, text in (("trace.pftrace", "\x0a\x05junk"), ("report.html", "<!doctype html><html></html>"), ("report.txt", "╭─ Environment")):
+        path = tmp_path / name
+        path.write_text(text)
+        res = run_cli("report", str(path), timeout=60)
+        line = _one_error_line(res.stderr)
+        assert res.returncode == 2 and "--raw" in line and len(line) - len(str(path)) <= 140, line
+    odd = tmp_path / "odd.bin"
+    odd.write_bytes(bytes(range(256)) * 4)
+    line = _one_error_line(run_cli("report", str(odd), timeout=60).stderr)
+    assert "unrecognized format" in line and len(line) - len(str(odd)) <= 200, line

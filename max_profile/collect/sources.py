@@ -169,8 +169,25 @@ def detect_format(path: str) -> Source:
     for source in SOURCES:
         if source.sniff(head):
             return source
-    kinds = ", ".join(s.describe for s in SOURCES if s.describe)
-    raise TraceFormatError(f"{path}: unrecognized format (expected {kinds}); first line: {head.first_row[:100]!r}")
+    own = _own_output(path, head)
+    if own:
+        raise TraceFormatError(f"{path}: {own}: pass the run's --raw capture (or its --json report)")
+    first = head.first_row[:60].encode("ascii", "backslashreplace").decode()
+    raise TraceFormatError(f"{path}: unrecognized format (first bytes {first!r}); it reads raw captures, reports, nsys, rocprofv3, "
+                           "Kineto, ncu and `max generate --profile` output")
+
+
+_OWN_OUTPUTS = ((".pftrace", "a Perfetto trace (--perfetto; open it in ui.perfetto.dev)"), (".html", "an HTML page (--html)"),
+                (".htm", "an HTML page (--html)"), (".prom", "Prometheus text (--prometheus)"), (".txt", "a text report (--text)"))
+
+
+def _own_output(path: str, head: Head) -> str | None:
+    """What one of max_profile's own write-only outputs is, when ``path`` is one (by its extension and first bytes)."""
+    name = path.lower().removesuffix(".gz")
+    said = next((what for ext, what in _OWN_OUTPUTS if name.endswith(ext)), None)
+    if said is None and head.text.lstrip().startswith(("<!doctype html", "<html")):
+        said = "an HTML page (--html)"
+    return said
 
 
 def load_any(path: str) -> RawCapture | Report:

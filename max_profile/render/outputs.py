@@ -47,12 +47,11 @@ def _requests(raw: RawCapture | None) -> Sequence[RequestRecord]:
 def _text(report: Report, raw: RawCapture | None, path: str) -> str:
     from max_profile.render.text import render_text
 
-    write_output(path, render_text(report, width=TEXT_FILE_WIDTH).encode())
+    write_output(path, render_text(report).encode())  # the terminal's width, as the CLI prints it (COLUMNS=N sets it)
     return f"text report written to {path}"
 
 
-TEXT_FILE_WIDTH = 120
-"""Columns of a text report written to a file (a terminal's own width is used when printing)."""
+
 
 
 def _json(report: Report, raw: RawCapture | None, path: str) -> str:

@@ -91,7 +91,7 @@ def growth_text(s: StepSummary) -> str | None:
     decode = next((p for p in s.phases if p.phase == "decode"), None)
     floor = 0.01 * decode.p50_ms if decode else 0.0
     if g <= floor:
-        return f"decode step time flat with the context ({g:+.2f} ms per 100 tokens)"
+        return "decode step time flat with the context"  # a slope at or below 1 % of the step (negative: noise) is no trend
     return f"decode step +{g:.2f} ms per 100 context tokens"
 
 
@@ -439,7 +439,9 @@ def host_load_line(report: Report) -> RenderableType | None:
     if load is None:
         return None
     others = ", ".join(f"{p.name} {p.cores:.2f}" for p in load.busiest_others[:3])
-    return Text(f"host CPU over the window: {_f(load.cpu_busy_pct, '.0f', '%')} busy of {load.cores} cores; this process tree {load.own_cores:.2f} cores, "
+    # two readings of one thing (the kernel's idle counter, the processes' CPU times): the larger is said, never one below the other
+    busy = max(load.cpu_busy_pct or 0.0, min(100.0, 100.0 * (load.own_cores + load.other_cores) / load.cores)) if load.cores else load.cpu_busy_pct
+    return Text(f"host CPU over the window: {_f(busy, '.0f', '%')} busy of {load.cores} cores; this process tree {load.own_cores:.2f} cores, "
                 f"other processes {load.other_cores:.2f}" + (f" ({others})" if others else ""), style="dim")
 
 
@@ -458,7 +460,7 @@ def render_renderables(report: Report, width: int = DEFAULT_WIDTH) -> list[Rende
         steps_section(report, width) if report.steps or report.step_summary is not None else None,
         utilization_section(report, width) if report.utilization is not None or (measured and report.serve is None and report.steps) else None,
         kernels_section(report, width),
-        decode_cost_section(report.decode_cost, width),
+        decode_cost_section(report.decode_cost, width) if report.environment.vendor != "none" else None,  # no peaks on a CPU: no roofline box
         analyses_section(report.kernel_analyses),
         host_load_line(report),
     ]
@@ -469,7 +471,17 @@ def render_renderables(report: Report, width: int = DEFAULT_WIDTH) -> list[Rende
     return [s for s in sections if s is not None]
 
 
-def render_text(report: Report, width: int = DEFAULT_WIDTH, color: bool = False) -> str:
+def terminal_width() -> int:
+    """The terminal's width (``COLUMNS`` first, as the CLI's console reads it), DEFAULT_WIDTH where there is none; never
+    under 80 (every table fits 80 columns)."""
+    import shutil
+
+    return max(shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns, 80)
+
+
+def render_text(report: Report, width: int | None = None, color: bool = False) -> str:
+    """The report as text, ``width`` columns wide (default: the terminal's, as the CLI prints it)."""
+    width = width or terminal_width()
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=color, color_system="auto" if color else None, highlight=False)
     for r in render_renderables(report, width):
