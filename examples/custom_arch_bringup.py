@@ -42,6 +42,9 @@ for check in result.checks:
     print(f"{'ok' if check.ok else check.severity:8s} {check.id}: {check.message}")
 if not result.ok:
     sys.exit(f"preflight failed for {args.package}: fix the errors above before loading")
+not_used = next((c for c in result.checks if c.id == "model-arch-not-custom" and not c.ok), None)
+if not_used is not None:  # the built-in would run: nothing measured below would say anything about the package
+    sys.exit(f"stopping: {not_used.message}; fix: {not_used.fix}")
 architecture = args.architecture or result.architectures[0]
 
 model_path = args.model_path or str(build_tiny_llama(Path(args.out) / f"model-{architecture}", architecture=architecture))

@@ -50,6 +50,15 @@ def test_custom_arch_bringup(package: str, fused: str, tmp_path: Path) -> None:
     assert ("unfused-attention" in res.stdout) == (fused == "NO")
 
 
+def test_custom_arch_bringup_stops_when_the_builtin_would_run(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A model whose config.json names MAX's built-in Llama, with a package that registers another name: the built-in would
+    run, so the bring-up stops before the load instead of concluding anything about the package."""
+    res = _run("custom_arch_bringup.py", "--package", str(REPO / "custom_archs" / "llama_custom"), "--model-path", str(tiny_model_dir),
+               "--out", str(tmp_path))
+    assert res.returncode != 0 and "stopping:" in res.stderr and "never used" in res.stderr, res.stderr[-2000:]
+    assert "fused attention kernel in decode" not in res.stdout
+
+
 def test_import_trace_default_and_damaged(tmp_path: Path) -> None:
     res = _run("import_trace.py")
     assert res.returncode == 0, res.stderr

@@ -221,3 +221,12 @@ def test_signature_drift_reported_at_load_with_call_site(tmp_path: Path) -> None
     assert msg.startswith("signature drift in the custom architecture: TypeError")
     assert "unexpected keyword argument 'kv_cache_strategy'" in msg
     assert f"{pkg}/model.py:" in msg
+
+
+def test_a_mistyped_package_path_is_the_only_error(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A package path that does not exist, with a correct model: one error (the path), no second one about the model's
+    architecture ('registered neither by the package nor by MAX', with advice to edit a correct config.json)."""
+    r = check_architecture(str(tmp_path / "no_such_pkg"), str(tiny_model_dir))
+    errors = [c for c in r.checks if not c.ok and c.severity == "error"]
+    assert [c.id for c in errors] == ["spec-exists"], r.checks
+    assert not any(c.id.startswith("model-arch") for c in r.checks)

@@ -175,7 +175,14 @@ def check_architecture(spec: str, model_path: str | None = None, serve: bool = F
         checks.append(_check("builtin-clash", False, "warning",
                              f"{clash!r} is also a built-in MAX architecture: MAX 26.7 lets the custom one replace it silently (only a DEBUG log line)",
                              fix=f"profile the built-in {clash!r} instead (drop --custom-architectures), or give the custom architecture its own name"))
-    checks += _model_checks(model_path, serve, max_length, registered, builtins, child.get("tasks", {}), child.get("prompt_tokens"))
+    if child.get("architectures") is None:
+        # the package could not be imported (a mistyped path, an import error): what it registers is unknown, so the model's
+        # architecture is not judged against it (its error above is the only one); the tokenizer and length checks still run
+        model_checks = [c for c in _model_checks(model_path, serve, max_length, registered, builtins, child.get("tasks", {}), child.get("prompt_tokens"))
+                        if not c.id.startswith("model-arch")]
+    else:
+        model_checks = _model_checks(model_path, serve, max_length, registered, builtins, child.get("tasks", {}), child.get("prompt_tokens"))
+    checks += model_checks
     return PreflightResult(spec=spec, max_version=max_version(), checks=checks, architectures=registered, duration_s=time.perf_counter() - t0,
                            package_import_s=child.get("import_s"))
 
