@@ -18,8 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from max_profile import check_architecture, profile
-from max_profile.collect.nvtx_log import restart_with_nvtx_log
+from max_profile import check_architecture, profile, restart_with_op_ranges
 from max_profile.model import KernelBreakdown
 from max_profile.runner import generate, load_model
 from max_profile.tinymodel import build_tiny_llama
@@ -33,8 +32,8 @@ ap.add_argument("--out", default="max-profile-bringup", help="where the tiny mod
 ap.add_argument("--tokens", type=int, default=24)
 args = ap.parse_args()
 
-# MAX's op ranges are logged only when the NVTX library is loaded at process start: restart once
-restart_with_nvtx_log([sys.executable, *sys.argv], "cpu")
+# MAX's op ranges are logged only when the NVTX library is loaded at process start: restart once (the log goes at exit)
+restart_with_op_ranges("cpu")
 
 # 1. preflight: seconds, in a child process; nothing of the package is imported here
 result = check_architecture(args.package, args.model_path)

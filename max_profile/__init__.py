@@ -42,7 +42,7 @@ _model.set_text_renderer(render_text)
 
 def __getattr__(name: str) -> object:
     # Heavy imports (MAX, numpy analysis) only when the API is used.
-    if name in ("profile", "ProfileSession", "Profiler", "capture"):
+    if name in ("profile", "ProfileSession", "Profiler", "capture", "restart_with_op_ranges"):
         from max_profile import session
 
         return getattr(session, name)
@@ -63,6 +63,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "restart_with_op_ranges",
     "Capture",
     "CaptureError",
     "Environment",

@@ -381,6 +381,31 @@ def _device_graph_capture(pipeline: Any) -> bool | None:
     return bool(value) if value is not None else None
 
 
+def restart_with_op_ranges(devices: str = "cpu") -> None:
+    """The one call that makes ``profile(pipeline, kernels="nvtx-log")`` record MAX's op ranges from a script: first thing in
+    the script (before MAX loads a model), it re-runs the script once with max_profile's NVTX log library injected and
+    ``MODULAR_ENABLE_PROFILING=on`` (the first run of a model shape that way compiles it again); in the re-run it returns
+    at once. The log lives in max_profile's cache folder and is removed when the script ends.
+
+    Equivalent from the shell: ``max-profile run --kernels nvtx-log`` (the same re-execution)."""
+    import atexit
+    import sys
+
+    from max_profile.collect.nvtx_log import restart_with_nvtx_log
+
+    restart_with_nvtx_log([sys.executable, *sys.argv], devices)
+    log = attached_nvtx_log()
+    if log:
+        atexit.register(_remove_quietly, log)
+
+
+def _remove_quietly(path: str) -> None:
+    import contextlib
+
+    with contextlib.suppress(OSError):
+        os.remove(path)
+
+
 def profile(target: Any, **kwargs: Any) -> ProfileSession:
     """Profile a MAX text-generation pipeline in-process.
 

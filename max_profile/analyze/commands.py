@@ -125,6 +125,10 @@ def python(cmd: Command) -> str:
             same = [f"{k}={a[k]!r}" for k in _GENERATION_ARGS if k in a]
             extra = f"  (as before: {', '.join(same)})" if same else ""
             line = f"with max_profile.profile(pipeline, kernels={kernels!r}, {_kw(a, drop=_GENERATION_ARGS)}) as prof: ...{extra}"
+            if kernels == "nvtx-log":  # MAX's op ranges need the process started for them: the one call that does it, first
+                devices = str(a.get("devices", "cpu"))
+                line = (f"max_profile.restart_with_op_ranges({devices!r})  # first thing in the script, before MAX loads the model; "
+                        f"then: {line}")
     elif cmd.verb == "kernel":
         a.pop("set", None)
         name = cmd.positional[0] if cmd.positional else "NAME"

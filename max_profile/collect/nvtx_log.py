@@ -261,9 +261,9 @@ def restart_with_nvtx_log(argv: list[str], devices: str) -> None:
     """Re-run this process (``os.execve`` of ``argv``) with the NVTX log library loaded, unless it already is.
 
     MAX's op ranges reach the log only when the library is injected at process start and
-    ``MODULAR_ENABLE_PROFILING=on`` is set before the model loads; a script calls this first thing
-    (``restart_with_nvtx_log([sys.executable, *sys.argv], "cpu")``) and then profiles with
-    ``kernels="nvtx-log"``. The first run of a model shape with profiling on recompiles it.
+    ``MODULAR_ENABLE_PROFILING=on`` is set before the model loads. Scripts call
+    :func:`max_profile.restart_with_op_ranges` first thing (which uses this and removes the log at exit), then
+    profile with ``kernels="nvtx-log"``. The first run of a model shape with profiling on recompiles it.
     """
     if "libmax_profile_nvtx" in os.environ.get("NVTX_INJECTION64_PATH", "") and os.environ.get("MAX_PROFILE_NVTX_LOG"):
         return

@@ -1,0 +1,77 @@
+"""The scripted newcomer pass through the front door (issue 32): the README's Python snippet as a user copies it, its
+printed advice followed literally, the result a breakdown; the Python capture diffed with a CLI capture of the same setup;
+a pytest baseline checked against the CLI capture. Real MAX on the CPU, each script in its own process."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from max_profile.model import KernelBreakdown, RawCapture
+from max_profile.pytest import assert_no_regression
+
+from .conftest import REPO, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def readme_snippet(model: Path) -> str:
+    """The README's first Python block, with the user's own model folder and the CPU (no GPU here), the rest as printed."""
+    block = re.search(r"## In Python\n\n```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    assert block is not None
+    code = block.group(1).replace("path/to/model", str(model)).replace('devices="gpu"', 'devices="cpu"')
+    code = code.split("from max_profile.render.html")[0]  # the HTML / Perfetto lines write files: not this pass's question
+    return code.replace('prof.report.save("report.json")', 'prof.report.save("report.json"); print("NEXT:", prof.report.next_measurement)')
+
+
+def run_script(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    script = cwd / "snippet.py"
+    script.write_text(code)
+    return subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True, text=True, timeout=900)
+
+
+def test_readme_snippet_advice_followed_gives_a_breakdown(tiny_model_dir: Path, tmp_path: Path) -> None:
+    first = tmp_path / "first"
+    first.mkdir()
+    res = run_script(readme_snippet(tiny_model_dir), first)
+    assert res.returncode == 0, res.stderr[-3000:]
+    advice = next(line.removeprefix("NEXT: ") for line in res.stdout.splitlines() if line.startswith("NEXT: "))
+    # on a CPU nothing records kernels unless the process was started for MAX's op ranges: the advice says the one call
+    assert advice.startswith("max_profile.restart_with_op_ranges('cpu')"), advice
+    assert "kernels='nvtx-log'" in advice and "max-profile" not in advice.split("#")[0]  # Python, not a shell command
+    first_raw = RawCapture.load(str(first / "raw.json.gz"))
+    assert first_raw.capture.devices == "cpu" and first_raw.capture.model_path == str(tiny_model_dir)  # from the pipeline itself
+    # followed literally: the call first, then profile() with the kernels it names
+    code = readme_snippet(tiny_model_dir)
+    followed = "import max_profile\n" + advice.split("#")[0].strip() + "\n" + code.replace('kernels="auto"', "kernels='nvtx-log'")
+    second = tmp_path / "second"
+    second.mkdir()
+    logs_before = set((REPO / ".cache" / "max_profile").glob("nvtx-*.log"))
+    res = run_script(followed, second)
+    assert res.returncode == 0, res.stderr[-3000:]
+    raw = RawCapture.load(str(second / "raw.json.gz"))
+    from max_profile.analyze.report import build_report
+
+    report = build_report(raw)
+    k = report.kernels
+    assert isinstance(k, KernelBreakdown) and k.kernels > 100 and {p.phase for p in k.phases} >= {"prefill", "decode"}, k
+    assert set((REPO / ".cache" / "max_profile").glob("nvtx-*.log")) <= logs_before, "the op-range log outlived the script"
+
+
+def test_python_and_cli_captures_compare(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The same setup from the README snippet and from the CLI: `diff` compares them (no 'not comparable: devices None vs cpu'),
+    and the pytest gate checks the Python capture against the CLI capture as its baseline."""
+    res = run_script(readme_snippet(tiny_model_dir), tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    cli_raw = tmp_path / "cli_raw.json.gz"
+    run = run_cli("run", "--model-path", str(tiny_model_dir), "--devices", "cpu", "--kernels", "off", "--max-new-tokens", "64", "--raw", str(cli_raw),
+                  "-q", timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    diff = run_cli("diff", str(tmp_path / "raw.json.gz"), str(cli_raw), timeout=300)
+    assert diff.returncode in (0, 1) and "not comparable" not in diff.stdout + diff.stderr, diff.stdout + diff.stderr
+    result = assert_no_regression(RawCapture.load(str(tmp_path / "raw.json.gz")), cli_raw, fail_above=1000.0)
+    assert result is not None and result.comparable, result.reasons
