@@ -212,7 +212,7 @@ def cmd_startup(args: argparse.Namespace, progress: Progress) -> int:
 
     check_model_folder(args.model_path)
     args.warmup = max(args.warmup, 1)
-    env, devices = _prepare_run(args, progress)
+    env, devices = _prepare_run(args, progress, op_ranges_on_cpu=False)   # kernels are not recorded: no profiling compile
     settings = _settings(args, args.model_path, devices)
     raw = RawCapture(environment=env, capture=Capture(started_unix_s=time.time(), target="startup", model_path=args.model_path, devices=devices,
                                                       profiling_mode=os.environ.get("MODULAR_ENABLE_PROFILING", "off"), collectors=["startup"]))
@@ -243,7 +243,7 @@ def _check_generation_args(args: argparse.Namespace) -> None:
         raise InputError("--warmup must be >= 0")
 
 
-def _prepare_run(args: argparse.Namespace, progress: Progress, op_ranges_on_cpu: bool = False) -> tuple[Any, str]:
+def _prepare_run(args: argparse.Namespace, progress: Progress, op_ranges_on_cpu: bool = True) -> tuple[Any, str]:
     """Checks shared by demo and run: flags, environment, devices, the kernel mode (auto resolved once).
 
     ``op_ranges_on_cpu``: with ``--kernels auto`` and no GPU, record MAX's op ranges (the NVTX log) when this
@@ -323,7 +323,7 @@ def cmd_demo(args: argparse.Namespace, progress: Progress) -> int:
     args.html = args.html or str(out / "report.html")
     args.raw = args.raw or str(out / "raw.json.gz")
     _check_outputs(args)  # the defaults too: a read-only --out or a missing renderer fails before the model is built
-    env, devices = _prepare_run(args, progress, op_ranges_on_cpu=True)
+    env, devices = _prepare_run(args, progress)
     on_gpu = devices.startswith("gpu")
     dtype: Literal["float32", "bfloat16"] = "bfloat16" if on_gpu else "float32"
     if on_gpu:
@@ -548,7 +548,9 @@ def _add_generation_flags(p: argparse.ArgumentParser, default_tokens: int = 64) 
     p.add_argument("--batch-size", type=int, default=1, help="prompts in the batch")
     p.add_argument("--warmup", type=int, default=4, help="tokens of an unprofiled warm-up generation (0: none)")
     p.add_argument("--kernels", choices=["off", "cupti", "nvtx-log", "auto"], default="auto",
-                   help="kernel recording: cupti (NVIDIA, in-process), nvtx-log (MAX's op ranges, any device), auto")
+                   help="kernel recording: cupti (NVIDIA, in-process), nvtx-log (MAX's op ranges, any device; device graphs off), off; "
+                   "auto (every verb): cupti on an NVIDIA GPU, nvtx-log on the CPU (off when its library cannot be built), off on "
+                   "another vendor's GPU (nvtx-log would turn its device graphs off)")
     p.add_argument("--interval", type=float, default=0.1, help="GPU sampling interval in seconds (> 0)")
     p.add_argument("--max-length", type=int, default=None, help="MAX --max-length")
     p.add_argument("--quantization-encoding", default=None, help="MAX --quantization-encoding (e.g. float32, bfloat16)")

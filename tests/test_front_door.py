@@ -75,3 +75,21 @@ def test_python_and_cli_captures_compare(tiny_model_dir: Path, tmp_path: Path) -
     assert diff.returncode in (0, 1) and "not comparable" not in diff.stdout + diff.stderr, diff.stdout + diff.stderr
     result = assert_no_regression(RawCapture.load(str(tmp_path / "raw.json.gz")), cli_raw, fail_above=1000.0)
     assert result is not None and result.comparable, result.reasons
+
+
+def test_auto_records_the_same_in_run_as_in_demo_on_the_cpu(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """`--kernels auto` (the default) on the CPU: `run` records MAX's op ranges as `demo` does (it used to pick off and show
+    no breakdown), and both verbs' help says what auto picks on each device."""
+    for verb in ("run", "demo"):
+        text = " ".join(run_cli(verb, "--help", timeout=120).stdout.split())
+        assert "auto (every verb): cupti on an NVIDIA GPU, nvtx-log on the CPU" in text and "another vendor's GPU" in text, text
+    raw_path = tmp_path / "raw.json.gz"
+    res = run_cli("run", "--model-path", str(tiny_model_dir), "--devices", "cpu", "--max-new-tokens", "16", "--raw", str(raw_path), "-q",
+                  timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    from max_profile.analyze.report import build_report
+
+    raw = RawCapture.load(str(raw_path))
+    assert raw.capture.profiling_mode == "on", raw.capture.profiling_mode
+    k = build_report(raw).kernels
+    assert isinstance(k, KernelBreakdown) and {p.phase for p in k.phases} >= {"prefill", "decode"}, k
