@@ -3,7 +3,8 @@
 Verbs: doctor, make-model, demo, run, startup, kernels, kernel, check-arch, serve, attach, report, diff. Every verb
 that captures writes the outputs of :data:`max_profile.render.outputs.OUTPUTS` (``--json``, ``--raw`` — ``max-profile
 report RAW`` rebuilds everything —, ``--text``, ``--html``, ``--perfetto``, ``--prometheus``, ``--otel``); every path
-and library is checked before anything runs. On error: one line ``max-profile: error: ...`` and the exit code of
+and library is checked before anything runs. On error: one line ``max-profile: error: ...`` (at most 200 characters;
+what does not fit follows on indented lines) and the exit code of
 :mod:`max_profile.errors` (1 a regression found by diff, 2 bad input, 3 tool missing, 4 capture failed,
 130 interrupted, 143 terminated, 70 a bug).
 """
@@ -774,7 +775,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_outputs(args)
         return int(func(args, progress) or 0)
     except MaxProfileError as exc:
-        print(f"max-profile: error: {_one_line(exc)}", file=sys.stderr)
+        print(_error_lines(_one_line(exc)), file=sys.stderr)
         return exc.exit_code
     except Terminated:
         print("max-profile: terminated (SIGTERM); everything this command started was stopped", file=sys.stderr)
@@ -785,8 +786,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback
         if os.environ.get("MAX_PROFILE_DEBUG"):
             raise
-        print(f"max-profile: error: unexpected {type(exc).__name__}: {_one_line(exc)} (a bug in max_profile: re-run with MAX_PROFILE_DEBUG=1 "
-              "for the traceback and report it)", file=sys.stderr)
+        print(_error_lines(f"unexpected {type(exc).__name__}: {_one_line(exc)}; a bug in max_profile: re-run with MAX_PROFILE_DEBUG=1 "
+                           "for the traceback and report it"), file=sys.stderr)
         return EXIT_UNEXPECTED
     finally:
         if previous is not None:
@@ -817,6 +818,26 @@ def _on_sigterm_raise() -> Any:
         raise Terminated()
 
     return signal.signal(signal.SIGTERM, handler)
+
+
+ERROR_LINE_MAX = 200
+"""The ``max-profile: error:`` line is at most this long; what does not fit goes on indented lines below it."""
+
+
+def _error_lines(message: str, prefix: str = "max-profile: error: ") -> str:
+    """The error line, cut after the last clause (``; ``, then ``: ``, ``, ``, a space) that fits ERROR_LINE_MAX; the rest
+    below it, indented, one clause a line."""
+    room = ERROR_LINE_MAX - len(prefix)
+    if len(message) <= room:
+        return prefix + message
+    for sep in ("; ", ": ", ", ", " "):
+        cut = message.rfind(sep, 0, room)
+        if cut > room // 3:
+            head, rest = message[:cut + len(sep.rstrip())], message[cut + len(sep):]
+            break
+    else:
+        head, rest = message[:room], message[room:]
+    return prefix + head + "\n" + "\n".join("  " + part for part in rest.split("; "))
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,6 +1,6 @@
 """The one error hierarchy: every failure a user can meet is a :class:`MaxProfileError` with its exit code.
 
-The CLI prints ``max-profile: error: <message>`` and exits with ``exit_code``:
+The CLI prints ``max-profile: error: <message>`` (a line of at most 200 characters; the rest on indented lines below it) and exits with ``exit_code``:
 
 ====  =====================================================================================
 1     a significant regression above the threshold (``max-profile diff``, the pytest gate): not an error

@@ -1215,8 +1215,8 @@ class ServeSummary(msgspec.Struct, frozen=True):
 NON_NEGATIVE_SUFFIXES = ("_ms", "_ns", "_us", "_s", "_pct", "bytes", "kernels", "steps", "count", "tokens", "requests", "samples", "_mhz",
                          "batch_size", "index")
 """Numbers under keys ending like these are times, shares or counts: never negative in a valid capture or report."""
-SIGNED_KEYS = ("growth", "correlation", "delta", "slope")
-"""Keys that may be negative: trends."""
+SIGNED_KEYS = ("growth", "correlation", "delta", "slope", "change", "gain")
+"""Keys that may be negative: trends, and changes between two measurements (a step that got faster, a throughput that fell)."""
 
 
 def find_impossible_number(doc: object, key: str = "") -> str | None:

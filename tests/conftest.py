@@ -74,6 +74,21 @@ def loaded_model(tiny_model_dir: Path) -> Iterator[object]:
     model.close()
 
 
+def error_message(stderr: str) -> str:
+    """The CLI's one error: its ``max-profile: error:`` line (at most 200 characters, checked) and the indented lines that
+    continue it, joined; no traceback."""
+    lines = stderr.splitlines()
+    at = [i for i, line in enumerate(lines) if line.startswith("max-profile: error:")]
+    assert len(at) == 1 and "Traceback" not in stderr, stderr
+    assert len(lines[at[0]]) <= 200, f"an error line is at most 200 characters (details go below it): {lines[at[0]]}"
+    rest = []
+    for line in lines[at[0] + 1:]:
+        if not line.startswith("  "):
+            break
+        rest.append(line.strip())
+    return " ".join([lines[at[0]], *rest])
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     import subprocess
 

@@ -11,14 +11,11 @@ import pytest
 
 from max_profile.model import Report
 
-from .conftest import DATA, run_cli
+from .conftest import DATA, error_message, run_cli
 
 
 def _one_error_line(stderr: str) -> str:
-    lines = [ln for ln in stderr.splitlines() if ln.startswith("max-profile: error:")]
-    assert len(lines) == 1, stderr
-    assert "Traceback" not in stderr
-    return lines[0]
+    return error_message(stderr)
 
 
 def test_doctor_reports_missing_tools_with_install_commands(tmp_path: Path) -> None:
@@ -51,6 +48,7 @@ def test_make_model_bad_shape(tmp_path: Path) -> None:
     ("args", "expect"),
     [
         (["run", "--model-path", "/nonexistent/model"], "does not exist"),
+        (["run", "--model-path", "meta-llama/Llama-3.2-1B"], "(a hub id? a local folder is needed: hf download meta-llama/Llama-3.2-1B --local-dir Llama-3.2-1B)"),
         (["run", "--model-path", str(DATA)], "no config.json"),
         (["run", "--model-path", __file__], "is a file"),
         (["run", "--model-path", "MODEL", "--devices", "gpu"], "no GPU is visible"),
@@ -152,3 +150,20 @@ def test_demo_on_the_cpu_writes_its_three_files_and_leaves_nothing_behind(tmp_pa
     assert report.findings and report.step_summary is not None
     assert not list(cache.glob("nvtx-*.log")), "the NVTX log was left in the cache"
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("message", [
+    "short",
+    "/a/very/long/path/" * 8 + "x.csv: unrecognized format (first bytes 'a,b,c'); it reads raw captures, reports, nsys; and more",
+    "word " * 90,
+    "x" * 450,
+])
+def test_an_error_line_fits_200_characters_and_nothing_is_lost(message: str) -> None:
+    from max_profile.cli import ERROR_LINE_MAX, _error_lines
+
+    lines = _error_lines(message).splitlines()
+    assert lines[0].startswith("max-profile: error: ") and len(lines[0]) <= ERROR_LINE_MAX
+    assert all(line.startswith("  ") for line in lines[1:])
+    said = lines[0].removeprefix("max-profile: error: ") + "".join(line[2:] for line in lines[1:])
+    assert said.replace(" ", "").replace(";", "") == message.replace(" ", "").replace(";", "")
+    assert (len(lines) == 1) == (len("max-profile: error: " + message) <= ERROR_LINE_MAX)

@@ -8,11 +8,12 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, cast
 
+import msgspec
 import pytest
 
 from max_profile.analyze.rules.serving import rule_latency_knee
 from max_profile.analyze.thresholds import Thresholds
-from max_profile.model import Finding, LatencyStats, LoadLevel, Report, ServerMetrics
+from max_profile.model import Finding, LatencyStats, LoadLevel, Report, ServerMetrics, find_impossible_number
 
 # boundaries exact in binary: 1.25 = 5/4, 0.25 = 1/4
 TH = Thresholds(knee_min_gain=0.25, knee_min_efficiency=0.5, knee_itl_growth=1.5, knee_batch_growth=1.25, knee_kv_pressure_pct=90.0,
@@ -174,3 +175,13 @@ def test_gpu_side_causes_at_their_boundaries(gpu: float | None, cause: str, seve
     assert f.next_step is not None and advice in f.next_step
     if cause == "unknown":
         assert f.title.endswith("the server's metrics do not say why")
+
+
+def test_a_throughput_that_fell_is_evidence_a_report_can_be_read_back_with() -> None:
+    """Changes between two measurements may be negative: the report reader must not call them damaged (a served window whose
+    recorded decode step came out 0.2 % faster than the untraced one made a report that could not be loaded)."""
+    f = knee(level(1, 100.0), level(2, 80.0))
+    assert f.evidence["throughput_gain_pct"] == -20.0
+    assert find_impossible_number(msgspec.to_builtins({"findings": [f]})) is None
+    assert find_impossible_number({"evidence": {"decode_step_change_pct": -0.2}}) is None
+    assert find_impossible_number({"evidence": {"decode_step_ms": -0.2}}) == "decode_step_ms = -0.2"  # a time still may not

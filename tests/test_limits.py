@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO
+from .conftest import REPO, error_message
 from .nsys_schema import make_nsys_sqlite
 
 GiB = 1 << 30
@@ -39,9 +39,7 @@ def _run_measured(*args: str, env: dict[str, str] | None = None, timeout: float 
 
 
 def _error_line(stderr: str) -> str:
-    lines = [ln for ln in stderr.splitlines() if ln.startswith("max-profile: error:")]
-    assert len(lines) == 1 and "Traceback" not in stderr, stderr
-    return lines[0]
+    return error_message(stderr)
 
 
 def _gzip_bomb(path: Path, decompressed: int) -> None:

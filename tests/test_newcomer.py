@@ -23,7 +23,7 @@ from max_profile.model import KernelBreakdown, RawCapture, Report
 from max_profile.render.text import render_text
 from max_profile.util.procs import clean_child_env
 
-from .conftest import DATA, REPO, default_sigint, run_cli
+from .conftest import DATA, REPO, default_sigint, error_message, run_cli
 
 SMALL_RAW = DATA / "h200" / "small_cupti_raw.json.gz"
 GOOD_ARCH = REPO / "custom_archs" / "llama_custom"
@@ -31,10 +31,9 @@ UNWRITABLE = "/proc"
 
 
 def _one_error_line(stderr: str) -> str:
-    lines = [ln for ln in stderr.splitlines() if ln.startswith("max-profile: error:")]
-    assert len(lines) == 1, stderr
-    assert "Traceback" not in stderr and "unexpected" not in lines[0], stderr
-    return lines[0]
+    message = error_message(stderr)
+    assert "unexpected" not in message, stderr
+    return message
 
 
 @pytest.mark.parametrize(
