@@ -15,6 +15,7 @@ from max_profile.analyze.report import build_report
 from max_profile.analyze.rules import RULES, evaluate
 from max_profile.model import (
     Environment,
+    HostLoad,
     KernelAnalysis,
     LatencyStats,
     LoadLevel,
@@ -126,18 +127,18 @@ def _samples_report(util: float, used: float, reasons: list[str]) -> Report:
     return build_report(synthetic([1.0] * 40, [DENSE] * 40, samples=_samples(util, used, reasons)))
 
 
-def _contended(others: float) -> Report:
-    from max_profile.model import HostLoad
-
+def others(cores: float, own: float = 1.0) -> Report:
+    """Other processes using ``cores`` of a 2-core host beside our ``own``."""
     raw = _idle_capture(0.96, 0.04)
-    raw.capture.host_load = HostLoad(cores=2, window_s=1.0, own_cores=1.0, other_cores=others, cpu_busy_pct=100.0 * (1 + others) / 2)
+    raw.capture.host_load = HostLoad(window_s=1.0, cores=2, cpu_busy_pct=100 * (own + cores) / 2, own_cores=own, other_cores=cores)
     return build_report(raw)
 
 
-def _tracer(callback_pct: float) -> Report:
+def callbacks(pct: float) -> Report:
+    """The kernel recorder's callbacks took ``pct`` % of the window."""
     raw = _idle_capture(0.96, 0.04)
     window_s = (raw.steps[-1].end_ns - raw.steps[0].start_ns) / 1e9
-    return build_report(msgspec.structs.replace(raw, tracer_callback_s=callback_pct / 100 * window_s))
+    return build_report(msgspec.structs.replace(raw, tracer_callback_s=pct / 100 * window_s))
 
 
 def _graphs(hidden: bool) -> Report:
@@ -189,8 +190,8 @@ CASES: dict[str, tuple[Callable[[], Report], Callable[[], Report]]] = {
     "throttled": (lambda: _samples_report(90, 0.5, ["hw_thermal_slowdown"]), lambda: _samples_report(90, 0.5, ["gpu_idle"])),
     "near-oom": (lambda: _samples_report(90, 0.98, []), lambda: _samples_report(90, 0.96, [])),
     "device-graphs": (lambda: _graphs(hidden=True), lambda: _graphs(hidden=False)),
-    "tracer-overhead": (lambda: _tracer(6.0), lambda: _tracer(4.0)),
-    "host-contention": (lambda: _contended(1.0), lambda: _contended(0.5)),
+    "tracer-overhead": (lambda: callbacks(6.0), lambda: callbacks(4.0)),
+    "host-contention": (lambda: others(1.0), lambda: others(0.5)),
     "phases-missing": (lambda: _phases(bare=True), lambda: _phases(bare=False)),
     "unfused-attention": (lambda: real("arch_b_raw.json.gz"), lambda: real("arch_a_raw.json.gz")),
     "unfused-norm": (lambda: _unfused_norm(False), lambda: _unfused_norm(True)),

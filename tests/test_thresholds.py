@@ -17,7 +17,6 @@ from max_profile.analyze.report import build_report
 from max_profile.analyze.rules import evaluate
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import (
-    HostLoad,
     KernelRecord,
     LatencyStats,
     LoadLevel,
@@ -31,7 +30,7 @@ from max_profile.model import (
     UtilizationSample,
 )
 
-from .test_finding_ids import _analysis, _attach_window, _batched, _preflight, _startup, real
+from .test_finding_ids import _analysis, _attach_window, _batched, _outside, _preflight, _startup, callbacks, others, real
 from .test_ledger import _idle_capture
 from .test_multi_device import split_with_allreduce
 from .test_rules import DENSE, GPU_ENV, synthetic
@@ -87,18 +86,6 @@ def clock_pct(pct: float) -> Report:
     s = [UtilizationSample(t_ns=1_000_000 + i * 1_000_000, gpu="nv0", utilization_pct=90, memory_used_bytes=1, memory_total_bytes=10,
                            sm_clock_mhz=int(round(2000 * pct / 100)), max_sm_clock_mhz=2000, throttle_reasons=["sw_power_cap"]) for i in range(40)]
     return build_report(synthetic([1.0] * 40, [DENSE] * 40, samples=s))
-
-
-def others(cores: float, own: float = 1.0) -> Report:
-    raw = _idle_capture(0.96, 0.04)
-    raw.capture.host_load = HostLoad(window_s=1.0, cores=2, cpu_busy_pct=100 * (own + cores) / 2, own_cores=own, other_cores=cores)
-    return build_report(raw)
-
-
-def callbacks(pct: float) -> Report:
-    raw = _idle_capture(0.96, 0.04)
-    window_s = (raw.steps[-1].end_ns - raw.steps[0].start_ns) / 1e9
-    return build_report(msgspec.structs.replace(raw, tracer_callback_s=pct / 100 * window_s))
 
 
 def slowdown(pct: float) -> Report:
@@ -181,13 +168,7 @@ def collectives(pct: float) -> Report:
 
 def outside(pct: float) -> Report:
     """Decode steps of 1 ms (GPU busy 96 %) with a gap between them: the window ``pct`` % outside the steps."""
-    raw = _idle_capture(0.96, 0.04, steps=30)
-    gap = pct / (100 - pct) * 1.0
-    shift = int(gap * 1e6)
-    steps = [msgspec.structs.replace(s, start_ns=s.start_ns + i * shift, end_ns=s.end_ns + i * shift) for i, s in enumerate(raw.steps)]
-    kernels = [msgspec.structs.replace(k, start_ns=k.start_ns + (i // 2) * shift, end_ns=k.end_ns + (i // 2) * shift,
-                                       launch_ns=(k.launch_ns or 0) + (i // 2) * shift) for i, k in enumerate(raw.kernels.records())]
-    return build_report(msgspec.structs.replace(raw, steps=steps, kernels=kernels))
+    return _outside(pct / (100 - pct) * 1.0)
 
 
 def in_flight(pct: float) -> Report:
