@@ -20,6 +20,7 @@ from pathlib import Path
 
 from max_profile import check_architecture, profile, restart_with_op_ranges
 from max_profile.model import KernelBreakdown
+from max_profile.render.text import fit_to_terminal
 from max_profile.runner import generate, load_model
 from max_profile.tinymodel import build_tiny_llama
 
@@ -38,7 +39,7 @@ restart_with_op_ranges("cpu")
 # 1. preflight: seconds, in a child process; nothing of the package is imported here
 result = check_architecture(args.package, args.model_path)
 for check in result.checks:
-    print(f"{'ok' if check.ok else check.severity:8s} {check.id}: {check.message}")
+    print(fit_to_terminal(f"{'ok' if check.ok else check.severity:8s} {check.id}: {check.message}"))
 if not result.ok:
     sys.exit(f"preflight failed for {args.package}: fix the errors above before loading")
 not_used = next((c for c in result.checks if c.id == "model-arch-not-custom" and not c.ok), None)
@@ -58,10 +59,10 @@ kernels = report.kernels
 if isinstance(kernels, KernelBreakdown):
     decode = next((p for p in kernels.phases if p.phase == "decode"), None)
     families = {row.family: row.share_pct for row in (decode.families if decode else kernels.families)}
-    print(f"decode kernel families (% of kernel time): {', '.join(f'{f} {v:.0f}' for f, v in families.items())}")
+    print(fit_to_terminal(f"decode kernel families (% of kernel time): {', '.join(f'{f} {v:.0f}' for f, v in families.items())}"))
     print("fused attention kernel in decode:", "yes" if families.get("attention", 0) > 0 else "NO")
 fed = [s.model_input_tokens or s.input_tokens for s in report.steps if s.phase == "decode"]
-print(f"tokens the model computed per decode step: {sorted(set(fed))} (1 per sequence = the KV cache is used)")
+print(fit_to_terminal(f"tokens the model computed per decode step: {sorted(set(fed))} (1 per sequence = the KV cache is used)"))
 for finding in report.findings:
-    print(f"[{finding.severity}] {finding.id}: {finding.title}")
+    print(fit_to_terminal(f"[{finding.severity}] {finding.id}: {finding.title}"))
 model.close()

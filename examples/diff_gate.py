@@ -21,7 +21,7 @@ from typing import Any
 
 import max_profile
 from max_profile.analyze.diff import diff_reports
-from max_profile.render.text import print_diff
+from max_profile.render.text import fit_to_terminal, print_diff
 from max_profile.runner import generate, load_model
 from max_profile.tinymodel import build_tiny_llama
 from max_profile.util.files import cache_dir
@@ -43,7 +43,7 @@ if before is not None:  # a baseline from other hardware is refused before the m
     here = sorted(g.name or g.key for g in detect_environment(check_tools=False).gpus)
     there = sorted(g.name or g.key for g in before.environment.gpus)
     if here != there:
-        print(f"not comparable: GPUs: {', '.join(there) or 'none'} vs {', '.join(here) or 'none'} (baseline {baseline} vs this machine)")
+        print(fit_to_terminal(f"not comparable: GPUs: {', '.join(there) or 'none'} vs {', '.join(here) or 'none'} (baseline {baseline} vs this machine)"))
         sys.exit(2)
 model_path = args.model_path or str(build_tiny_llama(cache_dir("models") / "diff-gate-tiny-llama"))  # max_profile's cache folder
 model = load_model(model_path, devices=args.devices)
@@ -62,7 +62,7 @@ model.close()
 
 if before is None:
     prof.raw_capture.save(str(baseline))
-    print(f"baseline recorded in {baseline}; commit it, later runs are compared with it")
+    print(fit_to_terminal(f"baseline recorded in {baseline}; commit it, later runs are compared with it"))
     sys.exit(0)
 result = diff_reports(max_profile.build_report(before), prof.report, a_label=str(baseline), b_label="this run",
                       fail_above_pct=args.fail_above, a_raw=before, b_raw=prof.raw_capture)

@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, urlparse
 from max_profile import Profiler, build_report
 from max_profile.model import RawCapture, Report
 from max_profile.render.telemetry import export_otel, otlp_providers_from_env, prometheus_text
+from max_profile.render.text import fit_to_terminal
 from max_profile.runner import generate, load_model
 from max_profile.tinymodel import build_tiny_llama
 
@@ -54,7 +55,7 @@ def publish(raw: RawCapture) -> Report:
         export = otlp_providers_from_env()
         export_otel(report, meter_provider=export.meter_provider, tracer_provider=export.tracer_provider)
         export.finish()
-    print(f"capture {len(captures)}: {len(raw.steps)} steps -> {args.out}", flush=True)
+    print(fit_to_terminal(f"capture {len(captures)}: {len(raw.steps)} steps -> {args.out}"), flush=True)
     return report
 
 
@@ -83,12 +84,12 @@ class Admin(http.server.BaseHTTPRequestHandler):
 signal.signal(signal.SIGUSR1, on_signal)
 admin = http.server.ThreadingHTTPServer(("127.0.0.1", args.admin_port), Admin)
 threading.Thread(target=admin.serve_forever, daemon=True).start()
-print(f"pid {os.getpid()}; admin on http://127.0.0.1:{admin.server_address[1]}/profile?steps=N", flush=True)
+print(fit_to_terminal(f"pid {os.getpid()}; admin on http://127.0.0.1:{admin.server_address[1]}/profile?steps=N"), flush=True)
 
 deadline, completions = time.monotonic() + args.run_seconds, 0
 while time.monotonic() < deadline:  # the app's own work, uninterrupted by profiling
     generate(model, ["the app keeps serving"], 8)
     completions += 1
 admin.shutdown()
-print(f"{completions} completions; {len(captures)} captures", flush=True)
+print(fit_to_terminal(f"{completions} completions; {len(captures)} captures"), flush=True)
 model.close()

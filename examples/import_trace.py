@@ -16,6 +16,7 @@ from pathlib import Path
 
 import max_profile
 from max_profile.model import KernelBreakdown, RawCapture, Report
+from max_profile.render.text import fit_to_terminal
 
 default = Path(__file__).resolve().parent.parent / "tests" / "data" / "h200" / "small_nsys.sqlite.gz"
 path = sys.argv[1] if len(sys.argv) > 1 else str(default)
@@ -24,18 +25,20 @@ try:
     loaded = max_profile.load(path)  # detects the format from the content, not the name
 except max_profile.MaxProfileError as exc:  # damaged, truncated or unknown files: one clear reason
     sys.exit(f"cannot read {path}: {exc}")
+
+
 report = loaded if isinstance(loaded, Report) else max_profile.build_report(loaded)
 if isinstance(loaded, RawCapture):
-    print(f"{path}: {len(loaded.kernels):,} kernels from {loaded.kernel_source}, {len(loaded.ranges)} ranges")
+    print(fit_to_terminal(f"{path}: {len(loaded.kernels):,} kernels from {loaded.kernel_source}, {len(loaded.ranges)} ranges"))
 
 kernels = report.kernels
 if isinstance(kernels, KernelBreakdown):
-    print(f"GPU busy {kernels.gpu_busy_pct:.1f} % of the window; steps from {kernels.step_source}; attribution by {kernels.attribution}")
+    print(fit_to_terminal(f"GPU busy {kernels.gpu_busy_pct:.1f} % of the window; steps from {kernels.step_source}; attribution by {kernels.attribution}"))
     for phase in kernels.phases:
         top = ", ".join(f"{r.family} {r.share_pct:.0f}%" for r in phase.families[:4])
-        print(f"  {phase.phase:8s} {phase.steps:4d} steps, {phase.kernels_per_step or 0:.0f} kernels/step, {phase.kernel_ms_per_step or 0:.3f} ms/step: {top}")
+        print(fit_to_terminal(f"  {phase.phase:8s} {phase.steps:4d} steps, {phase.kernels_per_step or 0:.0f} kernels/step, {phase.kernel_ms_per_step or 0:.3f} ms/step: {top}"))
 for finding in report.findings:
     evidence = ", ".join(f"{k}={v}" for k, v in list(finding.evidence.items())[:3])
-    print(f"[{finding.severity}] {finding.id} ({finding.confidence:.0%}): {finding.title}  [{evidence}]")
+    print(fit_to_terminal(f"[{finding.severity}] {finding.id} ({finding.confidence:.0%}): {finding.title}  [{evidence}]"))
 if report.next_measurement:
-    print(f"next: {report.next_measurement}")
+    print(fit_to_terminal(f"next: {report.next_measurement}"))

@@ -24,6 +24,7 @@ from max.pipelines.modeling.types import RequestID, TextGenerationRequest
 import max_profile
 from max_profile.model import StepSummary
 from max_profile.render.html import render_html
+from max_profile.render.text import fit_to_terminal
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--model-path")
@@ -66,9 +67,9 @@ report = prof.report
 print(report)  # the same text `max-profile run` prints
 summary = report.step_summary
 if isinstance(summary, StepSummary):
-    print(f"TTFT {summary.ttft_ms:.2f} ms, decode {summary.decode_tokens_per_s:.1f} tokens/s")
+    print(fit_to_terminal(f"TTFT {summary.ttft_ms:.2f} ms, decode {summary.decode_tokens_per_s:.1f} tokens/s"))
 for finding in report.findings:
-    print(f"[{finding.severity}] {finding.id}: {finding.title}")
+    print(fit_to_terminal(f"[{finding.severity}] {finding.id}: {finding.title}"))
 prof.raw_capture.save(str(Path(args.out) / "raw.json.gz"))  # `max-profile report raw.json.gz` rebuilds the report
 Path(args.out, "report.html").write_text(render_html(report))
-print(f"raw capture and HTML report in {args.out}")
+print(fit_to_terminal(f"raw capture and HTML report in {args.out}"))

@@ -34,7 +34,7 @@ from max_profile.errors import (
 
 
 class Progress:
-    """One line per long step on stderr, with elapsed time (model build, compile, warm-up)."""
+    """One line per long step on stderr, with elapsed time (model build, compile, warm-up), wrapped at the terminal's width."""
 
     def __init__(self, quiet: bool = False) -> None:
         self.quiet = quiet
@@ -42,7 +42,10 @@ class Progress:
 
     def __call__(self, message: str) -> None:
         if not self.quiet:
-            print(f"[max-profile {time.perf_counter() - self.t0:6.1f}s] {message}", file=sys.stderr, flush=True)
+            from max_profile.render.text import fit_to_terminal  # rich: loaded once the first line prints, not at start
+
+            line = f"[max-profile {time.perf_counter() - self.t0:6.1f}s] {message}"
+            print(fit_to_terminal(line, indent=" " * 22), file=sys.stderr, flush=True)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -821,23 +824,36 @@ def _on_sigterm_raise() -> Any:
 
 
 ERROR_LINE_MAX = 200
-"""The ``max-profile: error:`` line is at most this long; what does not fit goes on indented lines below it."""
+"""The ``max-profile: error:`` line is at most this long (and the terminal's width); what does not fit goes on indented
+lines below it."""
 
 
 def _error_lines(message: str, prefix: str = "max-profile: error: ") -> str:
-    """The error line, cut after the last clause (``; ``, then ``: ``, ``, ``, a space) that fits ERROR_LINE_MAX; the rest
-    below it, indented, one clause a line."""
-    room = ERROR_LINE_MAX - len(prefix)
-    if len(message) <= room:
+    """The error line, cut after the last clause (``; ``, then ``: ``, ``, ``, a space) that fits the terminal's width (or,
+    where none does, ERROR_LINE_MAX); the rest below it, indented, one clause a line, wrapped at the width. Only a name
+    longer than ERROR_LINE_MAX is ever cut."""
+    import textwrap
+
+    from max_profile.render.text import terminal_width  # rich: only when an error prints
+
+    width = min(ERROR_LINE_MAX, terminal_width())
+    if len(prefix) + len(message) <= width:
         return prefix + message
-    for sep in ("; ", ": ", ", ", " "):
-        cut = message.rfind(sep, 0, room)
-        if cut > room // 3:
-            head, rest = message[:cut + len(sep.rstrip())], message[cut + len(sep):]
+    head, rest = "", message
+    for room in (width - len(prefix), ERROR_LINE_MAX - len(prefix)):
+        for sep in ("; ", ": ", ", ", " "):
+            cut = message.rfind(sep, 0, room)
+            if cut > room // 3:
+                head, rest = message[:cut + len(sep.rstrip())], message[cut + len(sep):]
+                break
+        if head:
             break
-    else:
+    if not head:
+        room = ERROR_LINE_MAX - len(prefix)
         head, rest = message[:room], message[room:]
-    return prefix + head + "\n" + "\n".join("  " + part for part in rest.split("; "))
+    return prefix + head + "\n" + "\n".join(
+        textwrap.fill(part, width, initial_indent="  ", subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+        for part in rest.split("; "))
 
 
 def _one_line(exc: BaseException) -> str:

@@ -61,6 +61,7 @@ from max_profile.model import (
     Unavailable,
     Workload,
 )
+from max_profile.render.text import fit_to_terminal
 from max_profile.util.models import check_model_folder
 from max_profile.util.procs import clean_child_env, die_with_parent, kill_group
 
@@ -169,7 +170,8 @@ class ServePlan:
             cmd += ["--custom-architectures", c]
         return cmd
 
-    def describe(self) -> str:
+    def describe(self, width: int | None = None) -> str:
+        """The plan, one ``label  value`` line per part, wrapped at the terminal's width (or ``width``)."""
         lines = [
             f"model        {self.model_path} on {self.devices}",
             f"capture      {self.mode}, {self.duration_s:g} s window, concurrency-1 load on /v1/completions (stream, {self.max_tokens} tokens/request)",
@@ -195,7 +197,7 @@ class ServePlan:
             lines.append("server       " + " ".join(self.serve_command()))
         lines.append("cost         a cold compile takes minutes (about 2 min per shape on 2 CPU cores, 3.5 min on an H200); warm: ~10 s to /health, "
                      f"then {self.duration_s:g} s of capture")
-        return "\n".join(lines)
+        return fit_to_terminal("\n".join(lines), width, indent=" " * 13)
 
 
 MAX_LOG_LINE = 500

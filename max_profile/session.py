@@ -385,7 +385,8 @@ def restart_with_op_ranges(devices: str = "cpu") -> None:
     """The one call that makes ``profile(pipeline, kernels="nvtx-log")`` record MAX's op ranges from a script: first thing in
     the script (before MAX loads a model), it re-runs the script once with max_profile's NVTX log library injected and
     ``MODULAR_ENABLE_PROFILING=on`` (the first run of a model shape that way compiles it again); in the re-run it returns
-    at once. The log lives in max_profile's cache folder and is removed when the script ends.
+    at once. The log lives in max_profile's cache folder: it is written only inside ``profile()`` blocks, emptied once each
+    block is read (a long-running app keeps at most one block's ranges) and removed when the script ends.
 
     Equivalent from the shell: ``max-profile run --kernels nvtx-log`` (the same re-execution)."""
     import atexit
@@ -393,7 +394,7 @@ def restart_with_op_ranges(devices: str = "cpu") -> None:
 
     from max_profile.collect.nvtx_log import restart_with_nvtx_log
 
-    restart_with_nvtx_log([sys.executable, *sys.argv], devices)
+    restart_with_nvtx_log([sys.executable, *sys.argv], devices, gated=True)
     log = attached_nvtx_log()
     if log:
         atexit.register(_remove_quietly, log)

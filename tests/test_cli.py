@@ -158,12 +158,19 @@ def test_demo_on_the_cpu_writes_its_three_files_and_leaves_nothing_behind(tmp_pa
     "word " * 90,
     "x" * 450,
 ])
-def test_an_error_line_fits_200_characters_and_nothing_is_lost(message: str) -> None:
+@pytest.mark.parametrize("columns", [80, 120, 300])
+def test_an_error_line_fits_200_characters_and_nothing_is_lost(message: str, columns: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The error line fits the terminal (COLUMNS) where a clause boundary allows, and 200 characters always; the rest is on
+    indented lines, nothing lost; only a name longer than 200 characters is cut."""
     from max_profile.cli import ERROR_LINE_MAX, _error_lines
 
+    monkeypatch.setenv("COLUMNS", str(columns))
+    width = min(columns, ERROR_LINE_MAX)
     lines = _error_lines(message).splitlines()
     assert lines[0].startswith("max-profile: error: ") and len(lines[0]) <= ERROR_LINE_MAX
     assert all(line.startswith("  ") for line in lines[1:])
     said = lines[0].removeprefix("max-profile: error: ") + "".join(line[2:] for line in lines[1:])
     assert said.replace(" ", "").replace(";", "") == message.replace(" ", "").replace(";", "")
-    assert (len(lines) == 1) == (len("max-profile: error: " + message) <= ERROR_LINE_MAX)
+    assert (len(lines) == 1) == (len("max-profile: error: " + message) <= width)
+    long_names = [w for w in message.split() if len(w) > width]
+    assert all(len(line) <= width for line in lines if not any(w in line for w in long_names) and message != "x" * 450), lines

@@ -21,9 +21,15 @@ from .conftest import REPO
 EXAMPLES = REPO / "examples"
 
 
-def _run(script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=timeout, cwd=str(REPO),
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+def _run(script: str, *args: str, columns: int = 80, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """The example as a user runs it in a terminal ``columns`` wide (COLUMNS): every line it prints fits, unwrapped by the
+    terminal (issue 32: 80 and 120 columns, each example at both across these tests). A single name longer than the width
+    (a deep temporary path) stays whole on its own line."""
+    res = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=timeout, cwd=str(REPO),
+                         env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": str(columns)})
+    too_wide = [line for line in res.stdout.splitlines() if len(line) > columns and " " in line.strip()]
+    assert not too_wide, (script, columns, too_wide[:3])
+    return res
 
 
 def test_every_example_is_tested_here() -> None:
@@ -33,16 +39,18 @@ def test_every_example_is_tested_here() -> None:
     assert all(f'"{name}"' in source for name in scripts), scripts
 
 
-def test_profile_generation(tmp_path: Path) -> None:
-    res = _run("profile_generation.py", "--tokens", "8", "--out", str(tmp_path))
+@pytest.mark.parametrize("columns", [80, 120])
+def test_profile_generation(tmp_path: Path, columns: int) -> None:
+    res = _run("profile_generation.py", "--tokens", "8", "--out", str(tmp_path), columns=columns)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "TTFT" in res.stdout and "decode" in res.stdout
     assert (tmp_path / "report.html").stat().st_size > 10_000 and (tmp_path / "raw.json.gz").exists()
 
 
-@pytest.mark.parametrize(("package", "fused"), [("llama_custom", "yes"), ("llama_unfused_attention", "NO")])
-def test_custom_arch_bringup(package: str, fused: str, tmp_path: Path) -> None:
-    res = _run("custom_arch_bringup.py", "--package", str(REPO / "custom_archs" / package), "--tokens", "16", "--out", str(tmp_path))
+@pytest.mark.parametrize(("package", "fused", "columns"), [("llama_custom", "yes", 120), ("llama_unfused_attention", "NO", 80)])
+def test_custom_arch_bringup(package: str, fused: str, columns: int, tmp_path: Path) -> None:
+    res = _run("custom_arch_bringup.py", "--package", str(REPO / "custom_archs" / package), "--tokens", "16", "--out", str(tmp_path),
+               columns=columns)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "import-drift" in res.stdout
     assert f"fused attention kernel in decode: {fused}" in res.stdout
@@ -60,6 +68,7 @@ def test_custom_arch_bringup_stops_when_the_builtin_would_run(tiny_model_dir: Pa
 
 
 def test_import_trace_default_and_damaged(tmp_path: Path) -> None:
+    assert _run("import_trace.py", columns=120).returncode == 0
     res = _run("import_trace.py")
     assert res.returncode == 0, res.stderr
     # host-bound (a lever of 92 % of the decode step): no "healthy" verdict beside it
@@ -70,8 +79,9 @@ def test_import_trace_default_and_damaged(tmp_path: Path) -> None:
     assert res.returncode == 1 and "cannot read" in res.stderr and "truncated or invalid JSON" in res.stderr
 
 
-def test_profile_serve(tmp_path: Path) -> None:
-    res = _run("profile_serve.py", "--seconds", "2", "--no-warm", "--out", str(tmp_path))
+@pytest.mark.parametrize("columns", [80, 120])
+def test_profile_serve(tmp_path: Path, columns: int) -> None:
+    res = _run("profile_serve.py", "--seconds", "2", "--no-warm", "--out", str(tmp_path), columns=columns)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "TTFT p50" in res.stdout and "(0 failed)" in res.stdout
     assert (tmp_path / "serve_raw.json.gz").exists()
@@ -81,7 +91,7 @@ def test_diff_gate(tmp_path: Path) -> None:
     baseline = tmp_path / "baseline_raw.json.gz"
     res = _run("diff_gate.py", "--baseline", str(baseline), "--tokens", "20")
     assert res.returncode == 0 and "baseline recorded" in res.stdout, res.stderr[-3000:]
-    res = _run("diff_gate.py", "--baseline", str(baseline), "--tokens", "20", "--inject-delay-ms", "25")
+    res = _run("diff_gate.py", "--baseline", str(baseline), "--tokens", "20", "--inject-delay-ms", "25", columns=120)
     assert res.returncode == 1, res.stdout + res.stderr[-2000:]
     assert "REGRESSION" in res.stdout
     # a baseline from another machine and model (the H200 capture): not comparable, exit 2
@@ -92,7 +102,7 @@ def test_diff_gate(tmp_path: Path) -> None:
 
 def test_embed_in_app(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, str(EXAMPLES / "embed_in_app.py"), "--run-seconds", "10", "--steps", "10", "--out", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "80"},
                             start_new_session=True)
     try:
         assert proc.stdout is not None
@@ -117,6 +127,7 @@ def test_embed_in_app(tmp_path: Path) -> None:
     assert len([s for s in first.steps if s.batch_size]) == 10
     assert len([s for s in served.steps if s.batch_size]) == 5
     assert "2 captures" in out and int(out.split(" completions")[0].split()[-1]) > 3
+    assert all(len(printed) <= 80 for printed in [line, *out.splitlines()]), out
     names = {f.name for f in text_string_to_metric_families((tmp_path / "metrics.prom").read_text())}
     assert "gen_ai_server_time_per_output_token_seconds" in names
     assert json.loads((tmp_path / "capture-2.json").read_text())["capture"]["target"] == "TextGenerationPipeline"

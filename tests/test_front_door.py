@@ -93,3 +93,58 @@ def test_auto_records_the_same_in_run_as_in_demo_on_the_cpu(tiny_model_dir: Path
     assert raw.capture.profiling_mode == "on", raw.capture.profiling_mode
     k = build_report(raw).kernels
     assert isinstance(k, KernelBreakdown) and {p.phase for p in k.phases} >= {"prefill", "decode"}, k
+
+
+LONG_RUNNING_APP = """
+import json, os, sys
+import max_profile
+max_profile.restart_with_op_ranges('cpu')
+from max.pipelines import AutoModel, AutoTokenizer
+from max_profile import profile
+from max_profile.session import attached_nvtx_log
+
+MODEL = sys.argv[1]
+model = AutoModel(MODEL, devices="cpu")
+tok = AutoTokenizer(MODEL)
+log = attached_nvtx_log()
+
+def size():
+    from max_profile.collect.nvtx_log import flush_in_process
+    flush_in_process()
+    return os.path.getsize(log)
+
+out = {"log": log, "sizes": [], "ops": [], "notes": []}
+for block in range(2):
+    model.generate(**tok(["outside any recording"]), max_new_tokens=8)   # the app's own work
+    out["sizes"].append(size())
+    with profile(model, kernels="nvtx-log", model_path=MODEL) as prof:
+        model.generate(**tok(["I believe the meaning of life is"]), max_new_tokens=8)
+    out["sizes"].append(size())
+    out["ops"].append(len(prof.raw_capture.kernels))
+    out["notes"].append(prof.raw_capture.notes)
+print("RESULT", json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("cap_bytes", [None, 40_000])
+def test_op_range_log_of_a_long_running_app_stays_bounded(tiny_model_dir: Path, tmp_path: Path, cap_bytes: int | None) -> None:
+    """Issue 32 item 7: after `restart_with_op_ranges`, the app's own steps outside `profile()` write nothing to the log,
+    each block's ranges are removed once read (the log is empty again after every block), every block still gets its
+    ops, and the log file is gone when the script ends. With a size cap, the block says that events were dropped."""
+    import json
+    import os
+
+    script = tmp_path / "app.py"
+    script.write_text(LONG_RUNNING_APP)
+    env = {**os.environ}
+    if cap_bytes:
+        env["MAX_PROFILE_NVTX_LOG_MAX_BYTES"] = str(cap_bytes)
+    res = subprocess.run([sys.executable, str(script), str(tiny_model_dir)], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=900, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(next(line.removeprefix("RESULT ") for line in res.stdout.splitlines() if line.startswith("RESULT ")))
+    assert out["sizes"] == [0, 0, 0, 0], out["sizes"]  # nothing outside blocks, nothing kept after a block is read
+    assert all(n > 0 for n in out["ops"]), out["ops"]
+    capped = [any("size cap" in note for note in notes) for notes in out["notes"]]
+    assert capped == ([True, True] if cap_bytes else [False, False]), out["notes"]
+    assert not os.path.exists(out["log"]), "the op-range log outlived the script"

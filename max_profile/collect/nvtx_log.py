@@ -101,24 +101,70 @@ def log_path_for(template: str, pid: int | None = None) -> str:
     return template.replace("%p", str(os.getpid() if pid is None else pid))
 
 
-def injection_env(log_path: str, lib: str | None = None, profiling: str = "on") -> dict[str, str]:
-    """Environment variables that make a new process log its NVTX ranges to ``log_path`` (``%p`` = pid)."""
-    return {
+LOG_CAP_ENV = "MAX_PROFILE_NVTX_LOG_MAX_BYTES"
+"""The log's size cap in bytes (default 1 GiB); events past it are counted, not written."""
+GATED_ENV = "MAX_PROFILE_NVTX_GATED"
+"""Set to ``1``: the library writes only inside ``profile()`` blocks and the log is emptied after each is read."""
+
+
+def injection_env(log_path: str, lib: str | None = None, profiling: str = "on", gated: bool = False) -> dict[str, str]:
+    """Environment variables that make a new process log its NVTX ranges to ``log_path`` (``%p`` = pid).
+
+    ``gated``: for a long-running app, nothing is written outside recordings, and each recording's part is removed once
+    read (the log stays as small as one ``profile()`` block)."""
+    env = {
         "NVTX_INJECTION64_PATH": lib or build_injection_library(),
         "MAX_PROFILE_NVTX_LOG": log_path,
         "MODULAR_ENABLE_PROFILING": profiling,
     }
+    if gated:
+        env[GATED_ENV] = "1"
+    return env
+
+
+def _in_process_library() -> ctypes.CDLL | None:
+    """The injection library when this process was started with it (``None`` otherwise)."""
+    lib = os.environ.get("NVTX_INJECTION64_PATH", "")
+    if "libmax_profile_nvtx" not in lib:
+        return None
+    try:
+        return ctypes.CDLL(lib)
+    except OSError:
+        return None
+
+
+def _call_in_process(symbol: str, *args: int) -> int | None:
+    lib = _in_process_library()
+    fn = getattr(lib, symbol, None) if lib is not None else None
+    if fn is None:
+        return None
+    fn.restype = ctypes.c_ulonglong if symbol == "max_profile_nvtx_dropped" else None
+    return fn(*args)  # type: ignore[no-any-return]
 
 
 def flush_in_process() -> None:
     """Flush this process's log buffer when the injection library is loaded here."""
-    lib = os.environ.get("NVTX_INJECTION64_PATH", "")
-    if "libmax_profile_nvtx" not in lib:
-        return
-    try:
-        ctypes.CDLL(lib).max_profile_nvtx_flush()
-    except (OSError, AttributeError):
-        pass
+    _call_in_process("max_profile_nvtx_flush")
+
+
+def gated_in_process() -> bool:
+    """Whether this process's log is written only inside recordings (started with ``MAX_PROFILE_NVTX_GATED=1``)."""
+    return os.environ.get(GATED_ENV) == "1" and _in_process_library() is not None
+
+
+def set_recording_in_process(on: bool) -> None:
+    """Gated log: start / stop writing this process's NVTX events."""
+    _call_in_process("max_profile_nvtx_record", int(on))
+
+
+def dropped_in_process() -> int:
+    """Events this process's log did not write because it reached its size cap (:data:`LOG_CAP_ENV`)."""
+    return _call_in_process("max_profile_nvtx_dropped") or 0
+
+
+def truncate_in_process() -> None:
+    """Gated log: empty the log once a recording has been read (the size cap starts again)."""
+    _call_in_process("max_profile_nvtx_truncate")
 
 
 @dataclass
@@ -257,17 +303,18 @@ def max_profiling_usable(devices: str) -> bool:
     return False
 
 
-def restart_with_nvtx_log(argv: list[str], devices: str) -> None:
+def restart_with_nvtx_log(argv: list[str], devices: str, gated: bool = False) -> None:
     """Re-run this process (``os.execve`` of ``argv``) with the NVTX log library loaded, unless it already is.
 
     MAX's op ranges reach the log only when the library is injected at process start and
     ``MODULAR_ENABLE_PROFILING=on`` is set before the model loads. Scripts call
     :func:`max_profile.restart_with_op_ranges` first thing (which uses this and removes the log at exit), then
     profile with ``kernels="nvtx-log"``. The first run of a model shape with profiling on recompiles it.
+    ``gated``: the log holds only the recording being read (see :func:`injection_env`), for scripts that run on.
     """
     if "libmax_profile_nvtx" in os.environ.get("NVTX_INJECTION64_PATH", "") and os.environ.get("MAX_PROFILE_NVTX_LOG"):
         return
     if not max_profiling_usable(devices):
         raise ToolMissingError(f"MAX op ranges on {devices}: {MAX_GPU_NVTX_PROBLEM}. Use kernels='cupti' on NVIDIA GPUs")
-    env = {**os.environ, **injection_env(str(cache_dir() / "nvtx-%p.log"))}
+    env = {**os.environ, **injection_env(str(cache_dir() / "nvtx-%p.log"), gated=gated)}
     os.execve(argv[0], argv, env)

@@ -17,6 +17,13 @@ from typing import Any, Protocol
 
 from max_profile.collect.gpu_sampling import GpuSampler
 from max_profile.collect.host_load import HostLoadProbe
+from max_profile.collect.nvtx_log import (
+    LOG_CAP_ENV,
+    dropped_in_process,
+    gated_in_process,
+    set_recording_in_process,
+    truncate_in_process,
+)
 from max_profile.errors import MaxProfileError
 from max_profile.model import HostLoad, KernelTable, PhaseRange, RawCapture, Unavailable, ranges_within
 
@@ -170,14 +177,28 @@ class NvtxLogRecorder:
 
     def __init__(self, log_path: str | None) -> None:
         self.log_path = log_path
+        self.gated = bool(log_path) and gated_in_process()
 
     def start(self) -> None:
-        return None
+        if self.gated:
+            set_recording_in_process(True)
 
     def stop(self, failed: bool) -> None:
-        return None
+        if self.gated:
+            set_recording_in_process(False)
 
     def fill(self, raw: RawCapture, window: tuple[int, int] | None) -> None:
+        try:
+            self._fill(raw, window)
+        finally:
+            dropped = dropped_in_process() if self.log_path else 0
+            if self.gated:  # read: the log keeps nothing of this block (a long-running app's log stays bounded)
+                truncate_in_process()
+            if dropped:
+                raw.notes.append(f"the op-range log reached its size cap ({LOG_CAP_ENV}): {dropped} later NVTX events were "
+                                 "not recorded, so the op breakdown covers the start of the block only")
+
+    def _fill(self, raw: RawCapture, window: tuple[int, int] | None) -> None:
         if not self.log_path:
             raw.kernels_unavailable = Unavailable(
                 "kernels='nvtx-log' needs the process started with NVTX_INJECTION64_PATH=<libmax_profile_nvtx.so> "

@@ -479,6 +479,18 @@ def terminal_width() -> int:
     return max(shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns, 80)
 
 
+def fit_to_terminal(text: str, width: int | None = None, indent: str = "    ") -> str:
+    """``text`` with each line wrapped at the terminal's width (or ``width``); continuations indented by ``indent``. Words
+    are never cut, so a figure or a name longer than the width stays whole on its own line."""
+    import textwrap
+
+    width = width or terminal_width()
+    return "\n".join(
+        textwrap.fill(line, width=width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False) if len(line) > width else line
+        for line in text.splitlines()
+    )
+
+
 def render_text(report: Report, width: int | None = None, color: bool = False) -> str:
     """The report as text, ``width`` columns wide (default: the terminal's, as the CLI prints it)."""
     width = width or terminal_width()
@@ -513,9 +525,10 @@ def diff_renderables(result: DiffResult, width: int = DEFAULT_WIDTH) -> list[Ren
 
 
 def print_diff(result: DiffResult, console: Console | None = None) -> None:
-    """The comparison, then one unwrapped line per verdict (what a CI log is searched for)."""
+    """The comparison, then one verdict each (``REGRESSION: ...`` starts a line, what a CI log is searched for), wrapped at
+    the console's width without cutting a figure."""
     console = console or Console(highlight=False)
     for r in diff_renderables(result, console.width):
         console.print(r)
     for v in result.verdicts:
-        console.print(Text(v, style="bold red" if v.startswith("REGRESSION") else ""), soft_wrap=True)
+        console.print(Text(fit_to_terminal(v, console.width, indent="  "), style="bold red" if v.startswith("REGRESSION") else ""), soft_wrap=True)

@@ -4,7 +4,11 @@
  * KIND: PUSH POP START END MARK. Load it with NVTX_INJECTION64_PATH=<this .so>.
  * CLOCK_MONOTONIC is the clock of Python's time.perf_counter_ns() on Linux, so host step
  * records and these ranges share one time base. Only one NVTX injection library can be
- * active per process: not together with nsys, ncu or CUPTI's own injection. */
+ * active per process: not together with nsys, ncu or CUPTI's own injection.
+ * Bounded for long-running apps: with MAX_PROFILE_NVTX_GATED=1 nothing is written until
+ * max_profile_nvtx_record(1) (a profile() block), and max_profile_nvtx_truncate() empties the
+ * file once a block has been read; MAX_PROFILE_NVTX_LOG_MAX_BYTES (default 1 GiB) caps the
+ * file, events past the cap are counted (max_profile_nvtx_dropped), not written. */
 #include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -17,6 +21,8 @@
 static FILE *out;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long long next_id = 1;
+static volatile int recording = 1;
+static unsigned long long written, cap = 1ull << 30, dropped;
 
 static unsigned long long now_ns(void) {
     struct timespec t;
@@ -45,10 +51,14 @@ static const char *msg(const nvtxEventAttributes_t *a, char *buf, size_t cap) {
 }
 
 static void emit(const char *kind, unsigned long long id, const char *domain, const char *m) {
-    if (!out) return;
+    if (!out || !recording) return;
     unsigned long long t = now_ns();
     pthread_mutex_lock(&mu);
-    fprintf(out, "%llu %ld %s %llu %s\t%s\n", t, (long)syscall(SYS_gettid), kind, id, domain, m ? m : "");
+    if (cap && written >= cap) dropped++;
+    else {
+        int n = fprintf(out, "%llu %ld %s %llu %s\t%s\n", t, (long)syscall(SYS_gettid), kind, id, domain, m ? m : "");
+        if (n > 0) written += (unsigned long long)n;
+    }
     pthread_mutex_unlock(&mu);
 }
 
@@ -93,6 +103,10 @@ int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable) {
         else path[o++] = src[i];
     }
     path[o] = 0;
+    const char *gated = getenv("MAX_PROFILE_NVTX_GATED");
+    if (gated && gated[0] == '1') recording = 0;
+    const char *max_bytes = getenv("MAX_PROFILE_NVTX_LOG_MAX_BYTES");
+    if (max_bytes && *max_bytes) cap = strtoull(max_bytes, NULL, 10);
     out = fopen(path, "a");
     if (out) setvbuf(out, NULL, _IOFBF, 1 << 20);
     const NvtxExportTableCallbacks *cb = (const NvtxExportTableCallbacks *)getExportTable(NVTX_ETID_CALLBACKS);
@@ -121,5 +135,21 @@ int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable) {
 void max_profile_nvtx_flush(void) {
     if (out) { pthread_mutex_lock(&mu); fflush(out); pthread_mutex_unlock(&mu); }
 }
+
+/* Gated mode: events are written only between max_profile_nvtx_record(1) and (0). */
+void max_profile_nvtx_record(int on) { recording = on != 0; }
+
+/* Empties the log (after max_profile has read a block) and resets the cap; the file is open
+ * with O_APPEND, so the next event is written at the new end. */
+void max_profile_nvtx_truncate(void) {
+    if (!out) return;
+    pthread_mutex_lock(&mu);
+    fflush(out);
+    if (ftruncate(fileno(out), 0) == 0) { written = 0; dropped = 0; }
+    pthread_mutex_unlock(&mu);
+}
+
+/* Events not written because the log reached MAX_PROFILE_NVTX_LOG_MAX_BYTES. */
+unsigned long long max_profile_nvtx_dropped(void) { return dropped; }
 
 __attribute__((destructor)) static void flush_log(void) { max_profile_nvtx_flush(); }
