@@ -28,10 +28,19 @@ def readme_snippet(model: Path) -> str:
     return code.replace('prof.report.save("report.json")', 'prof.report.save("report.json"); print("NEXT:", prof.report.next_measurement)')
 
 
-def run_script(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run_script(code: str, cwd: Path, columns: int = 80) -> subprocess.CompletedProcess[str]:
+    """The script in a terminal ``columns`` wide: the report it prints (its panels) fits; the snippet's own print() lines
+    are the user's."""
+    import os
+
     script = cwd / "snippet.py"
     script.write_text(code)
-    return subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True, text=True, timeout=900)
+    res = subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "COLUMNS": str(columns)})
+    panels = [line for line in res.stdout.splitlines() if line[:1] in ("╭", "│", "╰")]
+    too_wide = [line for line in panels if len(line) > columns]
+    assert res.returncode != 0 or (panels and not too_wide), too_wide[:3] or res.stdout[-2000:]
+    return res
 
 
 def test_readme_snippet_advice_followed_gives_a_breakdown(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -51,7 +60,7 @@ def test_readme_snippet_advice_followed_gives_a_breakdown(tiny_model_dir: Path, 
     second = tmp_path / "second"
     second.mkdir()
     logs_before = set((REPO / ".cache" / "max_profile").glob("nvtx-*.log"))
-    res = run_script(followed, second)
+    res = run_script(followed, second, columns=120)
     assert res.returncode == 0, res.stderr[-3000:]
     raw = RawCapture.load(str(second / "raw.json.gz"))
     from max_profile.analyze.report import build_report
