@@ -1,7 +1,7 @@
 """What profiling costs a generation, against the pipeline with no max_profile code installed at all.
 
     python benchmarks/untraced_overhead.py --model-path DIR --devices gpu [--tokens 128] [--batch 1] [--repeats 11]
-        [--max-batch-size N] [--no-device-graph-capture] [--arms none,hook,sampler,cupti,cupti-no-launches] [--json PATH]
+        [--max-batch-size N] [--no-device-graph-capture] [--arms none,hook,sampler,cupti,cupti-all] [--json PATH]
 
 One process, one model load (device graphs as MAX decides unless --no-device-graph-capture), a warm-up generation, then
 ``--repeats`` rounds; each round runs every arm once, in an order that rotates from round to round:
@@ -9,8 +9,10 @@ One process, one model load (device graphs as MAX decides unless --no-device-gra
   none               MAX's own generation loop (GenerateIterator) with nothing of max_profile on the pipeline
   hook               ``profile(kernels="off", gpu_sampling=False)``: the step hook and its NVTX phase ranges
   sampler            ``profile(kernels="off")``: + the GPU sampler (a child process reading NVML)
-  cupti              ``profile(kernels="cupti")``: + every kernel through the C CUPTI recorder, launch records on
-  cupti-no-launches  the hook and sampler + the C recorder with no launch-call records (kernels tied to steps by start)
+  cupti              ``profile(kernels="cupti")`` as it records by default: + the C CUPTI recorder, launch records on, a
+                     quarter of the steps in slices of 8 (kernel_share=0.25)
+  cupti-all          ``profile(kernels="cupti", kernel_share=1)``: every step's kernels
+  cupti-no-launches  the hook and sampler + the C recorder of every step with no launch-call records
 
 Every arm is timed the same way: new tokens x batch over the wall time of the whole generation (prefill included),
 so the reference arm needs no hook. Prints every round (each arm's tok/s and the host's load around the round), each
@@ -31,7 +33,10 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from repeats import RepeatLoad, report_arms  # noqa: E402
 
-ARMS = ("none", "hook", "sampler", "cupti", "cupti-no-launches")
+ARMS = ("none", "hook", "sampler", "cupti", "cupti-all")
+ALL_ARMS = (*ARMS, "cupti-no-launches")
+LAST_NOTES: dict[str, list[str]] = {}
+"""The notes of each arm's last capture (the recorder's slices and pause / resume time, CUPTI's callback time)."""
 
 
 def _generate(model: Any, prompts: list[str], tokens: int) -> float:
@@ -50,10 +55,13 @@ def run_arm(arm: str, model: Any, prompts: list[str], tokens: int, interval_s: f
 
     if arm == "none":
         return _generate(model, prompts, tokens)
-    if arm in ("hook", "sampler", "cupti"):
-        kernels = "cupti" if arm == "cupti" else "off"
-        with profile(model.pipeline, kernels=kernels, gpu_sampling=arm != "hook", sample_interval_s=interval_s):  # type: ignore[arg-type]
-            return _generate(model, prompts, tokens)
+    if arm in ("hook", "sampler", "cupti", "cupti-all"):
+        kernels = "cupti" if arm.startswith("cupti") else "off"
+        share = {"kernel_share": 1.0} if arm == "cupti-all" else {}
+        with profile(model.pipeline, kernels=kernels, gpu_sampling=arm != "hook", sample_interval_s=interval_s, **share) as prof:  # type: ignore[arg-type]
+            tps = _generate(model, prompts, tokens)
+        LAST_NOTES[arm] = [n for n in prof.raw_capture.notes if "CUPTI" in n]
+        return tps
     if arm == "cupti-no-launches":
         from max_profile.collect.cupti_native import make_cupti_collector
 
@@ -67,7 +75,7 @@ def run_arm(arm: str, model: Any, prompts: list[str], tokens: int, interval_s: f
                 synchronize_accelerators(model.pipeline)
                 collector.stop()
         return tps
-    raise SystemExit(f"unknown arm {arm!r}: use {', '.join(ARMS)}")
+    raise SystemExit(f"unknown arm {arm!r}: use {', '.join(ALL_ARMS)}")
 
 
 def main() -> int:
@@ -103,10 +111,14 @@ def main() -> int:
                 tps[arm].append(run_arm(arm, model, prompts, args.tokens, args.interval))
         print(f"round {i:2d}: " + ", ".join(f"{a} {tps[a][-1]:.1f}" for a in arms) + f"   (order {','.join(order)}; {load.describe(i)})", flush=True)
     summary = report_arms(tps, {a: "none" for a in arms}, load)
+    for arm, notes in LAST_NOTES.items():
+        for note in notes:
+            print(f"{arm}: {note}")
     model.close()
     if args.json:
         out = {"model_path": args.model_path, "batch": args.batch, "tokens": args.tokens, "repeats": args.repeats,
-               "device_graph_capture": model.device_graph_capture, "busy_repeats": summary.pop("_busy_repeats"), "arms": summary}
+               "device_graph_capture": model.device_graph_capture, "busy_repeats": summary.pop("_busy_repeats"), "arms": summary,
+               "notes": LAST_NOTES}
         Path(args.json).write_text(json.dumps(out, indent=2))
     return 0
 

@@ -183,8 +183,9 @@ def _profile_generation(args: argparse.Namespace, progress: Progress, model_path
     progress(f"loaded and warmed up in {time.perf_counter() - t:.1f} s ({type(model.pipeline).__name__}; compile cache {startup.cache})")
     try:
         progress(f"profiling a generation of {args.max_new_tokens} tokens (kernels: {args.kernels})")
+        share = {} if getattr(args, "kernel_share", None) is None else {"kernel_share": args.kernel_share}
         with profile(model.pipeline, kernels=args.kernels, sample_interval_s=args.interval, model_path=model_path, devices=devices,
-                     environment=env) as prof:
+                     environment=env, **share) as prof:
             generate(model, [args.prompt] * args.batch_size, args.max_new_tokens)
         raw = prof.raw_capture
         raw.preflight = preflight or []
@@ -241,6 +242,9 @@ def _check_generation_args(args: argparse.Namespace) -> None:
         raise InputError("--max-new-tokens must be >= 1")
     if not args.interval > 0:
         raise InputError("--interval must be > 0 seconds (0 makes the GPU recorder busy-loop)")
+    share = getattr(args, "kernel_share", None)
+    if share is not None and not 0 < share <= 1:
+        raise InputError(f"--kernel-share must be above 0 and at most 1 (the share of steps CUPTI records), not {share:g}")
     if args.batch_size < 1:
         raise InputError("--batch-size must be >= 1")
     if args.warmup < 0:
@@ -555,6 +559,9 @@ def _add_generation_flags(p: argparse.ArgumentParser, default_tokens: int = 64) 
                    help="kernel recording: cupti (NVIDIA, in-process), nvtx-log (MAX's op ranges, any device; device graphs off), off; "
                    "auto (every verb): cupti on an NVIDIA GPU, nvtx-log on the CPU (off when its library cannot be built), off on "
                    "another vendor's GPU (nvtx-log would turn its device graphs off)")
+    p.add_argument("--kernel-share", type=float, default=None, metavar="SHARE",
+                   help="with cupti: the share of steps recorded, in slices of 8 steps, the first from the start (default 0.25: "
+                   "tracing cost under 1 %% on fast decode steps; 1: every step)")
     p.add_argument("--interval", type=float, default=0.1, help="GPU sampling interval in seconds (> 0)")
     p.add_argument("--max-length", type=int, default=None, help="MAX --max-length")
     p.add_argument("--quantization-encoding", default=None, help="MAX --quantization-encoding (e.g. float32, bfloat16)")

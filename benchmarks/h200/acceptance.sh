@@ -94,6 +94,9 @@ step serve_ab_settle0 - -- python3 benchmarks/serve_ab.py --model-path $M24 --de
 M3B=/tmp/m3b
 [ -f $M3B/model.safetensors ] || step make_m3b - -- "${MP[@]}" make-model $M3B --dtype bfloat16 --hidden 3072 --layers 28 --heads 24 --kv-heads 8 --intermediate 8192
 step run_b64_3b "$ACC/run_b64_3b.json" -- "${MP[@]}" run --model-path $M3B --devices gpu --batch-size 64 --max-new-tokens 128 --json "$ACC/run_b64_3b.json" --raw "$ACC/run_b64_3b_raw.json.gz" --text "$ACC/run_b64_3b.txt"
+# session 13 (issue 34): the same run with every step recorded (run_b64_3b records a quarter of the steps by default):
+# the sampled ledger against the full one
+step run_b64_3b_all "$ACC/run_b64_3b_all.json" -- "${MP[@]}" run --model-path $M3B --devices gpu --batch-size 64 --max-new-tokens 128 --kernel-share 1 --json "$ACC/run_b64_3b_all.json" --raw "$ACC/run_b64_3b_all_raw.json.gz"
 # the report's top deep-dive command as printed (its argv), with only the output flags added
 step kernel_b64_3b "$ACC/kernel_b64_3b.json" -- python3 benchmarks/h200/run_printed.py "$ACC/run_b64_3b.json" kernel --json "$ACC/kernel_b64_3b.json" --output-dir "$ACC/ncu3b"
 # the servers take the run's --max-batch-size (64): the same compile key, no second compile of the model

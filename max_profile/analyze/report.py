@@ -148,7 +148,7 @@ def build_report(
             kernels = msgspec.structs.replace(kernels, tracer_overhead_pct=overhead)
         if kernels.recorded_ms is not None and kernels.window_ms:
             notes.append(f"kernels were recorded in slices: {kernels.recorded_ms / 1e3:.1f} s of the {kernels.window_ms / 1e3:.1f} s window "
-                         f"({100 * kernels.recorded_ms / kernels.window_ms:.0f} %; the recorder paused in between, to keep its cost on the server "
+                         f"({100 * kernels.recorded_ms / kernels.window_ms:.0f} %; the recorder paused in between, to keep its cost "
                          "low): kernel families, durations and per-step figures come from those slices, busy and wait shares are of their time")
         if kernels.graph_kernels:
             notes.append(f"{kernels.graph_kernels} of {kernels.kernels} kernels ran inside device graphs: each recorded, "
