@@ -12,6 +12,7 @@ One process, one model load (device graphs as MAX decides unless --no-device-gra
   cupti              ``profile(kernels="cupti")`` as it records by default: + the C CUPTI recorder, launch records on, a
                      quarter of the steps in slices of 8 (kernel_share=0.25)
   cupti-all          ``profile(kernels="cupti", kernel_share=1)``: every step's kernels
+  cupti-eighth       ``profile(kernels="cupti", kernel_share=0.125)``: an eighth of the steps
   cupti-no-launches  the hook and sampler + the C recorder of every step with no launch-call records
 
 Every arm is timed the same way: new tokens x batch over the wall time of the whole generation (prefill included),
@@ -34,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from repeats import RepeatLoad, report_arms  # noqa: E402
 
 ARMS = ("none", "hook", "sampler", "cupti", "cupti-all")
-ALL_ARMS = (*ARMS, "cupti-no-launches")
+ALL_ARMS = (*ARMS, "cupti-eighth", "cupti-no-launches")
+SHARES = {"cupti-all": 1.0, "cupti-eighth": 0.125}
 LAST_NOTES: dict[str, list[str]] = {}
 """The notes of each arm's last capture (the recorder's slices and pause / resume time, CUPTI's callback time)."""
 
@@ -55,9 +57,9 @@ def run_arm(arm: str, model: Any, prompts: list[str], tokens: int, interval_s: f
 
     if arm == "none":
         return _generate(model, prompts, tokens)
-    if arm in ("hook", "sampler", "cupti", "cupti-all"):
+    if arm in ("hook", "sampler", "cupti", *SHARES):
         kernels = "cupti" if arm.startswith("cupti") else "off"
-        share = {"kernel_share": 1.0} if arm == "cupti-all" else {}
+        share = {"kernel_share": SHARES[arm]} if arm in SHARES else {}
         with profile(model.pipeline, kernels=kernels, gpu_sampling=arm != "hook", sample_interval_s=interval_s, **share) as prof:  # type: ignore[arg-type]
             tps = _generate(model, prompts, tokens)
         LAST_NOTES[arm] = [n for n in prof.raw_capture.notes if "CUPTI" in n]
