@@ -15,7 +15,7 @@ import numpy as np
 from max_profile.analyze.breakdown import breakdown_from_totals, build_breakdown
 from max_profile.analyze.commands import say
 from max_profile.analyze.ledger import build_ledger, server_ledger, with_load
-from max_profile.analyze.load import load_level, tracer_cost
+from max_profile.analyze.load import load_level, tracer_cost, tracing_cost_statement
 from max_profile.analyze.ncu import analyze_launch
 from max_profile.analyze.plan import next_command
 from max_profile.analyze.roofline import decode_roofline
@@ -184,6 +184,11 @@ def build_report(
     report.decode_cost = decode_cost_of(report)
     report.ledger = ledger_of(raw, report, timeline.steps, host_window, th)
     report.kernel_analyses = [analyze_launch(launch, th) for launch in raw.ncu_launches]
+    recorded_share = (kernels.recorded_ms / kernels.window_ms if isinstance(kernels, KernelBreakdown) and kernels.recorded_ms is not None
+                      and kernels.window_ms else None)
+    cost = tracing_cost_statement(report, recorded_share)
+    if cost:
+        notes.insert(0, cost)
     report.notes = notes
     report.findings, report.rules_skipped = evaluate_rules(report, th, rules)
     report.next_command = next_command(report, th)
