@@ -110,7 +110,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from max_profile.collect.environment import detect_environment
-    from max_profile.serve import ServePlan, _new_raw, _own_tmpdir, _recorder_for, _warm_pass, free_port, serve_windows
+    from max_profile.serve import ModeContext, ServePlan, free_port, new_serve_raw, serve_windows, server_tmpdir, warm_pass
 
     env = detect_environment(check_tools=False)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -126,14 +126,14 @@ def main() -> int:
         print(line, file=sys.stderr, flush=True)
 
     print("windows: " + ", ".join(v or "untraced" for v in order), flush=True)
-    with _own_tmpdir() as tmp:
+    with server_tmpdir() as tmp:
         if plan.warm:
-            _warm_pass(plan, tmp, 900, progress)
-        recorder, dest = _recorder_for(plan, env, tmp, None, 900, progress, None)
+            warm_pass(plan, tmp, 900, progress)
+        recorder, dest = plan.spec.make_recorder(plan, ModeContext(env, tmp, None, 900, progress, None))
         recorder.window_plans = {i: plans[v] for i, v in enumerate(order, 1) if v is not None}  # type: ignore[attr-defined]
         if args.settle is not None:
             recorder.settle_s = args.settle  # type: ignore[attr-defined]
-        raw = serve_windows(plan, recorder, _new_raw(plan, env, []), tmp, 900, progress, dest, record=lambda w: w in traced_windows)
+        raw = serve_windows(plan, recorder, new_serve_raw(plan, env, []), tmp, 900, progress, dest, record=lambda w: w in traced_windows)
     from max_profile.analyze.breakdown import gpu_waits
     from max_profile.analyze.load import server_metrics
 

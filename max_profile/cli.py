@@ -616,7 +616,7 @@ def _slo(text: str) -> dict[str, float]:
 
 def build_parser() -> argparse.ArgumentParser:
     from max_profile.preflight import DEFAULT_TIMEOUT_S
-    from max_profile.serve import MODES, READY_TIMEOUT_S
+    from max_profile.serve import READY_TIMEOUT_S, SERVE_MODES
 
     common = _Parser(add_help=False)
     common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress lines on stderr")
@@ -710,8 +710,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("serve", "profile `max serve`: plan, confirm, warm, capture under a streaming load (one concurrency or a sweep), clean up")
     p.add_argument("--model-path", required=True, help="local model folder to serve")
     p.add_argument("--devices", help="cpu, gpu, gpu:N ... (default: gpu when one is visible, else cpu)")
-    p.add_argument("--mode", choices=MODES, default="utilization",
-                   help="utilization: GPU samples and server metrics; kernels: the model worker's kernels (CUPTI / MAX op ranges); nsys; rocprof")
+    p.add_argument("--mode", choices=list(SERVE_MODES), default="utilization",
+                   help="; ".join(f"{m.name}: {m.summary}" for m in SERVE_MODES.values()))
     p.add_argument("--duration", type=float, default=10.0, help="capture window in seconds, per concurrency level (about 10 s shows the kernel mix)")
     p.add_argument("--concurrency", type=_levels, default=[1], metavar="N[,N...]",
                    help="requests in flight (closed loop); several levels (1,4,16,64) make a load sweep on one server (default: 1)")

@@ -44,7 +44,6 @@ from max_profile.collect.serve_recorders import (
     ServeRecorder,
     UtilizationRecorder,
     WorkerKernelRecorder,
-    reads_after_teardown,
 )
 from max_profile.errors import CaptureError, InputError
 from max_profile.model import (
@@ -65,9 +64,6 @@ from max_profile.render.text import fit_to_terminal
 from max_profile.util.models import check_model_folder
 from max_profile.util.procs import clean_child_env, die_with_parent, kill_group
 
-MODES = ("utilization", "kernels", "nsys", "rocprof")
-KERNEL_MODES = ("kernels", "nsys", "rocprof")
-"""Modes that want every kernel: device graph capture off, MAX's NVTX / roctx ranges on."""
 EARLY_ERRORS = re.compile(
     r"(Error: No such option|Error: Invalid value|No such file or directory|does not exist|is not a valid|"
     r"Address already in use|address already in use|out of memory|OutOfMemory|CUDA_ERROR|No architecture found|"
@@ -143,16 +139,22 @@ class ServePlan:
             return self.profiling_mode
         return "on" if max_profiling_usable(self.devices) else "off"
 
+    @property
+    def spec(self) -> ServeMode:
+        """This plan's mode, from the registry (:data:`SERVE_MODES`)."""
+        return serve_mode(self.mode)
+
     def reference_window(self) -> bool:
-        """Whether an untraced reference window runs before the recorded ones (kernels mode, unless ``--no-reference``)."""
-        return self.reference and self.mode == "kernels"
+        """Whether an untraced reference window runs before the recorded ones (a mode that can measure its recorder,
+        unless ``--no-reference``)."""
+        return self.reference and self.spec.reference
 
     def serve_command(self) -> list[str]:
         cmd = [*max_command(), "serve", "--model-path", self.model_path, "--devices", self.devices, "--host", "127.0.0.1", "--port", str(self.port)]
         for c in self.custom_architectures:
             cmd += ["--custom-architectures", c]
         chosen = {"--device-graph-capture", "--no-device-graph-capture"} & set(self.extra_args)
-        if self.mode in KERNEL_MODES and self.vendor != "nvidia" and not chosen:
+        if self.spec.records_kernels and self.vendor != "nvidia" and not chosen:
             cmd.append("--no-device-graph-capture")
         return cmd + list(self.extra_args)
 
@@ -179,22 +181,7 @@ class ServePlan:
         ]
         if self.warm:
             lines.append("warm pass    " + " ".join(self.warm_command()))
-        if self.mode == "kernels" and self.vendor == "nvidia":
-            lines.append("recording    CUPTI in the model worker, every kernel (device graphs' included): "
-                         + (f"slices of {self.record_slice_s:g} s, {100 * self.record_share:.0f} % of each window (--record-share 1: all of it)"
-                            if self.record_share < 1 else "the whole window"))
-        if self.reference_window() and self.vendor == "nvidia":  # CUPTI in the worker: switched per window
-            lines.append(f"reference    one {self.duration_s:g} s window without the recorder first: its cost on this server (--no-reference skips it)")
-        if self.mode == "nsys":
-            lines.append("server       nsys launch --session-new=max-profile-<pid>-<random> --trace=cuda,nvtx --cuda-graph-trace=node "
-                         + " ".join(self.serve_command()))
-            lines.append("window       nsys start --session=… -o <artifacts>/serve  …  nsys stop; nsys export --type sqlite; nsys shutdown")
-        elif self.mode == "rocprof":
-            lines.append("pass 2       " + " ".join(self.serve_command()) + "   (measures R2 = launch → /health 200, then stops)")
-            lines.append("pass 3       rocprofv3 --kernel-trace --marker-trace -f csv --collection-period (R2+10):"
-                         f"{self.duration_s:g}:1 -- " + " ".join(self.serve_command()))
-        else:
-            lines.append("server       " + " ".join(self.serve_command()))
+        lines += self.spec.plan_lines(self)
         lines.append("cost         a cold compile takes minutes (about 2 min per shape on 2 CPU cores, 3.5 min on an H200); warm: ~10 s to /health, "
                      f"then {self.duration_s:g} s of capture")
         return fit_to_terminal("\n".join(lines), width, indent=" " * 13)
@@ -284,7 +271,7 @@ def _server_env(plan: ServePlan, tmp: Path, extra: dict[str, str]) -> dict[str, 
             "HF_HUB_OFFLINE": "1",
             # MAX's compile-cache log into the server log: the start-up profile reads each graph's cache hit or miss there
             "MODULAR_ENABLE_CACHE_LOGGING": "1",
-            "MODULAR_ENABLE_PROFILING": plan.resolved_profiling_mode() if plan.mode in KERNEL_MODES else os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
+            "MODULAR_ENABLE_PROFILING": plan.resolved_profiling_mode() if plan.spec.records_kernels else os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
         }
     )
     env.update(extra)
@@ -292,7 +279,7 @@ def _server_env(plan: ServePlan, tmp: Path, extra: dict[str, str]) -> dict[str, 
 
 
 @contextlib.contextmanager
-def _own_tmpdir() -> Iterator[Path]:
+def server_tmpdir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="max-profile-serve-"))
     try:
         yield path
@@ -303,14 +290,15 @@ def _own_tmpdir() -> Iterator[Path]:
 def check_plan(plan: ServePlan) -> None:
     """Everything that can be said wrong about a plan before anything starts (exit 2)."""
     check_model_folder(plan.model_path)
-    if plan.mode not in MODES:
-        raise InputError(f"unknown --mode {plan.mode!r}: use {' or '.join(MODES)}")
+    if plan.mode not in SERVE_MODES:
+        raise InputError(f"unknown --mode {plan.mode!r}: use {' or '.join(SERVE_MODES)}")
     if not plan.duration_s > 0:
         raise InputError("--duration must be > 0 seconds")
     if not plan.concurrency or any(c < 1 for c in plan.concurrency):
         raise InputError("--concurrency needs levels >= 1 (e.g. 1,4,16)")
-    if len(plan.concurrency) > 1 and plan.mode in ("nsys", "rocprof"):
-        raise InputError(f"--mode {plan.mode} records one window per server: sweep with --mode utilization or kernels, or give one --concurrency")
+    if len(plan.concurrency) > 1 and not plan.spec.sweeps:
+        sweeping = " or ".join(name for name, m in SERVE_MODES.items() if m.sweeps)
+        raise InputError(f"--mode {plan.mode} records one window per server: sweep with --mode {sweeping}, or give one --concurrency")
     for port in (plan.port, plan.metrics_port):
         if port_in_use(port):
             raise InputError(f"port {port} is already in use on 127.0.0.1: pick another --port (or leave it out for a free one)")
@@ -327,8 +315,8 @@ def run_serve_capture(plan: ServePlan, *, confirm: bool | Callable[[ServePlan], 
 
     check_plan(plan)
     env = detect_environment(check_tools=False)
-    tool = _profiler_for(plan.mode, env.vendor)
-    if plan.mode in KERNEL_MODES and plan.profiling_mode == "auto" and plan.resolved_profiling_mode() == "off":
+    tool = _profiler_for(plan.spec, env.vendor)
+    if plan.spec.records_kernels and plan.profiling_mode == "auto" and plan.resolved_profiling_mode() == "off":
         from max_profile.collect.nvtx_log import MAX_GPU_NVTX_PROBLEM
 
         progress(f"MODULAR_ENABLE_PROFILING=off: {MAX_GPU_NVTX_PROBLEM}; kernels are recorded but not split by phase")
@@ -336,41 +324,134 @@ def run_serve_capture(plan: ServePlan, *, confirm: bool | Callable[[ServePlan], 
     if not ok:
         raise InputError("not confirmed: nothing was started (pass --yes, or confirm=True in the API)")
     preflight = preflight_gate(plan.custom_architectures, plan.model_path, serve=True, progress=progress)
-    with _own_tmpdir() as tmp:
+    with server_tmpdir() as tmp:
         if plan.warm:
-            _warm_pass(plan, tmp, ready_timeout_s, progress)
-        recorder, dest = _recorder_for(plan, env, tmp, tool, ready_timeout_s, progress, artifacts_dir)
-        raw = _new_raw(plan, env, preflight)
+            warm_pass(plan, tmp, ready_timeout_s, progress)
+        recorder, dest = plan.spec.make_recorder(plan, ModeContext(env, tmp, tool, ready_timeout_s, progress, artifacts_dir))
+        raw = new_serve_raw(plan, env, preflight)
         return serve_windows(plan, recorder, raw, tmp, ready_timeout_s, progress, dest)
 
 
-def _recorder_for(plan: ServePlan, env: Environment, tmp: Path, tool: str | None, ready_timeout_s: float, progress: Callable[[str], None],
-                  artifacts_dir: str | None) -> tuple[ServeRecorder, str | None]:
-    """The mode's recorder, and where artifacts go (nsys / rocprof always keep theirs: a folder of their own when none is given)."""
-    if plan.mode == "kernels":
-        return WorkerKernelRecorder(tmp, cupti=env.vendor == "nvidia", profiling=plan.resolved_profiling_mode(), progress=progress,
-                                    record_share=plan.record_share, slice_s=plan.record_slice_s), artifacts_dir
-    if plan.mode == "nsys":
-        assert tool is not None
-        from max_profile.collect.serve_profilers import nsys_session_name
+@dataclass(frozen=True)
+class ModeContext:
+    """What a mode's recorder factory gets besides the plan: the machine, the server's TMPDIR, the mode's profiler binary
+    (checked), the /health timeout, progress lines and where artifacts go."""
 
-        dest = _artifacts_folder(artifacts_dir, nsys_session_name())
-        return NsysRecorder(tool, dest, _server_env(plan, tmp, {}), progress), str(dest)
-    if plan.mode == "rocprof":
-        assert tool is not None
-        dest = _artifacts_folder(artifacts_dir, f"max-profile-rocprof-{os.getpid()}-{int(time.time())}")
+    env: Environment
+    tmp: Path
+    tool: str | None
+    ready_timeout_s: float
+    progress: Callable[[str], None]
+    artifacts_dir: str | None
 
-        def measure_ready() -> float:
-            plain = plan.serve_command()
-            progress("pass 2: measuring launch → /health (R2): " + " ".join(plain))
-            probe = ServerProcess(plain, _server_env(plan, tmp, {}), tmp)
-            try:
-                return wait_ready(probe, plan.port, ready_timeout_s, progress)
-            finally:
-                probe.stop()
 
-        return RocprofRecorder(tool, dest, plan.duration_s, measure_ready, progress), str(dest)
-    return UtilizationRecorder(), artifacts_dir
+def _utilization_recorder(plan: ServePlan, ctx: ModeContext) -> tuple[ServeRecorder, str | None]:
+    return UtilizationRecorder(), ctx.artifacts_dir
+
+
+def _kernels_recorder(plan: ServePlan, ctx: ModeContext) -> tuple[ServeRecorder, str | None]:
+    return WorkerKernelRecorder(ctx.tmp, cupti=ctx.env.vendor == "nvidia", profiling=plan.resolved_profiling_mode(), progress=ctx.progress,
+                                record_share=plan.record_share, slice_s=plan.record_slice_s), ctx.artifacts_dir
+
+
+def _nsys_recorder(plan: ServePlan, ctx: ModeContext) -> tuple[ServeRecorder, str | None]:
+    """nsys keeps its report: in a folder of its own when none is given."""
+    from max_profile.collect.serve_profilers import nsys_session_name
+
+    assert ctx.tool is not None
+    dest = _artifacts_folder(ctx.artifacts_dir, nsys_session_name())
+    return NsysRecorder(ctx.tool, dest, _server_env(plan, ctx.tmp, {}), ctx.progress), str(dest)
+
+
+def _rocprof_recorder(plan: ServePlan, ctx: ModeContext) -> tuple[ServeRecorder, str | None]:
+    """rocprofv3's collection period opens by the clock: a probe pass first measures launch → /health (R2)."""
+    assert ctx.tool is not None
+    dest = _artifacts_folder(ctx.artifacts_dir, f"max-profile-rocprof-{os.getpid()}-{int(time.time())}")
+
+    def measure_ready() -> float:
+        plain = plan.serve_command()
+        ctx.progress("pass 2: measuring launch → /health (R2): " + " ".join(plain))
+        probe = ServerProcess(plain, _server_env(plan, ctx.tmp, {}), ctx.tmp)
+        try:
+            return wait_ready(probe, plan.port, ctx.ready_timeout_s, ctx.progress)
+        finally:
+            probe.stop()
+
+    return RocprofRecorder(ctx.tool, dest, plan.duration_s, measure_ready, ctx.progress), str(dest)
+
+
+def _server_line(plan: ServePlan) -> list[str]:
+    return ["server       " + " ".join(plan.serve_command())]
+
+
+def _kernels_lines(plan: ServePlan) -> list[str]:
+    lines = []
+    if plan.vendor == "nvidia":  # CUPTI in the worker: recorded in slices, switched per window
+        lines.append("recording    CUPTI in the model worker, every kernel (device graphs' included): "
+                     + (f"slices of {plan.record_slice_s:g} s, {100 * plan.record_share:.0f} % of each window (--record-share 1: all of it)"
+                        if plan.record_share < 1 else "the whole window"))
+        if plan.reference_window():
+            lines.append(f"reference    one {plan.duration_s:g} s window without the recorder first: its cost on this server (--no-reference skips it)")
+    return lines + _server_line(plan)
+
+
+def _nsys_lines(plan: ServePlan) -> list[str]:
+    return ["server       nsys launch --session-new=max-profile-<pid>-<random> --trace=cuda,nvtx --cuda-graph-trace=node "
+            + " ".join(plan.serve_command()),
+            "window       nsys start --session=… -o <artifacts>/serve  …  nsys stop; nsys export --type sqlite; nsys shutdown"]
+
+
+def _rocprof_lines(plan: ServePlan) -> list[str]:
+    return ["pass 2       " + " ".join(plan.serve_command()) + "   (measures R2 = launch → /health 200, then stops)",
+            "pass 3       rocprofv3 --kernel-trace --marker-trace -f csv --collection-period (R2+10):"
+            f"{plan.duration_s:g}:1 -- " + " ".join(plan.serve_command())]
+
+
+@dataclass(frozen=True)
+class ServeMode:
+    """One ``serve --mode``: what it records, what it needs, how it changes the server, its recorder and its plan lines.
+    The lifecycle asks these; no code outside :data:`SERVE_MODES` branches on a mode's name."""
+
+    name: str
+    summary: str
+    records_kernels: bool
+    """Wants every kernel: MAX's ranges on, device graphs off where the tracer cannot see into them (not NVIDIA)."""
+    sweeps: bool
+    """Several windows on one server: a load sweep (``--concurrency 1,4,16``)."""
+    reference: bool
+    """An untraced reference window first measures the recorder on the same server; windows say whether they were traced."""
+    load_ahead: bool
+    """The load starts before the window opens (rocprofv3's collection period opens by the clock instead)."""
+    tool: tuple[str, str, str] | None
+    """(binary, vendor, vendor's label) the mode needs, checked before anything starts."""
+    make_recorder: Callable[[ServePlan, ModeContext], tuple[ServeRecorder, str | None]]
+    plan_lines: Callable[[ServePlan], list[str]]
+    """What the printed plan says of the mode's recording and server command."""
+
+
+SERVE_MODES: dict[str, ServeMode] = {
+    m.name: m
+    for m in (
+        ServeMode("utilization", "GPU samples, client latencies and the server's /metrics (no tracer)", records_kernels=False, sweeps=True,
+                  reference=False, load_ahead=True, tool=None, make_recorder=_utilization_recorder, plan_lines=_server_line),
+        ServeMode("kernels", "the model worker's kernels (CUPTI on NVIDIA) and MAX's op ranges, split by phase", records_kernels=True,
+                  sweeps=True, reference=True, load_ahead=True, tool=None, make_recorder=_kernels_recorder, plan_lines=_kernels_lines),
+        ServeMode("nsys", "the server under Nsight Systems (the timing-faithful kernel capture)", records_kernels=True, sweeps=False,
+                  reference=False, load_ahead=True, tool=("nsys", "nvidia", "NVIDIA"), make_recorder=_nsys_recorder, plan_lines=_nsys_lines),
+        ServeMode("rocprof", "the server under rocprofv3 (AMD)", records_kernels=True, sweeps=False, reference=False, load_ahead=False,
+                  tool=("rocprofv3", "amd", "AMD"), make_recorder=_rocprof_recorder, plan_lines=_rocprof_lines),
+    )
+}
+"""The serve modes, by name (``--mode``)."""
+MODES = tuple(SERVE_MODES)
+
+
+def serve_mode(name: str) -> ServeMode:
+    """The registry entry of ``--mode name`` (an :class:`InputError` naming the modes for another name)."""
+    try:
+        return SERVE_MODES[name]
+    except KeyError:
+        raise InputError(f"unknown --mode {name!r}: use {' or '.join(SERVE_MODES)}") from None
 
 
 def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp: Path, ready_timeout_s: float, progress: Callable[[str], None],
@@ -403,9 +484,9 @@ def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp
         index = 0
         for concurrency, reference in schedule:
             traced = False if reference else record(index := index + 1)
-            window = _Window(plan, concurrency, metrics_url, traced=traced if recorder.mode == "kernels" else None, reference=reference)
+            window = _Window(plan, concurrency, metrics_url, traced=traced if plan.spec.reference else None, reference=reference)
             windows.append(window)
-            window.start_load(ahead=recorder.mode != "rocprof")  # rocprof's period opens by the clock; the load runs before it
+            window.start_load(ahead=plan.spec.load_ahead)
             if traced:
                 recorder.start(index, progress)
             window.open()
@@ -418,7 +499,7 @@ def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp
                 progress(f"reference window, recorder off (concurrency {concurrency}): {window.summary()}")
             elif len(plan.concurrency) > 1:
                 progress(f"window {index} (concurrency {concurrency}{', recorded' if traced else ''}): {window.summary()}")
-            if traced and not reads_after_teardown(recorder):
+            if traced and not recorder.reads_after_teardown:
                 recorder.read(raw, index, window.span, server)
         saved = _keep_artifacts(tmp, artifacts_dir)
     finally:
@@ -428,9 +509,9 @@ def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp
             recorder.close()
         finally:
             server.stop()
-            if artifacts_dir and reads_after_teardown(recorder):
+            if artifacts_dir and recorder.reads_after_teardown:
                 _keep_artifacts(tmp, artifacts_dir)
-    if reads_after_teardown(recorder):
+    if recorder.reads_after_teardown:
         recorder.read(raw, 1, windows[-1].span, server)
         saved = {"server.log": str(Path(artifacts_dir) / "server.log")} if artifacts_dir else {}
     return _finish_raw(raw, plan, windows, ready_s, saved.get("server.log"), [*recorder.artifacts(), *saved.values()])
@@ -452,8 +533,8 @@ def _serve_startup(plan: ServePlan, server: ServerProcess, ready_s: float, max_v
                          cache=cache, cache_was_empty=cache_was_empty)
 
 
-def _new_raw(plan: ServePlan, env: Environment, preflight: list[PreflightResult]) -> RawCapture:
-    profiling = plan.resolved_profiling_mode() if plan.mode in KERNEL_MODES else None
+def new_serve_raw(plan: ServePlan, env: Environment, preflight: list[PreflightResult]) -> RawCapture:
+    profiling = plan.resolved_profiling_mode() if plan.spec.records_kernels else None
     capture = Capture(started_unix_s=time.time(), target="max serve", model_path=plan.model_path, devices=plan.devices,
                       device_graph_capture=plan.device_graphs_forced(),
                       profiling_mode=profiling, collectors=[f"serve:{plan.mode}"],
@@ -490,20 +571,19 @@ def _artifacts_folder(artifacts_dir: str | None, name: str) -> Path:
     return dest
 
 
-def _profiler_for(mode: str, vendor: str) -> str | None:
+def _profiler_for(mode: ServeMode, vendor: str) -> str | None:
     """The profiler binary a mode needs, checked before anything starts (wrong vendor, missing tool)."""
-    need = {"nsys": ("nsys", "nvidia", "NVIDIA"), "rocprof": ("rocprofv3", "amd", "AMD")}.get(mode)
-    if need is None:
+    if mode.tool is None:
         return None
-    tool, want, label = need
+    tool, want, label = mode.tool
     if vendor != want:
-        other = "--mode rocprof" if want == "nvidia" else "--mode nsys"
-        raise InputError(f"--mode {mode} needs an {label} GPU; this machine has {vendor if vendor != 'none' else 'no GPU'} "
-                         f"(use --mode kernels for MAX's op ranges on any device{', or ' + other if vendor in ('nvidia', 'amd') else ''})")
-    return require_tool(tool, f"--mode {mode}")
+        others = [f"--mode {m.name}" for m in SERVE_MODES.values() if m.tool is not None and m.tool[1] == vendor]
+        raise InputError(f"--mode {mode.name} needs an {label} GPU; this machine has {vendor if vendor != 'none' else 'no GPU'} "
+                         f"(use --mode kernels for MAX's op ranges on any device{', or ' + others[0] if others else ''})")
+    return require_tool(tool, f"--mode {mode.name}")
 
 
-def _warm_pass(plan: ServePlan, tmp: Path, timeout_s: float, progress: Callable[[str], None]) -> None:
+def warm_pass(plan: ServePlan, tmp: Path, timeout_s: float, progress: Callable[[str], None]) -> None:
     progress("warm pass (fills the compile cache): " + " ".join(plan.warm_command()))
     warm = subprocess.Popen(plan.warm_command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                             env=_server_env(plan, tmp, {}), start_new_session=True, preexec_fn=die_with_parent())

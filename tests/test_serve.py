@@ -466,7 +466,7 @@ def test_kernels_mode_measures_the_recorder_against_an_untraced_reference_window
     from max_profile.collect.environment import detect_environment
     from max_profile.collect.serve_recorders import UtilizationRecorder
     from max_profile.model import RawCapture
-    from max_profile.serve import _new_raw, _own_tmpdir, serve_windows
+    from max_profile.serve import new_serve_raw, serve_windows, server_tmpdir
 
     class StandInRecorder(UtilizationRecorder):  # stands in for WorkerKernelRecorder with its CUPTI hook
         mode = "kernels"
@@ -483,8 +483,8 @@ def test_kernels_mode_measures_the_recorder_against_an_untraced_reference_window
 
     plan = _plan(tiny_model_dir, mode="kernels", profiling_mode="off", warm=False, duration_s=3.0)
     recorder = StandInRecorder()
-    with _own_tmpdir() as tmp:
-        raw = serve_windows(plan, recorder, _new_raw(plan, detect_environment(check_tools=False), []), tmp, 600, lambda m: None, None)
+    with server_tmpdir() as tmp:
+        raw = serve_windows(plan, recorder, new_serve_raw(plan, detect_environment(check_tools=False), []), tmp, 600, lambda m: None, None)
     assert recorder.calls == ["start 1", "stop 1"]  # the reference window ran without it; the recorded one is window 1
     reference, recorded = raw.load_windows
     assert reference.reference and reference.traced is False and not recorded.reference and recorded.traced is True

@@ -41,8 +41,12 @@ class ServeRecorder(Protocol):
     """One mode's recording around a server's windows (see the module docstring)."""
 
     mode: str
+    """The serve mode this recorder implements (its registry entry: ``max_profile.serve.SERVE_MODES``)."""
     multi_window: bool
     """Whether one server can record several windows (a load sweep, A/B pairs)."""
+    reads_after_teardown: bool
+    """Whether what it recorded is read after the server stopped (nsys and rocprofv3 write their files when their
+    session / the server's group ends), not after each window."""
     switched_per_window: bool
     """Whether recording is switched on and off inside the running server per window, so an untraced window of the same
     server measures what it costs (CUPTI in the model worker); not where the tracer wraps or configures the server."""
@@ -63,6 +67,7 @@ class UtilizationRecorder:
 
     mode = "utilization"
     multi_window = True
+    reads_after_teardown = False
     switched_per_window = False
 
     def command(self, serve_cmd: list[str]) -> list[str]:
@@ -205,6 +210,7 @@ class NsysRecorder(UtilizationRecorder):
 
     mode = "nsys"
     multi_window = False
+    reads_after_teardown = True
 
     def __init__(self, nsys: str, dest: Path, tool_env: dict[str, str], progress: Progress) -> None:
         self.nsys, self.dest, self.tool_env = nsys, dest, tool_env
@@ -271,6 +277,7 @@ class RocprofRecorder(UtilizationRecorder):
 
     mode = "rocprof"
     multi_window = False
+    reads_after_teardown = True
 
     def __init__(self, rocprof: str, dest: Path, duration_s: float, measure_ready: Callable[[], float], progress: Progress) -> None:
         self.rocprof, self.dest, self.duration_s = rocprof, dest, duration_s
@@ -312,10 +319,3 @@ class RocprofRecorder(UtilizationRecorder):
     def artifacts(self) -> list[str]:
         found = sp.find_rocprof_kernel_csv(self.out_dir)
         return [str(found or self.out_dir)]
-
-
-def reads_after_teardown(recorder: ServeRecorder) -> bool:
-    """nsys and rocprofv3 write their files when their session / the server's group ends: read after teardown."""
-    return recorder.mode in ("nsys", "rocprof")
-
-
