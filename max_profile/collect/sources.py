@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+import msgspec
+
 from max_profile.collect.kineto import kineto_capture
 from max_profile.collect.ncu import ncu_rep_capture
 from max_profile.collect.nsys import SQLITE_MAGIC, export_sqlite, nsys_capture
@@ -81,9 +83,11 @@ def _json_object(h: Head) -> bool:
 
 
 def _read_gzipped_sqlite(path: str) -> RawCapture:
+    """The export unpacked to a temporary file; what the capture says of its file names the user's file, not that one."""
     with _gunzipped(path) as plain:
         raw = import_trace(plain)
     raw.artifacts = [os.path.abspath(path)]
+    raw.environment = msgspec.structs.replace(raw.environment, vendor_reason=raw.environment.vendor_reason.replace(plain, path))
     return raw
 
 
