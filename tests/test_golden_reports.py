@@ -12,7 +12,6 @@ import gzip
 import json
 import math
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
