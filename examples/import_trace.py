@@ -28,7 +28,7 @@ except max_profile.MaxProfileError as exc:  # damaged, truncated or unknown file
 
 
 report = loaded if isinstance(loaded, Report) else max_profile.build_report(loaded)
-if isinstance(loaded, RawCapture):
+if isinstance(loaded, RawCapture) and len(loaded.kernels):
     print(fit_to_terminal(f"{path}: {len(loaded.kernels):,} kernels from {loaded.kernel_source}, {len(loaded.ranges)} ranges"))
 
 kernels = report.kernels

@@ -61,6 +61,12 @@ def _bare_chrome(out: Path) -> Path:
 MAX_GENERATE = ("Note: Nsight Systems (`nsys`) not found on PATH; only Python/CPU profile will be captured.\nPrompt size: 11\n"
                 "Time to first token: 12.5 ms\n=== Top 10 Python/CPU functions (50.3% of CPU time, 23.32 ms total) ===\n")
 
+def _copy(src: Path, out: Path) -> Path:
+    dest = out / src.name
+    dest.write_bytes(src.read_bytes())
+    return dest
+
+
 SEEDS: dict[str, Callable[[Path], Path]] = {
     "gzipped-sqlite": _gzipped_nsys,
     "nsys-sqlite": fuzzing._trimmed_nsys,
@@ -68,6 +74,7 @@ SEEDS: dict[str, Callable[[Path], Path]] = {
     "sqlite-unknown": _unknown_sqlite,
     "nsys-rep": _text("capture.nsys-rep", "not really a report"),
     "ncu-rep": _text("kernel.ncu-rep", "not really a report"),
+    "ncu-csv": lambda out: _copy(DATA / "h200" / "small_ncu_gemv_details.csv", out),
     "rocprof-json": fuzzing._rocprof_json,
     "kineto-json": fuzzing._kineto,
     "max-profile-json": lambda out: fuzzing._raw_capture(out)[0],
@@ -85,6 +92,8 @@ REFUSED = {"sqlite-unknown": (TraceFormatError, "neither an nsys export"), "nsys
 
 NO_KERNELS = {"max-generate-profile"}
 """Sources that hold no kernels by nature (said as unavailable)."""
+ANALYSES_ONLY = {"ncu-csv"}
+"""Sources that hold per-kernel analyses (Nsight Compute), not a kernel timeline."""
 
 
 def test_every_source_has_a_seed() -> None:
@@ -105,6 +114,8 @@ def test_source_is_sniffed_read_analysed_and_rendered(name: str, tmp_path: Path)
     report = build_report(raw)
     if name in NO_KERNELS:
         assert raw.kernels_unavailable is not None and report.kernels == raw.kernels_unavailable
+    elif name in ANALYSES_ONLY:
+        assert raw.ncu_launches and report.kernel_analyses, f"{name}: no kernel analysis read"
     else:
         assert len(raw.kernels) or raw.kernel_totals, f"{name}: no kernels read"
         assert report.kernels is not None and not hasattr(report.kernels, "reason")

@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from max_profile.collect.kineto import kineto_capture
-from max_profile.collect.ncu import ncu_rep_capture
+from max_profile.collect.ncu import ncu_capture, ncu_rep_capture
 from max_profile.collect.nsys import SQLITE_MAGIC, export_sqlite, nsys_capture
 from max_profile.collect.nsys_stats import gpu_trace_capture, kern_sum_capture, max_generate_capture
 from max_profile.collect.rocprof import ROCPROF_JSON_KEY, rocpd_capture, rocprof_csv_capture, rocprof_json_capture
@@ -82,6 +82,12 @@ def _json_object(h: Head) -> bool:
     return h.text.lstrip().startswith("{")
 
 
+def _read_ncu_csv(path: str) -> RawCapture:
+    """One Nsight Compute page: the details page (sections, rules) or the raw page (every metric), by its columns."""
+    head = read_input(path)[:4096].decode("utf-8", errors="replace").splitlines()[0]
+    return ncu_capture(path, target="import:ncu-csv") if '"Metric Name"' in head else ncu_capture(None, path, target="import:ncu-csv")
+
+
 def _read_gzipped_sqlite(path: str) -> RawCapture:
     """The export unpacked to a temporary file; what the capture says of its file names the user's file, not that one."""
     with _gunzipped(path) as plain:
@@ -125,6 +131,8 @@ SOURCES: tuple[Source, ...] = (
     Source("sqlite-unknown", "", lambda h: h.sqlite and not h.gzip, _refuse_other_sqlite),
     Source("nsys-rep", "an nsys .nsys-rep", lambda h: h.path.endswith(".nsys-rep") or h.bytes[4:8] == b"QDST", _read_nsys_rep),
     Source("ncu-rep", "an Nsight Compute .ncu-rep", lambda h: h.path.endswith(".ncu-rep"), ncu_rep_capture),
+    Source("ncu-csv", "an Nsight Compute CSV page (`ncu --csv --page details` or `--page raw`)",
+           lambda h: h.text.lstrip("\ufeff").startswith('"ID","Process ID"'), _read_ncu_csv),
     Source("rocprof-json", "a rocprofv3 JSON", lambda h: _json_object(h) and f'"{ROCPROF_JSON_KEY}"' in h.text, rocprof_json_capture),
     Source("kineto-json", "a Kineto / Chrome-trace JSON", lambda h: _json_object(h) and '"traceEvents"' in h.text, kineto_capture),
     Source(
