@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from max_profile.errors import (
     EXIT_INTERRUPTED,
@@ -29,7 +29,6 @@ from max_profile.errors import (
     InputError,
     MaxProfileError,
     Terminated,
-    ToolMissingError,
 )
 
 
@@ -151,173 +150,55 @@ def cmd_make_model(args: argparse.Namespace, progress: Progress) -> int:
     return 0
 
 
-def _ensure_nvtx_log_env(devices: str, progress: Progress) -> None:
-    """--kernels nvtx-log needs the injection library loaded at process start: re-exec once."""
-    from max_profile.collect.nvtx_log import restart_with_nvtx_log
-    from max_profile.session import attached_nvtx_log
+def _run_plan(args: argparse.Namespace) -> Any:
+    """The generation flags as a :class:`max_profile.run.RunPlan` (run, demo, startup, kernels --backend cupti|nvtx-log)."""
+    from max_profile.run import RunPlan
 
-    if attached_nvtx_log():
-        return
-    progress("restarting with the NVTX log library (MODULAR_ENABLE_PROFILING=on: first run of a shape recompiles)")
-    restart_with_nvtx_log([sys.executable, "-m", "max_profile", *sys.argv[1:]], devices)
-
-
-def _settings(args: argparse.Namespace, model_path: str, devices: str) -> Any:
-    from max_profile.runner import LoadSettings
-
-    return LoadSettings(model_path=model_path, devices=devices, max_length=args.max_length, max_batch_size=args.batch_size,
-                        custom_architectures=list(args.custom_architectures or []), quantization_encoding=args.quantization_encoding,
-                        device_graph_capture=args.device_graph_capture, prompt=args.prompt, warmup_tokens=args.warmup)
-
-
-def _profile_generation(args: argparse.Namespace, progress: Progress, model_path: str, devices: str, env: Any) -> Any:
-    """Preflight, load (recording where the start-up time goes), warm up, profile one generation: the raw capture."""
-    from max_profile.preflight import preflight_gate
-    from max_profile.runner import generate, load_and_warm_up
-    from max_profile.session import profile
-
-    settings = _settings(args, model_path, devices)
-    t = time.perf_counter()
-    model, startup, preflight = load_and_warm_up(settings, progress, env.max_version,
-                                                 preflight=lambda: preflight_gate(settings.custom_architectures, model_path, progress=progress))
-    progress(f"loaded and warmed up in {time.perf_counter() - t:.1f} s ({type(model.pipeline).__name__}; compile cache {startup.cache})")
-    try:
-        progress(f"profiling a generation of {args.max_new_tokens} tokens (kernels: {args.kernels})")
-        share = {} if getattr(args, "kernel_share", None) is None else {"kernel_share": args.kernel_share}
-        with profile(model.pipeline, kernels=args.kernels, sample_interval_s=args.interval, model_path=model_path, devices=devices,
-                     environment=env, **share) as prof:
-            generate(model, [args.prompt] * args.batch_size, args.max_new_tokens)
-        raw = prof.raw_capture
-        raw.preflight = preflight or []
-        raw.startup = startup
-        raw.capture.workload = _workload(args, raw)
-        return raw
-    finally:
-        model.close()
-
-
-def _workload(args: argparse.Namespace, raw: Any) -> Any:
-    """What the generation asked for, as the capture records it (next commands reproduce it)."""
-    from max_profile.model import Workload
-
-    prefill = [s for s in raw.steps if s.phase in ("prefill", "mixed") and s.batch_size > 0]
-    prompt_tokens = round(sum(s.input_tokens for s in prefill) / max(sum(s.batch_size for s in prefill), 1)) if prefill else None
-    return Workload(batch_size=args.batch_size, prompt=args.prompt, prompt_tokens=prompt_tokens, max_new_tokens=args.max_new_tokens,
-                    warmup_tokens=args.warmup, max_length=args.max_length, quantization_encoding=args.quantization_encoding,
-                    custom_architectures=list(args.custom_architectures or []), kernels=getattr(args, "kernels_asked", args.kernels))
+    return RunPlan(model_path=getattr(args, "model_path", None) or "", devices=args.devices, kernels=args.kernels, batch_size=args.batch_size,
+                   prompt=args.prompt, max_new_tokens=args.max_new_tokens, warmup=args.warmup, interval_s=args.interval,
+                   max_length=args.max_length, quantization_encoding=args.quantization_encoding, device_graph_capture=args.device_graph_capture,
+                   custom_architectures=list(args.custom_architectures or []), kernel_share=getattr(args, "kernel_share", None))
 
 
 def cmd_startup(args: argparse.Namespace, progress: Progress) -> int:
     """Process start to the first token of a local model: imports, config, each graph's build / compile (cache hit or miss,
     and why) / initialize, weights, KV cache, device graphs, warm-up. Exit 4 (after the report) when the load failed."""
-    from max_profile.model import Capture, RawCapture
-    from max_profile.preflight import preflight_gate
-    from max_profile.runner import LoadFailed, load_and_warm_up
+    from max_profile.run import startup_capture
     from max_profile.util.models import check_model_folder
 
     check_model_folder(args.model_path)
-    args.warmup = max(args.warmup, 1)
-    env, devices = _prepare_run(args, progress, op_ranges_on_cpu=False)   # kernels are not recorded: no profiling compile
-    settings = _settings(args, args.model_path, devices)
-    raw = RawCapture(environment=env, capture=Capture(started_unix_s=time.time(), target="startup", model_path=args.model_path, devices=devices,
-                                                      profiling_mode=os.environ.get("MODULAR_ENABLE_PROFILING", "off"), collectors=["startup"]))
-    failure: LoadFailed | None = None
-    try:
-        model, raw.startup, preflight = load_and_warm_up(settings, progress, env.max_version,
-                                                         preflight=lambda: preflight_gate(settings.custom_architectures, args.model_path, progress=progress))
-        raw.preflight = preflight or []
-        raw.capture.device_graph_capture = model.device_graph_capture
-        model.close()
-    except LoadFailed as exc:
-        raw.startup, failure = exc.startup, exc
-    raw.capture.ended_unix_s = time.time()
+    raw, failure = startup_capture(_run_plan(args), progress)
     code = _emit(raw, args, progress)
     if failure is not None:
         raise failure
     return code
 
 
-def _check_generation_args(args: argparse.Namespace) -> None:
-    if args.max_new_tokens < 1:
-        raise InputError("--max-new-tokens must be >= 1")
-    if not args.interval > 0:
-        raise InputError("--interval must be > 0 seconds (0 makes the GPU recorder busy-loop)")
-    share = getattr(args, "kernel_share", None)
-    if share is not None and not 0 < share <= 1:
-        raise InputError(f"--kernel-share must be above 0 and at most 1 (the share of steps CUPTI records), not {share:g}")
-    if args.batch_size < 1:
-        raise InputError("--batch-size must be >= 1")
-    if args.warmup < 0:
-        raise InputError("--warmup must be >= 0")
-
-
-def _prepare_run(args: argparse.Namespace, progress: Progress, op_ranges_on_cpu: bool = True) -> tuple[Any, str]:
-    """Checks shared by demo and run: flags, environment, devices, the kernel mode (auto resolved once).
-
-    ``op_ranges_on_cpu``: with ``--kernels auto`` and no GPU, record MAX's op ranges (the NVTX log) when this
-    machine can build the injection library; else go on without a breakdown and say why.
-    """
-    from max_profile.collect.environment import detect_environment
-    from max_profile.session import attached_nvtx_log, resolve_kernel_mode
-    from max_profile.util.devices import resolve_devices
-
-    _check_generation_args(args)
-    env = detect_environment(check_tools=True)
-    devices = resolve_devices(args.devices, env.vendor)
-    args.kernels_asked = args.kernels
-    if args.kernels == "cupti" and (env.vendor != "nvidia" or devices == "cpu"):
-        where = "the CPU" if devices == "cpu" else f"an {env.vendor.upper()} GPU" if env.vendor != "none" else "a machine without a GPU"
-        raise InputError(f"--kernels cupti records NVIDIA GPU kernels; this run is on {where} ({env.vendor_reason}): nothing could be recorded. "
-                         "Use --kernels nvtx-log for MAX's op ranges on any device (or --kernels auto)")
-    if op_ranges_on_cpu and args.kernels == "auto" and devices == "cpu":
-        try:
-            _ensure_nvtx_log_env(devices, progress)
-            args.kernels = "nvtx-log"
-        except ToolMissingError as exc:
-            progress(f"no op breakdown on the CPU ({exc}); profiling steps and utilization only")
-    if args.kernels == "nvtx-log":
-        _ensure_nvtx_log_env(devices, progress)
-    args.kernels = resolve_kernel_mode(args.kernels, env.vendor, attached_nvtx_log() is not None)
-    requested = args.device_graph_capture
-    args.device_graph_capture = device_graphs_for(args.kernels, devices, requested)
-    if args.device_graph_capture is False and requested is None:
-        progress("device graphs off: MAX's op ranges (--kernels nvtx-log) are not emitted for graph replays")
-    return env, devices
-
-
-def device_graphs_for(kernels: str, devices: str, requested: bool | None) -> bool | None:
-    """Device graph capture for a run: the user's choice, else MAX's (None), except with MAX's op ranges on a GPU
-    (--kernels nvtx-log): they are host-side ranges around each op's launch, and a graph replay has none."""
-    if requested is not None:
-        return requested
-    return False if kernels == "nvtx-log" and devices != "cpu" else None
-
-
 def cmd_run(args: argparse.Namespace, progress: Progress) -> int:
+    from max_profile.run import prepare_run, profile_generation
     from max_profile.util.models import check_model_folder
 
     check_model_folder(args.model_path)
-    env, devices = _prepare_run(args, progress)
-    return _emit_run(_profile_generation(args, progress, args.model_path, devices, env), args, progress)
+    plan = _run_plan(args)
+    prepared = prepare_run(plan, progress)
+    return _emit_run(profile_generation(plan, prepared, progress), args, progress, plan, prepared)
 
 
-def _emit_run(raw: Any, args: argparse.Namespace, progress: Progress) -> int:
-    """A generation's report; a kernel recorder the user asked for by name that recorded nothing then fails the command
-    (exit 4, after the report); with ``--kernels auto`` the report says what was left out and the command succeeds."""
-    asked = getattr(args, "kernels_asked", "auto")
-    if asked == "auto" and raw.kernels_unavailable:
-        raw.notes.append(f"--kernels auto chose {args.kernels}, which recorded nothing ({raw.kernels_unavailable.reason}): steps and utilization only")
+def _emit_run(raw: Any, args: argparse.Namespace, progress: Progress, plan: Any, prepared: Any) -> int:
+    """The generation's report; a kernel recorder asked for by name that recorded nothing then fails the command (exit 4)."""
+    from max_profile.run import kernels_outcome
+
+    failure = kernels_outcome(raw, plan, prepared)
     code = _emit(raw, args, progress)
-    if asked in ("cupti", "nvtx-log") and raw.kernels_unavailable:
-        raise CaptureError(f"--kernels {asked} recorded no kernels: {raw.kernels_unavailable.reason}")
+    if failure is not None:
+        raise failure
     return code
 
 
 def cmd_demo(args: argparse.Namespace, progress: Progress) -> int:
     from pathlib import Path
 
-    from max_profile.tinymodel import ModelShape, build_tiny_llama
-    from max_profile.util.files import cache_dir
+    from max_profile.run import demo_model, prepare_run, profile_generation
 
     out = Path(args.out)
     if not out.is_dir():
@@ -331,20 +212,10 @@ def cmd_demo(args: argparse.Namespace, progress: Progress) -> int:
     args.html = args.html or str(out / "report.html")
     args.raw = args.raw or str(out / "raw.json.gz")
     _check_outputs(args)  # the defaults too: a read-only --out or a missing renderer fails before the model is built
-    env, devices = _prepare_run(args, progress)
-    on_gpu = devices.startswith("gpu")
-    dtype: Literal["float32", "bfloat16"] = "bfloat16" if on_gpu else "float32"
-    if on_gpu:
-        hidden = args.hidden or 2048
-        heads = max(hidden // 128, 1)
-        shape = ModelShape(hidden=hidden, layers=args.layers or 4, heads=heads, kv_heads=max(heads // 4, 1), intermediate=int(hidden * 2.75))
-    else:
-        shape = ModelShape(hidden=args.hidden or 64, layers=args.layers or 2)
-    folder = cache_dir("models") / f"demo-llama-{dtype}-h{shape.hidden}-l{shape.layers}"
-    if not (folder / "model.safetensors").exists():
-        progress(f"building the demo model ({dtype}, hidden {shape.hidden}, {shape.layers} layers) in {folder}")
-        build_tiny_llama(folder, dtype=dtype, shape=shape)
-    code = _emit_run(_profile_generation(args, progress, str(folder), devices, env), args, progress)
+    plan = _run_plan(args)
+    prepared = prepare_run(plan, progress)
+    folder = demo_model(prepared.devices, args.hidden, args.layers, progress)
+    code = _emit_run(profile_generation(plan, prepared, progress, model_path=str(folder)), args, progress, plan, prepared)
     print(f"\nreport: {args.json}\nopen in a browser: file://{os.path.abspath(args.html)}\nre-analyse: max-profile report {args.raw}")
     return code
 
@@ -359,16 +230,17 @@ def cmd_kernels(args: argparse.Namespace, progress: Progress) -> int:
     if args.backend == "nsys":
         from max_profile.collect.environment import detect_environment
         from max_profile.nsys_run import NsysRun, profile_generation_with_nsys
+        from max_profile.run import check_plan, workload
         from max_profile.util.devices import resolve_devices
 
-        _check_generation_args(args)
+        plan = _run_plan(args)
+        check_plan(plan)
         devices = resolve_devices(args.devices, detect_environment(check_tools=False).vendor)
         run = NsysRun(model_path=args.model_path, devices=devices, batch_size=args.batch_size, prompt=args.prompt, warmup=args.warmup,
                       max_new_tokens=args.max_new_tokens, custom_architectures=list(args.custom_architectures or []),
                       device_graph_capture=args.device_graph_capture)
         raw = profile_generation_with_nsys(run, progress)
-        args.kernels_asked = "nsys"
-        raw.capture.workload = _workload(args, raw)
+        raw.capture.workload = workload(plan, raw, kernels="nsys")
         return _emit(raw, args, progress)
     if args.backend == "rocprof":
         raise InputError("run the generation under rocprofv3 yourself (rocprofv3 --kernel-trace --marker-trace --output-format csv -d OUT -- "
@@ -466,7 +338,6 @@ def cmd_serve(args: argparse.Namespace, progress: Progress) -> int:
 def cmd_attach(args: argparse.Namespace, progress: Progress) -> int:
     """A bounded, read-only window on a running server; exit 4 (after the report) when the server died in it."""
     from max_profile.attach import AttachPlan, run_attach
-    from max_profile.errors import CaptureError
 
     plan = AttachPlan(url=args.url, metrics_url=args.metrics_url, duration_s=args.duration, probe=args.probe, concurrency=list(args.concurrency),
                       slo_ms=dict(args.slo), max_tokens=args.max_tokens)

@@ -128,7 +128,7 @@ def test_import_real_nsys_capture(tmp_path: Path) -> None:
 
 
 def test_device_graphs_follow_max_except_for_op_ranges_on_a_gpu() -> None:
-    from max_profile.cli import device_graphs_for
+    from max_profile.run import device_graphs_for
 
     assert device_graphs_for("cupti", "gpu", None) is None  # MAX decides (on for supported architectures on a GPU)
     assert device_graphs_for("off", "gpu", None) is None
