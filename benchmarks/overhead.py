@@ -38,7 +38,7 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=0.1)
     args = ap.parse_args()
 
-    from max_profile.collect.pipeline_hook import PipelineHook
+    from max_profile.collect.live.pipeline_hook import PipelineHook
     from max_profile.runner import generate, load_model
     from max_profile.session import profile
 

@@ -27,7 +27,7 @@ def main() -> int:
     from breakdown_speed import make_sqlite
 
     from max_profile.analyze.report import build_report
-    from max_profile.collect.nsys import nsys_capture
+    from max_profile.collect.readers.nsys import nsys_capture
     from max_profile.render.html import render_html
     from max_profile.render.perfetto import build_perfetto
 

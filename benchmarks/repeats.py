@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from max_profile.collect.host_load import HostLoadProbe
+from max_profile.collect.live.host_load import HostLoadProbe
 from max_profile.model import HostLoad
 
 BUSY_OTHER_CORES = 0.75

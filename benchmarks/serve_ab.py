@@ -109,7 +109,7 @@ def main() -> int:
                     help="seconds of recording before a traced window opens (default: the recorder's own, WorkerKernelRecorder.settle_s)")
     args = ap.parse_args()
 
-    from max_profile.collect.environment import detect_environment
+    from max_profile.collect.probes.environment import detect_environment
     from max_profile.serve import ModeContext, ServePlan, free_port, new_serve_raw, serve_windows, server_tmpdir, warm_pass
 
     env = detect_environment(check_tools=False)

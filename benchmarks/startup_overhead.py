@@ -28,8 +28,8 @@ CHILD = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[3])
 arm, path, devices = sys.argv[1], sys.argv[2], sys.argv[4]
-from max_profile.collect import startup
-from max_profile.collect.startup import _process_start
+from max_profile.collect.probes import startup
+from max_profile.collect.probes.startup import _process_start
 started = _process_start()
 own = {"cache_scan_s": 0.0}
 scan = startup.cache_files

@@ -25,7 +25,7 @@ def main(path: str) -> dict[str, object]:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     t0 = time.perf_counter()
     from max_profile.analyze.report import build_report
-    from max_profile.collect.nsys import nsys_capture
+    from max_profile.collect.readers.nsys import nsys_capture
     from max_profile.model import KernelBreakdown
 
     t_import = time.perf_counter()

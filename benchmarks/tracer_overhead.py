@@ -5,7 +5,7 @@
 
 Arms (each repeat runs every arm once, in a rotated order, after a warm-up):
   off            the pipeline hook alone (host step times)
-  native         + max_profile's C recorder (collect/cupti_native.py): buffers handled in C, numpy decode after stop
+  native         + max_profile's C recorder (collect/live/cupti_native.py): buffers handled in C, numpy decode after stop
   native-kernels + the C recorder without launch-call records (kernels attributed by start time)
   native-warm    + the C recorder started before a 16-token traced warm-up in the same arm: whether CUPTI's cost is
                  paid once after enabling it (it is not: on the H200 this arm costs what `native` costs)
@@ -62,8 +62,8 @@ class CtypesBufferCollector:
     COMPLETE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t, ctypes.c_size_t)
 
     def __init__(self, buffer_bytes: int = 16 << 20) -> None:
-        from max_profile.collect.cupti_decode import CUPTI_13_LAYOUT, RecordLayout
-        from max_profile.collect.cupti_native import find_libcupti
+        from max_profile.collect.live.cupti_decode import CUPTI_13_LAYOUT, RecordLayout
+        from max_profile.collect.live.cupti_native import find_libcupti
 
         path = find_libcupti()
         assert path, "libcupti not found"
@@ -112,7 +112,7 @@ class CtypesBufferCollector:
         self.sync = [self._pair()]
 
     def stop(self) -> Any:
-        from max_profile.collect.cupti_decode import decode
+        from max_profile.collect.live.cupti_decode import decode
 
         t0 = time.perf_counter()
         self.sync.append(self._pair())
@@ -160,7 +160,7 @@ def main() -> int:
     ap.add_argument("--json", help="write all numbers here")
     args = ap.parse_args()
 
-    from max_profile.collect.pipeline_hook import PipelineHook
+    from max_profile.collect.live.pipeline_hook import PipelineHook
     from max_profile.runner import generate, load_model
     from max_profile.session import profile
 
@@ -176,11 +176,11 @@ def main() -> int:
 
     def make(arm: str) -> Any:
         if arm.startswith("native"):
-            from max_profile.collect.cupti_native import NativeCuptiCollector
+            from max_profile.collect.live.cupti_native import NativeCuptiCollector
 
             return NativeCuptiCollector(launches=arm != "native-kernels")
         if arm == "python":
-            from max_profile.collect.cupti_kernels import CuptiKernelCollector
+            from max_profile.collect.live.cupti_kernels import CuptiKernelCollector
 
             return CuptiKernelCollector()
         if arm == "ctypes":
@@ -237,12 +237,12 @@ def main() -> int:
     if args.record:
         import numpy as np
 
-        from max_profile.collect.cupti_native import NativeCuptiCollector
+        from max_profile.collect.live.cupti_native import NativeCuptiCollector
 
         rec = NativeCuptiCollector()
         rec.start()
         generate(model, prompt, 16)
-        from max_profile.collect.pipeline_hook import synchronize_accelerators
+        from max_profile.collect.live.pipeline_hook import synchronize_accelerators
 
         synchronize_accelerators(model.pipeline)
         table = rec.stop()

@@ -52,7 +52,7 @@ def _generate(model: Any, prompts: list[str], tokens: int) -> float:
 
 def run_arm(arm: str, model: Any, prompts: list[str], tokens: int, interval_s: float) -> float:
     """One generation under ``arm``; its tok/s."""
-    from max_profile.collect.pipeline_hook import synchronize_accelerators
+    from max_profile.collect.live.pipeline_hook import synchronize_accelerators
     from max_profile.session import profile
 
     if arm == "none":
@@ -65,7 +65,7 @@ def run_arm(arm: str, model: Any, prompts: list[str], tokens: int, interval_s: f
         LAST_NOTES[arm] = [n for n in prof.raw_capture.notes if "CUPTI" in n]
         return tps
     if arm == "cupti-no-launches":
-        from max_profile.collect.cupti_native import make_cupti_collector
+        from max_profile.collect.live.cupti_native import make_cupti_collector
 
         notes: list[str] = []
         collector = make_cupti_collector(notes, launches=False)

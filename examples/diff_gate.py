@@ -38,7 +38,7 @@ args = ap.parse_args()
 baseline = Path(args.baseline)
 before = max_profile.load(str(baseline)) if baseline.exists() else None
 if before is not None:  # a baseline from other hardware is refused before the model load, not after it
-    from max_profile.collect.environment import detect_environment
+    from max_profile.collect.probes.environment import detect_environment
 
     here = sorted(g.name or g.key for g in detect_environment(check_tools=False).gpus)
     there = sorted(g.name or g.key for g in before.environment.gpus)

@@ -55,7 +55,7 @@ def __getattr__(name: str) -> object:
 
         return build_report
     if name == "load":
-        from max_profile.collect.sources import load_any
+        from max_profile.collect.readers.sources import load_any
 
         return load_any
     raise AttributeError(name)

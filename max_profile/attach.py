@@ -17,12 +17,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from max_profile.collect.environment import detect_environment
-from max_profile.collect.gpu_sampling import GpuSampler
-from max_profile.collect.host_load import HostLoadProbe
-from max_profile.collect.model_files import read_model_config, read_model_weights
-from max_profile.collect.serve_client import LoadGenerator, split_url, stream_completion
-from max_profile.collect.serve_metrics import scrape
+from max_profile.collect.live.gpu_sampling import GpuSampler
+from max_profile.collect.live.host_load import HostLoadProbe
+from max_profile.collect.probes.environment import detect_environment
+from max_profile.collect.probes.model_files import read_model_config, read_model_weights
+from max_profile.collect.server.serve_client import LoadGenerator, split_url, stream_completion
+from max_profile.collect.server.serve_metrics import scrape
 from max_profile.errors import InputError
 from max_profile.model import Capture, LoadWindow, MetricsScrape, RawCapture, RequestRecord, ServeRun, Unavailable, UtilizationSample
 

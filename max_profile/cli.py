@@ -115,7 +115,7 @@ def _write_report(report: Any, args: argparse.Namespace, progress: Progress, raw
 def cmd_doctor(args: argparse.Namespace, progress: Progress) -> int:
     import msgspec
 
-    from max_profile.collect.environment import detect_environment, doctor_checks
+    from max_profile.collect.probes.environment import detect_environment, doctor_checks
     from max_profile.model import Capture, Report
     from max_profile.render.outputs import output_checks
     from max_profile.render.text import print_report
@@ -222,13 +222,13 @@ def cmd_demo(args: argparse.Namespace, progress: Progress) -> int:
 
 def cmd_kernels(args: argparse.Namespace, progress: Progress) -> int:
     if args.import_file:
-        from max_profile.collect.sources import import_trace
+        from max_profile.collect.readers.sources import import_trace
 
         return _emit(import_trace(args.import_file), args, progress)
     if not args.model_path:
         raise InputError("kernels needs --model-path P (run a generation) or --import FILE (read an existing trace)")
     if args.backend == "nsys":
-        from max_profile.collect.environment import detect_environment
+        from max_profile.collect.probes.environment import detect_environment
         from max_profile.nsys_run import NsysRun, profile_generation_with_nsys
         from max_profile.run import check_plan, workload
         from max_profile.util.devices import resolve_devices
@@ -250,11 +250,11 @@ def cmd_kernels(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_kernel(args: argparse.Namespace, progress: Progress) -> int:
-    from max_profile.collect.environment import detect_environment
+    from max_profile.collect.probes.environment import detect_environment
     from max_profile.ncu_run import KernelRun, profile_kernel
 
     if args.import_file:
-        from max_profile.collect.ncu import ncu_capture, ncu_rep_capture
+        from max_profile.collect.readers.ncu import ncu_capture, ncu_rep_capture
 
         target = f"ncu:{args.name or 'import'}"
         if args.import_file.endswith(".ncu-rep"):
@@ -302,7 +302,7 @@ def cmd_check_arch(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, progress: Progress) -> int:
-    from max_profile.collect.environment import detect_environment
+    from max_profile.collect.probes.environment import detect_environment
     from max_profile.serve import ServePlan, free_port, run_serve_capture
     from max_profile.util.devices import resolve_devices
 
@@ -350,7 +350,7 @@ def cmd_attach(args: argparse.Namespace, progress: Progress) -> int:
 
 def cmd_report(args: argparse.Namespace, progress: Progress) -> int:
     """Re-analyse a saved raw capture, re-render a saved report, or import any supported trace."""
-    from max_profile.collect.sources import load_any
+    from max_profile.collect.readers.sources import load_any
     from max_profile.model import Report
     from max_profile.render.text import print_report
 
@@ -368,7 +368,7 @@ def cmd_report(args: argparse.Namespace, progress: Progress) -> int:
 def _loaded(path: str) -> tuple[Any, Any]:
     """(report, raw capture or None) of a saved raw capture, report, or trace file."""
     from max_profile.analyze.report import build_report
-    from max_profile.collect.sources import load_any
+    from max_profile.collect.readers.sources import load_any
     from max_profile.model import Report
     from max_profile.version import __version__
 

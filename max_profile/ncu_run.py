@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from max_profile.analyze.families import distinctive_regex
-from max_profile.collect.environment import detect_environment, require_tool
-from max_profile.collect.ncu import NO_KERNELS, PERMISSION_ERRORS, PERMISSION_FIX, export_ncu_pages, ncu_capture
+from max_profile.collect.probes.environment import detect_environment, require_tool
+from max_profile.collect.readers.ncu import NO_KERNELS, PERMISSION_ERRORS, PERMISSION_FIX, export_ncu_pages, ncu_capture
 from max_profile.errors import CaptureError, InputError
 from max_profile.model import KernelBreakdown, RawCapture, Workload, load_saved
 from max_profile.util.models import check_model_folder

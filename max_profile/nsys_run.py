@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from max_profile.collect.environment import require_tool
-from max_profile.collect.nsys import merge_trace, read_nsys_sqlite
+from max_profile.collect.probes.environment import require_tool
+from max_profile.collect.readers.nsys import merge_trace, read_nsys_sqlite
 from max_profile.errors import CaptureError
 from max_profile.model import RawCapture
 from max_profile.util.models import check_model_folder

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from max_profile.collect.environment import detect_environment
-from max_profile.collect.nvtx_log import restart_with_nvtx_log
+from max_profile.collect.live.nvtx_log import restart_with_nvtx_log
+from max_profile.collect.probes.environment import detect_environment
 from max_profile.errors import CaptureError, InputError, ToolMissingError
 from max_profile.model import Capture, Environment, RawCapture, Workload
 from max_profile.preflight import preflight_gate

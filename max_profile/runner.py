@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from max_profile.collect.startup import CACHE_LOG_ENV, StartupRecorder, compile_failure
+from max_profile.collect.probes.startup import CACHE_LOG_ENV, StartupRecorder, compile_failure
 from max_profile.errors import CaptureError, InputError, ToolMissingError
 from max_profile.model import StartupProfile
 from max_profile.util.devices import parse_devices
@@ -297,8 +297,8 @@ def load_and_warm_up(s: LoadSettings, progress: Progress = lambda m: None, max_v
 
 def _load_and_warm_up(s: LoadSettings, rec: StartupRecorder, checked: Any, progress: Progress,
                       max_version: str | None) -> tuple[LoadedModel, StartupProfile, Any]:
-    from max_profile.collect.model_files import read_model_weights
-    from max_profile.collect.startup import compile_key, startup_profile, warm_cache_command
+    from max_profile.collect.probes.model_files import read_model_weights
+    from max_profile.collect.probes.startup import compile_key, startup_profile, warm_cache_command
 
     profiling = os.environ.get("MODULAR_ENABLE_PROFILING", "off")
     weights = read_model_weights(s.model_path)

@@ -6,7 +6,7 @@
 1. Plan: the model, flags, commands and expected cost are printed; nothing starts without confirmation (``--yes``,
    a TTY answer, or ``confirm=`` in the API). Custom architectures are preflighted; a warm pass (``max warm-cache``)
    fills the compile cache.
-2. The mode's recorder (:mod:`max_profile.collect.serve_recorders`) may wrap the launch and add to the environment.
+2. The mode's recorder (:mod:`max_profile.collect.server.serve_recorders`) may wrap the launch and add to the environment.
    The server runs in its own process group and TMPDIR, on free ports (API, and metrics on
    ``MAX_SERVE_METRICS_ENDPOINT_PORT``), with ``OTEL_SDK_DISABLED=true`` (no telemetry egress; /metrics kept).
 3. Fail fast: while waiting for ``/health`` the process must stay alive and its log show no early error.
@@ -31,14 +31,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from max_profile.collect.environment import detect_environment, require_tool
-from max_profile.collect.gpu_sampling import GpuSampler
-from max_profile.collect.host_load import HostLoadProbe
-from max_profile.collect.model_files import read_model_config, read_model_weights
-from max_profile.collect.recorders import fill_samples
-from max_profile.collect.serve_client import LoadGenerator
-from max_profile.collect.serve_metrics import scrape
-from max_profile.collect.serve_recorders import (
+from max_profile.collect.live.gpu_sampling import GpuSampler
+from max_profile.collect.live.host_load import HostLoadProbe
+from max_profile.collect.live.recorders import fill_samples
+from max_profile.collect.probes.environment import detect_environment, require_tool
+from max_profile.collect.probes.model_files import read_model_config, read_model_weights
+from max_profile.collect.server.serve_client import LoadGenerator
+from max_profile.collect.server.serve_metrics import scrape
+from max_profile.collect.server.serve_recorders import (
     NsysRecorder,
     RocprofRecorder,
     ServeRecorder,
@@ -133,7 +133,7 @@ class ServePlan:
     ``off`` has no ranges (kernels are not split by phase). ``auto``: ``on`` where MAX can use it, else ``off``."""
 
     def resolved_profiling_mode(self) -> str:
-        from max_profile.collect.nvtx_log import max_profiling_usable
+        from max_profile.collect.live.nvtx_log import max_profiling_usable
 
         if self.profiling_mode != "auto":
             return self.profiling_mode
@@ -317,7 +317,7 @@ def run_serve_capture(plan: ServePlan, *, confirm: bool | Callable[[ServePlan], 
     env = detect_environment(check_tools=False)
     tool = _profiler_for(plan.spec, env.vendor)
     if plan.spec.records_kernels and plan.profiling_mode == "auto" and plan.resolved_profiling_mode() == "off":
-        from max_profile.collect.nvtx_log import MAX_GPU_NVTX_PROBLEM
+        from max_profile.collect.live.nvtx_log import MAX_GPU_NVTX_PROBLEM
 
         progress(f"MODULAR_ENABLE_PROFILING=off: {MAX_GPU_NVTX_PROBLEM}; kernels are recorded but not split by phase")
     ok = confirm(plan) if callable(confirm) else confirm
@@ -356,7 +356,7 @@ def _kernels_recorder(plan: ServePlan, ctx: ModeContext) -> tuple[ServeRecorder,
 
 def _nsys_recorder(plan: ServePlan, ctx: ModeContext) -> tuple[ServeRecorder, str | None]:
     """nsys keeps its report: in a folder of its own when none is given."""
-    from max_profile.collect.serve_profilers import nsys_session_name
+    from max_profile.collect.server.serve_profilers import nsys_session_name
 
     assert ctx.tool is not None
     dest = _artifacts_folder(ctx.artifacts_dir, nsys_session_name())
@@ -462,7 +462,7 @@ def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp
     ``record(window)`` (windows count from 1): whether the recorder runs in that window; a window it skips measures the
     same server untraced (the tracer's cost, A/B on one server: ``benchmarks/serve_ab.py``)."""
     cmd = recorder.command(plan.serve_command())
-    from max_profile.collect.startup import cache_files, modular_cache_dir
+    from max_profile.collect.probes.startup import cache_files, modular_cache_dir
 
     cache_was_empty = not any("/.max_cache/" in p for p in cache_files(modular_cache_dir()))
     progress("starting: " + " ".join(cmd))
@@ -519,8 +519,8 @@ def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp
 
 def _serve_startup(plan: ServePlan, server: ServerProcess, ready_s: float, max_version: str | None, extra_env: dict[str, str],
                    cache_was_empty: bool) -> StartupProfile | None:
-    """Launch to /health 200 from the server's own log (see :func:`max_profile.collect.startup.serve_startup`)."""
-    from max_profile.collect.startup import compile_key, modular_cache_dir, serve_startup, warm_cache_command
+    """Launch to /health 200 from the server's own log (see :func:`max_profile.collect.probes.startup.serve_startup`)."""
+    from max_profile.collect.probes.startup import compile_key, modular_cache_dir, serve_startup, warm_cache_command
 
     profiling = _server_env(plan, server.workdir, extra_env).get("MODULAR_ENABLE_PROFILING", "off")
     common = {"model_path": plan.model_path, "devices": plan.devices, "profiling": profiling, "device_graphs": plan.device_graphs_forced(),

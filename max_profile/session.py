@@ -26,12 +26,10 @@ from types import TracebackType
 from typing import Any, Literal
 
 from max_profile.analyze.report import build_report
-from max_profile.collect.environment import detect_environment
-from max_profile.collect.gpu_sampling import DEFAULT_INTERVAL_S
-from max_profile.collect.markers import make_marker
-from max_profile.collect.model_files import read_model_config, read_model_weights
-from max_profile.collect.pipeline_hook import PipelineHook, resolve_pipeline, synchronize_accelerators
-from max_profile.collect.recorders import (
+from max_profile.collect.live.gpu_sampling import DEFAULT_INTERVAL_S
+from max_profile.collect.live.markers import make_marker
+from max_profile.collect.live.pipeline_hook import PipelineHook, resolve_pipeline, synchronize_accelerators
+from max_profile.collect.live.recorders import (
     DEFAULT_KERNEL_SHARE,
     DEFAULT_SLICE_STEPS,
     CuptiRecorder,
@@ -40,6 +38,8 @@ from max_profile.collect.recorders import (
     NvtxLogRecorder,
     Recorder,
 )
+from max_profile.collect.probes.environment import detect_environment
+from max_profile.collect.probes.model_files import read_model_config, read_model_weights
 from max_profile.errors import InputError
 from max_profile.model import Capture, Environment, RawCapture, Report, Unavailable
 from max_profile.version import __version__
@@ -65,7 +65,7 @@ def attached_nvtx_log() -> str | None:
     template = os.environ.get("MAX_PROFILE_NVTX_LOG")
     if not template or "libmax_profile_nvtx" not in os.environ.get("NVTX_INJECTION64_PATH", ""):
         return None
-    from max_profile.collect.nvtx_log import log_path_for
+    from max_profile.collect.live.nvtx_log import log_path_for
 
     return log_path_for(template)
 
@@ -413,7 +413,7 @@ def restart_with_op_ranges(devices: str = "cpu") -> None:
     import atexit
     import sys
 
-    from max_profile.collect.nvtx_log import restart_with_nvtx_log
+    from max_profile.collect.live.nvtx_log import restart_with_nvtx_log
 
     restart_with_nvtx_log([sys.executable, *sys.argv], devices, gated=True)
     log = attached_nvtx_log()

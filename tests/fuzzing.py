@@ -360,7 +360,7 @@ def _check_report(report: Any) -> str | None:
 
 def _import_and_build(path: Path) -> Any:
     from max_profile.analyze.report import build_report
-    from max_profile.collect.sources import import_trace
+    from max_profile.collect.readers.sources import import_trace
     from max_profile.render.text import render_text
 
     report = build_report(import_trace(str(path)))
@@ -370,14 +370,14 @@ def _import_and_build(path: Path) -> Any:
 
 def _ncu_pair(details: Path, raw: Path | None) -> Any:
     from max_profile.analyze.report import build_report
-    from max_profile.collect.ncu import ncu_capture
+    from max_profile.collect.readers.ncu import ncu_capture
 
     return build_report(ncu_capture(str(details), str(raw) if raw else None))
 
 
 def _nvtx(path: Path) -> Any:
     from max_profile.analyze.report import build_report
-    from max_profile.collect.nvtx_log import read_nvtx_log
+    from max_profile.collect.live.nvtx_log import read_nvtx_log
     from max_profile.model import Capture, Environment, RawCapture
 
     log = read_nvtx_log(path)

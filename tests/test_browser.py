@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from max_profile.analyze.report import build_report
-from max_profile.collect.ncu import ncu_capture
-from max_profile.collect.sources import import_trace
+from max_profile.collect.readers.ncu import ncu_capture
+from max_profile.collect.readers.sources import import_trace
 from max_profile.model import KernelBreakdown, RawCapture, Report
 from max_profile.render.html import SECTIONS, render_html
 

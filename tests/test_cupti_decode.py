@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from max_profile.collect.cupti_decode import CUPTI_13_LAYOUT, RecordLayout, decode, unfinished_records
+from max_profile.collect.live.cupti_decode import CUPTI_13_LAYOUT, RecordLayout, decode, unfinished_records
 from max_profile.errors import TraceFormatError
 
 LAYOUT = RecordLayout.from_values(CUPTI_13_LAYOUT)
@@ -88,7 +88,7 @@ def test_recording_from_the_h200_decodes() -> None:
 
 def test_accelerators_of_a_pipeline_are_waited_on_and_hosts_are_not() -> None:
     """Before CUPTI's forced flush the session waits for the pipeline's GPUs (overlap pipelines leave a step running)."""
-    from max_profile.collect.pipeline_hook import pipeline_accelerators, synchronize_accelerators
+    from max_profile.collect.live.pipeline_hook import pipeline_accelerators, synchronize_accelerators
 
     class Device:
         def __init__(self, is_host: bool) -> None:

@@ -1,4 +1,4 @@
-"""max_profile's C CUPTI recorder (collect/native/cupti_ring.c) run for real on a machine without an NVIDIA GPU, against
+"""max_profile's C CUPTI recorder (collect/live/native/cupti_ring.c) run for real on a machine without an NVIDIA GPU, against
 tests/fakes/fake_cupti.c: a FAKE libcupti built from CUPTI's documented activity API (not NVIDIA's library). What is
 tested is the recorder's own logic: records sorted by kind into its arrays, buffers handed over on another thread and
 reused, the cap and the records past it counted, kernels still running at the flush counted and marked, windows
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from max_profile.collect.cupti_native import KERNEL_RECORD_STRUCTS, cupti_include_dirs
+from max_profile.collect.live.cupti_native import KERNEL_RECORD_STRUCTS, cupti_include_dirs
 
 FAKE_SOURCE = Path(__file__).parent / "fakes" / "fake_cupti.c"
 
@@ -42,7 +42,7 @@ def fake_libcupti(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 CHILD = r"""
 import ctypes, json, sys, time
-from max_profile.collect.cupti_native import NativeCuptiCollector, CuptiBusy
+from max_profile.collect.live.cupti_native import NativeCuptiCollector, CuptiBusy
 
 fake = ctypes.CDLL(sys.argv[1])
 fake.fake_emit.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32]
@@ -240,12 +240,12 @@ while not os.path.exists(os.path.join(folder, "done")):  # a model worker launch
 
 
 def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: Path, tmp_path: Path) -> None:
-    """The serve worker hook (collect/worker_hook/sitecustomize.py) in a real child process, over the FAKE libcupti: it
+    """The serve worker hook (collect/server/worker_hook/sitecustomize.py) in a real child process, over the FAKE libcupti: it
     reserves its memory at prepare, says when each window's recording runs (so the controller opens the window after
     CUPTI's enable), and writes each window's kernels and coverage (the enable's seconds among it)."""
     import time
 
-    from max_profile.collect.worker_protocol import WorkerHook
+    from max_profile.collect.server.worker_protocol import WorkerHook
 
     as_cuda = tmp_path / "libcuda.so.fake-cupti"  # the FAKE library again, named so the hook's libcuda check passes
     shutil.copy(fake_libcupti, as_cuda)

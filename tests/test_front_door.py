@@ -118,7 +118,7 @@ tok = AutoTokenizer(MODEL)
 log = attached_nvtx_log()
 
 def size():
-    from max_profile.collect.nvtx_log import flush_in_process
+    from max_profile.collect.live.nvtx_log import flush_in_process
     flush_in_process()
     return os.path.getsize(log)
 

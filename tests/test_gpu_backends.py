@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from max_profile.analyze.utilization import summarize_gpus
-from max_profile.collect import gpu_backends, gpu_sampling
-from max_profile.collect.gpu_backends import AmdSmiReader, amd_throttle_reasons, nvml_throttle_reasons, partition_activity
-from max_profile.collect.gpu_sampling import GpuSampler
+from max_profile.collect.live import gpu_backends, gpu_sampling
+from max_profile.collect.live.gpu_backends import AmdSmiReader, amd_throttle_reasons, nvml_throttle_reasons, partition_activity
+from max_profile.collect.live.gpu_sampling import GpuSampler
 
 from .conftest import run_cli
 from .fakes import nvml_fake
@@ -151,7 +151,7 @@ def test_gpu_sampling_module_has_no_max_import_at_top() -> None:
 
 
 def test_doctor_line_names_the_build_that_adds_the_recorder(no_max_recorder: None) -> None:
-    from max_profile.collect.environment import gpu_sampler_status
+    from max_profile.collect.probes.environment import gpu_sampler_status
 
     status = gpu_sampler_status("nvidia")
     assert status.path == "pynvml (sampled in-process)"
@@ -160,7 +160,7 @@ def test_doctor_line_names_the_build_that_adds_the_recorder(no_max_recorder: Non
 
 
 def test_doctor_line_with_the_recorder_present() -> None:
-    from max_profile.collect.environment import gpu_sampler_status
+    from max_profile.collect.probes.environment import gpu_sampler_status
 
     status = gpu_sampler_status("nvidia")
     assert status.path == "max.profiler.gpu.BackgroundRecorder" and status.problem is None

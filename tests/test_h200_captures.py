@@ -11,7 +11,7 @@ import pytest
 
 from max_profile.analyze.report import build_report
 from max_profile.analyze.timeline import align_steps_to_ranges
-from max_profile.collect.nsys import nsys_capture, read_nsys_sqlite
+from max_profile.collect.readers.nsys import nsys_capture, read_nsys_sqlite
 from max_profile.errors import TraceFormatError
 from max_profile.model import KernelBreakdown, RawCapture, Report, UtilizationSection
 
@@ -274,7 +274,7 @@ def test_nsys_reader_windows_match_plain_sqlite(nsys_sqlite: str, tmp_path: Path
     """Rowid windows (with gaps from deleted rows) read in parallel give the rows SQLite gives, in order."""
     import sqlite3
 
-    from max_profile.collect.nsys import TableRead, _read_int64_columns
+    from max_profile.collect.readers.nsys import TableRead, _read_int64_columns
 
     gappy = _edited_copy(nsys_sqlite, tmp_path / "gappy.sqlite", "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 7 = 3 OR rowid BETWEEN 300 AND 520")
     con = sqlite3.connect(gappy)
@@ -301,7 +301,7 @@ def test_nsys_reader_non_integer_column_is_a_format_error(nsys_sqlite: str, tmp_
 @pytest.mark.parametrize("spread", [1, 10**12])
 def test_join_helpers_agree_with_numpy(spread: int) -> None:
     """Table lookups (dense ids) and the sorted-search fallback (sparse ids) give np.unique's answer."""
-    from max_profile.collect.nsys import _dense_codes, _positions_of
+    from max_profile.collect.readers.nsys import _dense_codes, _positions_of
 
     rng = np.random.default_rng(7)
     ids = rng.integers(0, 5000, 20_000) * spread

@@ -16,8 +16,8 @@ import pytest
 from max_profile.analyze.commands import cli
 from max_profile.analyze.report import build_report
 from max_profile.cli import build_parser
-from max_profile.collect.ncu import read_ncu_files
-from max_profile.collect.sources import load_any
+from max_profile.collect.readers.ncu import read_ncu_files
+from max_profile.collect.readers.sources import load_any
 from max_profile.model import KernelBreakdown, RawCapture, Report, StepLedger
 
 from .test_h200_session7 import decode_matmul_lever

@@ -16,7 +16,7 @@ import pytest
 from max_profile.analyze.ncu import analyze_launch
 from max_profile.analyze.report import build_report
 from max_profile.analyze.rules.nsight import kernel_findings
-from max_profile.collect.ncu import read_ncu_files
+from max_profile.collect.readers.ncu import read_ncu_files
 from max_profile.model import RawCapture
 
 S8 = Path(__file__).parent / "data" / "h200" / "session8"

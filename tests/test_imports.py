@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from max_profile.analyze.report import build_report
-from max_profile.collect.sources import detect_format
-from max_profile.collect.sources import import_trace as import_raw
+from max_profile.collect.readers.sources import detect_format
+from max_profile.collect.readers.sources import import_trace as import_raw
 from max_profile.errors import InputError as ImportFormatError
 from max_profile.model import KernelBreakdown, Report
 

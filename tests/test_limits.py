@@ -122,7 +122,7 @@ def test_sqlite_table_past_the_row_limit_is_refused(tmp_path: Path) -> None:
 
 def test_sqlite_rowids_far_apart_read_in_one_pass(tmp_path: Path) -> None:
     """An edited export whose rowids jump to 2^62: read sequentially, not as 10^13 empty windows."""
-    from max_profile.collect.nsys import read_nsys_sqlite
+    from max_profile.collect.readers.nsys import read_nsys_sqlite
 
     db = tmp_path / "cap.sqlite"
     make_nsys_sqlite(db, decode_steps=4)

@@ -1,6 +1,6 @@
 """One matrix over every file source and one over every output, so a new one cannot ship untested.
 
-Readers: each :data:`~max_profile.collect.sources.SOURCES` entry has a seed below (the real H200 nsys export cut
+Readers: each :data:`~max_profile.collect.readers.sources.SOURCES` entry has a seed below (the real H200 nsys export cut
 down, the documented-format fakes for AMD shared with the fuzzer, small hand-written CSVs): the sniffer must pick that
 source, reading must give a raw capture that analyses and renders, and the same file cut in half must be refused with
 a clear error or read (never an untyped exception). Outputs: each :data:`~max_profile.render.outputs.OUTPUTS` entry
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from max_profile.analyze.report import build_report
-from max_profile.collect.sources import SOURCES, detect_format, import_trace
+from max_profile.collect.readers.sources import SOURCES, detect_format, import_trace
 from max_profile.errors import MaxProfileError, ToolMissingError, TraceFormatError
 from max_profile.model import RawCapture, Report
 from max_profile.render.outputs import OUTPUTS, write_outputs

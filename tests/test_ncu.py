@@ -9,8 +9,8 @@ import pytest
 
 from max_profile.analyze.ncu import analyze_launch
 from max_profile.analyze.rules.nsight import kernel_findings
-from max_profile.collect.ncu import parse_ncu_csv, to_number
-from max_profile.collect.ncu import read_ncu_files as read_launches
+from max_profile.collect.readers.ncu import parse_ncu_csv, to_number
+from max_profile.collect.readers.ncu import read_ncu_files as read_launches
 from max_profile.errors import MaxProfileError as NcuError
 from max_profile.model import KernelAnalysis, NcuLaunch
 from max_profile.ncu_run import name_filter, ncu_command
@@ -209,7 +209,7 @@ def test_ncu_rep_is_read_through_ncu_import(tmp_path: Path, monkeypatch: pytest.
     """`report R.ncu-rep` / `kernel --import R.ncu-rep`: the pages come from `ncu --import` (a FAKE ncu here) and read
     as the same pages imported as CSV; a failing ncu names the page and its error; no ncu: exit 3 with the install command."""
     from max_profile.analyze.report import build_report
-    from max_profile.collect.sources import detect_format, import_trace
+    from max_profile.collect.readers.sources import detect_format, import_trace
     from max_profile.errors import ToolMissingError, TraceFormatError
 
     rep = tmp_path / "kernel.ncu-rep"
@@ -228,7 +228,7 @@ def test_ncu_rep_is_read_through_ncu_import(tmp_path: Path, monkeypatch: pytest.
     with pytest.raises(TraceFormatError, match="--page raw` failed: ==ERROR== Failed to load report"):
         import_trace(str(rep))
     monkeypatch.setenv("PATH", "/nonexistent")
-    monkeypatch.setattr("max_profile.collect.environment.find_tool", lambda name: None)
+    monkeypatch.setattr("max_profile.collect.probes.environment.find_tool", lambda name: None)
     with pytest.raises(ToolMissingError, match="ncu is needed for reading .*Install: Nsight Compute"):
         import_trace(str(rep))
 

@@ -110,7 +110,7 @@ def test_sigterm_during_a_run_is_exit_143_with_one_line(tiny_model_dir: Path) ->
 def test_children_started_for_the_gpu_recorder_ignore_ctrl_c() -> None:
     """MAX's GPU recorder child is started inside this guard: Ctrl-C to the terminal's process group reaches only us (which
     stops the recorder), not the child (which otherwise prints a KeyboardInterrupt traceback)."""
-    from max_profile.collect.gpu_sampling import _child_ignores_ctrl_c
+    from max_profile.collect.live.gpu_sampling import _child_ignores_ctrl_c
 
     code = "import time\ntry:\n    print('READY', flush=True)\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('INTERRUPTED', flush=True)\n    raise\n"
     with default_sigint(), _child_ignores_ctrl_c():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from max_profile.analyze.report import build_report
-from max_profile.collect.nvtx_log import build_injection_library, read_nvtx_log
+from max_profile.collect.live.nvtx_log import build_injection_library, read_nvtx_log
 from max_profile.errors import ToolMissingError as NvtxInjectionUnavailable
 from max_profile.model import KernelBreakdown, RawCapture
 

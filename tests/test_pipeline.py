@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from max_profile.analyze.report import build_report
-from max_profile.collect.nsys import nsys_capture
-from max_profile.collect.sources import import_trace, load_any
+from max_profile.collect.readers.nsys import nsys_capture
+from max_profile.collect.readers.sources import import_trace, load_any
 from max_profile.errors import TraceFormatError
 from max_profile.model import SCHEMA_VERSION, KernelBreakdown, RawCapture, Report, Unavailable
 

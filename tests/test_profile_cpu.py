@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from max_profile import Report, profile
-from max_profile.collect.pipeline_hook import ProfileTargetError
+from max_profile.collect.live.pipeline_hook import ProfileTargetError
 from max_profile.errors import MaxProfileError
 from max_profile.model import RawCapture, StepSummary, Unavailable
 from max_profile.runner import generate
@@ -133,13 +133,13 @@ def test_cupti_recording_waits_for_the_gpu_and_says_what_it_cost(loaded_model: A
             return KernelTable(names=["gemv_bf16"], name_idx=np.zeros(2, dtype=np.int32), start_ns=ns, end_ns=ns + 500,
                                device=np.zeros(2, dtype=np.int32), stream=np.zeros(2, dtype=np.int64))
 
-    monkeypatch.setattr("max_profile.collect.cupti_native.make_cupti_collector", lambda notes, launches=True: StandInRecorder())
+    monkeypatch.setattr("max_profile.collect.live.cupti_native.make_cupti_collector", lambda notes, launches=True: StandInRecorder())
     with profile(loaded_model.pipeline, kernels="cupti", gpu_sampling=False) as prof:
         generate(loaded_model, ["hello world"], 4)
     assert order == ["start", "gpu wait", "stop"]
     raw = prof.raw_capture
     assert len(raw.kernels) == 2 and raw.capture.device_graph_capture is False
     assert any("3 kernel(s) had no start or end time" in n for n in raw.notes)
-    from max_profile.collect.recorders import CUPTI_WITHOUT_GRAPHS_NOTE
+    from max_profile.collect.live.recorders import CUPTI_WITHOUT_GRAPHS_NOTE
 
     assert CUPTI_WITHOUT_GRAPHS_NOTE in raw.notes

@@ -11,7 +11,7 @@ import pytest
 
 from max_profile.analyze.report import build_report
 from max_profile.analyze.roofline import decode_step_cost, experts_active_fraction, kv_bytes_per_token
-from max_profile.collect.model_files import read_model_config, read_model_weights, tensor_role
+from max_profile.collect.probes.model_files import read_model_config, read_model_weights, tensor_role
 from max_profile.model import Capture, KernelRecord, ModelWeights, RawCapture, Step, Unavailable, WeightGroup
 from max_profile.tinymodel import ModelShape, build_tiny_llama
 

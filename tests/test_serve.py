@@ -208,7 +208,7 @@ def test_ctrl_c(tiny_model_dir: Path, stage: str, foreign_max_process: subproces
 
 
 def test_nsys_session_names_and_stale_cleanup_touch_only_ours() -> None:
-    from max_profile.collect import serve_profilers as sp
+    from max_profile.collect.server import serve_profilers as sp
 
     listing = (  # `nsys sessions list -p false` as nsys 2025.3.1 prints it (research/formats.md §1.7)
         "         10850        00:04                                   Launched      1 s1\n"
@@ -230,7 +230,7 @@ def test_nsys_session_names_and_stale_cleanup_touch_only_ours() -> None:
 def _fake_env(monkeypatch: pytest.MonkeyPatch, vendor: str) -> None:
     import msgspec
 
-    from max_profile.collect import environment
+    from max_profile.collect.probes import environment
     from max_profile.model import Environment
 
     real = environment.detect_environment(check_tools=False)
@@ -259,7 +259,7 @@ def test_rocprof_three_passes_with_fake_rocprofv3(tiny_model_dir: Path, monkeypa
     _fake_env(monkeypatch, "amd")  # FAKE: no AMD GPU on CI; tests/fakes/rocprofv3 stands in for the tool
     monkeypatch.setenv("PATH", f"{REPO / 'tests' / 'fakes'}{os.pathsep}{os.environ['PATH']}")
     before = serve_tmpdirs()
-    from max_profile.collect import serve_profilers
+    from max_profile.collect.server import serve_profilers
 
     monkeypatch.setattr(serve_profilers, "ROCPROF_WINDOW_DELAY_S", 2.0)  # R2 + 10 s in use; 2 s keeps the test short
     plan = _plan(tiny_model_dir, mode="rocprof", duration_s=3.0, warm=False)  # the warm pass is tested by test_ctrl_c
@@ -293,7 +293,7 @@ def test_worker_hook_prepares_before_the_window(tmp_path: Path, loads_driver: bo
     CUPTI up front (here a stand-in libcuda.so.1 and no usable CUPTI: it says why, before `start`)."""
     import shutil
 
-    from max_profile.collect.worker_protocol import WorkerHook
+    from max_profile.collect.server.worker_protocol import WorkerHook
 
     folder = tmp_path / "cupti"
     folder.mkdir()
@@ -372,7 +372,7 @@ def test_worker_hook_records_several_windows(tmp_path: Path) -> None:
     before the worker had written them: no phase split)."""
     import shutil
 
-    from max_profile.collect.worker_protocol import WorkerHook
+    from max_profile.collect.server.worker_protocol import WorkerHook
 
     if shutil.which("gcc") is None:
         pytest.skip("gcc is needed to build the stand-in libcuda.so.1")
@@ -381,7 +381,7 @@ def test_worker_hook_records_several_windows(tmp_path: Path) -> None:
     script = f"""
 import ctypes, time
 ctypes.CDLL({str(tmp_path / 'libcuda.so.1')!r})
-import max_profile.collect.cupti_native as native
+import max_profile.collect.live.cupti_native as native
 from max_profile.model import KernelRecord, KernelTable
 
 class FakeCollector:  # FAKE: stands in for the C CUPTI recorder
@@ -463,8 +463,8 @@ def test_kernels_mode_measures_the_recorder_against_an_untraced_reference_window
     first on the same server, then the recorded one; the report gives the recorder's cost from the two and keeps the
     reference out of the load levels and the capture window. CI has no CUPTI: a stand-in recorder (it records nothing,
     it only counts its starts and stops) takes the worker recorder's place; the server, load and metrics are real."""
-    from max_profile.collect.environment import detect_environment
-    from max_profile.collect.serve_recorders import UtilizationRecorder
+    from max_profile.collect.probes.environment import detect_environment
+    from max_profile.collect.server.serve_recorders import UtilizationRecorder
     from max_profile.model import RawCapture
     from max_profile.serve import new_serve_raw, serve_windows, server_tmpdir
 

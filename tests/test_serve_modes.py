@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from max_profile.collect.environment import detect_environment
+from max_profile.collect.probes.environment import detect_environment
 from max_profile.errors import InputError
 from max_profile.serve import SERVE_MODES, ModeContext, ServePlan, check_plan, serve_mode
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from max_profile.analyze.diff import diff_reports, startup_verdicts
-from max_profile.collect.startup import (
+from max_profile.collect.probes.startup import (
     TimedLine,
     cache_events,
     compile_failure,

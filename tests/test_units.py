@@ -180,7 +180,7 @@ class _FakeCupti:
 
 
 def test_cupti_api_records_kept_for_launch_calls_only() -> None:
-    from max_profile.collect.cupti_kernels import _keep_only_launch_records, _launch_switch_table
+    from max_profile.collect.live.cupti_kernels import _keep_only_launch_records, _launch_switch_table
 
     names = {1: {307: "cuLaunchKernel", 652: "cuLaunchKernelEx", 514: "cuGraphLaunch", 17: "cuEventQuery", 18: "cuStreamQuery"},
              2: {211: "cudaLaunchKernel_v7000", 31: "cudaEventQuery_v3020"}}
@@ -198,7 +198,7 @@ def test_cupti_api_records_kept_for_launch_calls_only() -> None:
 def test_serve_coverage_reports_the_tracer_share_of_the_window(tmp_path: Path) -> None:
     import json
 
-    from max_profile.collect.worker_protocol import WorkerHook
+    from max_profile.collect.server.worker_protocol import WorkerHook
 
     hook = WorkerHook(tmp_path)
     assert hook._coverage(1, (0, 10_000_000_000)) is None
@@ -216,7 +216,7 @@ def test_serve_coverage_reports_the_tracer_share_of_the_window(tmp_path: Path) -
 def test_stream_chunks_count_the_tokens_they_carry() -> None:
     """MAX sends a token that decodes to no visible text with the next chunk: its token_ids say how many tokens a chunk
     holds (so its gap is split per token), and the usage chunk gives the server's own total."""
-    from max_profile.collect.serve_client import chunk_tokens
+    from max_profile.collect.server.serve_client import chunk_tokens
 
     assert chunk_tokens('{"choices":[{"text":" a","token_ids":[17]}]}') == (1, None)
     assert chunk_tokens('{"choices":[{"text":"é","token_ids":[201,98]}]}') == (2, None)
@@ -282,7 +282,7 @@ def test_the_worker_hook_drops_kernels_stamped_across_a_pause_of_a_sampled_recor
     import importlib.util
 
     from max_profile.analyze.breakdown import build_breakdown
-    from max_profile.collect.worker_protocol import HOOK_DIR
+    from max_profile.collect.server.worker_protocol import HOOK_DIR
     from max_profile.model import KernelRecord, KernelTable
 
     spec = importlib.util.spec_from_file_location("max_profile_hook_under_test", HOOK_DIR / "sitecustomize.py")

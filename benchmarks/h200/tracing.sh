@@ -25,7 +25,7 @@ case "$MODE" in graphs|eager|verify) M=/tmp/m24; LAYERS=24 ;; esac
 ARMS=off,native,native-kernels,native-warm,profile-off,profile-cupti
 # the product builds the recorder against this machine's CUPTI headers; the copy built on the dev machine (CUDA 13.0
 # headers, .gpu/) stands in only if that fails, and the step log says so
-if ! python3 -c "from max_profile.collect.cupti_native import build_cupti_library as b; print('recorder built here:', b())" >> "$OUTDIR/recorder_build.txt" 2>&1; then
+if ! python3 -c "from max_profile.collect.live.cupti_native import build_cupti_library as b; print('recorder built here:', b())" >> "$OUTDIR/recorder_build.txt" 2>&1; then
   echo "recorder build failed here; using the carried .gpu/libmax_profile_cupti.so" >> "$OUTDIR/recorder_build.txt"
   export MAX_PROFILE_CUPTI_RING_LIB="$PWD/.gpu/libmax_profile_cupti.so"
 fi
@@ -35,7 +35,7 @@ fi
 case "$MODE" in
 overhead)
   step recorder python3 -c "
-from max_profile.collect.cupti_native import NativeCuptiCollector, build_cupti_library, find_libcupti, static_layout_matches
+from max_profile.collect.live.cupti_native import NativeCuptiCollector, build_cupti_library, find_libcupti, static_layout_matches
 c = NativeCuptiCollector()
 print('library', build_cupti_library(), 'libcupti', find_libcupti(), 'CUPTI API', c.cupti_version, 'layout as CUDA 13.0 headers here:', static_layout_matches(c.layout))"
   step overhead python3 benchmarks/tracer_overhead.py --model-path "$M" --tokens 128 --repeats 5 \

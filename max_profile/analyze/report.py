@@ -15,12 +15,11 @@ import numpy as np
 from max_profile.analyze.breakdown import breakdown_from_totals, build_breakdown
 from max_profile.analyze.commands import say
 from max_profile.analyze.ledger import build_ledger, server_ledger, with_load
-from max_profile.analyze.load import load_level, tracer_cost, tracing_cost_statement
+from max_profile.analyze.load import load_level, summarize_serve, tracer_cost, tracing_cost_statement
 from max_profile.analyze.ncu import analyze_launch
 from max_profile.analyze.plan import next_command
 from max_profile.analyze.roofline import decode_roofline
 from max_profile.analyze.rules import RULES, RuleSpec, evaluate_rules, nvml_window_long_enough
-from max_profile.analyze.serve import summarize_serve
 from max_profile.analyze.steps import summarize_steps
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.analyze.timeline import capture_timeline, valid_host_steps

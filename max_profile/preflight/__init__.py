@@ -161,7 +161,7 @@ def _tokenizer_config_has_template(model_path: str) -> bool:
 def check_architecture(spec: str, model_path: str | None = None, serve: bool = False, *, max_length: int | None = None,
                        prompt: str = "I believe the meaning of life is", timeout_s: float = DEFAULT_TIMEOUT_S) -> PreflightResult:
     """Run every preflight check for one ``--custom-architectures`` spec; never imports user code here."""
-    from max_profile.collect.environment import max_version
+    from max_profile.collect.probes.environment import max_version
 
     t0 = time.perf_counter()
     checks, pkg, name = _static_checks(spec, serve)

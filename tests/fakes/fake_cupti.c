@@ -1,6 +1,6 @@
 /*
  * FAKE libcupti: stands in for CUPTI's activity API on machines without an NVIDIA GPU (CI), so max_profile's C
- * recorder (max_profile/collect/native/cupti_ring.c) runs for real against it. Not NVIDIA's library.
+ * recorder (max_profile/collect/live/native/cupti_ring.c) runs for real against it. Not NVIDIA's library.
  *
  * It implements the calls the recorder resolves with dlsym, with the signatures and behaviour cupti_activity.h and
  * cupti_callbacks.h document (compiled against those headers, so the prototypes are checked):

@@ -18,7 +18,7 @@ follows files that max_profile creates in that folder:
   ``steps-<pid>-N.json`` (the pipeline's steps in the window, the same clock) where a pipeline was hooked;
 - ``quit``: the hook ends (a process that never saw ``prepare`` too).
 
-The controller side is :mod:`max_profile.collect.worker_protocol`.
+The controller side is :mod:`max_profile.collect.server.worker_protocol`.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def _pipeline_classes() -> list[type]:
 
     if "max.pipelines.lib.pipeline_variants.text_generation" not in sys.modules:
         return []
-    from max_profile.collect.pipeline_hook import pipeline_classes
+    from max_profile.collect.live.pipeline_hook import pipeline_classes
 
     return pipeline_classes()
 
@@ -145,7 +145,7 @@ def _watch(folder: str) -> None:
     collector: Any = _NoKernels()
     if cuda:
         try:
-            from max_profile.collect.cupti_native import make_cupti_collector
+            from max_profile.collect.live.cupti_native import make_cupti_collector
 
             # launch records only where phase ranges will need them (MAX_PROFILE_WORKER_CUPTI_LAUNCHES=1)
             collector = make_cupti_collector(notes, launches=os.environ.get("MAX_PROFILE_WORKER_CUPTI_LAUNCHES", "1") == "1")
@@ -216,12 +216,12 @@ def _watch(folder: str) -> None:
 
 
 class _StepStamps:
-    """The pipelines' ``execute`` hooked for the windows (:class:`~max_profile.collect.pipeline_hook.ClassStepHook`): each
+    """The pipelines' ``execute`` hooked for the windows (:class:`~max_profile.collect.live.pipeline_hook.ClassStepHook`): each
     batch a :class:`~max_profile.model.Step` with its kind, size and tokens; written per window (an empty list where none
     ran: the controller waits for every process that records steps), nothing kept in between."""
 
     def __init__(self, classes: list[type]) -> None:
-        from max_profile.collect.pipeline_hook import ClassStepHook
+        from max_profile.collect.live.pipeline_hook import ClassStepHook
 
         self.hook = ClassStepHook(classes)
         self.installed = False

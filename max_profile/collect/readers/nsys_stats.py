@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from max_profile.collect.tables import column, csv_rows, ns, number, optional_column, read_text
+from max_profile.collect.readers.tables import column, csv_rows, ns, number, optional_column, read_text
 from max_profile.model import Capture, Environment, GpuInfo, KernelTable, KernelTotal, RawCapture, Unavailable
 
 _DEVICE_ORDINAL = re.compile(r"\((\d+)\)\s*$")

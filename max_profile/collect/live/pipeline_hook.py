@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from max_profile.collect.markers import NullMarker, PhaseMarker
+from max_profile.collect.live.markers import NullMarker, PhaseMarker
 from max_profile.errors import InputError
 from max_profile.model import Phase, Step
 

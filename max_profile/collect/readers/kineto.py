@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from max_profile.collect.tables import check_json_depth, ns, number, read_text
+from max_profile.collect.readers.tables import check_json_depth, ns, number, read_text
 from max_profile.errors import TraceFormatError
 from max_profile.model import Capture, Environment, GpuInfo, KernelTable, PhaseRange, RawCapture, Vendor
 

@@ -436,7 +436,7 @@ void mp_stats(uint64_t *out) {
 const char *mp_error(void) { return S.error; }
 const char *mp_holder(void) { return S.holder; }
 
-/* Record layouts this file was compiled with: sizes, then field offsets (see max_profile/collect/cupti_decode.py). */
+/* Record layouts this file was compiled with: sizes, then field offsets (see max_profile/collect/live/cupti_decode.py). */
 #define OFF(T, f) (int32_t) offsetof(T, f)
 int mp_layout(int32_t *out, int n) {
     int32_t v[] = {

@@ -18,9 +18,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from max_profile.collect.gpu_sampling import GpuSampler
-from max_profile.collect.host_load import HostLoadProbe
-from max_profile.collect.nvtx_log import (
+from max_profile.collect.live.gpu_sampling import GpuSampler
+from max_profile.collect.live.host_load import HostLoadProbe
+from max_profile.collect.live.nvtx_log import (
     LOG_CAP_ENV,
     dropped_in_process,
     gated_in_process,
@@ -63,7 +63,7 @@ def fill_samples(raw: RawCapture, sampler: GpuSampler, label: str = "") -> None:
 
 def ops_in_window(logs: Iterable[str], window: tuple[int, int] | None) -> tuple[KernelTable, list[PhaseRange], list[str]]:
     """MAX's op ranges and the phase ranges of NVTX logs, clipped to ``window``; the logs that could not be read, said why."""
-    from max_profile.collect.nvtx_log import read_nvtx_log
+    from max_profile.collect.live.nvtx_log import read_nvtx_log
 
     tables: list[KernelTable] = []
     ranges: list[PhaseRange] = []
@@ -237,7 +237,7 @@ class CuptiRecorder:
         self.slices = StepSlices(share, slice_steps)
 
     def start(self) -> None:
-        from max_profile.collect.cupti_native import make_cupti_collector
+        from max_profile.collect.live.cupti_native import make_cupti_collector
 
         try:
             self.collector = make_cupti_collector(self.notes)
@@ -336,7 +336,7 @@ class NvtxLogRecorder:
         if not self.log_path:
             raw.kernels_unavailable = Unavailable(
                 "kernels='nvtx-log' needs the process started with NVTX_INJECTION64_PATH=<libmax_profile_nvtx.so> "
-                "and MAX_PROFILE_NVTX_LOG=<file> (see max_profile.collect.nvtx_log)"
+                "and MAX_PROFILE_NVTX_LOG=<file> (see max_profile.collect.live.nvtx_log)"
             )
             return
         table, ranges, problems = ops_in_window([self.log_path], window)

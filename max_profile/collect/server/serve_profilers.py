@@ -110,7 +110,7 @@ def verify_artifact(path: str | Path, kind: str, min_bytes: int = 1024) -> str |
     size = p.stat().st_size
     if size < min_bytes:
         return f"{p} is only {size} bytes (an empty capture?)"
-    from max_profile.collect.nsys import SQLITE_MAGIC
+    from max_profile.collect.readers.nsys import SQLITE_MAGIC
 
     with open(p, "rb") as fh:
         head = fh.read(4096)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import http.client
 import time
 
-from max_profile.collect.serve_client import split_url
+from max_profile.collect.server.serve_client import split_url
 from max_profile.model import MetricPoint, MetricsScrape
 
 MAX_METRICS_BYTES = 32 << 20

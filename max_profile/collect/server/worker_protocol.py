@@ -1,4 +1,4 @@
-"""The controller side of the worker hook (``collect/worker_hook/sitecustomize.py``): CUPTI inside ``max serve``'s model
+"""The controller side of the worker hook (``collect/server/worker_hook/sitecustomize.py``): CUPTI inside ``max serve``'s model
 worker, driven through files in one folder (no socket, nothing the server itself has to know).
 
     hook = WorkerHook(folder)                     # the server starts with hook.env() in its environment
@@ -62,7 +62,7 @@ class WindowCoverage:
 def _hook_path() -> list[str]:
     """The hook's folder, and the folder max_profile itself is imported from where that is not a site-packages (an editable
     install: the server's worker, spawned by MAX, does not always run the installer's import hook)."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     return [str(HOOK_DIR)] + ([] if root.name in ("site-packages", "dist-packages") else [str(root)])
 
 

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from max_profile.collect.tables import check_json_depth, column, csv_rows, ns, optional_column, read_text
+from max_profile.collect.readers.tables import check_json_depth, column, csv_rows, ns, optional_column, read_text
 from max_profile.errors import TraceFormatError
 from max_profile.model import Capture, Environment, GpuInfo, KernelTable, PhaseRange, RawCapture, Unavailable
 from max_profile.util.files import SQLITE_ERRORS, open_sqlite_readonly

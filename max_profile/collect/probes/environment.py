@@ -16,7 +16,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from max_profile.collect.gpu_backends import MAX_GPU_UPGRADE, max_gpu_module, open_direct_reader
+from max_profile.collect.live.gpu_backends import MAX_GPU_UPGRADE, max_gpu_module, open_direct_reader
 from max_profile.errors import ToolMissingError
 from max_profile.model import Environment, GpuInfo, ToolStatus, Vendor
 
@@ -194,7 +194,7 @@ def detect_environment(check_tools: bool = True) -> Environment:
         warnings.append(f"MODULAR_ENABLE_PROFILING={mode!r} is invalid: MAX accepts off, on or detailed and fails at load")
     profiling_problem = None
     if vendor == "nvidia":
-        from max_profile.collect.nvtx_log import MAX_GPU_NVTX_PROBLEM, max_profiling_usable
+        from max_profile.collect.live.nvtx_log import MAX_GPU_NVTX_PROBLEM, max_profiling_usable
 
         profiling_problem = None if max_profiling_usable("gpu") else MAX_GPU_NVTX_PROBLEM
     return Environment(
@@ -260,7 +260,7 @@ def doctor_checks(env: Environment) -> list[ToolStatus]:
 def _cupti_subscribe_status() -> ToolStatus:
     """Start and stop the C CUPTI recorder once: it builds, loads libcupti and subscribes (or says what holds CUPTI)."""
     try:
-        from max_profile.collect.cupti_native import NativeCuptiCollector
+        from max_profile.collect.live.cupti_native import NativeCuptiCollector
 
         rec = NativeCuptiCollector(launches=False)
         rec.start()

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import msgspec
 
-from max_profile.collect.kineto import kineto_capture
-from max_profile.collect.ncu import ncu_capture, ncu_rep_capture
-from max_profile.collect.nsys import SQLITE_MAGIC, export_sqlite, nsys_capture
-from max_profile.collect.nsys_stats import gpu_trace_capture, kern_sum_capture, max_generate_capture
-from max_profile.collect.rocprof import ROCPROF_JSON_KEY, rocpd_capture, rocprof_csv_capture, rocprof_json_capture
-from max_profile.collect.tables import NOISE_PREFIXES
+from max_profile.collect.readers.kineto import kineto_capture
+from max_profile.collect.readers.ncu import ncu_capture, ncu_rep_capture
+from max_profile.collect.readers.nsys import SQLITE_MAGIC, export_sqlite, nsys_capture
+from max_profile.collect.readers.nsys_stats import gpu_trace_capture, kern_sum_capture, max_generate_capture
+from max_profile.collect.readers.rocprof import ROCPROF_JSON_KEY, rocpd_capture, rocprof_csv_capture, rocprof_json_capture
+from max_profile.collect.readers.tables import NOISE_PREFIXES
 from max_profile.errors import TraceFormatError
 from max_profile.model import RawCapture, Report, load_saved
 from max_profile.util.files import SQLITE_ERRORS, check_input_path, is_gzip, open_sqlite_readonly, read_head, read_input
@@ -98,7 +98,7 @@ def _read_gzipped_sqlite(path: str) -> RawCapture:
 
 
 def _read_nsys_rep(path: str) -> RawCapture:
-    from max_profile.collect.environment import require_tool
+    from max_profile.collect.probes.environment import require_tool
 
     nsys = require_tool("nsys", f"reading {path} (a .nsys-rep is exported to SQLite with `nsys export --type sqlite`)")
     out = str(Path(path).with_suffix(".sqlite"))

@@ -457,7 +457,7 @@ def _digest(*parts: str) -> str:
 
 def model_identity(model_path: str) -> str:
     """What of the model shapes its graphs: config.json's architecture fields (not the weights' values)."""
-    from max_profile.collect.model_files import read_model_config
+    from max_profile.collect.probes.model_files import read_model_config
 
     cfg = read_model_config(model_path) or {}
     import json

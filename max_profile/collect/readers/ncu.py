@@ -203,7 +203,7 @@ def export_ncu_pages(ncu: str, report: str, out_dir: str, *, timeout_s: float = 
 
 def ncu_rep_capture(report: str, *, target: str = "ncu import") -> RawCapture:
     """An Nsight Compute report (``.ncu-rep``) read through ``ncu --import`` (needs ncu; says how to install it)."""
-    from max_profile.collect.environment import require_tool
+    from max_profile.collect.probes.environment import require_tool
     from max_profile.util.files import check_input_path
 
     check_input_path(report)

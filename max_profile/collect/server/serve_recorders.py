@@ -21,9 +21,9 @@ from typing import Protocol
 
 import msgspec
 
-from max_profile.collect import serve_profilers as sp
-from max_profile.collect.recorders import ops_in_window
-from max_profile.collect.worker_protocol import WindowCoverage, WorkerHook
+from max_profile.collect.live.recorders import ops_in_window
+from max_profile.collect.server import serve_profilers as sp
+from max_profile.collect.server.worker_protocol import WindowCoverage, WorkerHook
 from max_profile.errors import CaptureError, MaxProfileError, ToolMissingError, TraceFormatError
 from max_profile.model import KernelTable, RawCapture, Unavailable
 from max_profile.util.procs import run_bounded
@@ -118,7 +118,7 @@ class WorkerKernelRecorder(UtilizationRecorder):
         self.hook: WorkerHook | None = None
         self._alive: Callable[[], bool] = lambda: True
         if profiling != "off":
-            from max_profile.collect.nvtx_log import build_injection_library
+            from max_profile.collect.live.nvtx_log import build_injection_library
 
             try:
                 self.nvtx_template = str(tmp / "nvtx-%p.log")
@@ -128,7 +128,7 @@ class WorkerKernelRecorder(UtilizationRecorder):
                 progress(f"no NVTX log ({exc})")
         library = None
         if cupti:
-            from max_profile.collect.cupti_native import build_cupti_library
+            from max_profile.collect.live.cupti_native import build_cupti_library
 
             try:  # built here, once, so the worker's prepare step only loads it
                 library = build_cupti_library()
@@ -248,7 +248,7 @@ class NsysRecorder(UtilizationRecorder):
 
     def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None:
         """After close(): the report verified, exported to SQLite and read back."""
-        from max_profile.collect.nsys import export_sqlite, merge_trace, read_nsys_sqlite
+        from max_profile.collect.readers.nsys import export_sqlite, merge_trace, read_nsys_sqlite
 
         rep = self.rep_base + ".nsys-rep"
         why = sp.verify_artifact(rep, "nsys-rep")
@@ -301,7 +301,7 @@ class RocprofRecorder(UtilizationRecorder):
 
     def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None:
         """After close(): rocprofv3 writes its files when the server's group is stopped."""
-        from max_profile.collect.rocprof import rocprof_csv_capture
+        from max_profile.collect.readers.rocprof import rocprof_csv_capture
 
         csv_path = sp.find_rocprof_kernel_csv(self.out_dir)
         why = sp.verify_artifact(csv_path, "rocprof-csv", min_bytes=64) if csv_path else f"no *kernel_trace.csv under {self.out_dir}"

@@ -2,7 +2,7 @@
 
 CUPTI's buffer callbacks run in C: records are copied by kind into two arrays and the buffers reused,
 so the profiled process's GIL is never taken while recording. ``stop()`` flushes, copies the arrays
-out and decodes them with numpy (:mod:`max_profile.collect.cupti_decode`). The library is compiled
+out and decodes them with numpy (:mod:`max_profile.collect.live.cupti_decode`). The library is compiled
 on first use against the installed CUPTI headers (gcc), opens libcupti with dlopen, and refuses a
 libcupti whose API version differs from the headers'. Another CUPTI client in the process (Nsight
 Systems, Nsight Compute, kineto) is detected through ``cuptiSubscribe_v2`` and named: recording
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from max_profile.collect.cupti_decode import CUPTI_13_LAYOUT, DecodedKernels, RecordLayout, decode, unfinished_records
+from max_profile.collect.live.cupti_decode import CUPTI_13_LAYOUT, DecodedKernels, RecordLayout, decode, unfinished_records
 from max_profile.errors import CaptureError, MaxProfileError, ToolMissingError
 from max_profile.model import KernelTable
 from max_profile.util.files import cache_dir
@@ -295,7 +295,7 @@ def make_cupti_collector(notes: list[str], launches: bool = True) -> Any:
     try:
         return NativeCuptiCollector(launches=launches)
     except MaxProfileError as native_problem:
-        from max_profile.collect.cupti_kernels import CuptiKernelCollector
+        from max_profile.collect.live.cupti_kernels import CuptiKernelCollector
 
         try:
             collector = CuptiKernelCollector(launches=launches)

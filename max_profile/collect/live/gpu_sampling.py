@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from max_profile.collect.gpu_backends import MAX_GPU_UPGRADE, AmdSmiReader, GpuReader, NvmlReader, max_gpu_module, open_direct_reader
+from max_profile.collect.live.gpu_backends import MAX_GPU_UPGRADE, AmdSmiReader, GpuReader, NvmlReader, max_gpu_module, open_direct_reader
 from max_profile.model import Unavailable, UtilizationSample
 from max_profile.util.procs import child_python_env
 
