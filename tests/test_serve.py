@@ -304,7 +304,7 @@ def test_worker_hook_prepares_before_the_window(tmp_path: Path, loads_driver: bo
         (tmp_path / "empty.c").write_text("int max_profile_stand_in(void) { return 0; }\n")
         subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(tmp_path / "empty.c")], check=True)
         script = f"import ctypes\nctypes.CDLL({str(tmp_path / 'libcuda.so.1')!r})\n" + script
-    hook = str(REPO / "max_profile" / "collect" / "worker_hook")
+    hook = str(REPO / "max_profile" / "collect" / "server" / "worker_hook")
     # no libcupti for the C recorder (as on CI) and no cupti-python: nothing usable, said before `start`
     env = clean_child_env({"MAX_PROFILE_WORKER_CUPTI_DIR": str(folder), "PYTHONPATH": hook + os.pathsep + str(REPO),
                            "MAX_PROFILE_LIBCUPTI": str(tmp_path / "no-libcupti.so")})
