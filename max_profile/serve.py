@@ -33,6 +33,7 @@ from pathlib import Path
 
 from max_profile.collect.live.gpu_sampling import GpuSampler
 from max_profile.collect.live.host_load import HostLoadProbe
+from max_profile.collect.live.nvtx_log import profiling_library_env
 from max_profile.collect.live.recorders import fill_samples
 from max_profile.collect.probes.environment import detect_environment, require_tool
 from max_profile.collect.probes.model_files import read_model_config, read_model_weights
@@ -274,6 +275,8 @@ def _server_env(plan: ServePlan, tmp: Path, extra: dict[str, str]) -> dict[str, 
             "MODULAR_ENABLE_PROFILING": plan.resolved_profiling_mode() if plan.spec.records_kernels else os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
         }
     )
+    if env["MODULAR_ENABLE_PROFILING"] != "off":  # on a CUDA 13 GPU: CUDA 12's NVTX v2 library from its wheel
+        env.update(profiling_library_env(plan.devices))
     env.update(extra)
     return env
 
@@ -317,9 +320,10 @@ def run_serve_capture(plan: ServePlan, *, confirm: bool | Callable[[ServePlan], 
     env = detect_environment(check_tools=False)
     tool = _profiler_for(plan.spec, env.vendor)
     if plan.spec.records_kernels and plan.profiling_mode == "auto" and plan.resolved_profiling_mode() == "off":
-        from max_profile.collect.live.nvtx_log import MAX_GPU_NVTX_PROBLEM
+        from max_profile.collect.live.nvtx_log import MAX_GPU_NVTX_PROBLEM, NVTX_V2_FIX
 
-        progress(f"MODULAR_ENABLE_PROFILING=off: {MAX_GPU_NVTX_PROBLEM}; kernels are recorded but not split by phase")
+        progress(f"MODULAR_ENABLE_PROFILING=off: {MAX_GPU_NVTX_PROBLEM}; kernels are recorded but not split by phase "
+                 f"({NVTX_V2_FIX})")
     ok = confirm(plan) if callable(confirm) else confirm
     if not ok:
         raise InputError("not confirmed: nothing was started (pass --yes, or confirm=True in the API)")

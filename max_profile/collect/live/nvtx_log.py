@@ -282,16 +282,15 @@ MAX_GPU_NVTX_PROBLEM = (
     "libnvToolsExt.so, which CUDA 13 no longer ships; without it the model worker aborts "
     "('symbol not found: nvtxRangeStartEx', seen on the H200)"
 )
+NVTX_V2_WHEEL = "nvidia-nvtx-cu12==12.1.105"
+"""The pip package that ships CUDA 12's NVTX v2 library (``nvidia/nvtx/lib/libnvToolsExt.so.1``; its 12.9 release ships
+only ``libnvtx3interop.so.1``). On the H200 (CUDA 13, MAX 26.7) MAX's profiling mode ran with it on LD_LIBRARY_PATH
+(tests/data/h200/session13/ops_probe). In the ``nvidia`` extra."""
+NVTX_V2_FIX = f"pip install '{NVTX_V2_WHEEL}' (CUDA 12's libnvToolsExt.so.1: max_profile puts it on the model's library path)"
 
 
-@functools.cache
-def max_profiling_usable(devices: str) -> bool:
-    """Whether MAX can run with MODULAR_ENABLE_PROFILING=on on these devices (see MAX_GPU_NVTX_PROBLEM).
-
-    Cached: ``find_library`` runs ``ldconfig`` / the compiler, and a serve plan asks several times.
-    """
-    if devices.strip().lower().startswith("cpu"):
-        return True
+def _system_nvtx_v2() -> bool:
+    """Whether the loader finds an NVTX v2 library by itself (a CUDA 12 toolkit, or one the user put on the path)."""
     import ctypes.util
 
     for name in filter(None, (ctypes.util.find_library("nvToolsExt"), "libnvToolsExt.so.1", "libnvToolsExt.so")):
@@ -301,6 +300,58 @@ def max_profiling_usable(devices: str) -> bool:
         except OSError:
             continue
     return False
+
+
+def nvtx_v2_library() -> Path | None:
+    """CUDA 12's ``libnvToolsExt.so.1`` from the ``nvidia-nvtx-cu12`` wheel, when it is installed."""
+    roots = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    for root in sorted(roots):
+        lib = Path(root) / "nvidia" / "nvtx" / "lib" / "libnvToolsExt.so.1"
+        if lib.is_file():
+            return lib
+    return None
+
+
+def nvtx_v2_folder() -> Path | None:
+    """A folder to put first on LD_LIBRARY_PATH that holds the wheel's library under both names MAX looks for
+    (``libnvToolsExt.so`` and ``.so.1``); None without the wheel."""
+    lib = nvtx_v2_library()
+    if lib is None:
+        return None
+    folder = cache_dir() / f"nvtx-v2-{hashlib.sha256(str(lib).encode()).hexdigest()[:8]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("libnvToolsExt.so", "libnvToolsExt.so.1"):
+        link = folder / name
+        if not link.exists():
+            tmp = folder / f".{name}.{os.getpid()}"
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(lib)
+            os.replace(tmp, link)
+    return folder
+
+
+def profiling_library_env(devices: str) -> dict[str, str]:
+    """What a process running MAX with profiling on needs in its environment on these devices: on a GPU without a
+    system NVTX v2 library, the wheel's folder first on LD_LIBRARY_PATH (nothing on a CPU, or where the loader finds one)."""
+    if devices.strip().lower().startswith("cpu") or _system_nvtx_v2():
+        return {}
+    folder = nvtx_v2_folder()
+    if folder is None:
+        return {}
+    current = os.environ.get("LD_LIBRARY_PATH", "")
+    return {"LD_LIBRARY_PATH": str(folder) + (os.pathsep + current if current else "")}
+
+
+@functools.cache
+def max_profiling_usable(devices: str) -> bool:
+    """Whether MAX can run with MODULAR_ENABLE_PROFILING=on on these devices (see MAX_GPU_NVTX_PROBLEM): on a CPU always;
+    on a GPU when the loader finds an NVTX v2 library or the ``nvidia-nvtx-cu12`` wheel provides one.
+
+    Cached: ``find_library`` runs ``ldconfig`` / the compiler, and a serve plan asks several times.
+    """
+    if devices.strip().lower().startswith("cpu"):
+        return True
+    return _system_nvtx_v2() or nvtx_v2_library() is not None
 
 
 def restart_with_nvtx_log(argv: list[str], devices: str, gated: bool = False) -> None:
@@ -315,6 +366,7 @@ def restart_with_nvtx_log(argv: list[str], devices: str, gated: bool = False) ->
     if "libmax_profile_nvtx" in os.environ.get("NVTX_INJECTION64_PATH", "") and os.environ.get("MAX_PROFILE_NVTX_LOG"):
         return
     if not max_profiling_usable(devices):
-        raise ToolMissingError(f"MAX op ranges on {devices}: {MAX_GPU_NVTX_PROBLEM}. Use kernels='cupti' on NVIDIA GPUs")
-    env = {**os.environ, **injection_env(str(cache_dir() / "nvtx-%p.log"), gated=gated)}
+        raise ToolMissingError(f"MAX op ranges on {devices}: {MAX_GPU_NVTX_PROBLEM}; fix: {NVTX_V2_FIX}, or use kernels='cupti' "
+                               "on NVIDIA GPUs")
+    env = {**os.environ, **injection_env(str(cache_dir() / "nvtx-%p.log"), gated=gated), **profiling_library_env(devices)}
     os.execve(argv[0], argv, env)

@@ -194,9 +194,9 @@ def detect_environment(check_tools: bool = True) -> Environment:
         warnings.append(f"MODULAR_ENABLE_PROFILING={mode!r} is invalid: MAX accepts off, on or detailed and fails at load")
     profiling_problem = None
     if vendor == "nvidia":
-        from max_profile.collect.live.nvtx_log import MAX_GPU_NVTX_PROBLEM, max_profiling_usable
+        from max_profile.collect.live.nvtx_log import MAX_GPU_NVTX_PROBLEM, NVTX_V2_FIX, max_profiling_usable
 
-        profiling_problem = None if max_profiling_usable("gpu") else MAX_GPU_NVTX_PROBLEM
+        profiling_problem = None if max_profiling_usable("gpu") else f"{MAX_GPU_NVTX_PROBLEM}; fix: {NVTX_V2_FIX}"
     return Environment(
         vendor=vendor,
         vendor_reason=reason,
