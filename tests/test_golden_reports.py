@@ -68,6 +68,7 @@ def test_every_recorded_fixture_gives_its_committed_report() -> None:
         GOLDEN.write_bytes(gzip.compress(json.dumps(now, sort_keys=True, separators=(",", ":")).encode(), 9, mtime=0))
         pytest.skip(f"golden reports rewritten: {len(now)} fixtures")
     golden = json.loads(gzip.decompress(GOLDEN.read_bytes()))
-    assert sorted(now) == sorted(golden), set(now) ^ set(golden)
+    assert sorted(now) == sorted(golden), (f"fixtures added or removed: {sorted(set(now) ^ set(golden))}; "
+                                           "MAX_PROFILE_UPDATE_GOLDEN=1 rewrites the golden file")
     changed = {name: d for name in now if (d := differences(golden[name], now[name]))}
     assert not changed, "\n".join(f"{name}: {len(d)} difference(s), e.g. {d[:3]}" for name, d in changed.items())
