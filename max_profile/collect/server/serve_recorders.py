@@ -42,8 +42,6 @@ class ServeRecorder(Protocol):
 
     mode: str
     """The serve mode this recorder implements (its registry entry: ``max_profile.serve.SERVE_MODES``)."""
-    multi_window: bool
-    """Whether one server can record several windows (a load sweep, A/B pairs)."""
     reads_after_teardown: bool
     """Whether what it recorded is read after the server stopped (nsys and rocprofv3 write their files when their
     session / the server's group ends), not after each window."""
@@ -66,7 +64,6 @@ class UtilizationRecorder:
     """No tracer: the window's GPU samples, client latencies and server metrics are the measurement."""
 
     mode = "utilization"
-    multi_window = True
     reads_after_teardown = False
     switched_per_window = False
 
@@ -209,7 +206,6 @@ class NsysRecorder(UtilizationRecorder):
     is verified and read back."""
 
     mode = "nsys"
-    multi_window = False
     reads_after_teardown = True
 
     def __init__(self, nsys: str, dest: Path, tool_env: dict[str, str], progress: Progress) -> None:
@@ -276,7 +272,6 @@ class RocprofRecorder(UtilizationRecorder):
     measured by a probe pass of the plain server first (``measure_ready``)."""
 
     mode = "rocprof"
-    multi_window = False
     reads_after_teardown = True
 
     def __init__(self, rocprof: str, dest: Path, duration_s: float, measure_ready: Callable[[], float], progress: Progress) -> None:
