@@ -431,8 +431,8 @@ def _add_generation_flags(p: argparse.ArgumentParser, default_tokens: int = 64) 
                    "auto (every verb): cupti on an NVIDIA GPU, nvtx-log on the CPU (off when its library cannot be built), off on "
                    "another vendor's GPU (nvtx-log would turn its device graphs off)")
     p.add_argument("--kernel-share", type=float, default=None, metavar="SHARE",
-                   help="with cupti: the share of steps recorded, in slices of 8 steps, the first from the start (default 0.25: "
-                   "tracing cost under 1 %% on fast decode steps; 1: every step)")
+                   help="with cupti: the share of steps recorded, in slices of 8 steps, the first from the start (default 0.25: a 2 ms "
+                   "H200 decode step ran at 0.978 of untraced, 0.863 with every step; 1: every step)")
     p.add_argument("--interval", type=float, default=0.1, help="GPU sampling interval in seconds (> 0)")
     p.add_argument("--max-length", type=int, default=None, help="MAX --max-length")
     p.add_argument("--quantization-encoding", default=None, help="MAX --quantization-encoding (e.g. float32, bfloat16)")

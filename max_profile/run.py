@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from max_profile.collect.live.nvtx_log import restart_with_nvtx_log
+from max_profile.collect.live.recorders import check_kernel_sampling
 from max_profile.collect.probes.environment import detect_environment
 from max_profile.errors import CaptureError, InputError, ToolMissingError
 from max_profile.model import Capture, Environment, RawCapture, Workload
@@ -73,8 +74,8 @@ def check_plan(plan: RunPlan) -> None:
         raise InputError("--max-new-tokens must be >= 1")
     if not plan.interval_s > 0:
         raise InputError("--interval must be > 0 seconds (0 makes the GPU recorder busy-loop)")
-    if plan.kernel_share is not None and not 0 < plan.kernel_share <= 1:
-        raise InputError(f"--kernel-share must be above 0 and at most 1 (the share of steps CUPTI records), not {plan.kernel_share:g}")
+    if plan.kernel_share is not None:
+        check_kernel_sampling(plan.kernel_share, share_name="--kernel-share")
     if plan.batch_size < 1:
         raise InputError("--batch-size must be >= 1")
     if plan.warmup < 0:

@@ -37,6 +37,7 @@ from max_profile.collect.live.recorders import (
     HostLoadRecorder,
     NvtxLogRecorder,
     Recorder,
+    check_kernel_sampling,
 )
 from max_profile.collect.probes.environment import detect_environment
 from max_profile.collect.probes.model_files import read_model_config, read_model_weights
@@ -123,11 +124,12 @@ class _Recording:
         owner = self.owner
         steps = list(self.hook.steps)
         sampler = next((r for r in self.recorders if isinstance(r, GpuSamplerRecorder)), None)
+        path = owner.model_path or pipeline_model_path(owner.pipeline)
         capture = Capture(
             started_unix_s=self.started,
             ended_unix_s=time.time(),
             target=type(owner.pipeline).__name__,
-            model_path=owner.model_path or pipeline_model_path(owner.pipeline),
+            model_path=path,
             devices=owner.devices or pipeline_devices(owner.pipeline),
             device_graph_capture=_device_graph_capture(owner.pipeline),
             profiling_mode=os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
@@ -135,7 +137,7 @@ class _Recording:
             + ([sampler.sampler.source] if sampler is not None else [])
             + ([f"kernels:{owner.kernel_mode}"] if owner.kernel_mode != "off" else []),
             phase_markers=self.hook.marker.kind,
-            model_config=read_model_config(path) if (path := owner.model_path or pipeline_model_path(owner.pipeline)) else None,
+            model_config=read_model_config(path) if path else None,
             model_weights=read_model_weights(path) if path else None,
             interface="python",
             unix_minus_perf_counter_ns=UNIX_MINUS_PERF_COUNTER_NS,
@@ -190,10 +192,7 @@ class Profiler:
         kernel_slice_steps: int = DEFAULT_SLICE_STEPS,
     ) -> None:
         self.pipeline = resolve_pipeline(target)
-        if not 0 < kernel_share <= 1:
-            raise InputError(f"kernel_share must be above 0 and at most 1 (the share of steps CUPTI records), not {kernel_share:g}")
-        if kernel_slice_steps < 1:
-            raise InputError(f"kernel_slice_steps must be at least 1, not {kernel_slice_steps}")
+        check_kernel_sampling(kernel_share, kernel_slice_steps)  # here, not when the first recording starts
         self.kernel_share, self.kernel_slice_steps = kernel_share, kernel_slice_steps
         if not sample_interval_s > 0:
             raise InputError(f"sample_interval_s must be > 0 (got {sample_interval_s}); 0 makes the GPU recorder busy-loop")
@@ -440,8 +439,9 @@ def profile(target: Any, **kwargs: Any) -> ProfileSession:
         gpu_sampling / phase_markers: turn the GPU recorder / NVTX-roctx phase ranges off.
         model_path / devices: recorded in the report (model_path also enables bandwidth estimates).
         kernel_share / kernel_slice_steps: CUPTI records slices of ``kernel_slice_steps`` steps (8), the first from the
-            start, paused in between so that ``kernel_share`` of the steps are recorded (default 0.25: tracing cost under
-            1 % on a 2 ms decode step); 1 records every step. The report says which steps were recorded.
+            start, paused in between so that ``kernel_share`` of the steps are recorded (default 0.25: on an H200, a 2 ms
+            decode step ran at 0.978 of untraced that way, 0.863 with every step); 1 records every step. The report says
+            which steps were recorded.
     """
     return ProfileSession(target, **kwargs)
 

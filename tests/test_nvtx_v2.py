@@ -58,13 +58,9 @@ def test_without_any_v2_library_the_error_names_the_fix_before_the_load(monkeypa
     monkeypatch.setattr(nvtx_log, "_system_nvtx_v2", lambda: False)
     monkeypatch.setattr(nvtx_log, "nvtx_v2_library", lambda: None)
     monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
-    nvtx_log.max_profiling_usable.cache_clear()
-    try:
-        assert not nvtx_log.max_profiling_usable("gpu") and nvtx_log.max_profiling_usable("cpu")
-        with pytest.raises(ToolMissingError, match=r"fix: pip install 'nvidia-nvtx-cu12==12\.1\.105'"):
-            nvtx_log.restart_with_nvtx_log(["/bin/false"], "gpu")
-    finally:
-        nvtx_log.max_profiling_usable.cache_clear()
+    assert not nvtx_log.max_profiling_usable("gpu") and nvtx_log.max_profiling_usable("cpu")
+    with pytest.raises(ToolMissingError, match=r"fix: pip install 'nvidia-nvtx-cu12==12\.1\.105'"):
+        nvtx_log.restart_with_nvtx_log(["/bin/false"], "gpu")
 
 
 def test_the_h200_op_ranges_run_with_the_wheels_library() -> None:

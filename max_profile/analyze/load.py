@@ -237,7 +237,7 @@ REFERENCE_STEP_MS = {True: 2.05, False: 3.4}
 """The decode step (ms) of those measurements: the cost per step is about fixed, so a longer step pays a smaller share."""
 
 
-def tracing_cost_statement(report: Report, recorded_share: float | None) -> str | None:
+def tracing_cost_statement(report: Report) -> str | None:
     """What tracing cost this capture, and how that is known: measured on the same server (serve's untraced reference
     window), or expected from the H200 measurements for this way of recording, scaled to this decode step; ``None`` for
     a capture with nothing traced in it (start-up only)."""
@@ -255,7 +255,9 @@ def tracing_cost_statement(report: Report, recorded_share: float | None) -> str 
         if tool.startswith("serve:"):
             return f"tracing cost: not measured ({tool} ran without an untraced reference window)"
         return f"tracing cost: set by the tool that recorded this trace ({tool}); not measured here"
-    source = report.kernels.source if isinstance(report.kernels, KernelBreakdown) else ""
+    k = report.kernels if isinstance(report.kernels, KernelBreakdown) else None
+    source = k.source if k is not None else ""
+    recorded_share = k.recorded_ms / k.window_ms if k is not None and k.recorded_ms is not None and k.window_ms else None
     if source.startswith("nvtx-log"):
         return ("tracing cost, not measured: MAX's profiling mode (MODULAR_ENABLE_PROFILING=on) compiles the model again and "
                 "emits a range per op on the host; compare step times with a run without it (--kernels off)")

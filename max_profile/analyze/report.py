@@ -183,9 +183,7 @@ def build_report(
     report.decode_cost = decode_cost_of(report)
     report.ledger = ledger_of(raw, report, timeline.steps, host_window, th)
     report.kernel_analyses = [analyze_launch(launch, th) for launch in raw.ncu_launches]
-    recorded_share = (kernels.recorded_ms / kernels.window_ms if isinstance(kernels, KernelBreakdown) and kernels.recorded_ms is not None
-                      and kernels.window_ms else None)
-    cost = tracing_cost_statement(report, recorded_share)
+    cost = tracing_cost_statement(report)
     if cost:
         notes.insert(0, cost)
     report.notes = notes

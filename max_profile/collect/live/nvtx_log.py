@@ -125,21 +125,28 @@ def injection_env(log_path: str, lib: str | None = None, profiling: str = "on", 
 def _in_process_library() -> ctypes.CDLL | None:
     """The injection library when this process was started with it (``None`` otherwise)."""
     lib = os.environ.get("NVTX_INJECTION64_PATH", "")
-    if "libmax_profile_nvtx" not in lib:
-        return None
+    return _opened(lib) if "libmax_profile_nvtx" in lib else None
+
+
+@functools.cache
+def _opened(path: str) -> ctypes.CDLL | None:
+    """The library at ``path``, opened once per process, its result types set (``None`` where it cannot be opened)."""
     try:
-        return ctypes.CDLL(lib)
+        lib = ctypes.CDLL(path)
     except OSError:
         return None
+    for symbol in ("max_profile_nvtx_flush", "max_profile_nvtx_record", "max_profile_nvtx_truncate"):
+        if hasattr(lib, symbol):
+            getattr(lib, symbol).restype = None
+    if hasattr(lib, "max_profile_nvtx_dropped"):
+        lib.max_profile_nvtx_dropped.restype = ctypes.c_ulonglong
+    return lib
 
 
 def _call_in_process(symbol: str, *args: int) -> int | None:
     lib = _in_process_library()
     fn = getattr(lib, symbol, None) if lib is not None else None
-    if fn is None:
-        return None
-    fn.restype = ctypes.c_ulonglong if symbol == "max_profile_nvtx_dropped" else None
-    return fn(*args)  # type: ignore[no-any-return]
+    return fn(*args) if fn is not None else None  # type: ignore[no-any-return]
 
 
 def flush_in_process() -> None:
@@ -289,8 +296,11 @@ only ``libnvtx3interop.so.1``). On the H200 (CUDA 13, MAX 26.7) MAX's profiling 
 NVTX_V2_FIX = f"pip install '{NVTX_V2_WHEEL}' (CUDA 12's libnvToolsExt.so.1: max_profile puts it on the model's library path)"
 
 
+@functools.cache
 def _system_nvtx_v2() -> bool:
-    """Whether the loader finds an NVTX v2 library by itself (a CUDA 12 toolkit, or one the user put on the path)."""
+    """Whether the loader finds an NVTX v2 library by itself (a CUDA 12 toolkit, or one the user put on the path).
+
+    Cached: ``find_library`` runs ``ldconfig`` / the compiler, and every profiling process and server start asks."""
     import ctypes.util
 
     for name in filter(None, (ctypes.util.find_library("nvToolsExt"), "libnvToolsExt.so.1", "libnvToolsExt.so")):
@@ -342,12 +352,9 @@ def profiling_library_env(devices: str) -> dict[str, str]:
     return {"LD_LIBRARY_PATH": str(folder) + (os.pathsep + current if current else "")}
 
 
-@functools.cache
 def max_profiling_usable(devices: str) -> bool:
     """Whether MAX can run with MODULAR_ENABLE_PROFILING=on on these devices (see MAX_GPU_NVTX_PROBLEM): on a CPU always;
     on a GPU when the loader finds an NVTX v2 library or the ``nvidia-nvtx-cu12`` wheel provides one.
-
-    Cached: ``find_library`` runs ``ldconfig`` / the compiler, and a serve plan asks several times.
     """
     if devices.strip().lower().startswith("cpu"):
         return True

@@ -120,6 +120,14 @@ DEFAULT_KERNEL_SHARE = 0.25
 one from the start: prefill and the first decode steps), then a pause of three times as many."""
 
 
+def check_kernel_sampling(share: float, slice_steps: int = DEFAULT_SLICE_STEPS, share_name: str = "kernel_share") -> None:
+    """Refuse a share of steps outside (0, 1] or slices under one step (``share_name``: how the caller spells the share)."""
+    if not 0 < share <= 1:
+        raise InputError(f"{share_name} must be above 0 and at most 1 (the share of steps CUPTI records), not {share:g}")
+    if slice_steps < 1:
+        raise InputError(f"kernel_slice_steps must be at least 1, not {slice_steps}")
+
+
 class StepSlices:
     """Which steps a sampled kernel recording records: the first ``slice_steps`` work steps, then a pause of as many steps
     as makes ``share`` of them recorded, then the next slice... The pause call comes one step late: the GPU runs up to a
@@ -225,10 +233,7 @@ class CuptiRecorder:
 
     def __init__(self, notes: list[str], before_stop: Callable[[], object] | None = None, share: float = 1.0,
                  slice_steps: int = DEFAULT_SLICE_STEPS) -> None:
-        if not 0 < share <= 1:
-            raise InputError(f"kernel_share must be above 0 and at most 1 (the share of steps recorded), not {share:g}")
-        if slice_steps < 1:
-            raise InputError(f"kernel_slice_steps must be at least 1, not {slice_steps}")
+        check_kernel_sampling(share, slice_steps)
         self.notes = notes
         self.before_stop = before_stop
         self.collector: Any = None
