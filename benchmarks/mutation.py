@@ -19,6 +19,7 @@ Not run in CI: a full run took about 3.5 hours on 2 cores (--module for one modu
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import subprocess
@@ -37,12 +38,36 @@ EQUIVALENT: dict[str, str] = {
 }
 
 
+RESULTS = REPO / "benchmarks" / "mutation_results.json"
+
+
 def run(max_children: int, modules: list[str]) -> int:
     """A fresh run: mutmut keeps a mutant's result from an earlier run (a test added since never gets to kill it) unless
     the mutant is named, so the previous ``mutants/`` folder goes first."""
     shutil.rmtree(REPO / "mutants", ignore_errors=True)
     names = [f"{m}.*" for m in modules]
     return subprocess.call([*MUTMUT, "run", "--max-children", str(max_children), *names], cwd=REPO)
+
+
+def merge_results(modules: list[str]) -> dict[str, dict[str, str]]:
+    """Fold this run's statuses (and each survivor's diff) into ``mutation_results.json``: a module run replaces that
+    module's earlier entries, so runs of one module at a time add up to a report of all of them. A mutant this run did
+    not reach ('not checked') keeps an earlier result of its module."""
+    stored: dict[str, dict[str, str]] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    fresh = statuses()
+    ran = {module_of(n) for n, st in fresh.items() if st != "not checked"}
+    if modules:
+        ran &= set(modules)
+    for name in [n for n in stored if module_of(n) in ran]:
+        del stored[name]
+    for name, st in fresh.items():
+        if module_of(name) in ran or name not in stored:
+            entry = {"status": st}
+            if st == "survived":
+                entry["diff"] = diff_of(name)
+            stored[name] = entry
+    RESULTS.write_text(json.dumps(dict(sorted(stored.items())), indent=0) + "\n")
+    return stored
 
 
 def statuses() -> dict[str, str]:
@@ -77,15 +102,15 @@ def module_of(name: str) -> str:
     return name.split(".x_")[0].split(".xǁ")[0]
 
 
-def report(path: Path) -> None:
-    status = statuses()
+def report(path: Path, results: dict[str, dict[str, str]]) -> None:
     by_module: dict[str, Counter[str]] = defaultdict(Counter)
     survivors: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
-    for name, st in sorted(status.items()):
+    for name, entry in sorted(results.items()):
+        st = entry["status"]
         mod = module_of(name)
         by_module[mod]["killed" if st == "timeout" else st] += 1   # a mutant that hangs the tests is caught
         if st == "survived":
-            diff = diff_of(name)
+            diff = entry.get("diff", "")
             kind = "equivalent" if name in EQUIVALENT else kind_of(diff)
             by_module[mod]["survived " + kind] += 1
             survivors[mod].append((name, kind, diff))
@@ -122,13 +147,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--max-children", type=int, default=2)
     ap.add_argument("--report", default=str(REPO / "benchmarks" / "mutation_report.md"))
-    ap.add_argument("--skip-run", action="store_true", help="only write the report from the last run's results")
+    ap.add_argument("--skip-run", action="store_true", help="only write the report from the stored results (mutation_results.json)")
     ap.add_argument("--module", action="append", default=[], metavar="DOTTED",
                     help="mutate only this module (e.g. max_profile.analyze.rules.serving; repeatable); default: all of [tool.mutmut]")
     args = ap.parse_args()
     if not args.skip_run:
         run(args.max_children, args.module)
-    report(Path(args.report))
+        results = merge_results(args.module)
+    else:
+        results = json.loads(RESULTS.read_text())
+    report(Path(args.report), results)
     return 0
 
 
