@@ -31,8 +31,11 @@ def step_mix() -> list[tuple[str, int]]:
     raw = RawCapture.load(str(REPO / "tests" / "data" / "h200" / "big_cupti_raw.json.gz"))
     step = next(s for s in raw.steps if s.phase == "decode")
     nxt = next(s for s in raw.steps if s.index == step.index + 1)
-    return [(k.name, k.end_ns - k.start_ns) for k in raw.kernels.records() if k.launch_ns is not None and step.start_ns <= k.launch_ns < nxt.start_ns
-            and k.start_ns >= 0]
+    return [
+        (k.name, k.end_ns - k.start_ns)
+        for k in raw.kernels.records()
+        if k.launch_ns is not None and step.start_ns <= k.launch_ns < nxt.start_ns and k.start_ns >= 0
+    ]
 
 
 def make_sqlite(path: Path, n_kernels: int) -> int:
@@ -44,11 +47,17 @@ def make_sqlite(path: Path, n_kernels: int) -> int:
 
     con.executescript(SCHEMA)
     other_calls = ["cuStreamIsCapturing", "cuEventRecord", "cuEventQuery", "cuTensorMapEncodeTiled"]
-    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, n) for n, i in sid.items()] + [(len(sid) + 1, "cuLaunchKernelEx"), (len(sid) + 2, "decode"), (len(sid) + 3, "prefill")]
-                    + [(len(sid) + 4 + i, n) for i, n in enumerate(other_calls)])
+    con.executemany(
+        "INSERT INTO StringIds VALUES (?, ?)",
+        [(i, n) for n, i in sid.items()]
+        + [(len(sid) + 1, "cuLaunchKernelEx"), (len(sid) + 2, "decode"), (len(sid) + 3, "prefill")]
+        + [(len(sid) + 4 + i, n) for i, n in enumerate(other_calls)],
+    )
     pid = 4242 << 24
     main_tid, worker_tid = pid | 4242, pid | 4300
-    con.execute("INSERT INTO NVTX_EVENTS VALUES (0, NULL, 75, NULL, NULL, NULL, 'max_profile', ?, NULL, NULL, 1)", (main_tid,))
+    con.execute(
+        "INSERT INTO NVTX_EVENTS VALUES (0, NULL, 75, NULL, NULL, NULL, 'max_profile', ?, NULL, NULL, 1)", (main_tid,)
+    )
     kernels, launches, ranges = [], [], []
     t, corr, count, step = 1_000_000, 0, 0, 0
     while count < n_kernels:
@@ -61,13 +70,17 @@ def make_sqlite(path: Path, n_kernels: int) -> int:
             count += 1
             # other driver calls as in the real H200 export (tests/data/h200/small_nsys.sqlite.gz): 3.3 per launch
             for j in range(3 if count % 3 else 4):
-                launches.append((k_t - 9_000 + j * 1_000, k_t - 8_500 + j * 1_000, 1, worker_tid, corr, len(sid) + 4 + j, 0))
+                launches.append(
+                    (k_t - 9_000 + j * 1_000, k_t - 8_500 + j * 1_000, 1, worker_tid, corr, len(sid) + 4 + j, 0)
+                )
                 corr += 1
             launches.append((k_t - 5_000, k_t - 3_000, 1, worker_tid, corr, len(sid) + 1, 0))
             kernels.append((k_t, k_t + dur, 0, 1, 13, corr, pid, sid[name], sid[name], 40, 1, 1024, 1, 128, 1, 1, None))
             k_t += dur + 300
         t = k_t + 50_000
-        ranges.append((step_start, t, 59, None, None, None, None, main_tid, None, len(sid) + (3 if step == 0 else 2), 1))
+        ranges.append(
+            (step_start, t, 59, None, None, None, None, main_tid, None, len(sid) + (3 if step == 0 else 2), 1)
+        )
         step += 1
         if len(kernels) >= 200_000:
             con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (" + ",".join("?" * 17) + ")", kernels)
@@ -87,11 +100,24 @@ def export_kineto(sqlite_path: Path, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "rank-0.json"
     with open(path, "w") as fh:
-        fh.write('{"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "deviceProperties": [], "traceEvents": [\n')
+        fh.write(
+            '{"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "deviceProperties": [], '
+            '"traceEvents": [\n'
+        )
         first = True
-        for start, end, corr, name in con.execute("SELECT start, end, correlationId, demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL"):
-            ev = {"ph": "X", "cat": "kernel", "name": names[name], "pid": 0, "tid": 13, "ts": start / 1e3, "dur": (end - start) / 1e3,
-                  "args": {"device": 0, "stream": 13, "correlation": corr}}
+        for start, end, corr, name in con.execute(
+            "SELECT start, end, correlationId, demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL"
+        ):
+            ev = {
+                "ph": "X",
+                "cat": "kernel",
+                "name": names[name],
+                "pid": 0,
+                "tid": 13,
+                "ts": start / 1e3,
+                "dur": (end - start) / 1e3,
+                "args": {"device": 0, "stream": 13, "correlation": corr},
+            }
             fh.write(("" if first else ",\n") + json.dumps(ev))
             first = False
         fh.write("\n]}\n")
@@ -109,7 +135,8 @@ t_import = time.perf_counter()
 analyzer = TraceAnalysis(trace_dir=sys.argv[1])
 kernel_type_df, kernel_df = analyzer.get_gpu_kernel_breakdown(visualize=False)
 t1 = time.perf_counter()
-print(json.dumps({"seconds": t1 - t_import, "import_s": t_import - t0, "peak_rss_mb": vm_hwm_mb(), "rows": len(kernel_df)}))
+result = {"seconds": t1 - t_import, "import_s": t_import - t0, "peak_rss_mb": vm_hwm_mb(), "rows": len(kernel_df)}
+print(json.dumps(result))
 """
 
 
@@ -123,23 +150,45 @@ def main() -> int:
         db = Path(tmp) / "trace.sqlite"
         t = time.perf_counter()
         steps = make_sqlite(db, args.kernels)
-        print(f"generated {args.kernels} kernels in {steps} steps ({db.stat().st_size / 2**20:.0f} MiB SQLite) in {time.perf_counter() - t:.1f} s")
+        print(
+            f"generated {args.kernels} kernels in {steps} steps ({db.stat().st_size / 2**20:.0f} MiB SQLite) in "
+            f"{time.perf_counter() - t:.1f} s"
+        )
         measure = str(REPO / "benchmarks" / "time_nsys_read.py")
-        ours = json.loads(subprocess.run([sys.executable, measure, str(db)], capture_output=True, text=True, check=True).stdout)
-        print(f"max_profile: read + per-phase family table {ours['seconds']:.2f} s (imports {ours['import_s']:.2f} s), peak RSS {ours['peak_rss_mb']:.0f} MB, "
-              f"{ours['kernels']} kernels, {ours['decode_steps']} decode steps, top decode family {ours['top_family']} {ours['share']:.1f}%")
-        print(f"goal <= 2 s and <= 300 MB: {'met' if ours['seconds'] <= 2 and ours['peak_rss_mb'] <= 300 else 'NOT met'}")
+        ours = json.loads(
+            subprocess.run([sys.executable, measure, str(db)], capture_output=True, text=True, check=True).stdout
+        )
+        print(
+            f"max_profile: read + per-phase family table {ours['seconds']:.2f} s (imports {ours['import_s']:.2f} s), "
+            f"peak RSS {ours['peak_rss_mb']:.0f} MB, "
+            f"{ours['kernels']} kernels, {ours['decode_steps']} decode steps, top decode family {ours['top_family']} "
+            f"{ours['share']:.1f}%"
+        )
+        print(
+            f"goal <= 2 s and <= 300 MB: {'met' if ours['seconds'] <= 2 and ours['peak_rss_mb'] <= 300 else 'NOT met'}"
+        )
         if args.no_hta:
             return 0
         trace_dir = Path(tmp) / "kineto"
         export_kineto(db, trace_dir)
         print(f"kineto json: {(trace_dir / 'rank-0.json').stat().st_size / 2**20:.0f} MiB")
-        res = subprocess.run([args.hta_python, "-c", HTA, str(trace_dir), str(REPO / "benchmarks")], capture_output=True, text=True, check=False)
+        res = subprocess.run(
+            [args.hta_python, "-c", HTA, str(trace_dir), str(REPO / "benchmarks")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if res.returncode != 0:
-            print("HTA failed or is not installed (pip install holistictraceanalysis):", res.stderr.strip().splitlines()[-1:] if res.stderr else "")
+            print(
+                "HTA failed or is not installed (pip install holistictraceanalysis):",
+                res.stderr.strip().splitlines()[-1:] if res.stderr else "",
+            )
             return 0
         hta = json.loads(res.stdout.strip().splitlines()[-1])
-        print(f"HTA get_gpu_kernel_breakdown: {hta['seconds']:.2f} s (imports {hta['import_s']:.2f} s), peak RSS {hta['peak_rss_mb']:.0f} MB")
+        print(
+            f"HTA get_gpu_kernel_breakdown: {hta['seconds']:.2f} s (imports {hta['import_s']:.2f} s), peak RSS "
+            f"{hta['peak_rss_mb']:.0f} MB"
+        )
         print(f"ratio (HTA time / max_profile time): {hta['seconds'] / ours['seconds']:.1f}x (goal >= 5x)")
     return 0
 

@@ -59,10 +59,14 @@ def main() -> int:
     steps: dict[str, list[float]] = {a: [] for a in arms}
     idle = Profiler(model.pipeline)  # the "off" arm: exists, never started
     for i in range(args.repeats):
-        for arm in arms[i % len(arms):] + arms[: i % len(arms)]:
+        for arm in arms[i % len(arms) :] + arms[: i % len(arms)]:
             # hook-only: recording without the GPU sampler (on a CPU its child process competes for the cores)
-            profiler = {"recording": lambda: Profiler(model.pipeline), "hook-only": lambda: Profiler(model.pipeline, gpu_sampling=False),
-                        "off": lambda: idle, "none": lambda: None}[arm]()
+            profiler = {
+                "recording": lambda: Profiler(model.pipeline),
+                "hook-only": lambda: Profiler(model.pipeline, gpu_sampling=False),
+                "off": lambda: idle,
+                "none": lambda: None,
+            }[arm]()
             if arm in ("recording", "hook-only"):
                 assert profiler is not None
                 profiler.start()
@@ -71,13 +75,26 @@ def main() -> int:
                 assert profiler is not None
                 profiler.stop()
             steps[arm] += times
-        print(f"repeat {i}: " + ", ".join(f"{a} {1e3 * statistics.median(steps[a][-len(times):]):.3f} ms/step" for a in arms), flush=True)
+        print(
+            f"repeat {i}: "
+            + ", ".join(f"{a} {1e3 * statistics.median(steps[a][-len(times) :]):.3f} ms/step" for a in arms),
+            flush=True,
+        )
     med = {a: statistics.median(v) for a, v in steps.items()}
     quart = {a: statistics.quantiles(v, n=4) for a, v in steps.items()}
-    print("median decode step: " + ", ".join(f"{a} {1e3 * med[a]:.3f} ms (IQR {1e3 * quart[a][0]:.3f}-{1e3 * quart[a][2]:.3f}, n={len(steps[a])})" for a in arms))
-    print(f"ratio of median step time: off/none {med['off'] / med['none']:.4f}, hook-only/none {med['hook-only'] / med['none']:.4f}, "
-          f"recording/none {med['recording'] / med['none']:.4f} "
-          f"({args.devices}, {args.tokens} tokens per generation, {args.repeats} repeats)")
+    print(
+        "median decode step: "
+        + ", ".join(
+            f"{a} {1e3 * med[a]:.3f} ms (IQR {1e3 * quart[a][0]:.3f}-{1e3 * quart[a][2]:.3f}, n={len(steps[a])})"
+            for a in arms
+        )
+    )
+    print(
+        f"ratio of median step time: off/none {med['off'] / med['none']:.4f}, hook-only/none "
+        f"{med['hook-only'] / med['none']:.4f}, "
+        f"recording/none {med['recording'] / med['none']:.4f} "
+        f"({args.devices}, {args.tokens} tokens per generation, {args.repeats} repeats)"
+    )
     model.close()
     return 0
 

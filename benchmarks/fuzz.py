@@ -45,7 +45,12 @@ def main() -> int:
                 if out.category in ("untyped", "garbage", "hang") and len(examples[out.category]) < args.show:
                     examples[out.category].append(out.detail)
             total.update(counts)
-            print(f"{reader.name:22s} " + " ".join(f"{counts[c]:9d}" for c in CATEGORIES) + f"   {time.perf_counter() - t0:7.1f}", flush=True)
+            print(
+                f"{reader.name:22s} "
+                + " ".join(f"{counts[c]:9d}" for c in CATEGORIES)
+                + f"   {time.perf_counter() - t0:7.1f}",
+                flush=True,
+            )
             for cat, found in examples.items():
                 for detail in found:
                     print(f"    {cat}: {detail}")

@@ -1,19 +1,21 @@
-"""Mutation testing of the analysis (``max_profile/analyze``) with mutmut: which single-token changes of the code the fast
-rule and capture tests notice, and a report of those they do not.
+"""Mutation testing of the analysis (``max_profile/analyze``) with mutmut: which single-token changes of the code the
+fast rule and capture tests notice, and a report of those they do not.
 
-    python benchmarks/mutation.py [--max-children 2] [--module DOTTED ...] [--report benchmarks/mutation_report.md] [--skip-run]
+    python benchmarks/mutation.py [--max-children 2] [--module DOTTED ...] [--report benchmarks/mutation_report.md]
+    [--skip-run]
 
-Runs ``mutmut run`` from the repository root with the ``[tool.mutmut]`` settings of pyproject.toml (the analysis modules;
-the test files named there, in one process each, stopping at the first failure), then reads every mutant's status and
-diff and writes a Markdown report: per module the killed, surviving and untested mutants, the score (killed / killed +
-surviving), and each survivor with its diff, classed:
+Runs ``mutmut run`` from the repository root with the ``[tool.mutmut]`` settings of pyproject.toml (the analysis
+modules; the test files named there, in one process each, stopping at the first failure), then reads every mutant's
+status and diff and writes a Markdown report: per module the killed, surviving and untested mutants, the score (killed
+/ killed + surviving), and each survivor with its diff, classed:
 
-  text         the change is inside a string literal only (a title, a note, an evidence label): the verdicts are the same
-  arithmetic   a number, comparison or operator changed
+  text         the change is inside a string literal only (a title, a note, an evidence label): the verdicts are the
+  same arithmetic   a number, comparison or operator changed
   other        anything else
 
 A survivor that is equivalent is argued in ``EQUIVALENT`` below (one line each); the others are what tests must kill.
-Not run in CI: a full run took about 3.5 hours on 2 cores (--module for one module at a time). ``pip install mutmut==3.8.1`` (the ``mutation`` extra).
+Not run in CI: a full run took about 3.5 hours on 2 cores (--module for one module at a time). ``pip install
+mutmut==3.8.1`` (the ``mutation`` extra).
 """
 
 from __future__ import annotations
@@ -32,9 +34,13 @@ MUTMUT = [sys.executable, "-m", "mutmut"]
 
 EQUIVALENT: dict[str, str] = {
     # mutant name: why the change cannot alter any result (kept short; reviewed with each report)
-    "max_profile.analyze.rules.serving.x_rule_latency_knee__mutmut_12": "zip strict=None is strict=False (levels[1:] is one shorter)",
+    "max_profile.analyze.rules.serving.x_rule_latency_knee__mutmut_12": (
+        "zip strict=None is strict=False (levels[1:] is one shorter)"
+    ),
     "max_profile.analyze.rules.serving.x_rule_latency_knee__mutmut_15": "zip without strict is strict=False",
-    "max_profile.analyze.rules.serving.x_rule_latency_knee__mutmut_169": "a missing KV use as 1 % or 0 % is below any pressure threshold",
+    "max_profile.analyze.rules.serving.x_rule_latency_knee__mutmut_169": (
+        "a missing KV use as 1 % or 0 % is below any pressure threshold"
+    ),
 }
 
 
@@ -82,7 +88,9 @@ def statuses() -> dict[str, str]:
 
 def diff_of(name: str) -> str:
     out = subprocess.run([*MUTMUT, "show", name], cwd=REPO, capture_output=True, text=True).stdout
-    return "\n".join(line for line in out.splitlines() if line.startswith(("+", "-")) and not line.startswith(("+++", "---")))
+    return "\n".join(
+        line for line in out.splitlines() if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))
+    )
 
 
 _STRING = re.compile(r"""(?:[rbfu]{0,2})("([^"\\]|\\.)*"|'([^'\\]|\\.)*')""")
@@ -91,7 +99,9 @@ _STRING = re.compile(r"""(?:[rbfu]{0,2})("([^"\\]|\\.)*"|'([^'\\]|\\.)*')""")
 def kind_of(diff: str) -> str:
     removed = [line[1:] for line in diff.splitlines() if line.startswith("-")]
     added = [line[1:] for line in diff.splitlines() if line.startswith("+")]
-    if len(removed) == len(added) and all(_STRING.sub('""', a) == _STRING.sub('""', b) for a, b in zip(removed, added, strict=True)):
+    if len(removed) == len(added) and all(
+        _STRING.sub('""', a) == _STRING.sub('""', b) for a, b in zip(removed, added, strict=True)
+    ):
         return "text"
     if any(re.search(r"[\d<>=+\-*/%]", a) for a in added):
         return "arithmetic"
@@ -108,29 +118,45 @@ def report(path: Path, results: dict[str, dict[str, str]]) -> None:
     for name, entry in sorted(results.items()):
         st = entry["status"]
         mod = module_of(name)
-        by_module[mod]["killed" if st == "timeout" else st] += 1   # a mutant that hangs the tests is caught
+        by_module[mod]["killed" if st == "timeout" else st] += 1  # a mutant that hangs the tests is caught
         if st == "survived":
             diff = entry.get("diff", "")
             kind = "equivalent" if name in EQUIVALENT else kind_of(diff)
             by_module[mod]["survived " + kind] += 1
             survivors[mod].append((name, kind, diff))
-    lines = ["# Mutation testing of max_profile/analyze (mutmut 3.8.1)", "",
-             "Written by `python benchmarks/mutation.py`. Score = killed / (killed + survived, not counting `text` survivors: a change",
-             "inside a string literal only, the same verdicts) and equivalent ones argued below.", "",
-             "A mutant `not run` is one this run did not reach (a run of some modules, or a run stopped early): its module's score",
-             "is of the mutants that ran, fastest tests first, so a partial figure leans high.", "",
-             "| module | mutants run | killed | survived (text) | survived (other) | no tests | not run | score |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Mutation testing of max_profile/analyze (mutmut 3.8.1)",
+        "",
+        "Written by `python benchmarks/mutation.py`. Score = killed / (killed + survived, not counting `text` "
+        "survivors: a change",
+        "inside a string literal only, the same verdicts) and equivalent ones argued below.",
+        "",
+        "A mutant `not run` is one this run did not reach (a run of some modules, or a run stopped early): its "
+        "module's score",
+        "is of the mutants that ran, fastest tests first, so a partial figure leans high.",
+        "",
+        "| module | mutants run | killed | survived (text) | survived (other) | no tests | not run | score |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     total = Counter[str]()
     for mod, c in sorted(by_module.items()):
         total.update(c)
         judged = c["killed"] + c["survived"] - c["survived text"] - c["survived equivalent"]
         score = f"{100 * c['killed'] / judged:.1f} %" if judged else "-"
-        lines.append(f"| {mod} | {sum(v for k, v in c.items() if ' ' not in k)} | {c['killed']} | {c['survived text']} | "
-                     f"{c['survived'] - c['survived text'] - c['survived equivalent']} | {c['no tests']} | {c['not checked']} | {score} |")
+        lines.append(
+            f"| {mod} | {sum(v for k, v in c.items() if ' ' not in k)} | {c['killed']} | {c['survived text']} | "
+            f"{c['survived'] - c['survived text'] - c['survived equivalent']} | {c['no tests']} | {c['not checked']} | "
+            f"{score} |"
+        )
     judged = total["killed"] + total["survived"] - total["survived text"] - total["survived equivalent"]
-    lines += ["", f"**All: {total['killed']} killed of {judged} judged mutants: {100 * total['killed'] / judged:.1f} %** "
-              f"({total['survived text']} text-only survivors, {total['survived equivalent']} argued equivalent, {total['no tests']} in code the "
-              f"selected tests do not reach, {total['not checked']} not run).", ""]
+    lines += [
+        "",
+        f"**All: {total['killed']} killed of {judged} judged mutants: {100 * total['killed'] / judged:.1f} %** "
+        f"({total['survived text']} text-only survivors, {total['survived equivalent']} argued equivalent, "
+        f"{total['no tests']} in code the "
+        f"selected tests do not reach, {total['not checked']} not run).",
+        "",
+    ]
     for mod, items in sorted(survivors.items()):
         rest = [x for x in items if x[1] != "text"]
         if not rest:
@@ -138,7 +164,14 @@ def report(path: Path, results: dict[str, dict[str, str]]) -> None:
         lines += [f"## {mod}", ""]
         for name, kind, diff in rest:
             why = EQUIVALENT.get(name)
-            lines += [f"- `{name.rsplit('.', 1)[-1]}` ({kind}){': ' + why if why else ''}", "", "```diff", diff, "```", ""]
+            lines += [
+                f"- `{name.rsplit('.', 1)[-1]}` ({kind}){': ' + why if why else ''}",
+                "",
+                "```diff",
+                diff,
+                "```",
+                "",
+            ]
     path.write_text("\n".join(lines) + "\n")
     print(f"wrote {path}: {total['killed']} killed, {judged} judged ({100 * total['killed'] / judged:.1f} %)")
 
@@ -147,9 +180,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--max-children", type=int, default=2)
     ap.add_argument("--report", default=str(REPO / "benchmarks" / "mutation_report.md"))
-    ap.add_argument("--skip-run", action="store_true", help="only write the report from the stored results (mutation_results.json)")
-    ap.add_argument("--module", action="append", default=[], metavar="DOTTED",
-                    help="mutate only this module (e.g. max_profile.analyze.rules.serving; repeatable); default: all of [tool.mutmut]")
+    ap.add_argument(
+        "--skip-run", action="store_true", help="only write the report from the stored results (mutation_results.json)"
+    )
+    ap.add_argument(
+        "--module",
+        action="append",
+        default=[],
+        metavar="DOTTED",
+        help="mutate only this module (e.g. max_profile.analyze.rules.serving; repeatable); default: all of "
+        "[tool.mutmut]",
+    )
     args = ap.parse_args()
     if not args.skip_run:
         run(args.max_children, args.module)

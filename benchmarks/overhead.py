@@ -44,7 +44,11 @@ def main() -> int:
 
     t = time.perf_counter()
     model = load_model(args.model_path, devices=args.devices)
-    print(f"loaded {args.model_path} on {args.devices} in {time.perf_counter() - t:.1f} s ({type(model.pipeline).__name__})", flush=True)
+    print(
+        f"loaded {args.model_path} on {args.devices} in {time.perf_counter() - t:.1f} s "
+        f"({type(model.pipeline).__name__})",
+        flush=True,
+    )
     generate(model, ["warm up"], 16)
     prompt = ["I believe the meaning of life is"]
     base: list[float] = []
@@ -76,13 +80,19 @@ def main() -> int:
         order = ("base", "prof") if i % 2 == 0 else ("prof", "base")
         with load.repeat(i):
             run_repeat(order)
-        print(f"repeat {i}: decode tok/s without {base[-1]:.1f}, with profile() {prof[-1]:.1f}   ({load.describe(i)})", flush=True)
+        print(
+            f"repeat {i}: decode tok/s without {base[-1]:.1f}, with profile() {prof[-1]:.1f}   ({load.describe(i)})",
+            flush=True,
+        )
     report_arms({"without": base, "with profile()": prof}, {"with profile()": "without"}, load)
     mb, mp = statistics.median(base), statistics.median(prof)
     overhead = 100.0 * (mb - mp) / mb if mb else float("nan")
     print(f"median decode tok/s: without {mb:.1f}, with profile(kernels={args.kernels}) {mp:.1f}")
     print(f"overhead on decode throughput: {overhead:+.2f} % (ratio {mp / mb:.4f})")
-    print(f"median wall per generation incl. recorder start/stop: without {statistics.median(wall_base):.3f} s, with {statistics.median(wall_prof):.3f} s")
+    print(
+        f"median wall per generation incl. recorder start/stop: without {statistics.median(wall_base):.3f} s, with "
+        f"{statistics.median(wall_prof):.3f} s"
+    )
     model.close()
     return 0
 

@@ -1,6 +1,7 @@
-"""Preflight time of a clean custom architecture (goal <= 3 s), with the cost of a bare `import max.pipelines` beside it.
+"""Preflight time of a clean custom architecture (goal <= 3 s), with the cost of a bare `import max.pipelines` beside
+it.
 
-    python benchmarks/preflight_speed.py [SPEC] [--repeats 3]
+python benchmarks/preflight_speed.py [SPEC] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -32,8 +33,14 @@ def main() -> int:
         r = check_architecture(args.spec)
         times.append(time.perf_counter() - t)
         assert r.ok, r.checks
-    print(f"preflight of {args.spec}: median {statistics.median(times):.2f} s over {args.repeats} (all: {', '.join(f'{x:.2f}' for x in times)})")
-    print(f"a bare `python -c 'import max.pipelines'` on this machine: median {statistics.median(floor):.2f} s (the floor of any real import)")
+    print(
+        f"preflight of {args.spec}: median {statistics.median(times):.2f} s over {args.repeats} (all: "
+        f"{', '.join(f'{x:.2f}' for x in times)})"
+    )
+    print(
+        f"a bare `python -c 'import max.pipelines'` on this machine: median {statistics.median(floor):.2f} s (the "
+        "floor of any real import)"
+    )
     print(f"goal <= 3 s: {'met' if statistics.median(times) <= 3 else 'NOT met'}")
     return 0
 

@@ -44,8 +44,14 @@ def main() -> int:
         trace = build_perfetto(raw)
         t4 = time.perf_counter()
     print(f"capture: {len(raw.kernels)} kernels in {steps} steps; read {t1 - t0:.2f} s, build_report {t2 - t1:.2f} s")
-    print(f"HTML:     {len(page) / 2**20:.2f} MiB in {t3 - t2:.2f} s   (goal <= 5 MB, <= 3 s: {'met' if len(page) <= 5e6 and t3 - t2 <= 3 else 'NOT met'})")
-    print(f"Perfetto: {len(trace) / 2**20:.1f} MiB in {t4 - t3:.2f} s   (goal <= 5 s: {'met' if t4 - t3 <= 5 else 'NOT met'})")
+    print(
+        f"HTML:     {len(page) / 2**20:.2f} MiB in {t3 - t2:.2f} s   (goal <= 5 MB, <= 3 s: "
+        f"{'met' if len(page) <= 5e6 and t3 - t2 <= 3 else 'NOT met'})"
+    )
+    print(
+        f"Perfetto: {len(trace) / 2**20:.1f} MiB in {t4 - t3:.2f} s   (goal <= 5 s: "
+        f"{'met' if t4 - t3 <= 5 else 'NOT met'})"
+    )
     return 0
 
 

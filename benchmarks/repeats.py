@@ -21,7 +21,12 @@ BUSY_OTHER_CORES = 0.75
 def spread(values: list[float]) -> dict[str, float]:
     """median, min, max and (max - min) / median in % of one arm's repeats."""
     med = statistics.median(values)
-    return {"median": med, "min": min(values), "max": max(values), "spread_pct": 100.0 * (max(values) - min(values)) / med if med else float("nan")}
+    return {
+        "median": med,
+        "min": min(values),
+        "max": max(values),
+        "spread_pct": 100.0 * (max(values) - min(values)) / med if med else float("nan"),
+    }
 
 
 def paired_ratios(arm: list[float], base: list[float]) -> list[float]:
@@ -65,14 +70,28 @@ def report_arms(tps: dict[str, list[float]], base_of: dict[str, str], load: Repe
     for arm, values in tps.items():
         s = spread(values)
         base = base_of.get(arm)
-        line = f"{arm:14s} median {s['median']:8.1f}  min {s['min']:8.1f}  max {s['max']:8.1f}  spread {s['spread_pct']:5.1f} %"
+        line = (
+            f"{arm:14s} median {s['median']:8.1f}  min {s['min']:8.1f}  max {s['max']:8.1f}  spread "
+            f"{s['spread_pct']:5.1f} %"
+        )
         entry: dict[str, Any] = {"all": values, **s}
         if base and base != arm and base in tps:
             ratios = paired_ratios(values, tps[base])
             r = spread(ratios)
-            entry.update({"ratio_to_" + base: s["median"] / statistics.median(tps[base]), "paired_ratios": ratios, "paired_ratio_median": r["median"],
-                          "paired_ratio_min": r["min"], "paired_ratio_max": r["max"]})
-            line += f"  ratio to {base}: {entry['ratio_to_' + base]:.4f} (paired per repeat: median {r['median']:.4f}, {r['min']:.4f}..{r['max']:.4f})"
+            entry.update(
+                {
+                    "ratio_to_" + base: s["median"] / statistics.median(tps[base]),
+                    "paired_ratios": ratios,
+                    "paired_ratio_median": r["median"],
+                    "paired_ratio_min": r["min"],
+                    "paired_ratio_max": r["max"],
+                }
+            )
+            line += (
+                f"  ratio to {base}: {entry['ratio_to_' + base]:.4f} (paired per repeat: median "
+                f"{r['median']:.4f}, "
+                f"{r['min']:.4f}..{r['max']:.4f})"
+            )
         print(line, flush=True)
         out[arm] = entry
     busy = load.busy()

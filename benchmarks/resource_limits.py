@@ -72,7 +72,10 @@ def main() -> int:
             rc, err, peak_kib = _run_measured(*argv, timeout=3600)
             took = time.perf_counter() - t0
             line = next((ln for ln in err.splitlines() if ln.startswith("max-profile: error:")), "(no error)")
-            print(f"{name:34s} {rc:4d} {peak_kib / 1024:9.0f} {took:8.1f}  {line[:150]}" + (f"  [input built in {prep:.0f} s]" if prep else ""))
+            print(
+                f"{name:34s} {rc:4d} {peak_kib / 1024:9.0f} {took:8.1f}  {line[:150]}"
+                + (f"  [input built in {prep:.0f} s]" if prep else "")
+            )
             worst = max(worst, peak_kib)
         print(f"worst peak RSS: {worst / 1024:.0f} MiB (bound: 1 GB = 954 MiB)")
     return 0 if worst < 1_000_000 else 1

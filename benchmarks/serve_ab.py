@@ -1,5 +1,6 @@
-"""The serve worker's tracer cost, A/B on one server: windows with the CUPTI recorder in the model worker and without it,
-alternating, same server, same load (``max-profile serve --mode kernels``'s recorder, MAX's defaults: device graphs on).
+"""The serve worker's tracer cost, A/B on one server: windows with the CUPTI recorder in the model worker and without
+it, alternating, same server, same load (``max-profile serve --mode kernels``'s recorder, MAX's defaults: device graphs
+on).
 
     python benchmarks/serve_ab.py --model-path DIR [--devices gpu] [--pairs 3] [--duration 10] [--settle S]
                                   [--variants default,full,zeroed] [--json out.json]
@@ -10,10 +11,11 @@ spread, and the host's load per window. Variants (``+`` combines): ``default`` w
 (``ServePlan.record_share`` of each window, in slices), ``full`` every kernel of the whole window, ``share=F`` a share F
 in slices of ``--slice`` s, ``zeroed`` CUPTI handed zeroed buffers (``cupti_native.RECORDING_OPTIONS``).
 Per window also: the inter-token gaps inside it (p50 / p99 / max: a stall shows as a few long gaps, a slower decode step
-as a higher median) and the tokens of each second (a start-up cost shows in the first ones). A recorded window opens once
-the worker's recording runs plus ``--settle`` seconds (the recorder's own ``settle_s`` by default; 0 measures CUPTI's
-first launches after its enable inside the window).
-Comparing two servers instead (one per mode) adds the spread between server starts (one earlier pair: 0.914, the other 1.05).
+as a higher median) and the tokens of each second (a start-up cost shows in the first ones). A recorded window opens
+once the worker's recording runs plus ``--settle`` seconds (the recorder's own ``settle_s`` by default; 0 measures
+CUPTI's first launches after its enable inside the window).
+Comparing two servers instead (one per mode) adds the spread between server starts (one earlier pair: 0.914, the other
+1.05).
 """
 
 from __future__ import annotations
@@ -53,7 +55,13 @@ def token_gaps(requests: list[Any], window_ns: tuple[int, int]) -> dict[str, flo
         return {"p50": float("nan"), "p99": float("nan"), "max": float("nan"), "over_3x_median": 0, "count": 0}
     a = np.asarray(gaps)
     p50 = float(np.median(a))
-    return {"p50": p50, "p99": float(np.percentile(a, 99)), "max": float(a.max()), "over_3x_median": int((a > 3 * p50).sum()), "count": len(gaps)}
+    return {
+        "p50": p50,
+        "p99": float(np.percentile(a, 99)),
+        "max": float(a.max()),
+        "over_3x_median": int((a > 3 * p50).sum()),
+        "count": len(gaps),
+    }
 
 
 def tokens_per_second(requests: list[Any], window_ns: tuple[int, int]) -> list[int]:
@@ -102,22 +110,50 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=10.0)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--variants", default="default", help="comma-separated recording variants (module docstring)")
-    ap.add_argument("--slice", type=float, default=None, help="seconds per recorded slice of a sampled variant (default: ServePlan's)")
+    ap.add_argument(
+        "--slice",
+        type=float,
+        default=None,
+        help="seconds per recorded slice of a sampled variant (default: ServePlan's)",
+    )
     ap.add_argument("--json", help="write every number here")
     ap.add_argument("--no-warm", action="store_true")
-    ap.add_argument("--settle", type=float, default=None,
-                    help="seconds of recording before a traced window opens (default: the recorder's own, WorkerKernelRecorder.settle_s)")
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=None,
+        help="seconds of recording before a traced window opens (default: the recorder's own, "
+        "WorkerKernelRecorder.settle_s)",
+    )
     args = ap.parse_args()
 
     from max_profile.collect.probes.environment import detect_environment
-    from max_profile.serve import ModeContext, ServePlan, free_port, new_serve_raw, serve_windows, server_tmpdir, warm_pass
+    from max_profile.serve import (
+        ModeContext,
+        ServePlan,
+        free_port,
+        new_serve_raw,
+        serve_windows,
+        server_tmpdir,
+        warm_pass,
+    )
 
     env = detect_environment(check_tools=False)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     order = rounds_of(variants, args.pairs)
-    plan = ServePlan(model_path=args.model_path, devices=args.devices, mode="kernels", duration_s=args.duration, port=free_port(), metrics_port=free_port(),
-                     max_tokens=args.max_tokens, vendor=env.vendor, concurrency=[1] * len(order), warm=not args.no_warm,
-                     reference=False)  # the untraced windows are this benchmark's own reference
+    plan = ServePlan(
+        model_path=args.model_path,
+        devices=args.devices,
+        mode="kernels",
+        duration_s=args.duration,
+        port=free_port(),
+        metrics_port=free_port(),
+        max_tokens=args.max_tokens,
+        vendor=env.vendor,
+        concurrency=[1] * len(order),
+        warm=not args.no_warm,
+        reference=False,
+    )  # the untraced windows are this benchmark's own reference
     slice_s = args.slice if args.slice is not None else plan.record_slice_s
     plans = {v: variant_plan(v, plan.record_share, slice_s) for v in variants}
     traced_windows = {i for i, v in enumerate(order, 1) if v is not None}
@@ -133,7 +169,9 @@ def main() -> int:
         recorder.window_plans = {i: plans[v] for i, v in enumerate(order, 1) if v is not None}  # type: ignore[attr-defined]
         if args.settle is not None:
             recorder.settle_s = args.settle  # type: ignore[attr-defined]
-        raw = serve_windows(plan, recorder, new_serve_raw(plan, env, []), tmp, 900, progress, dest, record=lambda w: w in traced_windows)
+        raw = serve_windows(
+            plan, recorder, new_serve_raw(plan, env, []), tmp, 900, progress, dest, record=lambda w: w in traced_windows
+        )
     from max_profile.analyze.breakdown import gpu_waits
     from max_profile.analyze.load import server_metrics
 
@@ -150,50 +188,107 @@ def main() -> int:
             if r.ok:
                 span = max(r.ended_ns - r.started_ns, 1)
                 tokens += r.tokens * max(min(r.ended_ns, w.window_ns[1]) - max(r.started_ns, w.window_ns[0]), 0) / span
-        # the server's own decode step (TG batch execution time from its /metrics) and the kernels recorded in the window:
+        # the server's own decode step (TG batch execution time from its /metrics) and the kernels recorded in the
+        # window:
         # a slower step with the GPU timeline unchanged points at the host, a slower timeline at the GPU
         srv = server_metrics(w.metrics_before, w.metrics_after, secs)
         tg_ms = srv.batch_execution_ms_mean.get("TG") if srv is not None else None
-        inside = int(((raw.kernels.start_ns >= w.window_ns[0]) & (raw.kernels.start_ns < w.window_ns[1])).sum()) if len(raw.kernels) else 0
+        inside = (
+            int(((raw.kernels.start_ns >= w.window_ns[0]) & (raw.kernels.start_ns < w.window_ns[1])).sum())
+            if len(raw.kernels)
+            else 0
+        )
         cov = coverage.get(i)
         # recorded windows: how often the GPU waited 0.1-5 ms before a device graph (the host launching it late)
-        waits = gpu_waits(raw.kernels, w.window_ns, 100_000, 5_000_000, recorded=cov.slices if cov is not None and cov.sampled else ()) if inside else None
+        waits = (
+            gpu_waits(
+                raw.kernels,
+                w.window_ns,
+                100_000,
+                5_000_000,
+                recorded=cov.slices if cov is not None and cov.sampled else (),
+            )
+            if inside
+            else None
+        )
         gaps = token_gaps(w.requests, w.window_ns)
         per_second = tokens_per_second(w.requests, w.window_ns)
         start_s = cov.start_s if cov is not None else None
-        windows.append({"window": i, "variant": variant, "traced": variant is not None, "tok_s": tokens / secs, "server_tg_ms": tg_ms, "kernels": inside,
-                        "recorded_s": cov.covered_s if cov is not None else None,
-                        "callback_s": callback_s.get(i), "enable_s": start_s, "itl_ms": gaps, "tokens_per_second": per_second,
-                        "gpu_waits_before_graphs": waits.before_graph_gaps if waits else None,
-                        "gpu_waits_before_graphs_pct": round(waits.before_graph_pct, 2) if waits else None})
-        print(f"window {i}: {variant or 'untraced':<18} {tokens / secs:8.1f} tok/s, server decode step "
-              f"{'-' if tg_ms is None else f'{tg_ms:.3f}'} ms, {inside} kernels recorded"
-              + (f" in {cov.covered_s:.1f} s" if cov is not None else "")
-              + (f", {callback_s[i]:.3f} s in CUPTI buffer callbacks" if i in callback_s else "")
-              + (f", CUPTI enable {1000 * start_s:.0f} ms before it" if start_s is not None else "")
-              + (f", GPU waited before {waits.before_graph_gaps} graph launches ({waits.before_graph_pct:.1f} % of the recorded time)" if waits else "")
-              + f"; ITL p50 {gaps['p50']:.3f} / p99 {gaps['p99']:.3f} / max {gaps['max']:.1f} ms; tokens per second {per_second}", flush=True)
+        windows.append(
+            {
+                "window": i,
+                "variant": variant,
+                "traced": variant is not None,
+                "tok_s": tokens / secs,
+                "server_tg_ms": tg_ms,
+                "kernels": inside,
+                "recorded_s": cov.covered_s if cov is not None else None,
+                "callback_s": callback_s.get(i),
+                "enable_s": start_s,
+                "itl_ms": gaps,
+                "tokens_per_second": per_second,
+                "gpu_waits_before_graphs": waits.before_graph_gaps if waits else None,
+                "gpu_waits_before_graphs_pct": round(waits.before_graph_pct, 2) if waits else None,
+            }
+        )
+        print(
+            f"window {i}: {variant or 'untraced':<18} {tokens / secs:8.1f} tok/s, server decode step "
+            f"{'-' if tg_ms is None else f'{tg_ms:.3f}'} ms, {inside} kernels recorded"
+            + (f" in {cov.covered_s:.1f} s" if cov is not None else "")
+            + (f", {callback_s[i]:.3f} s in CUPTI buffer callbacks" if i in callback_s else "")
+            + (f", CUPTI enable {1000 * start_s:.0f} ms before it" if start_s is not None else "")
+            + (
+                f", GPU waited before {waits.before_graph_gaps} graph launches ({waits.before_graph_pct:.1f} % of the "
+                "recorded time)"
+                if waits
+                else ""
+            )
+            + f"; ITL p50 {gaps['p50']:.3f} / p99 {gaps['p99']:.3f} / max {gaps['max']:.1f} ms; tokens per second "
+            f"{per_second}",
+            flush=True,
+        )
     per_round = len(variants) + 1
-    summary: dict[str, Any] = {"order": order, "plans": plans, "rounds": args.pairs, "variants": {}, "windows": windows, "notes": raw.notes,
-                               "kernels": len(raw.kernels), "graph_kernels": int((raw.kernels.graph_id > 0).sum()) if raw.kernels.graph_id is not None else 0,
-                               "settle_s": getattr(recorder, "settle_s", None)}
+    summary: dict[str, Any] = {
+        "order": order,
+        "plans": plans,
+        "rounds": args.pairs,
+        "variants": {},
+        "windows": windows,
+        "notes": raw.notes,
+        "kernels": len(raw.kernels),
+        "graph_kernels": int((raw.kernels.graph_id > 0).sum()) if raw.kernels.graph_id is not None else 0,
+        "settle_s": getattr(recorder, "settle_s", None),
+    }
     untraced = [w["tok_s"] for w in windows if not w["traced"]]
     for v in variants:
         ratios = []
         for k in range(args.pairs):
-            chunk = windows[k * per_round:(k + 1) * per_round]
+            chunk = windows[k * per_round : (k + 1) * per_round]
             u = next(w["tok_s"] for w in chunk if w["variant"] is None)
             t = next(w["tok_s"] for w in chunk if w["variant"] == v)
             ratios.append(t / u if u else float("nan"))
         tok = [w["tok_s"] for w in windows if w["variant"] == v]
-        summary["variants"][v] = {"ratios": ratios, "median_ratio": statistics.median(ratios), "min_ratio": min(ratios), "max_ratio": max(ratios),
-                                  "median_tok_s": statistics.median(tok), "spread_pct": 100 * (max(tok) - min(tok)) / statistics.median(tok)}
-        print(f"{v}: recorded / untraced per round {', '.join(f'{x:.4f}' for x in ratios)}; median {statistics.median(ratios):.4f} "
-              f"({statistics.median(tok):.1f} tok/s, spread {summary['variants'][v]['spread_pct']:.1f} %)", flush=True)
+        summary["variants"][v] = {
+            "ratios": ratios,
+            "median_ratio": statistics.median(ratios),
+            "min_ratio": min(ratios),
+            "max_ratio": max(ratios),
+            "median_tok_s": statistics.median(tok),
+            "spread_pct": 100 * (max(tok) - min(tok)) / statistics.median(tok),
+        }
+        print(
+            f"{v}: recorded / untraced per round {', '.join(f'{x:.4f}' for x in ratios)}; median "
+            f"{statistics.median(ratios):.4f} "
+            f"({statistics.median(tok):.1f} tok/s, spread {summary['variants'][v]['spread_pct']:.1f} %)",
+            flush=True,
+        )
     summary["untraced_median_tok_s"] = statistics.median(untraced)
     summary["untraced_spread_pct"] = 100 * (max(untraced) - min(untraced)) / statistics.median(untraced)
-    print(f"untraced: {statistics.median(untraced):.1f} tok/s (spread {summary['untraced_spread_pct']:.1f} %); "
-          f"{summary['kernels']} kernels, {summary['graph_kernels']} inside graphs", flush=True)
+    print(
+        f"untraced: {statistics.median(untraced):.1f} tok/s (spread {summary['untraced_spread_pct']:.1f} %); "
+        f"{summary['kernels']} kernels, {summary['graph_kernels']} inside graphs",
+        flush=True,
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1))
     return 0

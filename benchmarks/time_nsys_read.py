@@ -36,10 +36,18 @@ def main(path: str) -> dict[str, object]:
     bd = report.kernels
     assert isinstance(bd, KernelBreakdown), bd
     dec = next((p for p in bd.phases if p.phase == "decode" and p.families), None)
-    return {"seconds": t_done - t_import, "read_s": round(t_read - t_import, 3), "breakdown_s": round(t_done - t_read, 3),
-            "import_s": t_import - t0, "peak_rss_mb": vm_hwm_mb(), "kernels": bd.kernels, "ranges": len(raw.ranges),
-            "decode_steps": dec.steps if dec else None, "top_family": dec.families[0].family if dec else None,
-            "share": dec.families[0].share_pct if dec else None}
+    return {
+        "seconds": t_done - t_import,
+        "read_s": round(t_read - t_import, 3),
+        "breakdown_s": round(t_done - t_read, 3),
+        "import_s": t_import - t0,
+        "peak_rss_mb": vm_hwm_mb(),
+        "kernels": bd.kernels,
+        "ranges": len(raw.ranges),
+        "decode_steps": dec.steps if dec else None,
+        "top_family": dec.families[0].family if dec else None,
+        "share": dec.families[0].share_pct if dec else None,
+    }
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@
 
 Arms (each repeat runs every arm once, in a rotated order, after a warm-up):
   off            the pipeline hook alone (host step times)
-  native         + max_profile's C recorder (collect/live/cupti_native.py): buffers handled in C, numpy decode after stop
-  native-kernels + the C recorder without launch-call records (kernels attributed by start time)
+  native         + max_profile's C recorder (collect/live/cupti_native.py): buffers handled in C, numpy decode after
+  stop native-kernels + the C recorder without launch-call records (kernels attributed by start time)
   native-warm    + the C recorder started before a 16-token traced warm-up in the same arm: whether CUPTI's cost is
                  paid once after enabling it (it is not: on the H200 this arm costs what `native` costs)
   python         + cupti-python per-record callbacks (the previous collector)
@@ -47,8 +47,10 @@ def decode_tps(steps: list[Any]) -> float:
 def step_ms(steps: list[Any]) -> dict[str, float]:
     """Median decode step time of the first 32 steps and of the rest: where a tracer's cost falls in a generation."""
     dec = [s.duration_ns / 1e6 for s in steps if s.phase == "decode" and s.batch_size > 0]
-    return {"first32_step_ms": statistics.median(dec[:32]) if dec else 0.0,
-            "rest_step_ms": statistics.median(dec[32:]) if len(dec) > 32 else 0.0}
+    return {
+        "first32_step_ms": statistics.median(dec[:32]) if dec else 0.0,
+        "rest_step_ms": statistics.median(dec[32:]) if len(dec) > 32 else 0.0,
+    }
 
 
 class CtypesBufferCollector:
@@ -58,8 +60,15 @@ class CtypesBufferCollector:
     with the same numpy decoder as the C recorder.
     """
 
-    REQUEST = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.POINTER(ctypes.c_uint8)), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t))
-    COMPLETE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t, ctypes.c_size_t)
+    REQUEST = ctypes.CFUNCTYPE(
+        None,
+        ctypes.POINTER(ctypes.POINTER(ctypes.c_uint8)),
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_size_t),
+    )
+    COMPLETE = ctypes.CFUNCTYPE(
+        None, ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t, ctypes.c_size_t
+    )
 
     def __init__(self, buffer_bytes: int = 16 << 20) -> None:
         from max_profile.collect.live.cupti_decode import CUPTI_13_LAYOUT, RecordLayout
@@ -166,8 +175,12 @@ def main() -> int:
 
     t = time.perf_counter()
     model = load_model(args.model_path, devices=args.devices, device_graph_capture=args.device_graph_capture)
-    print(f"loaded {args.model_path} on {args.devices} in {time.perf_counter() - t:.1f} s ({type(model.pipeline).__name__}, "
-          f"device graphs {'on' if args.device_graph_capture else 'off'})", flush=True)
+    print(
+        f"loaded {args.model_path} on {args.devices} in {time.perf_counter() - t:.1f} s "
+        f"({type(model.pipeline).__name__}, "
+        f"device graphs {'on' if args.device_graph_capture else 'off'})",
+        flush=True,
+    )
     prompt = ["I believe the meaning of life is"]
     generate(model, prompt, 16)
     arms = args.arms.split(",")
@@ -211,24 +224,39 @@ def main() -> int:
                 hook.uninstall()
             tps[arm].append(decode_tps(hook.steps))
             if collector is not None:
-                cost[arm].append({"kernels": float(len(table)), "callback_s": float(getattr(collector, "callback_s_before_stop", collector.callback_s)),
-                                  "stop_s": float(getattr(collector, "stop_s", 0.0)),
-                                  "records": float(getattr(collector, "records", 0) or (len(table) + getattr(collector, "api_records", 0))),
-                                  "graph_kernels": float((table.graph_id > 0).sum()) if table.graph_id is not None else 0.0,
-                                  **step_ms(hook.steps)})
+                cost[arm].append(
+                    {
+                        "kernels": float(len(table)),
+                        "callback_s": float(getattr(collector, "callback_s_before_stop", collector.callback_s)),
+                        "stop_s": float(getattr(collector, "stop_s", 0.0)),
+                        "records": float(
+                            getattr(collector, "records", 0) or (len(table) + getattr(collector, "api_records", 0))
+                        ),
+                        "graph_kernels": float((table.graph_id > 0).sum()) if table.graph_id is not None else 0.0,
+                        **step_ms(hook.steps),
+                    }
+                )
             else:
                 cost[arm].append(step_ms(hook.steps))
 
     load = RepeatLoad()
     for i in range(args.repeats):
-        order = arms[i % len(arms):] + arms[: i % len(arms)]
+        order = arms[i % len(arms) :] + arms[: i % len(arms)]
         with load.repeat(i):
             run_repeat(order)
-        print(f"repeat {i}: " + ", ".join(f"{a} {tps[a][-1]:.1f}" for a in arms) + f"   ({load.describe(i)})", flush=True)
+        print(
+            f"repeat {i}: " + ", ".join(f"{a} {tps[a][-1]:.1f}" for a in arms) + f"   ({load.describe(i)})", flush=True
+        )
     base_of = {arm: "profile-off" if arm.startswith("profile-") else "off" for arm in arms}
     summary = report_arms(tps, base_of, load)
-    out: dict[str, Any] = {"model": args.model_path, "tokens": args.tokens, "repeats": args.repeats, "device_graph_capture": args.device_graph_capture,
-                           "arms": {}, "busy_repeats": summary.pop("_busy_repeats")}
+    out: dict[str, Any] = {
+        "model": args.model_path,
+        "tokens": args.tokens,
+        "repeats": args.repeats,
+        "device_graph_capture": args.device_graph_capture,
+        "arms": {},
+        "busy_repeats": summary.pop("_busy_repeats"),
+    }
     for arm in arms:
         c = {key: statistics.median(x[key] for x in cost[arm]) for key in (cost[arm][0] if cost[arm] else {})}
         out["arms"][arm] = {"decode_tok_s": summary[arm]["median"], **summary[arm], **c}
@@ -248,12 +276,28 @@ def main() -> int:
         table = rec.stop()
         assert rec.raw is not None
         kernel_bytes, api_bytes, names = rec.raw
-        np.savez_compressed(args.record, kernels=np.frombuffer(kernel_bytes, dtype=np.uint8), apis=np.frombuffer(api_bytes, dtype=np.uint8),
-                            meta=np.frombuffer(json.dumps({"layout": rec.layout.values(), "names": {str(k): v for k, v in names.items()},
-                                                           "clock": rec._sync, "cupti_version": rec.cupti_version, "kernels": len(table),
-                                                           "api_records": rec.api_records, "libcupti": rec.libcupti,
-                                                           "stop_s": rec.stop_s, "unfinished": rec.unfinished,
-                                                           "device_graph_capture": args.device_graph_capture}).encode(), dtype=np.uint8))
+        np.savez_compressed(
+            args.record,
+            kernels=np.frombuffer(kernel_bytes, dtype=np.uint8),
+            apis=np.frombuffer(api_bytes, dtype=np.uint8),
+            meta=np.frombuffer(
+                json.dumps(
+                    {
+                        "layout": rec.layout.values(),
+                        "names": {str(k): v for k, v in names.items()},
+                        "clock": rec._sync,
+                        "cupti_version": rec.cupti_version,
+                        "kernels": len(table),
+                        "api_records": rec.api_records,
+                        "libcupti": rec.libcupti,
+                        "stop_s": rec.stop_s,
+                        "unfinished": rec.unfinished,
+                        "device_graph_capture": args.device_graph_capture,
+                    }
+                ).encode(),
+                dtype=np.uint8,
+            ),
+        )
         print(f"recorded {len(table)} kernels / {rec.api_records} launch records into {args.record}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))

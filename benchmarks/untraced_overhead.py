@@ -60,7 +60,9 @@ def run_arm(arm: str, model: Any, prompts: list[str], tokens: int, interval_s: f
     if arm in ("hook", "sampler", "cupti", *SHARES):
         kernels = "cupti" if arm.startswith("cupti") else "off"
         share = {"kernel_share": SHARES[arm]} if arm in SHARES else {}
-        with profile(model.pipeline, kernels=kernels, gpu_sampling=arm != "hook", sample_interval_s=interval_s, **share) as prof:  # type: ignore[arg-type]
+        with profile(
+            model.pipeline, kernels=kernels, gpu_sampling=arm != "hook", sample_interval_s=interval_s, **share
+        ) as prof:  # type: ignore[arg-type]
             tps = _generate(model, prompts, tokens)
         LAST_NOTES[arm] = [n for n in prof.raw_capture.notes if "CUPTI" in n]
         return tps
@@ -86,7 +88,12 @@ def main() -> int:
     ap.add_argument("--devices", default="gpu")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--max-batch-size", type=int, default=None, help="the load's max batch size (default: --batch); another compile key")
+    ap.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=None,
+        help="the load's max batch size (default: --batch); another compile key",
+    )
     ap.add_argument("--repeats", type=int, default=11)
     ap.add_argument("--interval", type=float, default=0.1, help="GPU sampling interval (s)")
     ap.add_argument("--device-graph-capture", action=argparse.BooleanOptionalAction, default=None)
@@ -96,31 +103,51 @@ def main() -> int:
     arms = args.arms.split(",")
     from max_profile.runner import load_model
 
-    model = load_model(args.model_path, devices=args.devices, max_batch_size=args.max_batch_size or args.batch,
-                       device_graph_capture=args.device_graph_capture)
+    model = load_model(
+        args.model_path,
+        devices=args.devices,
+        max_batch_size=args.max_batch_size or args.batch,
+        device_graph_capture=args.device_graph_capture,
+    )
     prompts = ["I believe the meaning of life is"] * args.batch
     _generate(model, prompts, 16)  # warm-up: one-time work (graph capture, first launches) out of the rounds
     for arm in arms:  # one warm pass of every arm (CUPTI's first enable, the recorder's library, the sampler's start)
         run_arm(arm, model, prompts, 16, args.interval)
     tps: dict[str, list[float]] = {a: [] for a in arms}
     load = RepeatLoad()
-    print(f"model {args.model_path}, batch {args.batch}, {args.tokens} new tokens, device graphs {model.device_graph_capture}, "
-          f"{args.repeats} rounds", flush=True)
+    print(
+        f"model {args.model_path}, batch {args.batch}, {args.tokens} new tokens, device graphs "
+        f"{model.device_graph_capture}, "
+        f"{args.repeats} rounds",
+        flush=True,
+    )
     for i in range(args.repeats):
-        order = arms[i % len(arms):] + arms[: i % len(arms)]
+        order = arms[i % len(arms) :] + arms[: i % len(arms)]
         with load.repeat(i):
             for arm in order:
                 tps[arm].append(run_arm(arm, model, prompts, args.tokens, args.interval))
-        print(f"round {i:2d}: " + ", ".join(f"{a} {tps[a][-1]:.1f}" for a in arms) + f"   (order {','.join(order)}; {load.describe(i)})", flush=True)
+        print(
+            f"round {i:2d}: "
+            + ", ".join(f"{a} {tps[a][-1]:.1f}" for a in arms)
+            + f"   (order {','.join(order)}; {load.describe(i)})",
+            flush=True,
+        )
     summary = report_arms(tps, {a: "none" for a in arms}, load)
     for arm, notes in LAST_NOTES.items():
         for note in notes:
             print(f"{arm}: {note}")
     model.close()
     if args.json:
-        out = {"model_path": args.model_path, "batch": args.batch, "tokens": args.tokens, "repeats": args.repeats,
-               "device_graph_capture": model.device_graph_capture, "busy_repeats": summary.pop("_busy_repeats"), "arms": summary,
-               "notes": LAST_NOTES}
+        out = {
+            "model_path": args.model_path,
+            "batch": args.batch,
+            "tokens": args.tokens,
+            "repeats": args.repeats,
+            "device_graph_capture": model.device_graph_capture,
+            "busy_repeats": summary.pop("_busy_repeats"),
+            "arms": summary,
+            "notes": LAST_NOTES,
+        }
         Path(args.json).write_text(json.dumps(out, indent=2))
     return 0
 

@@ -20,16 +20,20 @@ from pathlib import Path
 
 from max_profile import check_architecture, profile, restart_with_op_ranges
 from max_profile.model import KernelBreakdown
-from max_profile.render.text import fit_to_terminal
+from max_profile.render.terminal import fit_to_terminal
 from max_profile.runner import generate, load_model
 from max_profile.tinymodel import build_tiny_llama
 
 REPO = Path(__file__).resolve().parent.parent
 ap = argparse.ArgumentParser()
 ap.add_argument("--package", default=str(REPO / "custom_archs" / "llama_custom"))
-ap.add_argument("--architecture", default=None, help="config.json architecture for the built model (default: the package's)")
+ap.add_argument(
+    "--architecture", default=None, help="config.json architecture for the built model (default: the package's)"
+)
 ap.add_argument("--model-path")
-ap.add_argument("--out", default="max-profile-bringup", help="where the tiny model is built when --model-path is not given")
+ap.add_argument(
+    "--out", default="max-profile-bringup", help="where the tiny model is built when --model-path is not given"
+)
 ap.add_argument("--tokens", type=int, default=24)
 args = ap.parse_args()
 
@@ -47,7 +51,9 @@ if not_used is not None:  # the built-in would run: nothing measured below would
     sys.exit(f"stopping: {not_used.message}; fix: {not_used.fix}")
 architecture = args.architecture or result.architectures[0]
 
-model_path = args.model_path or str(build_tiny_llama(Path(args.out) / f"model-{architecture}", architecture=architecture))
+model_path = args.model_path or str(
+    build_tiny_llama(Path(args.out) / f"model-{architecture}", architecture=architecture)
+)
 model = load_model(model_path, devices="cpu", custom_architectures=[args.package])
 generate(model, ["warm up"], 4)
 with profile(model.pipeline, kernels="nvtx-log", model_path=model_path, devices="cpu") as prof:
@@ -59,10 +65,18 @@ kernels = report.kernels
 if isinstance(kernels, KernelBreakdown):
     decode = next((p for p in kernels.phases if p.phase == "decode"), None)
     families = {row.family: row.share_pct for row in (decode.families if decode else kernels.families)}
-    print(fit_to_terminal(f"decode kernel families (% of kernel time): {', '.join(f'{f} {v:.0f}' for f, v in families.items())}"))
+    print(
+        fit_to_terminal(
+            f"decode kernel families (% of kernel time): {', '.join(f'{f} {v:.0f}' for f, v in families.items())}"
+        )
+    )
     print("fused attention kernel in decode:", "yes" if families.get("attention", 0) > 0 else "NO")
 fed = [s.model_input_tokens or s.input_tokens for s in report.steps if s.phase == "decode"]
-print(fit_to_terminal(f"tokens the model computed per decode step: {sorted(set(fed))} (1 per sequence = the KV cache is used)"))
+print(
+    fit_to_terminal(
+        f"tokens the model computed per decode step: {sorted(set(fed))} (1 per sequence = the KV cache is used)"
+    )
+)
 for finding in report.findings:
     print(fit_to_terminal(f"[{finding.severity}] {finding.id}: {finding.title}"))
 model.close()

@@ -1,7 +1,8 @@
 """Diff two runs as a CI gate: record a baseline once, then fail the build when a change makes decode
 significantly slower than the threshold.
 
-    python examples/diff_gate.py --baseline baseline_raw.json.gz [--model-path DIR] [--fail-above 5] [--inject-delay-ms 0]
+    python examples/diff_gate.py --baseline baseline_raw.json.gz [--model-path DIR] [--fail-above 5] [--inject-delay-ms
+    0]
 
 First run (no baseline file): records it and exits 0. Later runs: profile the same generation,
 compare with ``diff_reports`` (per-step distributions, Mann-Whitney U, so noise alone does not fail
@@ -21,7 +22,8 @@ from typing import Any
 
 import max_profile
 from max_profile.analyze.diff import diff_reports
-from max_profile.render.text import fit_to_terminal, print_diff
+from max_profile.render.diff_text import print_diff
+from max_profile.render.terminal import fit_to_terminal
 from max_profile.runner import generate, load_model
 from max_profile.tinymodel import build_tiny_llama
 from max_profile.util.files import cache_dir
@@ -43,9 +45,16 @@ if before is not None:  # a baseline from other hardware is refused before the m
     here = sorted(g.name or g.key for g in detect_environment(check_tools=False).gpus)
     there = sorted(g.name or g.key for g in before.environment.gpus)
     if here != there:
-        print(fit_to_terminal(f"not comparable: GPUs: {', '.join(there) or 'none'} vs {', '.join(here) or 'none'} (baseline {baseline} vs this machine)"))
+        print(
+            fit_to_terminal(
+                f"not comparable: GPUs: {', '.join(there) or 'none'} vs {', '.join(here) or 'none'} (baseline "
+                f"{baseline} vs this machine)"
+            )
+        )
         sys.exit(2)
-model_path = args.model_path or str(build_tiny_llama(cache_dir("models") / "diff-gate-tiny-llama"))  # max_profile's cache folder
+model_path = args.model_path or str(
+    build_tiny_llama(cache_dir("models") / "diff-gate-tiny-llama")
+)  # max_profile's cache folder
 model = load_model(model_path, devices=args.devices)
 generate(model, ["warm up"], 8)
 if args.inject_delay_ms:  # a stand-in for a slower kernel, a lost fusion, a new host sync...
@@ -64,8 +73,15 @@ if before is None:
     prof.raw_capture.save(str(baseline))
     print(fit_to_terminal(f"baseline recorded in {baseline}; commit it, later runs are compared with it"))
     sys.exit(0)
-result = diff_reports(max_profile.build_report(before), prof.report, a_label=str(baseline), b_label="this run",
-                      fail_above_pct=args.fail_above, a_raw=before, b_raw=prof.raw_capture)
+result = diff_reports(
+    max_profile.build_report(before),
+    prof.report,
+    a_label=str(baseline),
+    b_label="this run",
+    fail_above_pct=args.fail_above,
+    a_raw=before,
+    b_raw=prof.raw_capture,
+)
 print_diff(result)
 if not result.comparable:
     sys.exit(2)

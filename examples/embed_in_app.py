@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, urlparse
 from max_profile import Profiler, build_report
 from max_profile.model import RawCapture, Report
 from max_profile.render.telemetry import export_otel, otlp_providers_from_env, prometheus_text
-from max_profile.render.text import fit_to_terminal
+from max_profile.render.terminal import fit_to_terminal
 from max_profile.runner import generate, load_model
 from max_profile.tinymodel import build_tiny_llama
 
@@ -62,7 +62,9 @@ def publish(raw: RawCapture) -> Report:
 def on_signal(signum: int, frame: object) -> None:
     if not profiler.active:
         future: Future[RawCapture] = profiler.capture_in_background(steps=args.steps, timeout_s=120)
-        future.add_done_callback(lambda f: publish(f.result()) if f.exception() is None else print(f"capture failed: {f.exception()}"))
+        future.add_done_callback(
+            lambda f: publish(f.result()) if f.exception() is None else print(f"capture failed: {f.exception()}")
+        )
 
 
 class Admin(http.server.BaseHTTPRequestHandler):
@@ -84,7 +86,10 @@ class Admin(http.server.BaseHTTPRequestHandler):
 signal.signal(signal.SIGUSR1, on_signal)
 admin = http.server.ThreadingHTTPServer(("127.0.0.1", args.admin_port), Admin)
 threading.Thread(target=admin.serve_forever, daemon=True).start()
-print(fit_to_terminal(f"pid {os.getpid()}; admin on http://127.0.0.1:{admin.server_address[1]}/profile?steps=N"), flush=True)
+print(
+    fit_to_terminal(f"pid {os.getpid()}; admin on http://127.0.0.1:{admin.server_address[1]}/profile?steps=N"),
+    flush=True,
+)
 
 deadline, completions = time.monotonic() + args.run_seconds, 0
 while time.monotonic() < deadline:  # the app's own work, uninterrupted by profiling

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import max_profile
 from max_profile.model import KernelBreakdown, RawCapture, Report
-from max_profile.render.text import fit_to_terminal
+from max_profile.render.terminal import fit_to_terminal
 
 default = Path(__file__).resolve().parent.parent / "tests" / "data" / "h200" / "small_nsys.sqlite.gz"
 path = sys.argv[1] if len(sys.argv) > 1 else str(default)
@@ -29,16 +29,32 @@ except max_profile.MaxProfileError as exc:  # damaged, truncated or unknown file
 
 report = loaded if isinstance(loaded, Report) else max_profile.build_report(loaded)
 if isinstance(loaded, RawCapture) and len(loaded.kernels):
-    print(fit_to_terminal(f"{path}: {len(loaded.kernels):,} kernels from {loaded.kernel_source}, {len(loaded.ranges)} ranges"))
+    print(
+        fit_to_terminal(
+            f"{path}: {len(loaded.kernels):,} kernels from {loaded.kernel_source}, {len(loaded.ranges)} ranges"
+        )
+    )
 
 kernels = report.kernels
 if isinstance(kernels, KernelBreakdown):
-    print(fit_to_terminal(f"GPU busy {kernels.gpu_busy_pct:.1f} % of the window; steps from {kernels.step_source}; attribution by {kernels.attribution}"))
+    print(
+        fit_to_terminal(
+            f"GPU busy {kernels.gpu_busy_pct:.1f} % of the window; steps from {kernels.step_source}; attribution by "
+            f"{kernels.attribution}"
+        )
+    )
     for phase in kernels.phases:
         top = ", ".join(f"{r.family} {r.share_pct:.0f}%" for r in phase.families[:4])
-        print(fit_to_terminal(f"  {phase.phase:8s} {phase.steps:4d} steps, {phase.kernels_per_step or 0:.0f} kernels/step, {phase.kernel_ms_per_step or 0:.3f} ms/step: {top}"))
+        print(
+            fit_to_terminal(
+                f"  {phase.phase:8s} {phase.steps:4d} steps, {phase.kernels_per_step or 0:.0f} kernels/step, "
+                f"{phase.kernel_ms_per_step or 0:.3f} ms/step: {top}"
+            )
+        )
 for finding in report.findings:
     evidence = ", ".join(f"{k}={v}" for k, v in list(finding.evidence.items())[:3])
-    print(fit_to_terminal(f"[{finding.severity}] {finding.id} ({finding.confidence:.0%}): {finding.title}  [{evidence}]"))
+    print(
+        fit_to_terminal(f"[{finding.severity}] {finding.id} ({finding.confidence:.0%}): {finding.title}  [{evidence}]")
+    )
 if report.next_measurement:
     print(fit_to_terminal(f"next: {report.next_measurement}"))

@@ -24,7 +24,7 @@ from max.pipelines.modeling.types import RequestID, TextGenerationRequest
 import max_profile
 from max_profile.model import StepSummary
 from max_profile.render.html import render_html
-from max_profile.render.text import fit_to_terminal
+from max_profile.render.terminal import fit_to_terminal
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--model-path")
@@ -40,14 +40,18 @@ if args.model_path is None:
 
 # 1. the pipeline, as your own code builds it
 devices = [DeviceSpec.accelerator(0)] if args.devices == "gpu" else [DeviceSpec.cpu()]
-config = PipelineConfig.from_args(PipelineArgs.from_flat_kwargs(model_path=args.model_path, device_specs=devices, max_batch_size=1))
+config = PipelineConfig.from_args(
+    PipelineArgs.from_flat_kwargs(model_path=args.model_path, device_specs=devices, max_batch_size=1)
+)
 factory = PIPELINE_REGISTRY.retrieve_factory(config)
 pipeline, tokenizer = factory.factory(), factory.tokenizer
 
 
 def run(prompt: str, tokens: int) -> int:
     sampling = SamplingParams(max_new_tokens=tokens, ignore_eos=True, top_k=1)
-    request = TextGenerationRequest(request_id=RequestID(), model_name=args.model_path, prompt=prompt, sampling_params=sampling)
+    request = TextGenerationRequest(
+        request_id=RequestID(), model_name=args.model_path, prompt=prompt, sampling_params=sampling
+    )
     context = asyncio.run(tokenizer.new_context(request))
     produced = 0
     with GenerateIterator.from_contexts(pipeline, [context], caller="example") as batch:

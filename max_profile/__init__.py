@@ -43,19 +43,19 @@ _model.set_text_renderer(render_text)
 def __getattr__(name: str) -> object:
     # Heavy imports (MAX, numpy analysis) only when the API is used.
     if name in ("profile", "ProfileSession", "Profiler", "capture", "restart_with_op_ranges"):
-        from max_profile import session
+        from max_profile import session  # lazy: `import max_profile` stays light
 
         return getattr(session, name)
     if name == "check_architecture":
-        from max_profile.preflight import check_architecture
+        from max_profile.preflight import check_architecture  # lazy: `import max_profile` stays light
 
         return check_architecture
     if name == "build_report":
-        from max_profile.analyze.report import build_report
+        from max_profile.analyze.report import build_report  # lazy: `import max_profile` stays light
 
         return build_report
     if name == "load":
-        from max_profile.collect.readers.sources import load_any
+        from max_profile.collect.readers.sources import load_any  # lazy: `import max_profile` stays light
 
         return load_any
     raise AttributeError(name)

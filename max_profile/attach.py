@@ -17,14 +17,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from max_profile.collect.live.gpu_sampling import GpuSampler
-from max_profile.collect.live.host_load import HostLoadProbe
 from max_profile.collect.probes.environment import detect_environment
 from max_profile.collect.probes.model_files import read_model_config, read_model_weights
-from max_profile.collect.server.serve_client import LoadGenerator, split_url, stream_completion
+from max_profile.collect.server.load_window import ServerTarget, ServerWindow, window_recorders
+from max_profile.collect.server.serve_client import split_url, stream_completion
 from max_profile.collect.server.serve_metrics import scrape
 from max_profile.errors import InputError
-from max_profile.model import Capture, LoadWindow, MetricsScrape, RawCapture, RequestRecord, ServeRun, Unavailable, UtilizationSample
+from max_profile.model import Capture, RawCapture, RequestRecord, ServeRun, Unavailable
+from max_profile.util.procs import raise_pending_signal
 
 PROBE_REQUESTS = 3
 DEFAULT_METRICS_PORT = 8001
@@ -32,7 +32,9 @@ DEFAULT_METRICS_PORT = 8001
 TRACE_HEADERS_HOWTO = (
     "per-request kernel capture needs the server started with MAX_SERVE_KERNEL_TRACE_HEADERS=1, MAX's profiler plugin "
     "(MODULAR_PROFILER_PLUGIN=<libMAXProfilerPlugin.so>; the PyPI 26.7 wheels do not ship it) and an OTLP endpoint "
-    "(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT); a request with header `x-max-trace-level: kernel-sampled` then arms a capture")
+    "(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT); a request with header `x-max-trace-level: kernel-sampled` then arms a "
+    "capture"
+)
 
 
 @dataclass
@@ -52,7 +54,8 @@ class AttachPlan:
 class AttachResult:
     raw: RawCapture
     failure: str | None = None
-    """Why the capture failed (the server died or stopped answering in the window); the raw capture holds what was seen."""
+    """Why the capture failed (the server died or stopped answering in the window); the raw capture holds what was
+    seen."""
 
 
 def _get_json(host: str, port: int, path: str, timeout_s: float) -> tuple[int, object]:
@@ -79,11 +82,23 @@ def identify_server(url: str, timeout_s: float = 5.0) -> tuple[str, str | None]:
         health, _ = _get_json(host, port, f"{prefix}/health", timeout_s)
         status, models = _get_json(host, port, f"{prefix}/v1/models", timeout_s)
     except (OSError, http.client.HTTPException) as exc:
-        raise InputError(f"{url}: no server answers there ({type(exc).__name__}: {exc}); give the URL of a running `max serve` (http://HOST:PORT)") from exc
+        raise InputError(
+            f"{url}: no server answers there ({type(exc).__name__}: {exc}); give the URL of a running `max serve` "
+            "(http://HOST:PORT)"
+        ) from exc
     data = models.get("data") if isinstance(models, dict) else None
-    if health != 200 or status != 200 or not isinstance(data, list) or not data or not isinstance(data[0], dict) or "id" not in data[0]:
-        raise InputError(f"{url}: not a MAX server (GET /health answered {health}, GET /v1/models {status} without a model list): "
-                         "give the URL of a running `max serve` (http://HOST:PORT)")
+    if (
+        health != 200
+        or status != 200
+        or not isinstance(data, list)
+        or not data
+        or not isinstance(data[0], dict)
+        or "id" not in data[0]
+    ):
+        raise InputError(
+            f"{url}: not a MAX server (GET /health answered {health}, GET /v1/models {status} without a model list): "
+            "give the URL of a running `max serve` (http://HOST:PORT)"
+        )
     version = None
     try:
         code, doc = _get_json(host, port, f"{prefix}/version", timeout_s)
@@ -108,7 +123,9 @@ def local_server(port: int) -> dict[str, object] | None:
         conns = psutil.net_connections(kind="tcp")
     except (psutil.Error, OSError):
         return None
-    pid = next((c.pid for c in conns if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid), None)
+    pid = next(
+        (c.pid for c in conns if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid), None
+    )
     if pid is None:
         return None
     try:
@@ -162,36 +179,59 @@ def run_attach(plan: AttachPlan, progress: Callable[[str], None] = lambda m: Non
     local = local_server(port)
     first = scrape(metrics_url)
     if first.problem:
-        notes.append(f"the server's metrics could not be read at {metrics_url} ({first.problem}): server-side batch times, queue and KV-cache use "
-                     "are missing; they need MAX_SERVE_DISABLE_TELEMETRY unset or 0 and the metrics port (MAX_SERVE_METRICS_ENDPOINT_PORT, "
-                     "default 8001; --metrics-url here)")
+        notes.append(
+            f"the server's metrics could not be read at {metrics_url} ({first.problem}): server-side batch times, "
+            "queue and KV-cache use "
+            "are missing; they need MAX_SERVE_DISABLE_TELEMETRY unset or 0 and the metrics port "
+            "(MAX_SERVE_METRICS_ENDPOINT_PORT, "
+            "default 8001; --metrics-url here)"
+        )
     if local:
-        notes.append(f"server process {local.get('pid')} on this machine" + (f", using GPU(s) {', '.join(local['gpus'])}" if local.get("gpus") else "")  # type: ignore[arg-type]
-                     + (f": {str(local.get('cmdline'))[:200]}" if local.get("cmdline") else ""))
+        notes.append(
+            f"server process {local.get('pid')} on this machine"
+            + (f", using GPU(s) {', '.join(local['gpus'])}" if local.get("gpus") else "")  # type: ignore[arg-type]
+            + (f": {str(local.get('cmdline'))[:200]}" if local.get("cmdline") else "")
+        )
         notes.append(_trace_headers_note(local))
     else:
-        notes.append(f"the server is not a process of this machine (or not visible to this user): GPU samples are of this machine's GPUs; {TRACE_HEADERS_HOWTO}")
-    progress(f"attached to {plan.url} (model {model}, MAX {version or '?'}); metrics {metrics_url}: "
-             + ("unreadable" if first.problem else f"{len(first.points)} samples"))
+        notes.append(
+            "the server is not a process of this machine (or not visible to this user): GPU samples are of this "
+            f"machine's GPUs; {TRACE_HEADERS_HOWTO}"
+        )
+    progress(
+        f"attached to {plan.url} (model {model}, MAX {version or '?'}); metrics {metrics_url}: "
+        + ("unreadable" if first.problem else f"{len(first.points)} samples")
+    )
     local_model = os.path.isdir(model)  # served from a local folder: its config and weights price the decode step
-    capture = Capture(started_unix_s=time.time(), target=f"attach:{plan.url}", model_path=model, collectors=["attach"],
-                      model_config=read_model_config(model) if local_model else None, model_weights=read_model_weights(model) if local_model else None)
-    raw = RawCapture(environment=env, capture=capture, serve=ServeRun(mode="attach", port=port), slo_ms=dict(plan.slo_ms), notes=notes)
+    capture = Capture(
+        started_unix_s=time.time(),
+        target=f"attach:{plan.url}",
+        model_path=model,
+        collectors=["attach"],
+        model_config=read_model_config(model) if local_model else None,
+        model_weights=read_model_weights(model) if local_model else None,
+    )
+    raw = RawCapture(
+        environment=env,
+        capture=capture,
+        serve=ServeRun(mode="attach", port=port),
+        slo_ms=dict(plan.slo_ms),
+        notes=notes,
+    )
     levels = plan.concurrency or [0]
-    windows: list[LoadWindow] = []
-    samples: list[UtilizationSample] = []
+    target = ServerTarget(host, port, model, plan.prompt, plan.max_tokens, prefix)
+    windows: list[ServerWindow] = []
     failure = None
     for level in levels:
-        window, level_samples, failure = _window(plan, host, port, prefix, model, metrics_url, level, progress, raw)
+        window, failure = _window(plan, target, metrics_url, level, progress, raw)
         windows.append(window)
-        samples += level_samples
+        window.fill(raw)
         if failure:
             break
-    raw.load_windows = windows
-    raw.window_ns = (windows[0].window_ns[0], windows[-1].window_ns[1])
-    raw.requests = [r for w in windows for r in w.requests]
-    raw.samples = samples
-    if not samples:
+    raw.load_windows = [w.load_window() for w in windows]
+    raw.window_ns = (windows[0].span[0], windows[-1].span[1])
+    raw.requests = [r for w in windows for r in w.records]
+    if not raw.samples:
         raw.utilization_unavailable = Unavailable(f"not sampled: {env.vendor_reason}")
     raw.capture.ended_unix_s = time.time()
     return AttachResult(raw=raw, failure=failure)
@@ -203,54 +243,69 @@ def _trace_headers_note(local: dict[str, object]) -> str:
     if environ.get("MAX_SERVE_KERNEL_TRACE_HEADERS", "0").lower() not in ("1", "true", "yes"):
         return "per-request kernel capture is off on this server: " + TRACE_HEADERS_HOWTO
     if not environ.get("MODULAR_PROFILER_PLUGIN"):
-        return ("the server has MAX_SERVE_KERNEL_TRACE_HEADERS on but no MODULAR_PROFILER_PLUGIN: MAX refuses per-request captures then "
-                "('Ignoring MAX_SERVE_KERNEL_TRACE_HEADERS: no profiler is available'); " + TRACE_HEADERS_HOWTO)
-    endpoint = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "its OTLP endpoint"
-    return (f"the server can capture kernels per request (trace headers and profiler plugin set): a probe request with "
-            f"`x-max-trace-level: kernel-sampled` sends its kernels to {endpoint}, where they are read (max_profile does not receive OTLP)")
+        return (
+            "the server has MAX_SERVE_KERNEL_TRACE_HEADERS on but no MODULAR_PROFILER_PLUGIN: MAX refuses per-request "
+            "captures then "
+            "('Ignoring MAX_SERVE_KERNEL_TRACE_HEADERS: no profiler is available'); " + TRACE_HEADERS_HOWTO
+        )
+    endpoint = (
+        environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or "its OTLP endpoint"
+    )
+    return (
+        f"the server can capture kernels per request (trace headers and profiler plugin set): a probe request with "
+        f"`x-max-trace-level: kernel-sampled` sends its kernels to {endpoint}, where they are read (max_profile does "
+        "not receive OTLP)"
+    )
 
 
-def _window(plan: AttachPlan, host: str, port: int, prefix: str, model: str, metrics_url: str, concurrency: int,
-            progress: Callable[[str], None], raw: RawCapture) -> tuple[LoadWindow, list[UtilizationSample], str | None]:
+def _window(
+    plan: AttachPlan,
+    target: ServerTarget,
+    metrics_url: str,
+    concurrency: int,
+    progress: Callable[[str], None],
+    raw: RawCapture,
+) -> tuple[ServerWindow, str | None]:
     """One window: our own load (a sweep level) or the server's own traffic (and a few probes); read-only otherwise."""
-    load = LoadGenerator(host, port, model, plan.prompt, plan.max_tokens, concurrency=concurrency, deadline_s=plan.duration_s + 300,
-                         prefix=prefix) if concurrency else None
-    if load is not None:
-        load.start()
-        time.sleep(min(2.0, plan.duration_s / 4))
-    before: MetricsScrape = scrape(metrics_url)
-    probe_load = HostLoadProbe()
-    probe_load.start()
-    sampler = GpuSampler(0.1) if raw.environment.vendor != "none" else None
-    if sampler is not None:
-        sampler.start()
-    w0 = time.perf_counter_ns()
+    window = ServerWindow(
+        target, concurrency, plan.duration_s, metrics_url, window_recorders(raw.environment.vendor != "none", "")
+    )
     probes: list[RequestRecord] = []
     failure = None
-    deadline = time.monotonic() + plan.duration_s
     try:
+        window.start_load(ahead=True)
+        window.open()
+        deadline = time.monotonic() + plan.duration_s
         while time.monotonic() < deadline:
-            if plan.probe and load is None and len(probes) < PROBE_REQUESTS:
-                probes.append(stream_completion(host, port, model, plan.prompt, plan.max_tokens, prefix=prefix))
-                if not probes[-1].ok and not _alive(host, port, prefix, plan.timeout_s):
+            raise_pending_signal()
+            if plan.probe and not concurrency and len(probes) < PROBE_REQUESTS:
+                probes.append(
+                    stream_completion(
+                        target.host, target.port, target.model, target.prompt, target.max_tokens, prefix=target.prefix
+                    )
+                )
+                if not probes[-1].ok and not _alive(target.host, target.port, target.prefix, plan.timeout_s):
                     failure = f"the server stopped answering during the window ({probes[-1].error})"
                     break
                 continue
             time.sleep(min(1.0, max(deadline - time.monotonic(), 0.0)))
-            if not _alive(host, port, prefix, plan.timeout_s):
+            if not _alive(target.host, target.port, target.prefix, plan.timeout_s):
                 failure = "the server stopped answering /health during the window"
                 break
+        window.close()
+        window.finish(None if concurrency else probes)
     finally:
-        w1 = time.perf_counter_ns()
-        if sampler is not None:
-            sampler.stop(failed=False)
-        raw.capture.host_load = probe_load.stop()
-        after = scrape(metrics_url)
-        if load is not None:
-            load.stop()
-    samples = list(sampler.samples) if sampler is not None and not sampler.unavailable else []
-    records = load.snapshot() if load is not None else probes
-    label = f"concurrency {concurrency}" if concurrency else "server's own traffic" + (f" + {len(probes)} probe requests" if probes else "")
-    done = [r for r in records if r.ok]
-    progress(f"{label}: {len(done)} requests of ours completed, metrics {'read' if not after.problem else 'unreadable: ' + after.problem}")
-    return LoadWindow(concurrency=concurrency, window_ns=(w0, w1), requests=records, metrics_before=before, metrics_after=after), samples, failure
+        window.abort()
+    label = (
+        f"concurrency {concurrency}"
+        if concurrency
+        else "server's own traffic" + (f" + {len(probes)} probe requests" if probes else "")
+    )
+    done = [r for r in window.records if r.ok]
+    problem = window.after.problem if window.after is not None else "not read"
+    progress(
+        f"{label}: {len(done)} requests of ours completed, metrics {'unreadable: ' + problem if problem else 'read'}"
+    )
+    return window, failure

@@ -1,6 +1,7 @@
 """The one error hierarchy: every failure a user can meet is a :class:`MaxProfileError` with its exit code.
 
-The CLI prints ``max-profile: error: <message>`` (a line of at most 200 characters; the rest on indented lines below it) and exits with ``exit_code``:
+The CLI prints ``max-profile: error: <message>`` (a line of at most 200 characters; the rest on indented lines below
+it) and exits with ``exit_code``:
 
 ====  =====================================================================================
 1     a significant regression above the threshold (``max-profile diff``, the pytest gate): not an error
@@ -63,5 +64,5 @@ class CaptureError(MaxProfileError, RuntimeError):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived (``timeout``, a job scheduler): raised in the main thread so every cleanup path that handles Ctrl-C
-    runs for it too; the CLI exits 143."""
+    """SIGTERM arrived (``timeout``, a job scheduler): raised in the main thread so every cleanup path that handles
+    Ctrl-C runs for it too; the CLI exits 143."""

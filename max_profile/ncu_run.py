@@ -34,7 +34,10 @@ def name_filter(name: str) -> str:
     if name.startswith("regex:"):
         name = name[6:]
     if not name or name.strip() in (".*", ".", "*", ".+"):
-        raise InputError("refusing to profile every kernel: give a kernel name or a regex that selects one kernel (ncu replays each launch many times)")
+        raise InputError(
+            "refusing to profile every kernel: give a kernel name or a regex that selects one kernel (ncu replays each "
+            "launch many times)"
+        )
     if re.fullmatch(r"[\w.]+", name):
         return "regex:" + distinctive_regex(name)
     try:
@@ -44,28 +47,56 @@ def name_filter(name: str) -> str:
     return "regex:" + name
 
 
-def ncu_command(ncu: str, name: str, launches: int, launch_skip: int, section_set: str, report: str, target: list[str]) -> list[str]:
+def ncu_command(
+    ncu: str, name: str, launches: int, launch_skip: int, section_set: str, report: str, target: list[str]
+) -> list[str]:
     if not 1 <= launches <= MAX_LAUNCHES:
         raise InputError(f"--launches must be between 1 and {MAX_LAUNCHES} (each launch is replayed dozens of times)")
     if launch_skip < 0:
         raise InputError("--launch-skip must be >= 0")
-    return [ncu, "--target-processes", "all", "--clock-control", "none", "-k", name_filter(name), "--launch-skip", str(launch_skip),
-            "-c", str(launches), "--set", section_set, "-o", report, "-f", *target]
+    return [
+        ncu,
+        "--target-processes",
+        "all",
+        "--clock-control",
+        "none",
+        "-k",
+        name_filter(name),
+        "--launch-skip",
+        str(launch_skip),
+        "-c",
+        str(launches),
+        "--set",
+        section_set,
+        "-o",
+        report,
+        "-f",
+        *target,
+    ]
 
 
 def run_ncu(cmd: list[str], log_path: Path, timeout_s: float, progress: Callable[[str], None]) -> tuple[int, str]:
     """(ncu's exit code, its log: ncu's own ``==PROF==`` / ``==ERROR==`` lines and the application's output)."""
     progress("running: " + " ".join(cmd))
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=clean_child_env(), start_new_session=True,
-                                preexec_fn=die_with_parent())
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=clean_child_env(),
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
+        )
         t0 = time.monotonic()
         try:
             while proc.poll() is None:
                 if time.monotonic() - t0 > timeout_s:
                     kill_group(proc, grace_s=10)
-                    raise CaptureError(f"ncu did not finish within {timeout_s:.0f} s; stopped it (its process group only). "
-                                       "Profile fewer launches (-c) or a narrower regex")
+                    raise CaptureError(
+                        f"ncu did not finish within {timeout_s:.0f} s; stopped it (its process group only). "
+                        "Profile fewer launches (-c) or a narrower regex"
+                    )
                 time.sleep(1)
         except BaseException:
             kill_group(proc, grace_s=10)
@@ -75,8 +106,10 @@ def run_ncu(cmd: list[str], log_path: Path, timeout_s: float, progress: Callable
 
 _APP_ERROR = re.compile(r"==ERROR== The application returned an error code \((-?\d+)\)")
 _SIGNALS = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 7: "SIGBUS", 4: "SIGILL", 8: "SIGFPE"}
-_APP_CRASH_LINE = re.compile(r"(malloc\(\)|free\(\)|double free|corrupted|Segmentation fault|core dumped|Aborted|"
-                             r"Traceback \(most recent call last\)|Error:|error:|CUDA_ERROR|terminate called|Fatal|FATAL|ABORT)")
+_APP_CRASH_LINE = re.compile(
+    r"(malloc\(\)|free\(\)|double free|corrupted|Segmentation fault|core dumped|Aborted|"
+    r"Traceback \(most recent call last\)|Error:|error:|CUDA_ERROR|terminate called|Fatal|FATAL|ABORT)"
+)
 
 
 @dataclass(frozen=True)
@@ -103,33 +136,52 @@ def read_ncu_log(text: str, tail: int = 6) -> NcuOutcome:
     app_lines = [ln[:300] for ln in lines if not ln.startswith("==")]
     # the lines that explain a crash (allocator aborts, tracebacks, MAX errors), else simply the last ones
     telling = [ln for ln in app_lines if _APP_CRASH_LINE.search(ln)]
-    return NcuOutcome(app_exit_code=codes[-1] if codes else None, ncu_errors=ncu_errors, no_kernels=NO_KERNELS in text,
-                      app_tail=(telling or app_lines)[-tail:])
+    return NcuOutcome(
+        app_exit_code=codes[-1] if codes else None,
+        ncu_errors=ncu_errors,
+        no_kernels=NO_KERNELS in text,
+        app_tail=(telling or app_lines)[-tail:],
+    )
 
 
 def crash_message(outcome: NcuOutcome, ncu_exit: int, graphs: bool | None) -> str:
-    """One line for a profiled program that died under ncu: its exit code (a signal named), its last lines, and what to try."""
+    """One line for a profiled program that died under ncu: its exit code (a signal named), its last lines, and what to
+    try."""
     code = outcome.app_exit_code
     if code in _SIGNALS:
-        msg = f"the profiled generation crashed under ncu (the application returned error code {code}: {_SIGNALS[code]}; ncu exit {ncu_exit})"
+        msg = (
+            f"the profiled generation crashed under ncu (the application returned error code {code}: "
+            f"{_SIGNALS[code]}; ncu exit {ncu_exit})"
+        )
     else:
-        msg = f"the profiled generation failed under ncu (the application returned error code {code}; ncu exit {ncu_exit})"
+        msg = (
+            f"the profiled generation failed under ncu (the application returned error code {code}; ncu exit "
+            f"{ncu_exit})"
+        )
     if outcome.app_tail:
         msg += ": " + " | ".join(outcome.app_tail)
     if outcome.ncu_errors:
         msg += "; ncu: " + " | ".join(outcome.ncu_errors[-2:])
     if graphs:
-        msg += (". The child ran with device graphs on (--device-graph-capture): MAX 26.7 captured its graphs under ncu and "
-                "crashed on the H200 that way; leave the flag out (device graphs off under ncu, the default)")
+        msg += (
+            ". The child ran with device graphs on (--device-graph-capture): MAX 26.7 captured its graphs under ncu "
+            "and "
+            "crashed on the H200 that way; leave the flag out (device graphs off under ncu, the default)"
+        )
     else:
-        msg += ". Re-run it without ncu (`max-profile run --model-path P --kernels off`) to see whether the program fails on its own"
+        msg += (
+            ". Re-run it without ncu (`max-profile run --model-path P --kernels off`) to see whether the program "
+            "fails on its own"
+        )
     return msg
 
 
 GRAPHS_OFF_UNDER_NCU_NOTE = (
-    "the profiled generation ran with device graphs off: ncu replays each launch on its own, and MAX 26.7 capturing its "
+    "the profiled generation ran with device graphs off: ncu replays each launch on its own, and MAX 26.7 capturing "
+    "its "
     "device graphs under ncu crashed the process on the H200 (malloc abort / segfault); the kernels are the same code, "
-    "launched eagerly (--device-graph-capture forces graphs on)")
+    "launched eagerly (--device-graph-capture forces graphs on)"
+)
 
 
 @dataclass
@@ -161,9 +213,26 @@ def profile_kernel(run: KernelRun, progress: Callable[[str], None]) -> RawCaptur
     work = Path(run.output_dir or tempfile.mkdtemp(prefix="max-profile-ncu-"))
     work.mkdir(parents=True, exist_ok=True)
     report_base = str(work / "kernel")
-    target = [sys.executable, "-m", "max_profile", "-q", "run", "--model-path", run.model_path, "--devices", run.devices,
-              "--max-new-tokens", str(run.max_new_tokens), "--warmup", "0", "--kernels", "off", "--batch-size", str(run.batch_size),
-              "--device-graph-capture" if run.device_graph_capture else "--no-device-graph-capture"]
+    target = [
+        sys.executable,
+        "-m",
+        "max_profile",
+        "-q",
+        "run",
+        "--model-path",
+        run.model_path,
+        "--devices",
+        run.devices,
+        "--max-new-tokens",
+        str(run.max_new_tokens),
+        "--warmup",
+        "0",
+        "--kernels",
+        "off",
+        "--batch-size",
+        str(run.batch_size),
+        "--device-graph-capture" if run.device_graph_capture else "--no-device-graph-capture",
+    ]
     for spec in run.custom_architectures:
         target += ["--custom-architectures", spec]
     target += ["--prompt", run.prompt]
@@ -190,13 +259,25 @@ def profile_kernel(run: KernelRun, progress: Callable[[str], None]) -> RawCaptur
     raw.capture.model_path = run.model_path
     raw.capture.devices = run.devices
     raw.capture.device_graph_capture = bool(run.device_graph_capture)
-    raw.capture.workload = Workload(batch_size=run.batch_size, prompt=run.prompt, max_new_tokens=run.max_new_tokens, max_length=run.max_length,
-                                    quantization_encoding=run.quantization_encoding, custom_architectures=list(run.custom_architectures))
-    raw.artifacts = [f"{report_base}.ncu-rep  (open with: ncu-ui {report_base}.ncu-rep)", pages["details"], pages["raw"]]
+    raw.capture.workload = Workload(
+        batch_size=run.batch_size,
+        prompt=run.prompt,
+        max_new_tokens=run.max_new_tokens,
+        max_length=run.max_length,
+        quantization_encoding=run.quantization_encoding,
+        custom_architectures=list(run.custom_architectures),
+    )
+    raw.artifacts = [
+        f"{report_base}.ncu-rep  (open with: ncu-ui {report_base}.ncu-rep)",
+        pages["details"],
+        pages["raw"],
+    ]
     if not run.device_graph_capture:
         raw.notes.append(GRAPHS_OFF_UNDER_NCU_NOTE)
     if outcome.app_crashed:
-        raw.notes.append(crash_message(outcome, ncu_exit, run.device_graph_capture) + " — after the launches above were profiled")
+        raw.notes.append(
+            crash_message(outcome, ncu_exit, run.device_graph_capture) + " — after the launches above were profiled"
+        )
     return raw
 
 
@@ -212,5 +293,8 @@ def no_kernels_message(name: str, suggest_from: str | None) -> str:
     if close:
         msg += "; close names from the breakdown: " + ", ".join(close)
     else:
-        msg += "; take a name from `max-profile kernels` (its top-kernels table), or widen the regex; --launch-skip may skip past all launches"
+        msg += (
+            "; take a name from `max-profile kernels` (its top-kernels table), or widen the regex; --launch-skip "
+            "may skip past all launches"
+        )
     return msg

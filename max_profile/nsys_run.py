@@ -22,6 +22,8 @@ from max_profile.collect.probes.environment import require_tool
 from max_profile.collect.readers.nsys import merge_trace, read_nsys_sqlite
 from max_profile.errors import CaptureError
 from max_profile.model import RawCapture
+from max_profile.runner import generate, load_model
+from max_profile.session import profile
 from max_profile.util.models import check_model_folder
 from max_profile.util.procs import clean_child_env, die_with_parent, kill_group
 
@@ -50,18 +52,22 @@ def child_main() -> None:
     """Runs inside ``nsys profile --capture-range=cudaProfilerApi``: load, warm up, capture the generation."""
     from max.profiler.oneshot._cuda import cuda_profiler_region
 
-    from max_profile.runner import generate, load_model
-    from max_profile.session import profile
-
     spec = json.loads(os.environ["MAX_PROFILE_NSYS_SPEC"])
-    model = load_model(spec["model_path"], devices=spec["devices"], max_batch_size=spec["batch"], custom_architectures=spec["custom"],
-                       device_graph_capture=spec.get("graphs"))
+    model = load_model(
+        spec["model_path"],
+        devices=spec["devices"],
+        max_batch_size=spec["batch"],
+        custom_architectures=spec["custom"],
+        device_graph_capture=spec.get("graphs"),
+    )
     prompts = [spec["prompt"]] * spec["batch"]
     generate(model, prompts, spec["warmup"])
     # MAX's own cuProfilerStart/Stop bracketing (pushes the context MAX opened): the capture
     # range of `nsys profile --capture-range=cudaProfilerApi` starts after the warm-up.
     with cuda_profiler_region():
-        with profile(model.pipeline, kernels="off", gpu_sampling=False, model_path=spec["model_path"], devices=spec["devices"]) as prof:
+        with profile(
+            model.pipeline, kernels="off", gpu_sampling=False, model_path=spec["model_path"], devices=spec["devices"]
+        ) as prof:
             generate(model, prompts, spec["tokens"])
     prof.raw_capture.save(spec["steps_out"])
     model.close()
@@ -69,8 +75,18 @@ def child_main() -> None:
 
 def nsys_profile_command(nsys: str, output: str) -> list[str]:
     """The nsys command line (argument list; never a shell string)."""
-    return [nsys, "profile", "--trace=cuda,nvtx", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-            "--cuda-graph-trace=node", "--force-overwrite=true", "--export=sqlite", "-o", output]
+    return [
+        nsys,
+        "profile",
+        "--trace=cuda,nvtx",
+        "--capture-range=cudaProfilerApi",
+        "--capture-range-end=stop",
+        "--cuda-graph-trace=node",
+        "--force-overwrite=true",
+        "--export=sqlite",
+        "-o",
+        output,
+    ]
 
 
 def profile_generation_with_nsys(run: NsysRun, progress: Callable[[str], None]) -> RawCapture:
@@ -79,9 +95,17 @@ def profile_generation_with_nsys(run: NsysRun, progress: Callable[[str], None]) 
     out_dir = Path(tempfile.mkdtemp(prefix="max-profile-nsys-"))
     rep = str(out_dir / "capture")
     steps_out = str(out_dir / "host_raw.json")
-    spec = {"model_path": run.model_path, "devices": run.devices, "batch": run.batch_size, "custom": run.custom_architectures,
-            "graphs": run.device_graph_capture,
-            "prompt": run.prompt, "warmup": max(run.warmup, 1), "tokens": run.max_new_tokens, "steps_out": steps_out}
+    spec = {
+        "model_path": run.model_path,
+        "devices": run.devices,
+        "batch": run.batch_size,
+        "custom": run.custom_architectures,
+        "graphs": run.device_graph_capture,
+        "prompt": run.prompt,
+        "warmup": max(run.warmup, 1),
+        "tokens": run.max_new_tokens,
+        "steps_out": steps_out,
+    }
     env = clean_child_env({"MAX_PROFILE_NSYS_SPEC": json.dumps(spec), "MAX_PROFILE_SYSPATH": json.dumps(sys.path)})
     cmd = nsys_profile_command(nsys, rep) + [sys.executable, "-c", NSYS_CHILD]
     progress("running: " + " ".join(cmd[:-2]) + " python <generation>")

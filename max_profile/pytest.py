@@ -23,8 +23,12 @@ import pytest
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--max-profile-update-baselines", action="store_true", default=False,
-                     help="max_profile: write the current run as the baseline of every check() instead of comparing")
+    parser.addoption(
+        "--max-profile-update-baselines",
+        action="store_true",
+        default=False,
+        help="max_profile: write the current run as the baseline of every check() instead of comparing",
+    )
 
 
 class MaxProfileFixture:
@@ -36,7 +40,7 @@ class MaxProfileFixture:
 
     def profile(self, target: Any, **kwargs: Any) -> Any:
         """``max_profile.profile(target, **kwargs)``: use it as ``with max_profile.profile(p) as prof:``."""
-        from max_profile.session import profile
+        from max_profile.session import profile  # lazy: the plugin loads in every pytest run
 
         return profile(target, **kwargs)
 
@@ -44,13 +48,18 @@ class MaxProfileFixture:
         path = Path(baseline)
         return path if path.is_absolute() else Path(str(self._request.path)).parent / path
 
-    def check(self, run: Any, baseline: str | Path, *, fail_above: float = 5.0, alpha: float = 0.01, force: bool = False) -> Any:
-        """Compare ``run`` (a profile session, a RawCapture or a saved capture's path) with the baseline; fail on a regression."""
-        return assert_no_regression(run, self._path(baseline), fail_above=fail_above, alpha=alpha, force=force, update=self.update)
+    def check(
+        self, run: Any, baseline: str | Path, *, fail_above: float = 5.0, alpha: float = 0.01, force: bool = False
+    ) -> Any:
+        """Compare ``run`` (a profile session, a RawCapture or a saved capture's path) with the baseline; fail on a
+        regression."""
+        return assert_no_regression(
+            run, self._path(baseline), fail_above=fail_above, alpha=alpha, force=force, update=self.update
+        )
 
 
 def _raw(run: Any) -> Any:
-    from max_profile.model import RawCapture
+    from max_profile.model import RawCapture  # lazy: the plugin loads in every pytest run
 
     if isinstance(run, RawCapture):
         return run
@@ -62,15 +71,23 @@ def _raw(run: Any) -> Any:
     return raw
 
 
-def assert_no_regression(run: Any, baseline: str | Path, *, fail_above: float = 5.0, alpha: float = 0.01, force: bool = False,
-                         update: bool = False) -> Any:
-    """The diff of ``run`` against ``baseline``; ``pytest.fail`` with its verdicts on a regression or an incomparable pair.
+def assert_no_regression(
+    run: Any,
+    baseline: str | Path,
+    *,
+    fail_above: float = 5.0,
+    alpha: float = 0.01,
+    force: bool = False,
+    update: bool = False,
+) -> Any:
+    """The diff of ``run`` against ``baseline``; ``pytest.fail`` with its verdicts on a regression or an incomparable
+    pair.
 
     Returns the :class:`~max_profile.analyze.diff.DiffResult`, or None when the baseline was (re)written.
     """
-    from max_profile.analyze.diff import diff_reports
-    from max_profile.analyze.report import build_report
-    from max_profile.model import RawCapture
+    from max_profile.analyze.diff import diff_reports  # lazy: the plugin loads in every pytest run
+    from max_profile.analyze.report import build_report  # lazy: the plugin loads in every pytest run
+    from max_profile.model import RawCapture  # lazy: the plugin loads in every pytest run
 
     current = _raw(run)
     path = Path(baseline)
@@ -80,12 +97,26 @@ def assert_no_regression(run: Any, baseline: str | Path, *, fail_above: float = 
         warnings.warn(f"max_profile: baseline {'updated' if update else 'written'}: {path}", stacklevel=2)
         return None
     base = RawCapture.load(str(path))
-    result = diff_reports(build_report(base), build_report(current), a_label=str(path), b_label="this run", fail_above_pct=fail_above, alpha=alpha,
-                          force=force, a_raw=base, b_raw=current)
+    result = diff_reports(
+        build_report(base),
+        build_report(current),
+        a_label=str(path),
+        b_label="this run",
+        fail_above_pct=fail_above,
+        alpha=alpha,
+        force=force,
+        a_raw=base,
+        b_raw=current,
+    )
     if not result.comparable and not force:
-        pytest.fail("max_profile: the run is not comparable with its baseline: " + "; ".join(result.reasons), pytrace=False)
+        pytest.fail(
+            "max_profile: the run is not comparable with its baseline: " + "; ".join(result.reasons), pytrace=False
+        )
     if result.regression:
-        pytest.fail("max_profile: significant regression against " + str(path) + "\n" + "\n".join(result.verdicts), pytrace=False)
+        pytest.fail(
+            "max_profile: significant regression against " + str(path) + "\n" + "\n".join(result.verdicts),
+            pytrace=False,
+        )
     return result
 
 

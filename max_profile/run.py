@@ -1,9 +1,11 @@
-"""One profiled generation, as the ``run``, ``demo``, ``startup`` and ``kernels --backend cupti|nvtx-log`` verbs plan it.
+"""One profiled generation, as the ``run``, ``demo``, ``startup`` and ``kernels --backend cupti|nvtx-log`` verbs plan
+it.
 
     plan = RunPlan(model_path="M", devices="gpu", kernels="auto", batch_size=64, max_new_tokens=128)
     check_plan(plan)                              # bad numbers fail here, before anything loads (exit 2)
-    prepared = prepare_run(plan, progress)        # the machine, the devices, auto resolved once (may re-exec for op ranges)
-    raw = profile_generation(plan, prepared, progress)   # preflight, load (start-up recorded), warm-up, one profiled generation
+    prepared = prepare_run(plan, progress)        # the machine, the devices, auto resolved once (may re-exec for op
+    ranges) raw = profile_generation(plan, prepared, progress)   # preflight, load (start-up recorded), warm-up, one
+    profiled generation
 
 The CLI only parses flags into a :class:`RunPlan` and prints what comes back. Equivalent from Python: ``with
 profile(pipeline, kernels=...)`` around ``generate`` (this module does that after loading the model itself).
@@ -93,24 +95,36 @@ def ensure_op_range_log(plan: RunPlan, devices: str, progress: Progress) -> None
 def prepare_run(plan: RunPlan, progress: Progress, op_ranges_on_cpu: bool = True) -> PreparedRun:
     """The checks every generation verb shares: numbers, environment, devices, the kernel mode (auto resolved once).
 
-    ``op_ranges_on_cpu``: with ``--kernels auto`` and no GPU, record MAX's op ranges (the NVTX log) when this machine can
-    build the injection library; else go on without a breakdown and say why.
+    ``op_ranges_on_cpu``: with ``--kernels auto`` and no GPU, record MAX's op ranges (the NVTX log) when this machine
+    can build the injection library; else go on without a breakdown and say why.
     """
     check_plan(plan)
     env = detect_environment(check_tools=True)
     devices = resolve_devices(plan.devices, env.vendor)
     kernels = plan.kernels
     if kernels == "cupti" and (env.vendor != "nvidia" or devices == "cpu"):
-        where = "the CPU" if devices == "cpu" else f"an {env.vendor.upper()} GPU" if env.vendor != "none" else "a machine without a GPU"
-        raise InputError(f"--kernels cupti records NVIDIA GPU kernels; this run is on {where} ({env.vendor_reason}): nothing could be "
-                         "recorded. Use --kernels nvtx-log for MAX's op ranges on any device (or --kernels auto)")
+        where = (
+            "the CPU"
+            if devices == "cpu"
+            else f"an {env.vendor.upper()} GPU"
+            if env.vendor != "none"
+            else "a machine without a GPU"
+        )
+        raise InputError(
+            f"--kernels cupti records NVIDIA GPU kernels; this run is on {where} ({env.vendor_reason}): nothing could "
+            "be "
+            "recorded. Use --kernels nvtx-log for MAX's op ranges on any device (or --kernels auto)"
+        )
     if op_ranges_on_cpu and kernels == "auto" and devices == "cpu":
         try:
             ensure_op_range_log(plan, devices, progress)
             kernels = "nvtx-log"
         except ToolMissingError as exc:
             progress(f"no op breakdown on the CPU ({exc}); profiling steps and utilization only")
-    if kernels == "nvtx-log":
+    if kernels == "ops" and (env.vendor != "nvidia" or devices == "cpu"):
+        progress("--kernels ops: no CUPTI here; MAX's op ranges are the work on this device (as --kernels nvtx-log)")
+        kernels = "nvtx-log"
+    if kernels in ("nvtx-log", "ops"):
         ensure_op_range_log(plan, devices, progress)
     kernels = resolve_kernel_mode(kernels, env.vendor, attached_nvtx_log() is not None)  # type: ignore[arg-type]
     graphs = device_graphs_for(kernels, devices, plan.device_graph_capture)
@@ -124,29 +138,52 @@ def device_graphs_for(kernels: str, devices: str, requested: bool | None) -> boo
     (--kernels nvtx-log): they are host-side ranges around each op's launch, and a graph replay has none."""
     if requested is not None:
         return requested
-    return False if kernels == "nvtx-log" and devices != "cpu" else None
+    return False if kernels in ("nvtx-log", "ops") and devices != "cpu" else None
 
 
 def load_settings(plan: RunPlan, prepared: PreparedRun, model_path: str | None = None) -> LoadSettings:
-    return LoadSettings(model_path=model_path or plan.model_path, devices=prepared.devices, max_length=plan.max_length,
-                        max_batch_size=plan.batch_size, custom_architectures=list(plan.custom_architectures),
-                        quantization_encoding=plan.quantization_encoding, device_graph_capture=prepared.device_graph_capture,
-                        prompt=plan.prompt, warmup_tokens=plan.warmup)
+    return LoadSettings(
+        model_path=model_path or plan.model_path,
+        devices=prepared.devices,
+        max_length=plan.max_length,
+        max_batch_size=plan.batch_size,
+        custom_architectures=list(plan.custom_architectures),
+        quantization_encoding=plan.quantization_encoding,
+        device_graph_capture=prepared.device_graph_capture,
+        prompt=plan.prompt,
+        warmup_tokens=plan.warmup,
+    )
 
 
-def profile_generation(plan: RunPlan, prepared: PreparedRun, progress: Progress, model_path: str | None = None) -> RawCapture:
+def profile_generation(
+    plan: RunPlan, prepared: PreparedRun, progress: Progress, model_path: str | None = None
+) -> RawCapture:
     """Preflight, load (recording where the start-up time goes), warm up, profile one generation: the raw capture."""
     settings = load_settings(plan, prepared, model_path)
     path = settings.model_path
     t = time.perf_counter()
-    model, startup, preflight = load_and_warm_up(settings, progress, prepared.env.max_version,
-                                                 preflight=lambda: preflight_gate(settings.custom_architectures, path, progress=progress))
-    progress(f"loaded and warmed up in {time.perf_counter() - t:.1f} s ({type(model.pipeline).__name__}; compile cache {startup.cache})")
+    model, startup, preflight = load_and_warm_up(
+        settings,
+        progress,
+        prepared.env.max_version,
+        preflight=lambda: preflight_gate(settings.custom_architectures, path, progress=progress),
+    )
+    progress(
+        f"loaded and warmed up in {time.perf_counter() - t:.1f} s ({type(model.pipeline).__name__}; compile cache "
+        f"{startup.cache})"
+    )
     try:
         progress(f"profiling a generation of {plan.max_new_tokens} tokens (kernels: {prepared.kernels})")
         share = {} if plan.kernel_share is None else {"kernel_share": plan.kernel_share}
-        with profile(model.pipeline, kernels=prepared.kernels, sample_interval_s=plan.interval_s, model_path=path,  # type: ignore[arg-type]
-                     devices=prepared.devices, environment=prepared.env, **share) as prof:
+        with profile(
+            model.pipeline,
+            kernels=prepared.kernels,
+            sample_interval_s=plan.interval_s,
+            model_path=path,  # type: ignore[arg-type]
+            devices=prepared.devices,
+            environment=prepared.env,
+            **share,
+        ) as prof:
             generate(model, [plan.prompt] * plan.batch_size, plan.max_new_tokens)
         raw = prof.raw_capture
         raw.preflight = preflight or []
@@ -160,19 +197,32 @@ def profile_generation(plan: RunPlan, prepared: PreparedRun, progress: Progress,
 def workload(plan: RunPlan, raw: RawCapture, kernels: str | None = None) -> Workload:
     """What the generation asked for, as the capture records it (next commands reproduce it)."""
     prefill = [s for s in raw.steps if s.phase in ("prefill", "mixed") and s.batch_size > 0]
-    prompt_tokens = round(sum(s.input_tokens for s in prefill) / max(sum(s.batch_size for s in prefill), 1)) if prefill else None
-    return Workload(batch_size=plan.batch_size, prompt=plan.prompt, prompt_tokens=prompt_tokens, max_new_tokens=plan.max_new_tokens,
-                    warmup_tokens=plan.warmup, max_length=plan.max_length, quantization_encoding=plan.quantization_encoding,
-                    custom_architectures=list(plan.custom_architectures), kernels=kernels or plan.kernels)
+    prompt_tokens = (
+        round(sum(s.input_tokens for s in prefill) / max(sum(s.batch_size for s in prefill), 1)) if prefill else None
+    )
+    return Workload(
+        batch_size=plan.batch_size,
+        prompt=plan.prompt,
+        prompt_tokens=prompt_tokens,
+        max_new_tokens=plan.max_new_tokens,
+        warmup_tokens=plan.warmup,
+        max_length=plan.max_length,
+        quantization_encoding=plan.quantization_encoding,
+        custom_architectures=list(plan.custom_architectures),
+        kernels=kernels or plan.kernels,
+    )
 
 
 def kernels_outcome(raw: RawCapture, plan: RunPlan, prepared: PreparedRun) -> CaptureError | None:
-    """A kernel recorder asked for by name that recorded nothing fails the command (after the report: the returned error);
-    with ``--kernels auto`` the report says what was left out."""
+    """A kernel recorder asked for by name that recorded nothing fails the command (after the report: the returned
+    error); with ``--kernels auto`` the report says what was left out."""
     if plan.kernels == "auto" and raw.kernels_unavailable:
-        raw.notes.append(f"--kernels auto chose {prepared.kernels}, which recorded nothing ({raw.kernels_unavailable.reason}): steps and "
-                         "utilization only")
-    if plan.kernels in ("cupti", "nvtx-log") and raw.kernels_unavailable:
+        raw.notes.append(
+            f"--kernels auto chose {prepared.kernels}, which recorded nothing ({raw.kernels_unavailable.reason}): "
+            "steps and "
+            "utilization only"
+        )
+    if plan.kernels in ("cupti", "nvtx-log", "ops") and raw.kernels_unavailable:
         return CaptureError(f"--kernels {plan.kernels} recorded no kernels: {raw.kernels_unavailable.reason}")
     return None
 
@@ -183,14 +233,25 @@ def startup_capture(plan: RunPlan, progress: Progress) -> tuple[RawCapture, Load
     plan.warmup = max(plan.warmup, 1)
     prepared = prepare_run(plan, progress, op_ranges_on_cpu=False)
     settings = load_settings(plan, prepared)
-    raw = RawCapture(environment=prepared.env, capture=Capture(started_unix_s=time.time(), target="startup", model_path=plan.model_path,
-                                                               devices=prepared.devices, collectors=["startup"],
-                                                               profiling_mode=os.environ.get("MODULAR_ENABLE_PROFILING", "off")))
+    raw = RawCapture(
+        environment=prepared.env,
+        capture=Capture(
+            started_unix_s=time.time(),
+            target="startup",
+            model_path=plan.model_path,
+            devices=prepared.devices,
+            collectors=["startup"],
+            profiling_mode=os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
+        ),
+    )
     failure: LoadFailed | None = None
     try:
-        model, raw.startup, preflight = load_and_warm_up(settings, progress, prepared.env.max_version,
-                                                         preflight=lambda: preflight_gate(settings.custom_architectures, plan.model_path,
-                                                                                          progress=progress))
+        model, raw.startup, preflight = load_and_warm_up(
+            settings,
+            progress,
+            prepared.env.max_version,
+            preflight=lambda: preflight_gate(settings.custom_architectures, plan.model_path, progress=progress),
+        )
         raw.preflight = preflight or []
         raw.capture.device_graph_capture = model.device_graph_capture
         model.close()
@@ -201,14 +262,16 @@ def startup_capture(plan: RunPlan, progress: Progress) -> tuple[RawCapture, Load
 
 
 def demo_model(devices: str, hidden: int | None, layers: int | None, progress: Progress) -> Path:
-    """The embedded default model, built once in the cache folder: a 2048-wide bf16 Llama on a GPU, a 64-wide float32 one
-    on the CPU."""
+    """The embedded default model, built once in the cache folder: a 2048-wide bf16 Llama on a GPU, a 64-wide float32
+    one on the CPU."""
     on_gpu = devices.startswith("gpu")
     dtype: Literal["float32", "bfloat16"] = "bfloat16" if on_gpu else "float32"
     if on_gpu:
         width = hidden or 2048
         heads = max(width // 128, 1)
-        shape = ModelShape(hidden=width, layers=layers or 4, heads=heads, kv_heads=max(heads // 4, 1), intermediate=int(width * 2.75))
+        shape = ModelShape(
+            hidden=width, layers=layers or 4, heads=heads, kv_heads=max(heads // 4, 1), intermediate=int(width * 2.75)
+        )
     else:
         shape = ModelShape(hidden=hidden or 64, layers=layers or 2)
     folder = cache_dir("models") / f"demo-llama-{dtype}-h{shape.hidden}-l{shape.layers}"

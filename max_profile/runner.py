@@ -16,7 +16,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from max_profile.collect.probes.startup import CACHE_LOG_ENV, StartupRecorder, compile_failure
+from max_profile.collect.probes.model_files import read_model_weights
+from max_profile.collect.probes.startup import (
+    CACHE_LOG_ENV,
+    StartupRecorder,
+    compile_failure,
+    compile_key,
+    startup_profile,
+    warm_cache_command,
+)
 from max_profile.errors import CaptureError, InputError, ToolMissingError
 from max_profile.model import StartupProfile
 from max_profile.util.devices import parse_devices
@@ -68,19 +76,40 @@ def load_model(
     rec = startup or StartupRecorder()
     capture = rec.capturing() if startup is not None else contextlib.nullcontext(rec)
     with capture:
-        return _load(model_path, devices, max_length, max_batch_size, custom_architectures, quantization_encoding, device_graph_capture,
-                     gpu_profiling, extra, rec)
+        return _load(
+            model_path,
+            devices,
+            max_length,
+            max_batch_size,
+            custom_architectures,
+            quantization_encoding,
+            device_graph_capture,
+            gpu_profiling,
+            extra,
+            rec,
+        )
 
 
-def _load(model_path: str, devices: str, max_length: int | None, max_batch_size: int, custom_architectures: Sequence[str],
-          quantization_encoding: str | None, device_graph_capture: bool | None, gpu_profiling: str | None, extra: dict[str, Any] | None,
-          rec: StartupRecorder) -> LoadedModel:
+def _load(
+    model_path: str,
+    devices: str,
+    max_length: int | None,
+    max_batch_size: int,
+    custom_architectures: Sequence[str],
+    quantization_encoding: str | None,
+    device_graph_capture: bool | None,
+    gpu_profiling: str | None,
+    extra: dict[str, Any] | None,
+    rec: StartupRecorder,
+) -> LoadedModel:
     try:
         with rec.mark("import MAX"):
             from max.pipelines import PIPELINE_REGISTRY
             from max.pipelines.lib import PipelineArgs, PipelineConfig
     except ImportError as exc:
-        raise ToolMissingError(f"MAX pipelines are not importable ({exc}); install them: pip install 'max[serve]==26.7.*'") from exc
+        raise ToolMissingError(
+            f"MAX pipelines are not importable ({exc}); install them: pip install 'max[serve]==26.7.*'"
+        ) from exc
 
     kwargs: dict[str, Any] = {
         "model_path": model_path,
@@ -108,8 +137,11 @@ def _load(model_path: str, devices: str, max_length: int | None, max_batch_size:
         failure = compile_failure([*(x.text for x in rec.stderr), *(f"{type(e).__name__}: {e}" for e in _chain(exc))])
         if failure:
             rec.failure_text = failure
-            raise CaptureError(f"could not load {model_path!r} on {devices}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} — "
-                               f"{failure}") from exc
+            raise CaptureError(
+                f"could not load {model_path!r} on {devices}: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''} — "
+                f"{failure}"
+            ) from exc
         raise InputError(_explain_load_error(exc, model_path, devices, custom_architectures)) from exc
     resolved = getattr(getattr(config, "runtime", None), "device_graph_capture", None)
     graphs = bool(device_graph_capture if resolved is None else resolved)
@@ -141,7 +173,10 @@ def custom_call_site(exc: BaseException, custom_architectures: Sequence[str]) ->
     """``file:line`` of the deepest traceback frame inside a custom architecture package."""
     import traceback
 
-    roots = [os.path.abspath(c.split(":")[0] if ":" in c and not os.path.exists(c) else c).rstrip("/") for c in custom_architectures]
+    roots = [
+        os.path.abspath(c.split(":")[0] if ":" in c and not os.path.exists(c) else c).rstrip("/")
+        for c in custom_architectures
+    ]
     site = None
     for cur in _chain(exc):
         for frame in traceback.extract_tb(cur.__traceback__):
@@ -160,18 +195,25 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return out
 
 
-def _explain_load_error(exc: BaseException, model_path: str, devices: str, custom_architectures: Sequence[str] = ()) -> str:
+def _explain_load_error(
+    exc: BaseException, model_path: str, devices: str, custom_architectures: Sequence[str] = ()
+) -> str:
     text = f"{type(exc).__name__}: {exc}".strip()
     first = text.splitlines()[0] if text else type(exc).__name__
     site = custom_call_site(exc, custom_architectures) if custom_architectures else None
     if site and any(isinstance(e, TypeError) for e in _chain(exc)):
         inner = next(e for e in _chain(exc) if isinstance(e, TypeError))
-        return (f"signature drift in the custom architecture: {type(inner).__name__}: {inner} at {site} — "
-                "the call does not match the installed MAX's API; update it to this MAX version")
+        return (
+            f"signature drift in the custom architecture: {type(inner).__name__}: {inner} at {site} — "
+            "the call does not match the installed MAX's API; update it to this MAX version"
+        )
     if site:
         first += f" (at {site})"
     if "No architecture found" in text:
-        return f"{first} — the model's config.json names an architecture MAX does not know; pass --custom-architectures DIR"
+        return (
+            f"{first} — the model's config.json names an architecture MAX does not know; pass "
+            "--custom-architectures DIR"
+        )
     if "bfloat16" in text and "cpu" in text.lower():
         return f"{first} — bfloat16 runs only on GPUs in MAX; use float32 weights on the CPU"
     if "accelerator" in text.lower() or "No GPU" in text or "CUDA" in text:
@@ -199,9 +241,11 @@ def make_request(prompt: str, max_new_tokens: int, *, use_chat_template: bool = 
     return TextGenerationRequest(request_id=RequestID(), prompt=prompt, model_name="model", sampling_params=params)
 
 
-def generate(model: LoadedModel, prompts: Sequence[str], max_new_tokens: int, on_first_token: Callable[[], None] | None = None) -> list[list[int]]:
-    """Run one batch of prompts to ``max_new_tokens`` tokens each; returns the token ids. ``on_first_token``: called once,
-    when the first step has returned tokens."""
+def generate(
+    model: LoadedModel, prompts: Sequence[str], max_new_tokens: int, on_first_token: Callable[[], None] | None = None
+) -> list[list[int]]:
+    """Run one batch of prompts to ``max_new_tokens`` tokens each; returns the token ids. ``on_first_token``: called
+    once, when the first step has returned tokens."""
     from max.pipelines.lib.generate import GenerateIterator
 
     has_template = bool(getattr(getattr(model.tokenizer, "delegate", None), "chat_template", None))
@@ -264,7 +308,9 @@ def _preflight_beside_max_import(preflight: Callable[[], Any], rec: StartupRecor
     thread = threading.Thread(target=run, name="max-profile-preflight", daemon=True)
     with rec.mark("import MAX (the custom-architecture preflight runs beside it)"):
         thread.start()
-        os.environ[CACHE_LOG_ENV] = "1"  # as the load's capture sets it, before MAX's runtime is loaded (restored after the load)
+        os.environ[CACHE_LOG_ENV] = (
+            "1"  # as the load's capture sets it, before MAX's runtime is loaded (restored after the load)
+        )
         with contextlib.suppress(ImportError):  # the load says what is missing, with the install command
             import max.pipelines  # noqa: F401
     with rec.mark("custom-architecture preflight (a child imports the package)"):
@@ -274,10 +320,14 @@ def _preflight_beside_max_import(preflight: Callable[[], Any], rec: StartupRecor
     return outcome.get("result")
 
 
-def load_and_warm_up(s: LoadSettings, progress: Progress = lambda m: None, max_version: str | None = None,
-                     preflight: Callable[[], Any] | None = None) -> tuple[LoadedModel, StartupProfile, Any]:
-    """Preflight (``preflight``, timed), load with the startup recorder, warm up to the first token: the model, where the
-    time to the first token went, and the preflight's result."""
+def load_and_warm_up(
+    s: LoadSettings,
+    progress: Progress = lambda m: None,
+    max_version: str | None = None,
+    preflight: Callable[[], Any] | None = None,
+) -> tuple[LoadedModel, StartupProfile, Any]:
+    """Preflight (``preflight``, timed), load with the startup recorder, warm up to the first token: the model, where
+    the time to the first token went, and the preflight's result."""
     rec = StartupRecorder()
     checked = None
     cache_log_before = os.environ.get(CACHE_LOG_ENV)
@@ -295,10 +345,9 @@ def load_and_warm_up(s: LoadSettings, progress: Progress = lambda m: None, max_v
             os.environ[CACHE_LOG_ENV] = cache_log_before
 
 
-def _load_and_warm_up(s: LoadSettings, rec: StartupRecorder, checked: Any, progress: Progress,
-                      max_version: str | None) -> tuple[LoadedModel, StartupProfile, Any]:
-    from max_profile.collect.probes.model_files import read_model_weights
-    from max_profile.collect.probes.startup import compile_key, startup_profile, warm_cache_command
+def _load_and_warm_up(
+    s: LoadSettings, rec: StartupRecorder, checked: Any, progress: Progress, max_version: str | None
+) -> tuple[LoadedModel, StartupProfile, Any]:
 
     profiling = os.environ.get("MODULAR_ENABLE_PROFILING", "off")
     weights = read_model_weights(s.model_path)
@@ -306,16 +355,37 @@ def _load_and_warm_up(s: LoadSettings, rec: StartupRecorder, checked: Any, progr
     n_devices = len(parse_devices(s.devices).ids or [1]) if not s.devices.startswith("cpu") else 1
 
     def profile_of(graphs: bool | None, failure: str | None = None) -> StartupProfile:
-        common = {"model_path": s.model_path, "devices": s.devices, "profiling": profiling, "device_graphs": graphs, "max_batch_size": s.max_batch_size,
-                  "max_length": s.max_length, "encoding": s.quantization_encoding, "custom_architectures": list(s.custom_architectures)}
-        return startup_profile(rec, key=compile_key(**common, max_version=max_version), warm_command=warm_cache_command(**common),  # type: ignore[arg-type]
-                               weight_bytes=weight_bytes, devices=n_devices, failure=failure)
+        common = {
+            "model_path": s.model_path,
+            "devices": s.devices,
+            "profiling": profiling,
+            "device_graphs": graphs,
+            "max_batch_size": s.max_batch_size,
+            "max_length": s.max_length,
+            "encoding": s.quantization_encoding,
+            "custom_architectures": list(s.custom_architectures),
+        }
+        return startup_profile(
+            rec,
+            key=compile_key(**common, max_version=max_version),  # type: ignore[arg-type]
+            warm_command=warm_cache_command(**common),  # type: ignore[arg-type]
+            weight_bytes=weight_bytes,
+            devices=n_devices,
+            failure=failure,
+        )
 
     progress(f"loading {s.model_path} on {s.devices} (a first run of a model shape compiles for minutes)")
     try:
-        model = load_model(s.model_path, devices=s.devices, max_length=s.max_length, max_batch_size=s.max_batch_size,
-                           custom_architectures=s.custom_architectures, quantization_encoding=s.quantization_encoding,
-                           device_graph_capture=s.device_graph_capture, startup=rec)
+        model = load_model(
+            s.model_path,
+            devices=s.devices,
+            max_length=s.max_length,
+            max_batch_size=s.max_batch_size,
+            custom_architectures=s.custom_architectures,
+            quantization_encoding=s.quantization_encoding,
+            device_graph_capture=s.device_graph_capture,
+            startup=rec,
+        )
     except CaptureError as exc:
         raise LoadFailed(str(exc), profile_of(s.device_graph_capture, rec.failure_text or str(exc))) from exc
     try:

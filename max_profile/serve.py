@@ -6,7 +6,8 @@
 1. Plan: the model, flags, commands and expected cost are printed; nothing starts without confirmation (``--yes``,
    a TTY answer, or ``confirm=`` in the API). Custom architectures are preflighted; a warm pass (``max warm-cache``)
    fills the compile cache.
-2. The mode's recorder (:mod:`max_profile.collect.server.serve_recorders`) may wrap the launch and add to the environment.
+2. The mode's recorder (:mod:`max_profile.collect.server.serve_recorders`) may wrap the launch and add to the
+environment.
    The server runs in its own process group and TMPDIR, on free ports (API, and metrics on
    ``MAX_SERVE_METRICS_ENDPOINT_PORT``), with ``OTEL_SDK_DISABLED=true`` (no telemetry egress; /metrics kept).
 3. Fail fast: while waiting for ``/health`` the process must stay alive and its log show no early error.
@@ -17,28 +18,31 @@
 
 from __future__ import annotations
 
-import contextlib
-import http.client
 import os
-import re
 import shutil
-import socket
 import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from max_profile.collect.live.gpu_sampling import GpuSampler
-from max_profile.collect.live.host_load import HostLoadProbe
-from max_profile.collect.live.nvtx_log import profiling_library_env
-from max_profile.collect.live.recorders import fill_samples
+from max_profile.collect.live.nvtx_log import (
+    MAX_GPU_NVTX_PROBLEM,
+    NVTX_V2_FIX,
+    max_profiling_usable,
+    profiling_library_env,
+)
 from max_profile.collect.probes.environment import detect_environment, require_tool
 from max_profile.collect.probes.model_files import read_model_config, read_model_weights
-from max_profile.collect.server.serve_client import LoadGenerator
-from max_profile.collect.server.serve_metrics import scrape
+from max_profile.collect.probes.startup import (
+    cache_files,
+    compile_key,
+    modular_cache_dir,
+    serve_startup,
+    warm_cache_command,
+)
+from max_profile.collect.server.load_window import ServerTarget, ServerWindow, window_recorders
+from max_profile.collect.server.serve_profilers import nsys_session_name
 from max_profile.collect.server.serve_recorders import (
     NsysRecorder,
     RocprofRecorder,
@@ -46,57 +50,52 @@ from max_profile.collect.server.serve_recorders import (
     UtilizationRecorder,
     WorkerKernelRecorder,
 )
+from max_profile.collect.server.server_process import (
+    EARLY_ERRORS,
+    ServerProcess,
+    free_port,
+    max_command,
+    port_in_use,
+    scan_server_log,
+    server_tmpdir,
+    wait_ready,
+)
 from max_profile.errors import CaptureError, InputError
 from max_profile.model import (
     Capture,
     Environment,
-    HostLoad,
-    LoadWindow,
-    MetricsScrape,
     PreflightResult,
     RawCapture,
-    RequestRecord,
     ServeRun,
     StartupProfile,
     Unavailable,
     Workload,
 )
-from max_profile.render.text import fit_to_terminal
+from max_profile.preflight import preflight_gate
+from max_profile.render.terminal import fit_to_terminal
 from max_profile.util.models import check_model_folder
-from max_profile.util.procs import clean_child_env, die_with_parent, kill_group
+from max_profile.util.procs import clean_child_env, die_with_parent, kill_group, raise_pending_signal
 
-EARLY_ERRORS = re.compile(
-    r"(Error: No such option|Error: Invalid value|No such file or directory|does not exist|is not a valid|"
-    r"Address already in use|address already in use|out of memory|OutOfMemory|CUDA_ERROR|No architecture found|"
-    r"ABORT: |Process launch is not allowed in this state|Failed to import custom model|Traceback \(most recent call last\)|Worker crashed|ValueError:|RuntimeError:|ModuleNotFoundError:)"
-)
+__all__ = [
+    "READY_TIMEOUT_S",
+    "SERVE_MODES",
+    "ModeContext",
+    "ServeMode",
+    "ServePlan",
+    "check_plan",
+    "free_port",
+    "new_serve_raw",
+    "run_serve_capture",
+    "scan_server_log",
+    "serve_mode",
+    "serve_windows",
+    "server_tmpdir",
+    "warm_pass",
+]
+"""The serve API (``free_port``, ``server_tmpdir`` and ``scan_server_log`` come from
+:mod:`max_profile.collect.server.server_process`)."""
+
 READY_TIMEOUT_S = 900.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def port_in_use(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
-
-
-def max_command() -> list[str]:
-    """How to run the ``max`` CLI of this interpreter's MAX."""
-    exe = Path(sys.executable).with_name("max")
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("max")
-    if found:
-        return [found]
-    return [sys.executable, "-c", "import sys; from max._entrypoints.pipelines import main; sys.argv[0] = 'max'; main()"]
 
 
 @dataclass
@@ -123,8 +122,8 @@ class ServePlan:
     """Kernels mode: one untraced window first, at the first concurrency level and as long as the others, so the report
     says what the recorder cost this server (tokens/s and the server's own decode step, recorded against not)."""
     record_share: float = 0.25
-    """Kernels mode with CUPTI in the worker: the share of each window recorded, in slices of ``record_slice_s`` with the
-    recorder paused in between (1: all of it). Recording every kernel of a device graph slows ``max serve``'s decode
+    """Kernels mode with CUPTI in the worker: the share of each window recorded, in slices of ``record_slice_s`` with
+    the recorder paused in between (1: all of it). Recording every kernel of a device graph slows ``max serve``'s decode
     (measured on an H200: 0.94 of untraced tokens/s); a quarter of the window costs a quarter of that, and ~10 s of
     steady decode repeat the same steps, so the slices show the same kernel mix."""
     record_slice_s: float = 0.5
@@ -134,7 +133,6 @@ class ServePlan:
     ``off`` has no ranges (kernels are not split by phase). ``auto``: ``on`` where MAX can use it, else ``off``."""
 
     def resolved_profiling_mode(self) -> str:
-        from max_profile.collect.live.nvtx_log import max_profiling_usable
 
         if self.profiling_mode != "auto":
             return self.profiling_mode
@@ -151,7 +149,18 @@ class ServePlan:
         return self.reference and self.spec.reference
 
     def serve_command(self) -> list[str]:
-        cmd = [*max_command(), "serve", "--model-path", self.model_path, "--devices", self.devices, "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd = [
+            *max_command(),
+            "serve",
+            "--model-path",
+            self.model_path,
+            "--devices",
+            self.devices,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
         for c in self.custom_architectures:
             cmd += ["--custom-architectures", c]
         chosen = {"--device-graph-capture", "--no-device-graph-capture"} & set(self.extra_args)
@@ -177,88 +186,19 @@ class ServePlan:
         """The plan, one ``label  value`` line per part, wrapped at the terminal's width (or ``width``)."""
         lines = [
             f"model        {self.model_path} on {self.devices}",
-            f"capture      {self.mode}, {self.duration_s:g} s window, concurrency-1 load on /v1/completions (stream, {self.max_tokens} tokens/request)",
+            f"capture      {self.mode}, {self.duration_s:g} s window, concurrency-1 load on /v1/completions (stream, "
+            f"{self.max_tokens} tokens/request)",
             f"ports        API {self.port}, metrics {self.metrics_port}",
         ]
         if self.warm:
             lines.append("warm pass    " + " ".join(self.warm_command()))
         lines += self.spec.plan_lines(self)
-        lines.append("cost         a cold compile takes minutes (about 2 min per shape on 2 CPU cores, 3.5 min on an H200); warm: ~10 s to /health, "
-                     f"then {self.duration_s:g} s of capture")
+        lines.append(
+            "cost         a cold compile takes minutes (about 2 min per shape on 2 CPU cores, 3.5 min on an H200); "
+            "warm: ~10 s to /health, "
+            f"then {self.duration_s:g} s of capture"
+        )
         return fit_to_terminal("\n".join(lines), width, indent=" " * 13)
-
-
-MAX_LOG_LINE = 500
-
-
-def scan_server_log(text: str, last: int = 5) -> list[str]:
-    """The last ``last`` lines of a server log that show an early error (bad flag, missing model, OOM, port in use...).
-
-    Telemetry noise is skipped; each line is cut to MAX_LOG_LINE characters (a log can hold anything).
-    """
-    lines = [ln.strip()[:MAX_LOG_LINE] for ln in text.splitlines()
-             if len(ln) < 100_000 and not ln.startswith("[modular-cache]") and EARLY_ERRORS.search(ln)]
-    return [ln for ln in lines if "telemetry" not in ln.lower()][-last:]
-
-
-class ServerProcess:
-    """``max serve`` in its own process group and TMPDIR, with its log in that folder."""
-
-    def __init__(self, cmd: list[str], env: dict[str, str], workdir: Path) -> None:
-        self.cmd = cmd
-        self.workdir = workdir
-        self.log_path = workdir / "server.log"
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.started = time.monotonic()
-        self.started_unix = time.time()
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(workdir), start_new_session=True,
-                                     preexec_fn=die_with_parent())
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def early_errors(self) -> list[str]:
-        return scan_server_log(self.log_text())
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self) -> None:
-        kill_group(self.proc, grace_s=10)
-        self._log.close()
-
-
-def wait_ready(server: ServerProcess, port: int, timeout_s: float, progress: Callable[[str], None]) -> float:
-    """Seconds to /health 200. Fails at once when the process dies or its log shows an early error."""
-    t0 = time.monotonic()
-    announced = 0.0
-    while True:
-        if not server.alive():
-            lines = server.early_errors() or server.log_text().strip().splitlines()[-5:]
-            raise CaptureError(f"the server exited (code {server.proc.returncode}) before it was ready: " + " | ".join(lines))
-        errors = [ln for ln in server.early_errors() if "Traceback" not in ln or len(server.early_errors()) == 1]
-        if errors and time.monotonic() - t0 > 1.0:
-            time.sleep(1.0)  # let the traceback's last line reach the log
-            raise CaptureError("the server log shows an error before it was ready: " + " | ".join(server.early_errors()))
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/health")
-            if conn.getresponse().status == 200:
-                return time.monotonic() - t0
-        except (OSError, http.client.HTTPException):
-            pass
-        elapsed = time.monotonic() - t0
-        if elapsed > timeout_s:
-            raise CaptureError(f"/health did not answer 200 within {timeout_s:.0f} s (server still starting: a cold compile?)")
-        if elapsed - announced > 15:
-            announced = elapsed
-            progress(f"waiting for /health ({elapsed:.0f} s)")
-        time.sleep(0.25)
-
-
 
 
 def _server_env(plan: ServePlan, tmp: Path, extra: dict[str, str]) -> dict[str, str]:
@@ -266,28 +206,23 @@ def _server_env(plan: ServePlan, tmp: Path, extra: dict[str, str]) -> dict[str, 
         {
             "TMPDIR": str(tmp),
             "MAX_SERVE_METRICS_ENDPOINT_PORT": str(plan.metrics_port),
-            # /metrics on its port (MAX's remote telemetry off: OTEL_SDK_DISABLED stops egress, not the local pull surface)
+            # /metrics on its port (MAX's remote telemetry off: OTEL_SDK_DISABLED stops egress, not the local pull
+            # surface)
             "MAX_SERVE_DISABLE_TELEMETRY": "0",
             "OTEL_SDK_DISABLED": "true",
             "HF_HUB_OFFLINE": "1",
-            # MAX's compile-cache log into the server log: the start-up profile reads each graph's cache hit or miss there
+            # MAX's compile-cache log into the server log: the start-up profile reads each graph's cache hit or miss
+            # there
             "MODULAR_ENABLE_CACHE_LOGGING": "1",
-            "MODULAR_ENABLE_PROFILING": plan.resolved_profiling_mode() if plan.spec.records_kernels else os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
+            "MODULAR_ENABLE_PROFILING": plan.resolved_profiling_mode()
+            if plan.spec.records_kernels
+            else os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
         }
     )
     if env["MODULAR_ENABLE_PROFILING"] != "off":  # on a CUDA 13 GPU: CUDA 12's NVTX v2 library from its wheel
         env.update(profiling_library_env(plan.devices))
     env.update(extra)
     return env
-
-
-@contextlib.contextmanager
-def server_tmpdir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="max-profile-serve-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def check_plan(plan: ServePlan) -> None:
@@ -301,29 +236,38 @@ def check_plan(plan: ServePlan) -> None:
         raise InputError("--concurrency needs levels >= 1 (e.g. 1,4,16)")
     if len(plan.concurrency) > 1 and not plan.spec.sweeps:
         sweeping = " or ".join(name for name, m in SERVE_MODES.items() if m.sweeps)
-        raise InputError(f"--mode {plan.mode} records one window per server: sweep with --mode {sweeping}, or give one --concurrency")
+        raise InputError(
+            f"--mode {plan.mode} records one window per server: sweep with --mode {sweeping}, or give one --concurrency"
+        )
     for port in (plan.port, plan.metrics_port):
         if port_in_use(port):
-            raise InputError(f"port {port} is already in use on 127.0.0.1: pick another --port (or leave it out for a free one)")
+            raise InputError(
+                f"port {port} is already in use on 127.0.0.1: pick another --port (or leave it out for a free one)"
+            )
 
 
-def run_serve_capture(plan: ServePlan, *, confirm: bool | Callable[[ServePlan], bool], progress: Callable[[str], None] = lambda m: None,
-                      ready_timeout_s: float = READY_TIMEOUT_S, artifacts_dir: str | None = None) -> RawCapture:
+def run_serve_capture(
+    plan: ServePlan,
+    *,
+    confirm: bool | Callable[[ServePlan], bool],
+    progress: Callable[[str], None] = lambda m: None,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+    artifacts_dir: str | None = None,
+) -> RawCapture:
     """Run the plan (see the module docstring) and return what it recorded.
 
     Bad plans raise :class:`InputError`, a missing profiler :class:`ToolMissingError`, a server or
     profiler that fails :class:`CaptureError`; nothing is left running in any case.
     """
-    from max_profile.preflight import preflight_gate
 
     check_plan(plan)
     env = detect_environment(check_tools=False)
     tool = _profiler_for(plan.spec, env.vendor)
     if plan.spec.records_kernels and plan.profiling_mode == "auto" and plan.resolved_profiling_mode() == "off":
-        from max_profile.collect.live.nvtx_log import MAX_GPU_NVTX_PROBLEM, NVTX_V2_FIX
-
-        progress(f"MODULAR_ENABLE_PROFILING=off: {MAX_GPU_NVTX_PROBLEM}; kernels are recorded but not split by phase "
-                 f"({NVTX_V2_FIX})")
+        progress(
+            f"MODULAR_ENABLE_PROFILING=off: {MAX_GPU_NVTX_PROBLEM}; kernels are recorded but not split by phase "
+            f"({NVTX_V2_FIX})"
+        )
     ok = confirm(plan) if callable(confirm) else confirm
     if not ok:
         raise InputError("not confirmed: nothing was started (pass --yes, or confirm=True in the API)")
@@ -331,15 +275,17 @@ def run_serve_capture(plan: ServePlan, *, confirm: bool | Callable[[ServePlan], 
     with server_tmpdir() as tmp:
         if plan.warm:
             warm_pass(plan, tmp, ready_timeout_s, progress)
-        recorder, dest = plan.spec.make_recorder(plan, ModeContext(env, tmp, tool, ready_timeout_s, progress, artifacts_dir))
+        recorder, dest = plan.spec.make_recorder(
+            plan, ModeContext(env, tmp, tool, ready_timeout_s, progress, artifacts_dir)
+        )
         raw = new_serve_raw(plan, env, preflight)
         return serve_windows(plan, recorder, raw, tmp, ready_timeout_s, progress, dest)
 
 
 @dataclass(frozen=True)
 class ModeContext:
-    """What a mode's recorder factory gets besides the plan: the machine, the server's TMPDIR, the mode's profiler binary
-    (checked), the /health timeout, progress lines and where artifacts go."""
+    """What a mode's recorder factory gets besides the plan: the machine, the server's TMPDIR, the mode's profiler
+    binary (checked), the /health timeout, progress lines and where artifacts go."""
 
     env: Environment
     tmp: Path
@@ -354,13 +300,18 @@ def _utilization_recorder(plan: ServePlan, ctx: ModeContext) -> tuple[ServeRecor
 
 
 def _kernels_recorder(plan: ServePlan, ctx: ModeContext) -> tuple[ServeRecorder, str | None]:
-    return WorkerKernelRecorder(ctx.tmp, cupti=ctx.env.vendor == "nvidia", profiling=plan.resolved_profiling_mode(), progress=ctx.progress,
-                                record_share=plan.record_share, slice_s=plan.record_slice_s), ctx.artifacts_dir
+    return WorkerKernelRecorder(
+        ctx.tmp,
+        cupti=ctx.env.vendor == "nvidia",
+        profiling=plan.resolved_profiling_mode(),
+        progress=ctx.progress,
+        record_share=plan.record_share,
+        slice_s=plan.record_slice_s,
+    ), ctx.artifacts_dir
 
 
 def _nsys_recorder(plan: ServePlan, ctx: ModeContext) -> tuple[ServeRecorder, str | None]:
     """nsys keeps its report: in a folder of its own when none is given."""
-    from max_profile.collect.server.serve_profilers import nsys_session_name
 
     assert ctx.tool is not None
     dest = _artifacts_folder(ctx.artifacts_dir, nsys_session_name())
@@ -391,24 +342,38 @@ def _server_line(plan: ServePlan) -> list[str]:
 def _kernels_lines(plan: ServePlan) -> list[str]:
     lines = []
     if plan.vendor == "nvidia":  # CUPTI in the worker: recorded in slices, switched per window
-        lines.append("recording    CUPTI in the model worker, every kernel (device graphs' included): "
-                     + (f"slices of {plan.record_slice_s:g} s, {100 * plan.record_share:.0f} % of each window (--record-share 1: all of it)"
-                        if plan.record_share < 1 else "the whole window"))
+        lines.append(
+            "recording    CUPTI in the model worker, every kernel (device graphs' included): "
+            + (
+                f"slices of {plan.record_slice_s:g} s, {100 * plan.record_share:.0f} % of each window (--record-share "
+                "1: all of it)"
+                if plan.record_share < 1
+                else "the whole window"
+            )
+        )
         if plan.reference_window():
-            lines.append(f"reference    one {plan.duration_s:g} s window without the recorder first: its cost on this server (--no-reference skips it)")
+            lines.append(
+                f"reference    one {plan.duration_s:g} s window without the recorder first: its cost on this server "
+                "(--no-reference skips it)"
+            )
     return lines + _server_line(plan)
 
 
 def _nsys_lines(plan: ServePlan) -> list[str]:
-    return ["server       nsys launch --session-new=max-profile-<pid>-<random> --trace=cuda,nvtx --cuda-graph-trace=node "
-            + " ".join(plan.serve_command()),
-            "window       nsys start --session=… -o <artifacts>/serve  …  nsys stop; nsys export --type sqlite; nsys shutdown"]
+    return [
+        "server       nsys launch --session-new=max-profile-<pid>-<random> --trace=cuda,nvtx --cuda-graph-trace=node "
+        + " ".join(plan.serve_command()),
+        "window       nsys start --session=… -o <artifacts>/serve  …  nsys stop; nsys export --type sqlite; nsys "
+        "shutdown",
+    ]
 
 
 def _rocprof_lines(plan: ServePlan) -> list[str]:
-    return ["pass 2       " + " ".join(plan.serve_command()) + "   (measures R2 = launch → /health 200, then stops)",
-            "pass 3       rocprofv3 --kernel-trace --marker-trace -f csv --collection-period (R2+10):"
-            f"{plan.duration_s:g}:1 -- " + " ".join(plan.serve_command())]
+    return [
+        "pass 2       " + " ".join(plan.serve_command()) + "   (measures R2 = launch → /health 200, then stops)",
+        "pass 3       rocprofv3 --kernel-trace --marker-trace -f csv --collection-period (R2+10):"
+        f"{plan.duration_s:g}:1 -- " + " ".join(plan.serve_command()),
+    ]
 
 
 @dataclass(frozen=True)
@@ -423,7 +388,8 @@ class ServeMode:
     sweeps: bool
     """Several windows on one server: a load sweep (``--concurrency 1,4,16``)."""
     reference: bool
-    """An untraced reference window first measures the recorder on the same server; windows say whether they were traced."""
+    """An untraced reference window first measures the recorder on the same server; windows say whether they were
+    traced."""
     load_ahead: bool
     """The load starts before the window opens (rocprofv3's collection period opens by the clock instead)."""
     tool: tuple[str, str, str] | None
@@ -436,14 +402,50 @@ class ServeMode:
 SERVE_MODES: dict[str, ServeMode] = {
     m.name: m
     for m in (
-        ServeMode("utilization", "GPU samples, client latencies and the server's /metrics (no tracer)", records_kernels=False, sweeps=True,
-                  reference=False, load_ahead=True, tool=None, make_recorder=_utilization_recorder, plan_lines=_server_line),
-        ServeMode("kernels", "the model worker's kernels (CUPTI on NVIDIA) and MAX's op ranges, split by phase", records_kernels=True,
-                  sweeps=True, reference=True, load_ahead=True, tool=None, make_recorder=_kernels_recorder, plan_lines=_kernels_lines),
-        ServeMode("nsys", "the server under Nsight Systems (the timing-faithful kernel capture)", records_kernels=True, sweeps=False,
-                  reference=False, load_ahead=True, tool=("nsys", "nvidia", "NVIDIA"), make_recorder=_nsys_recorder, plan_lines=_nsys_lines),
-        ServeMode("rocprof", "the server under rocprofv3 (AMD)", records_kernels=True, sweeps=False, reference=False, load_ahead=False,
-                  tool=("rocprofv3", "amd", "AMD"), make_recorder=_rocprof_recorder, plan_lines=_rocprof_lines),
+        ServeMode(
+            "utilization",
+            "GPU samples, client latencies and the server's /metrics (no tracer)",
+            records_kernels=False,
+            sweeps=True,
+            reference=False,
+            load_ahead=True,
+            tool=None,
+            make_recorder=_utilization_recorder,
+            plan_lines=_server_line,
+        ),
+        ServeMode(
+            "kernels",
+            "the model worker's kernels (CUPTI on NVIDIA) and MAX's op ranges, split by phase",
+            records_kernels=True,
+            sweeps=True,
+            reference=True,
+            load_ahead=True,
+            tool=None,
+            make_recorder=_kernels_recorder,
+            plan_lines=_kernels_lines,
+        ),
+        ServeMode(
+            "nsys",
+            "the server under Nsight Systems (the timing-faithful kernel capture)",
+            records_kernels=True,
+            sweeps=False,
+            reference=False,
+            load_ahead=True,
+            tool=("nsys", "nvidia", "NVIDIA"),
+            make_recorder=_nsys_recorder,
+            plan_lines=_nsys_lines,
+        ),
+        ServeMode(
+            "rocprof",
+            "the server under rocprofv3 (AMD)",
+            records_kernels=True,
+            sweeps=False,
+            reference=False,
+            load_ahead=False,
+            tool=("rocprofv3", "amd", "AMD"),
+            make_recorder=_rocprof_recorder,
+            plan_lines=_rocprof_lines,
+        ),
     )
 }
 """The serve modes, by name (``--mode``)."""
@@ -458,15 +460,22 @@ def serve_mode(name: str) -> ServeMode:
         raise InputError(f"unknown --mode {name!r}: use {' or '.join(SERVE_MODES)}") from None
 
 
-def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp: Path, ready_timeout_s: float, progress: Callable[[str], None],
-                  artifacts_dir: str | None, record: Callable[[int], bool] = lambda window: True) -> RawCapture:
+def serve_windows(
+    plan: ServePlan,
+    recorder: ServeRecorder,
+    raw: RawCapture,
+    tmp: Path,
+    ready_timeout_s: float,
+    progress: Callable[[str], None],
+    artifacts_dir: str | None,
+    record: Callable[[int], bool] = lambda window: True,
+) -> RawCapture:
     """The one server lifecycle: start (the recorder's command and environment), fail fast, /health, then one window per
     concurrency level (load, metrics, GPU samples, the recorder), teardown; what was recorded goes into ``raw``.
 
     ``record(window)`` (windows count from 1): whether the recorder runs in that window; a window it skips measures the
     same server untraced (the tracer's cost, A/B on one server: ``benchmarks/serve_ab.py``)."""
     cmd = recorder.command(plan.serve_command())
-    from max_profile.collect.probes.startup import cache_files, modular_cache_dir
 
     cache_was_empty = not any("/.max_cache/" in p for p in cache_files(modular_cache_dir()))
     progress("starting: " + " ".join(cmd))
@@ -474,13 +483,18 @@ def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp
     recorder.launched(server.started)
     raw.serve = ServeRun(mode=plan.mode, port=plan.port, commands=[cmd])
     metrics_url = f"http://127.0.0.1:{plan.metrics_port}/metrics"
-    windows: list[_Window] = []
+    windows: list[ServerWindow] = []
+    target = ServerTarget("127.0.0.1", plan.port, plan.model_path, plan.prompt, plan.max_tokens)
     ready_s: float | None = None
     try:
         ready_s = wait_ready(server, plan.port, ready_timeout_s, progress)
-        raw.startup = _serve_startup(plan, server, ready_s, raw.environment.max_version, recorder.env(), cache_was_empty)
-        progress(f"/health 200 after {ready_s:.1f} s; load and {plan.duration_s:g} s capture window"
-                 + (f" per level ({', '.join(map(str, plan.concurrency))})" if len(plan.concurrency) > 1 else ""))
+        raw.startup = _serve_startup(
+            plan, server, ready_s, raw.environment.max_version, recorder.env(), cache_was_empty
+        )
+        progress(
+            f"/health 200 after {ready_s:.1f} s; load and {plan.duration_s:g} s capture window"
+            + (f" per level ({', '.join(map(str, plan.concurrency))})" if len(plan.concurrency) > 1 else "")
+        )
         recorder.ready(server, progress)
         # (concurrency, reference): the untraced reference window first, before the recorder ever ran in this server
         reference_first = plan.reference_window() and recorder.switched_per_window
@@ -488,7 +502,15 @@ def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp
         index = 0
         for concurrency, reference in schedule:
             traced = False if reference else record(index := index + 1)
-            window = _Window(plan, concurrency, metrics_url, traced=traced if plan.spec.reference else None, reference=reference)
+            window = ServerWindow(
+                target,
+                concurrency,
+                plan.duration_s,
+                metrics_url,
+                window_recorders(True, "serve window"),
+                traced=traced if plan.spec.reference else None,
+                reference=reference,
+            )
             windows.append(window)
             window.start_load(ahead=plan.spec.load_ahead)
             if traced:
@@ -502,7 +524,9 @@ def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp
             if reference:
                 progress(f"reference window, recorder off (concurrency {concurrency}): {window.summary()}")
             elif len(plan.concurrency) > 1:
-                progress(f"window {index} (concurrency {concurrency}{', recorded' if traced else ''}): {window.summary()}")
+                progress(
+                    f"window {index} (concurrency {concurrency}{', recorded' if traced else ''}): {window.summary()}"
+                )
             if traced and not recorder.reads_after_teardown:
                 recorder.read(raw, index, window.span, server)
         saved = _keep_artifacts(tmp, artifacts_dir)
@@ -521,47 +545,87 @@ def serve_windows(plan: ServePlan, recorder: ServeRecorder, raw: RawCapture, tmp
     return _finish_raw(raw, plan, windows, ready_s, saved.get("server.log"), [*recorder.artifacts(), *saved.values()])
 
 
-def _serve_startup(plan: ServePlan, server: ServerProcess, ready_s: float, max_version: str | None, extra_env: dict[str, str],
-                   cache_was_empty: bool) -> StartupProfile | None:
-    """Launch to /health 200 from the server's own log (see :func:`max_profile.collect.probes.startup.serve_startup`)."""
-    from max_profile.collect.probes.startup import compile_key, modular_cache_dir, serve_startup, warm_cache_command
+def _serve_startup(
+    plan: ServePlan,
+    server: ServerProcess,
+    ready_s: float,
+    max_version: str | None,
+    extra_env: dict[str, str],
+    cache_was_empty: bool,
+) -> StartupProfile | None:
+    """Launch to /health 200 from the server's own log (see
+    :func:`max_profile.collect.probes.startup.serve_startup`)."""
 
     profiling = _server_env(plan, server.workdir, extra_env).get("MODULAR_ENABLE_PROFILING", "off")
-    common = {"model_path": plan.model_path, "devices": plan.devices, "profiling": profiling, "device_graphs": plan.device_graphs_forced(),
-              "max_batch_size": None, "max_length": None, "encoding": None, "custom_architectures": list(plan.custom_architectures)}
+    common = {
+        "model_path": plan.model_path,
+        "devices": plan.devices,
+        "profiling": profiling,
+        "device_graphs": plan.device_graphs_forced(),
+        "max_batch_size": None,
+        "max_length": None,
+        "encoding": None,
+        "custom_architectures": list(plan.custom_architectures),
+    }
     weights = read_model_weights(plan.model_path)
     cache = modular_cache_dir()
-    return serve_startup(server.log_text(), launched_unix=server.started_unix, ready_unix=server.started_unix + ready_s,
-                         key=compile_key(**common, max_version=max_version), warm_command=warm_cache_command(**common),  # type: ignore[arg-type]
-                         weight_bytes=sum(g.bytes for g in weights.groups.values()) if weights and weights.groups else None, devices=1,
-                         cache=cache, cache_was_empty=cache_was_empty)
+    return serve_startup(
+        server.log_text(),
+        launched_unix=server.started_unix,
+        ready_unix=server.started_unix + ready_s,
+        key=compile_key(**common, max_version=max_version),  # type: ignore[arg-type]
+        warm_command=warm_cache_command(**common),  # type: ignore[arg-type]
+        weight_bytes=sum(g.bytes for g in weights.groups.values()) if weights and weights.groups else None,
+        devices=1,
+        cache=cache,
+        cache_was_empty=cache_was_empty,
+    )
 
 
 def new_serve_raw(plan: ServePlan, env: Environment, preflight: list[PreflightResult]) -> RawCapture:
     profiling = plan.resolved_profiling_mode() if plan.spec.records_kernels else None
-    capture = Capture(started_unix_s=time.time(), target="max serve", model_path=plan.model_path, devices=plan.devices,
-                      device_graph_capture=plan.device_graphs_forced(),
-                      profiling_mode=profiling, collectors=[f"serve:{plan.mode}"],
-                      model_config=read_model_config(plan.model_path), model_weights=read_model_weights(plan.model_path),
-                      phase_markers="MAX scheduler ranges" if profiling not in (None, "off") else None,
-                      workload=Workload(prompt=plan.prompt, max_new_tokens=plan.max_tokens, custom_architectures=list(plan.custom_architectures)))
+    capture = Capture(
+        started_unix_s=time.time(),
+        target="max serve",
+        model_path=plan.model_path,
+        devices=plan.devices,
+        device_graph_capture=plan.device_graphs_forced(),
+        profiling_mode=profiling,
+        collectors=[f"serve:{plan.mode}"],
+        model_config=read_model_config(plan.model_path),
+        model_weights=read_model_weights(plan.model_path),
+        phase_markers="MAX scheduler ranges" if profiling not in (None, "off") else None,
+        workload=Workload(
+            prompt=plan.prompt, max_new_tokens=plan.max_tokens, custom_architectures=list(plan.custom_architectures)
+        ),
+    )
     return RawCapture(environment=env, capture=capture, preflight=list(preflight), slo_ms=dict(plan.slo_ms))
 
 
-def _finish_raw(raw: RawCapture, plan: ServePlan, windows: list[_Window], ready_s: float | None, log_copy: str | None,
-                artifacts: list[str]) -> RawCapture:
+def _finish_raw(
+    raw: RawCapture,
+    plan: ServePlan,
+    windows: list[ServerWindow],
+    ready_s: float | None,
+    log_copy: str | None,
+    artifacts: list[str],
+) -> RawCapture:
     assert raw.serve is not None
-    raw.serve = ServeRun(mode=raw.serve.mode, port=raw.serve.port, time_to_ready_s=ready_s, commands=raw.serve.commands, server_log=log_copy)
+    raw.serve = ServeRun(
+        mode=raw.serve.mode,
+        port=raw.serve.port,
+        time_to_ready_s=ready_s,
+        commands=raw.serve.commands,
+        server_log=log_copy,
+    )
     raw.capture.ended_unix_s = time.time()
     measured = [w for w in windows if not w.reference] or windows  # the reference window is only the tracer's yardstick
-    raw.capture.host_load = measured[-1].load
     raw.window_ns = (measured[0].span[0], measured[-1].span[1])
     raw.requests = [r for w in measured for r in w.records]
     raw.load_windows = [w.load_window() for w in windows]
     raw.artifacts = [*raw.artifacts, *artifacts]
-    for w in windows:
-        if w.sampler is not None and not w.sampler.running:
-            fill_samples(raw, w.sampler, "serve window")
+    for w in windows:  # GPU samples of every window; the host load of the last (a measured one: the reference is first)
+        w.fill(raw)
     if raw.samples:
         raw.utilization_unavailable = None  # some windows sampled; a window that could not is said by its absence
     elif raw.utilization_unavailable is None:
@@ -582,16 +646,26 @@ def _profiler_for(mode: ServeMode, vendor: str) -> str | None:
     tool, want, label = mode.tool
     if vendor != want:
         others = [f"--mode {m.name}" for m in SERVE_MODES.values() if m.tool is not None and m.tool[1] == vendor]
-        raise InputError(f"--mode {mode.name} needs an {label} GPU; this machine has {vendor if vendor != 'none' else 'no GPU'} "
-                         f"(use --mode kernels for MAX's op ranges on any device{', or ' + others[0] if others else ''})")
+        raise InputError(
+            f"--mode {mode.name} needs an {label} GPU; this machine has {vendor if vendor != 'none' else 'no GPU'} "
+            f"(use --mode kernels for MAX's op ranges on any device{', or ' + others[0] if others else ''})"
+        )
     return require_tool(tool, f"--mode {mode.name}")
 
 
 def warm_pass(plan: ServePlan, tmp: Path, timeout_s: float, progress: Callable[[str], None]) -> None:
     progress("warm pass (fills the compile cache): " + " ".join(plan.warm_command()))
-    warm = subprocess.Popen(plan.warm_command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            env=_server_env(plan, tmp, {}), start_new_session=True, preexec_fn=die_with_parent())
+    warm = subprocess.Popen(
+        plan.warm_command(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=_server_env(plan, tmp, {}),
+        start_new_session=True,
+        preexec_fn=die_with_parent(),
+    )
     try:
+        raise_pending_signal()
         _, err = warm.communicate(timeout=timeout_s)
     except BaseException:
         kill_group(warm)
@@ -605,70 +679,13 @@ def warm_pass(plan: ServePlan, tmp: Path, timeout_s: float, progress: Callable[[
 def _watch_window(server: ServerProcess, until: float) -> None:
     """Sleep until ``until`` (monotonic), failing at once if the server dies."""
     while time.monotonic() < until:
+        raise_pending_signal()
         if not server.alive():
-            raise CaptureError(f"the server died during the capture window (exit {server.proc.returncode}): "
-                               + " | ".join(server.early_errors() or server.log_text().strip().splitlines()[-3:]))
+            raise CaptureError(
+                f"the server died during the capture window (exit {server.proc.returncode}): "
+                + " | ".join(server.early_errors() or server.log_text().strip().splitlines()[-3:])
+            )
         time.sleep(0.1)
-
-
-class _Window:
-    """One window at one concurrency: the load around it; metrics, GPU samples and host load inside it; always torn down."""
-
-    def __init__(self, plan: ServePlan, concurrency: int, metrics_url: str | None, traced: bool | None = None, reference: bool = False) -> None:
-        self.plan = plan
-        self.concurrency = concurrency
-        self.traced = traced
-        self.reference = reference
-        self.metrics_url = metrics_url
-        self.generator = LoadGenerator("127.0.0.1", plan.port, plan.model_path, plan.prompt, plan.max_tokens, concurrency=concurrency,
-                                       deadline_s=plan.duration_s + 300)
-        self.sampler: GpuSampler | None = None
-        self.probe = HostLoadProbe()
-        self.load: HostLoad | None = None
-        self.span: tuple[int, int] = (0, 0)
-        self.before: MetricsScrape | None = None
-        self.after: MetricsScrape | None = None
-        self.records: list[RequestRecord] = []
-
-    def start_load(self, ahead: bool) -> None:
-        """Start the load; with ``ahead`` let it run a moment, so the window opens on a server already busy."""
-        self.generator.start()
-        if ahead:
-            time.sleep(min(2.0, self.plan.duration_s / 4))
-
-    def open(self) -> None:
-        if self.metrics_url:
-            self.before = scrape(self.metrics_url)
-        self.probe.start()
-        self.sampler = GpuSampler(0.1)
-        self.sampler.start()
-        self.span = (time.perf_counter_ns(), 0)
-
-    def close(self) -> None:
-        self.span = (self.span[0], time.perf_counter_ns())
-        if self.sampler is not None:
-            self.sampler.stop()
-        self.load = self.probe.stop()
-        if self.metrics_url:
-            self.after = scrape(self.metrics_url)
-
-    def finish(self) -> None:
-        self.generator.stop()
-        self.records = self.generator.snapshot()
-
-    def abort(self) -> None:
-        self.generator.stop_event.set()
-        if self.sampler is not None and self.sampler.running:
-            self.sampler.stop(failed=True)
-
-    def summary(self) -> str:
-        done = [r for r in self.records if r.ok]
-        secs = max((self.span[1] - self.span[0]) / 1e9, 1e-9)
-        return f"{len(done)} requests, {sum(r.tokens for r in done) / secs:.0f} tok/s streamed (window and edges)"
-
-    def load_window(self) -> LoadWindow:
-        return LoadWindow(concurrency=self.concurrency, window_ns=self.span, requests=list(self.records), metrics_before=self.before,
-                          metrics_after=self.after, traced=self.traced, reference=self.reference)
 
 
 def _keep_artifacts(tmp: Path, artifacts_dir: str | None) -> dict[str, str]:

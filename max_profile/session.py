@@ -17,6 +17,7 @@ and builds the :class:`Report` from it with :func:`~max_profile.analyze.report.b
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -28,6 +29,7 @@ from typing import Any, Literal
 from max_profile.analyze.report import build_report
 from max_profile.collect.live.gpu_sampling import DEFAULT_INTERVAL_S
 from max_profile.collect.live.markers import make_marker
+from max_profile.collect.live.nvtx_log import log_path_for, restart_with_nvtx_log
 from max_profile.collect.live.pipeline_hook import PipelineHook, resolve_pipeline, synchronize_accelerators
 from max_profile.collect.live.recorders import (
     DEFAULT_KERNEL_SHARE,
@@ -43,13 +45,16 @@ from max_profile.collect.probes.environment import detect_environment
 from max_profile.collect.probes.model_files import read_model_config, read_model_weights
 from max_profile.errors import InputError
 from max_profile.model import Capture, Environment, RawCapture, Report, Unavailable
+from max_profile.util.files import cache_dir
 from max_profile.version import __version__
 
-KernelMode = Literal["off", "cupti", "nvtx-log", "auto"]
-KERNEL_MODES: tuple[str, ...] = ("off", "cupti", "nvtx-log", "auto")
+KernelMode = Literal["off", "cupti", "nvtx-log", "ops", "auto"]
+KERNEL_MODES: tuple[str, ...] = ("off", "cupti", "nvtx-log", "ops", "auto")
+
 
 def resolve_kernel_mode(mode: KernelMode | bool, vendor: str, nvtx_log_attached: bool) -> KernelMode:
-    """``auto``: CUPTI on NVIDIA, MAX's op ranges when an NVTX log is attached, else off. True means CUPTI."""
+    """``auto``: CUPTI on NVIDIA, MAX's op ranges when an NVTX log is attached, else off. True means CUPTI.
+    ``ops``: MAX's op ranges joined to CUPTI's kernels on NVIDIA; elsewhere the op ranges are the work (nvtx-log)."""
     if mode is True:
         return "cupti"
     if mode is False:
@@ -58,6 +63,8 @@ def resolve_kernel_mode(mode: KernelMode | bool, vendor: str, nvtx_log_attached:
         raise InputError(f"kernels={mode!r}: use one of {', '.join(KERNEL_MODES)}")
     if mode == "auto":
         return "cupti" if vendor == "nvidia" else "nvtx-log" if nvtx_log_attached else "off"
+    if mode == "ops" and vendor != "nvidia":
+        return "nvtx-log"
     return mode
 
 
@@ -66,7 +73,6 @@ def attached_nvtx_log() -> str | None:
     template = os.environ.get("MAX_PROFILE_NVTX_LOG")
     if not template or "libmax_profile_nvtx" not in os.environ.get("NVTX_INJECTION64_PATH", ""):
         return None
-    from max_profile.collect.live.nvtx_log import log_path_for
 
     return log_path_for(template)
 
@@ -81,13 +87,19 @@ class _Recording:
         self.hook = PipelineHook(owner.pipeline, marker, on_step=owner._step_done)
         self.recorders: list[Recorder] = [HostLoadRecorder()]
         self.cupti: CuptiRecorder | None = None
-        if owner.kernel_mode == "cupti":
-            self.cupti = CuptiRecorder(self.notes, before_stop=lambda: synchronize_accelerators(owner.pipeline), share=owner.kernel_share,
-                                       slice_steps=owner.kernel_slice_steps)
+        if owner.kernel_mode in ("cupti", "ops"):
+            self.cupti = CuptiRecorder(
+                self.notes,
+                before_stop=lambda: synchronize_accelerators(owner.pipeline),
+                share=owner.kernel_share if owner.kernel_mode == "cupti" else 1.0,  # ops: every op's kernels
+                slice_steps=owner.kernel_slice_steps,
+            )
             self.recorders.append(self.cupti)
-        elif owner.kernel_mode == "nvtx-log":
-            self.recorders.append(NvtxLogRecorder(owner.nvtx_log))
-        if owner.gpu_sampling and owner.environment.vendor != "none":  # no GPU: no sampler process competing for the CPU
+        if owner.kernel_mode in ("nvtx-log", "ops"):
+            self.recorders.append(NvtxLogRecorder(owner.nvtx_log, beside_kernels=owner.kernel_mode == "ops"))
+        if (
+            owner.gpu_sampling and owner.environment.vendor != "none"
+        ):  # no GPU: no sampler process competing for the CPU
             self.recorders.append(GpuSamplerRecorder(owner.sample_interval_s))
         self.started = 0.0
         self._started: list[Recorder] = []
@@ -142,10 +154,19 @@ class _Recording:
             interface="python",
             unix_minus_perf_counter_ns=UNIX_MINUS_PERF_COUNTER_NS,
         )
-        raw = RawCapture(environment=owner.environment, capture=capture, steps=steps, sample_interval_s=owner.sample_interval_s, notes=list(self.notes))
+        raw = RawCapture(
+            environment=owner.environment,
+            capture=capture,
+            steps=steps,
+            sample_interval_s=owner.sample_interval_s,
+            notes=list(self.notes),
+        )
         if sampler is None:
-            raw.utilization_unavailable = Unavailable("GPU sampling was turned off (gpu_sampling=False)" if not owner.gpu_sampling
-                                                      else f"not sampled: {owner.environment.vendor_reason}")
+            raw.utilization_unavailable = Unavailable(
+                "GPU sampling was turned off (gpu_sampling=False)"
+                if not owner.gpu_sampling
+                else f"not sampled: {owner.environment.vendor_reason}"
+            )
         # every call of execute, the overlap pipeline's empty drain call included: its range is one of ours
         window = (min(s.start_ns for s in steps), max(s.end_ns for s in steps)) if steps else None
         for recorder in self.recorders:
@@ -195,7 +216,9 @@ class Profiler:
         check_kernel_sampling(kernel_share, kernel_slice_steps)  # here, not when the first recording starts
         self.kernel_share, self.kernel_slice_steps = kernel_share, kernel_slice_steps
         if not sample_interval_s > 0:
-            raise InputError(f"sample_interval_s must be > 0 (got {sample_interval_s}); 0 makes the GPU recorder busy-loop")
+            raise InputError(
+                f"sample_interval_s must be > 0 (got {sample_interval_s}); 0 makes the GPU recorder busy-loop"
+            )
         self.environment = environment or detect_environment(check_tools=False)
         self.nvtx_log = nvtx_log or attached_nvtx_log()
         self.kernel_mode: KernelMode = resolve_kernel_mode(kernels, self.environment.vendor, self.nvtx_log is not None)
@@ -250,7 +273,9 @@ class Profiler:
             self._last = recording
             return recording.raw()
 
-    def capture(self, *, steps: int | None = None, seconds: float | None = None, timeout_s: float | None = None) -> RawCapture:
+    def capture(
+        self, *, steps: int | None = None, seconds: float | None = None, timeout_s: float | None = None
+    ) -> RawCapture:
         """Record ``steps`` pipeline steps (prefill or decode batches) or ``seconds`` of running, then stop.
 
         With ``steps``, ``timeout_s`` (default: none) bounds the wait when the app generates nothing;
@@ -264,8 +289,10 @@ class Profiler:
         if seconds is not None and not seconds > 0:
             raise InputError(f"capture(seconds={seconds}): needs a positive duration")
         if self._is_pipeline_thread():
-            raise InputError("capture() was called from the thread that runs the pipeline: it would wait forever; "
-                             "call it from another thread, or use start() / stop() around the generation")
+            raise InputError(
+                "capture() was called from the thread that runs the pipeline: it would wait forever; "
+                "call it from another thread, or use start() / stop() around the generation"
+            )
         self._start(step_budget=steps)
         mine = self._recording
         note = None
@@ -279,7 +306,10 @@ class Profiler:
                     while self._work_steps < steps and not self._cancel.is_set():
                         left = None if deadline is None else deadline - time.monotonic()
                         if left is not None and left <= 0:
-                            note = f"capture(steps={steps}) timed out after {timeout_s:g} s with {self._work_steps} step(s)"
+                            note = (
+                                f"capture(steps={steps}) timed out after {timeout_s:g} s with {self._work_steps} "
+                                "step(s)"
+                            )
                             break
                         self._steps_changed.wait(left if left is not None else 1.0)
         except BaseException:
@@ -293,8 +323,9 @@ class Profiler:
             raw.notes.append(note)
         return raw
 
-    def capture_in_background(self, *, steps: int | None = None, seconds: float | None = None,
-                              timeout_s: float | None = None) -> Future[RawCapture]:
+    def capture_in_background(
+        self, *, steps: int | None = None, seconds: float | None = None, timeout_s: float | None = None
+    ) -> Future[RawCapture]:
         """:meth:`capture` on a new daemon thread; the returned future holds the :class:`RawCapture`."""
         future: Future[RawCapture] = Future()
 
@@ -320,12 +351,15 @@ class Profiler:
                 recording.cupti.step_done()
             with self._steps_changed:
                 self._work_steps += 1
-                if self._step_budget is not None and self._work_steps >= self._step_budget and self._recording is not None:
+                if (
+                    self._step_budget is not None
+                    and self._work_steps >= self._step_budget
+                    and self._recording is not None
+                ):
                     self._recording.hook.pause()  # exactly N steps, however late the capturing thread wakes
                 self._steps_changed.notify_all()
         if self._on_step is not None:
             self._on_step(step)
-
 
 
 class ProfileSession(Profiler):
@@ -345,7 +379,9 @@ class ProfileSession(Profiler):
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         failed = exc is not None
         raw = self.stop(failed=failed)
         if not failed:
@@ -382,9 +418,11 @@ def pipeline_model_path(pipeline: Any) -> str | None:
 
 
 def pipeline_devices(pipeline: Any) -> str | None:
-    """The pipeline's devices said as the CLI's ``--devices`` says them (``cpu``, ``gpu``, ``gpu:0,1``): a capture from Python
-    and one from the CLI of the same setup compare (``max-profile diff``)."""
-    devices = getattr(pipeline, "_devices", None) or getattr(getattr(pipeline, "_pipeline_model", None), "devices", None)
+    """The pipeline's devices said as the CLI's ``--devices`` says them (``cpu``, ``gpu``, ``gpu:0,1``): a capture from
+    Python and one from the CLI of the same setup compare (``max-profile diff``)."""
+    devices = getattr(pipeline, "_devices", None) or getattr(
+        getattr(pipeline, "_pipeline_model", None), "devices", None
+    )
     if not isinstance(devices, (list, tuple)) or not devices:
         return None
     accelerators = [d for d in devices if not getattr(d, "is_host", str(getattr(d, "label", "cpu")) == "cpu")]
@@ -402,17 +440,17 @@ def _device_graph_capture(pipeline: Any) -> bool | None:
 
 
 def restart_with_op_ranges(devices: str = "cpu") -> None:
-    """The one call that makes ``profile(pipeline, kernels="nvtx-log")`` record MAX's op ranges from a script: first thing in
-    the script (before MAX loads a model), it re-runs the script once with max_profile's NVTX log library injected and
-    ``MODULAR_ENABLE_PROFILING=on`` (the first run of a model shape that way compiles it again); in the re-run it returns
-    at once. The log lives in max_profile's cache folder: it is written only inside ``profile()`` blocks, emptied once each
-    block is read (a long-running app keeps at most one block's ranges) and removed when the script ends.
+    """The one call that makes ``profile(pipeline, kernels="nvtx-log")`` record MAX's op ranges from a script: first
+    thing in the script (before MAX loads a model), it re-runs the script once with max_profile's NVTX log library
+    injected and
+    ``MODULAR_ENABLE_PROFILING=on`` (the first run of a model shape that way compiles it again); in the re-run it
+    returns at once. The log lives in max_profile's cache folder: it is written only inside ``profile()`` blocks,
+    emptied once each block is read (a long-running app keeps at most one block's ranges) and removed when the script
+    ends.
 
     Equivalent from the shell: ``max-profile run --kernels nvtx-log`` (the same re-execution)."""
     import atexit
     import sys
-
-    from max_profile.collect.live.nvtx_log import restart_with_nvtx_log
 
     restart_with_nvtx_log([sys.executable, *sys.argv], devices, gated=True)
     log = attached_nvtx_log()
@@ -421,8 +459,6 @@ def restart_with_op_ranges(devices: str = "cpu") -> None:
 
 
 def _remove_quietly(path: str) -> None:
-    import contextlib
-
     with contextlib.suppress(OSError):
         os.remove(path)
 
@@ -434,18 +470,36 @@ def profile(target: Any, **kwargs: Any) -> ProfileSession:
         target: ``TextGenerationPipeline`` / ``OverlapTextGenerationPipeline``, or an ``AutoModel`` /
             ``AutoPipeline`` (its ``.pipeline`` is used).
         kernels: ``"off"`` (default), ``"cupti"`` (NVIDIA, needs cupti-python), ``"nvtx-log"`` (MAX's op
-            ranges through the max_profile NVTX injection library), ``"auto"``, or True for CUPTI.
+            ranges through the max_profile NVTX injection library), ``"ops"`` (both on NVIDIA, joined: which op
+            launched each kernel; every step recorded; load the model with device graphs off, whose replays carry no
+            op range), ``"auto"``, or True for CUPTI. nvtx-log and ops need :func:`restart_with_op_ranges` first.
         sample_interval_s: GPU sampling interval (> 0).
         gpu_sampling / phase_markers: turn the GPU recorder / NVTX-roctx phase ranges off.
         model_path / devices: recorded in the report (model_path also enables bandwidth estimates).
         kernel_share / kernel_slice_steps: CUPTI records slices of ``kernel_slice_steps`` steps (8), the first from the
-            start, paused in between so that ``kernel_share`` of the steps are recorded (default 0.25: on an H200, a 2 ms
-            decode step ran at 0.978 of untraced that way, 0.863 with every step); 1 records every step. The report says
-            which steps were recorded.
+            start, paused in between so that ``kernel_share`` of the steps are recorded (default 0.25: on an H200, a 2
+            ms decode step ran at 0.978 of untraced that way, 0.863 with every step); 1 records every step. The report
+            says which steps were recorded.
     """
     return ProfileSession(target, **kwargs)
 
 
-def capture(target: Any, *, steps: int | None = None, seconds: float | None = None, timeout_s: float | None = None, **kwargs: Any) -> RawCapture:
+def capture(
+    target: Any,
+    *,
+    steps: int | None = None,
+    seconds: float | None = None,
+    timeout_s: float | None = None,
+    **kwargs: Any,
+) -> RawCapture:
     """``Profiler(target, **kwargs).capture(...)``: one capture of a pipeline another thread is running."""
     return Profiler(target, **kwargs).capture(steps=steps, seconds=seconds, timeout_s=timeout_s)
+
+
+def remove_own_nvtx_log() -> None:
+    """The NVTX log the re-exec for ``--kernels nvtx-log`` wrote in max_profile's cache folder: read into the report
+    (and the raw capture) by now, so removed, not left to pile up. A log the user pointed elsewhere is theirs."""
+    path = attached_nvtx_log()
+    if path and os.path.dirname(os.path.realpath(path)) == os.path.realpath(cache_dir()):
+        with contextlib.suppress(OSError):
+            os.remove(path)

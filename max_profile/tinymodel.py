@@ -22,7 +22,8 @@ import numpy as np
 Dtype = Literal["float32", "bfloat16", "float8_e4m3fn"]
 """``float8_e4m3fn``: block-scaled FP8 as DeepSeek / Qwen3-FP8 checkpoints store it (``quant_method: fp8``,
 ``weight_block_size [128, 128]``, dynamic activation scales): the layers' projections in FP8 E4M3 with one float32
-scale per 128x128 block (``<proj>.weight_scale``, the name MAX's Linear reads); embeddings, norms and lm_head in bf16."""
+scale per 128x128 block (``<proj>.weight_scale``, the name MAX's Linear reads); embeddings, norms and lm_head in
+bf16."""
 
 FP8_BLOCK = 128
 
@@ -104,7 +105,9 @@ TensorSpec = tuple[tuple[int, ...], Callable[[], np.ndarray]]
 """(shape, make): ``make`` returns float32 values, or a uint8 array already in the stored encoding (tiled FP8 codes)."""
 
 
-def write_safetensors(path: Path, tensors: dict[str, TensorSpec], dtype: Dtype, *, stored: dict[str, str] | None = None) -> None:
+def write_safetensors(
+    path: Path, tensors: dict[str, TensorSpec], dtype: Dtype, *, stored: dict[str, str] | None = None
+) -> None:
     """Write tensors as a safetensors file (8-byte header length, JSON header, raw data).
 
     Each tensor is (shape, make) and is generated only when written, so a multi-GB model never
@@ -128,7 +131,11 @@ def write_safetensors(path: Path, tensors: dict[str, TensorSpec], dtype: Dtype, 
         for name, (shape, make) in tensors.items():
             values = make()
             encoded = values.dtype == np.uint8 and _ENCODERS[kinds[name]][0] == 1
-            fh.write(values.tobytes() if encoded else _ENCODERS[kinds[name]][1](np.ascontiguousarray(values, dtype=np.float32).reshape(shape)))
+            fh.write(
+                values.tobytes()
+                if encoded
+                else _ENCODERS[kinds[name]][1](np.ascontiguousarray(values, dtype=np.float32).reshape(shape))
+            )
 
 
 def _train_tokenizer(out: Path, vocab_target: int, chat_template: str | None) -> tuple[int, dict[str, int]]:
@@ -148,9 +155,7 @@ def _train_tokenizer(out: Path, vocab_target: int, chat_template: str | None) ->
     tok.train_from_iterator([_TRAINING_TEXT], trainer)
     bos = tok.token_to_id("<|begin_of_text|>")
     tok.post_processor = processors.TemplateProcessing(  # type: ignore[assignment]
-        single="<|begin_of_text|> $A",
-        pair="<|begin_of_text|> $A $B",
-        special_tokens=[("<|begin_of_text|>", bos)],
+        single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A $B", special_tokens=[("<|begin_of_text|>", bos)]
     )
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", pad_token="<|pad|>"
@@ -210,8 +215,12 @@ def build_tiny_llama(
         **shape.extra_config,
     }
     if dtype == "float8_e4m3fn":
-        config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                                         "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
+        config["quantization_config"] = {
+            "quant_method": "fp8",
+            "fmt": "e4m3",
+            "activation_scheme": "dynamic",
+            "weight_block_size": [FP8_BLOCK, FP8_BLOCK],
+        }
     (path / "config.json").write_text(json.dumps(config, indent=2))
     gen = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
     (path / "generation_config.json").write_text(json.dumps(gen, indent=2))
@@ -252,7 +261,9 @@ def build_tiny_llama(
         def normal(dims: tuple[int, ...]) -> Callable[[], np.ndarray]:
             return lambda: (fresh.standard_normal(dims, dtype=np.float32) * 0.02).astype(np.float32)
 
-        tensors = {name: ((dims, normal(dims)) if len(dims) == 2 else (dims, make)) for name, (dims, make) in tensors.items()}
+        tensors = {
+            name: ((dims, normal(dims)) if len(dims) == 2 else (dims, make)) for name, (dims, make) in tensors.items()
+        }
     stored: dict[str, str] = {}
     if dtype == "float8_e4m3fn":
         codes = np.frombuffer(_e4m3_bytes(block), dtype=np.uint8)  # encoded once: big projections tile the codes

@@ -43,8 +43,8 @@ def _fresh_name_caches() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist each worker gets its own TMPDIR (removed at its end): tests that check what a capture leaves in
-    the temporary folder see only their own worker's files, not the other worker's servers."""
+    """Under pytest-xdist each worker gets its own TMPDIR (removed at its end): tests that check what a capture leaves
+    in the temporary folder see only their own worker's files, not the other worker's servers."""
     global _WORKER_TMP
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
@@ -75,14 +75,14 @@ def loaded_model(tiny_model_dir: Path) -> Iterator[object]:
 
 
 def error_message(stderr: str) -> str:
-    """The CLI's one error: its ``max-profile: error:`` line (at most 200 characters, checked) and the indented lines that
-    continue it, joined; no traceback."""
+    """The CLI's one error: its ``max-profile: error:`` line (at most 200 characters, checked) and the indented lines
+    that continue it, joined; no traceback."""
     lines = stderr.splitlines()
     at = [i for i, line in enumerate(lines) if line.startswith("max-profile: error:")]
     assert len(at) == 1 and "Traceback" not in stderr, stderr
     assert len(lines[at[0]]) <= 200, f"an error line is at most 200 characters (details go below it): {lines[at[0]]}"
     rest = []
-    for line in lines[at[0] + 1:]:
+    for line in lines[at[0] + 1 :]:
         if not line.startswith("  "):
             break
         rest.append(line.strip())
@@ -100,6 +100,8 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 900)
         env={**os.environ, **(env or {})},
         cwd=str(REPO),
     )
+
+
 pytest_plugins = ["pytester"]
 
 

@@ -76,12 +76,42 @@ def _kineto(out: Path) -> Path:
     events: list[dict[str, Any]] = []
     for i in range(200):
         corr = int(t.correlation_id[i]) if t.correlation_id is not None else i
-        events.append({"ph": "X", "cat": "kernel", "name": t.name_of(i), "pid": 0, "tid": 7, "ts": t.start_ns[i] / 1e3, "dur": (t.end_ns[i] - t.start_ns[i]) / 1e3,
-                       "args": {"device": 0, "stream": 7, "correlation": corr, "grid": [1, 64, 1], "block": [128, 1, 1]}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": t.name_of(i),
+                "pid": 0,
+                "tid": 7,
+                "ts": t.start_ns[i] / 1e3,
+                "dur": (t.end_ns[i] - t.start_ns[i]) / 1e3,
+                "args": {"device": 0, "stream": 7, "correlation": corr, "grid": [1, 64, 1], "block": [128, 1, 1]},
+            }
+        )
         if t.launch_ns is not None:
-            events.append({"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernelEx", "pid": 1, "tid": 2, "ts": t.launch_ns[i] / 1e3, "dur": 1.0,
-                           "args": {"correlation": corr}})
-    events.append({"ph": "X", "cat": "user_annotation", "name": "max_profile:decode", "pid": 1, "tid": 1, "ts": t.start_ns[0] / 1e3 - 5, "dur": 500.0})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_driver",
+                    "name": "cuLaunchKernelEx",
+                    "pid": 1,
+                    "tid": 2,
+                    "ts": t.launch_ns[i] / 1e3,
+                    "dur": 1.0,
+                    "args": {"correlation": corr},
+                }
+            )
+    events.append(
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "max_profile:decode",
+            "pid": 1,
+            "tid": 1,
+            "ts": t.start_ns[0] / 1e3 - 5,
+            "dur": 500.0,
+        }
+    )
     seed = out / "seed_kineto.json"
     seed.write_text(json.dumps({"traceEvents": events}))
     return seed
@@ -93,16 +123,39 @@ def _rocprof_json(out: Path) -> Path:
 
     t = RawCapture.load(str(DATA / "h200" / "small_cupti_raw.json.gz")).kernels
     symbols = [{"kernel_id": i, "kernel_name": name} for i, name in enumerate(t.names)]
-    dispatches = [{"kind": 11, "thread_id": 905, "correlation_id": {"internal": i + 1, "external": 0}, "start_timestamp": int(t.start_ns[i]),
-                   "end_timestamp": int(t.end_ns[i]), "dispatch_info": {"agent_id": {"handle": 40}, "queue_id": {"handle": 7},
-                                                                       "kernel_id": int(t.name_idx[i]), "grid_size": {"x": 64, "y": 1, "z": 1},
-                                                                       "workgroup_size": {"x": 128, "y": 1, "z": 1}}} for i in range(200)]
-    marker = {"kind": 1, "thread_id": 900, "correlation_id": {"internal": 9999, "external": 0}, "start_timestamp": int(t.start_ns[0]) - 5000,
-              "end_timestamp": int(t.start_ns[0]) + 500_000}
-    process = {"agents": [{"id": {"handle": 40}, "type": 2, "logical_node_type_id": 0, "product_name": "AMD Instinct MI300X"}],
-               "kernel_symbols": symbols, "strings": {"buffer_records": [{"kind": "NONE"}, {"kind": "MARKER_CORE_RANGE_API"}],
-                                                      "marker_api": [{"key": 9999, "value": "max_profile:decode"}]},
-               "buffer_records": {"kernel_dispatch": dispatches, "marker_api": [marker]}}
+    dispatches = [
+        {
+            "kind": 11,
+            "thread_id": 905,
+            "correlation_id": {"internal": i + 1, "external": 0},
+            "start_timestamp": int(t.start_ns[i]),
+            "end_timestamp": int(t.end_ns[i]),
+            "dispatch_info": {
+                "agent_id": {"handle": 40},
+                "queue_id": {"handle": 7},
+                "kernel_id": int(t.name_idx[i]),
+                "grid_size": {"x": 64, "y": 1, "z": 1},
+                "workgroup_size": {"x": 128, "y": 1, "z": 1},
+            },
+        }
+        for i in range(200)
+    ]
+    marker = {
+        "kind": 1,
+        "thread_id": 900,
+        "correlation_id": {"internal": 9999, "external": 0},
+        "start_timestamp": int(t.start_ns[0]) - 5000,
+        "end_timestamp": int(t.start_ns[0]) + 500_000,
+    }
+    process = {
+        "agents": [{"id": {"handle": 40}, "type": 2, "logical_node_type_id": 0, "product_name": "AMD Instinct MI300X"}],
+        "kernel_symbols": symbols,
+        "strings": {
+            "buffer_records": [{"kind": "NONE"}, {"kind": "MARKER_CORE_RANGE_API"}],
+            "marker_api": [{"key": 9999, "value": "max_profile:decode"}],
+        },
+        "buffer_records": {"kernel_dispatch": dispatches, "marker_api": [marker]},
+    }
     seed = out / "seed_rocprof.json"
     seed.write_text(json.dumps({"rocprofiler-sdk-tool": [process]}))
     return seed
@@ -124,13 +177,27 @@ def _raw_capture(out: Path) -> tuple[Path, Path]:
 ROCPROF = (
     '"Kind","Agent_Id","Queue_Id","Stream_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name","Correlation_Id","Start_Timestamp","End_Timestamp",'
     '"LDS_Block_Size","Scratch_Size","VGPR_Count","Accum_VGPR_Count","SGPR_Count","Workgroup_Size_X","Workgroup_Size_Y","Workgroup_Size_Z","Grid_Size_X","Grid_Size_Y","Grid_Size_Z"\n'
-) + "".join(f'"KERNEL_DISPATCH","Agent {4 + i % 2}",1,0,905,{i},{10 + i % 3},"{["gemv_split_k_bf16_gfx942", "mha_decode_gfx942_bf16", "matmul_bf16"][i % 3]}",{i},'
-            f'{1000 + 300 * i},{1200 + 300 * i},0,0,8,0,16,64,1,1,64,1,1\n' for i in range(60))
-ROCPROF_MARKERS = '"Domain","Function","Process_Id","Thread_Id","Correlation_Id","Start_Timestamp","End_Timestamp"\n' + "".join(
-    f'"MARKER_CORE_RANGE_API","max_profile:{"prefill" if i == 0 else "decode"}",900,900,{i},{900 + 3000 * i},{3850 + 3000 * i}\n' for i in range(6))
-SERVE_LOG = ("INFO: Started server process [4242]\nINFO:     Waiting for application startup.\nWARNING: telemetry disabled\n"
-             "Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\nValueError: No architecture found for FooForCausalLM\n"
-             "ERROR: Address already in use\nABORT: symbol not found: nvtxRangeStartEx\n")
+) + "".join(
+    '"KERNEL_DISPATCH","Agent '
+    f'{4 + i % 2}",1,0,905,{i},{10 + i % 3},'
+    f'"{["gemv_split_k_bf16_gfx942", "mha_decode_gfx942_bf16", "matmul_bf16"][i % 3]}",{i},'
+    f"{1000 + 300 * i},{1200 + 300 * i},0,0,8,0,16,64,1,1,64,1,1\n"
+    for i in range(60)
+)
+ROCPROF_MARKERS = (
+    '"Domain","Function","Process_Id","Thread_Id","Correlation_Id","Start_Timestamp","End_Timestamp"\n'
+    + "".join(
+        f'"MARKER_CORE_RANGE_API","max_profile:{"prefill" if i == 0 else "decode"}",'
+        f"900,900,{i},{900 + 3000 * i},{3850 + 3000 * i}\n"
+        for i in range(6)
+    )
+)
+SERVE_LOG = (
+    "INFO: Started server process [4242]\nINFO:     Waiting for application startup.\nWARNING: telemetry disabled\n"
+    'Traceback (most recent call last):\n  File "x.py", line 3, in <module>\nValueError: No architecture found for '
+    "FooForCausalLM\n"
+    "ERROR: Address already in use\nABORT: symbol not found: nvtxRangeStartEx\n"
+)
 
 
 def _rocpd(out: Path) -> Path:
@@ -138,19 +205,39 @@ def _rocpd(out: Path) -> Path:
     con = sqlite3.connect(db)
     con.execute("CREATE TABLE rocpd_kernel_dispatch (id INTEGER)")
     con.execute("CREATE TABLE kernels (name TEXT, start INTEGER, end INTEGER, agent_abs_index INTEGER, tid INTEGER)")
-    con.execute("CREATE TABLE regions (category TEXT, name TEXT, start INTEGER, end INTEGER, tid INTEGER, extdata TEXT)")
-    con.executemany("INSERT INTO kernels VALUES (?, ?, ?, ?, ?)", [(["gemv_split_k_bf16", "sm90_matmul_bf16"][i % 2], 1000 + 500 * i, 1400 + 500 * i, 4, 905)
-                                                                    for i in range(80)])
-    con.executemany("INSERT INTO regions VALUES ('MARKER_CORE_RANGE_API', 'roctxThreadRangeA', ?, ?, 900, ?)",
-                    [(900 + 5000 * i, 5800 + 5000 * i, json.dumps({"message": "max_profile:" + ("prefill" if i == 0 else "decode")})) for i in range(8)])
+    con.execute(
+        "CREATE TABLE regions (category TEXT, name TEXT, start INTEGER, end INTEGER, tid INTEGER, extdata TEXT)"
+    )
+    con.executemany(
+        "INSERT INTO kernels VALUES (?, ?, ?, ?, ?)",
+        [(["gemv_split_k_bf16", "sm90_matmul_bf16"][i % 2], 1000 + 500 * i, 1400 + 500 * i, 4, 905) for i in range(80)],
+    )
+    con.executemany(
+        "INSERT INTO regions VALUES ('MARKER_CORE_RANGE_API', 'roctxThreadRangeA', ?, ?, 900, ?)",
+        [
+            (
+                900 + 5000 * i,
+                5800 + 5000 * i,
+                json.dumps({"message": "max_profile:" + ("prefill" if i == 0 else "decode")}),
+            )
+            for i in range(8)
+        ],
+    )
     con.commit()
     con.close()
     return db
 
 
 def _gpu_trace_csv(out: Path) -> Path:
-    rows = ["Start (ns),Duration (ns),CorrId,GrdX,GrdY,GrdZ,BlkX,BlkY,BlkZ,Reg/Trd,StcSMem (MB),DymSMem (MB),Bytes (MB),Throughput (MB/s),SrcMemKd,DstMemKd,Device,Ctx,GreenCtx,Strm,Name"]
-    rows += [f"{525000000 + 7000 * i},{2000 + i},{100 + i},4096,1,1,256,1,1,16,0.000,0.000,,,,,NVIDIA H200 (0),1,,7,\"gemv_split_k_{i % 4}(float *, int)\"" for i in range(80)]
+    rows = [
+        "Start (ns),Duration (ns),CorrId,GrdX,GrdY,GrdZ,BlkX,BlkY,BlkZ,Reg/Trd,StcSMem (MB),DymSMem (MB),Bytes "
+        "(MB),Throughput (MB/s),SrcMemKd,DstMemKd,Device,Ctx,GreenCtx,Strm,Name"
+    ]
+    rows += [
+        f"{525000000 + 7000 * i},{2000 + i},{100 + i},4096,1,1,256,1,1,16,0.000,0.000,,,,,NVIDIA H200 "
+        f'(0),1,,7,"gemv_split_k_{i % 4}(float *, int)"'
+        for i in range(80)
+    ]
     rows.insert(5, "525074279,2016,121,,,,,,,,,,4.194,2080504.807,Device,,NVIDIA H200 (0),1,,7,[CUDA memset]")
     seed = out / "seed_gpu_trace.csv"
     seed.write_text("Processing [x.sqlite] with [cuda_gpu_trace.py]... \n" + "\n".join(rows) + "\n")
@@ -159,14 +246,46 @@ def _gpu_trace_csv(out: Path) -> Path:
 
 def _kern_sum_csv(out: Path) -> Path:
     seed = out / "seed_kern_sum.csv"
-    seed.write_text("Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n"
-                    + "".join(f"{10.0 - i / 10:.1f},{84512 * (20 - i)},{2 + i},42256.0,42256.0,40832,43680,2013.8,kernel_{i}\n" for i in range(20)))
+    seed.write_text(
+        "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n"
+        + "".join(
+            f"{10.0 - i / 10:.1f},{84512 * (20 - i)},{2 + i},42256.0,42256.0,40832,43680,2013.8,kernel_{i}\n"
+            for i in range(20)
+        )
+    )
     return seed
 
 
 # --- mutators -------------------------------------------------------------------------------
-WEIRD_TEXT = ["", " ", "-1", "-9223372036854775808", "9223372036854775807", "99999999999999999999999", "1e308", "-1e308", "nan", "NaN", "inf", "-inf",
-              "0x1F", "1,2,3", "\x00", "é☃" * 3, "\"", "'", "\n", "x" * 5000, "null", "true", "[]", "{}", "3.5", "-0", "1e-300"]
+WEIRD_TEXT = [
+    "",
+    " ",
+    "-1",
+    "-9223372036854775808",
+    "9223372036854775807",
+    "99999999999999999999999",
+    "1e308",
+    "-1e308",
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "0x1F",
+    "1,2,3",
+    "\x00",
+    "é☃" * 3,
+    '"',
+    "'",
+    "\n",
+    "x" * 5000,
+    "null",
+    "true",
+    "[]",
+    "{}",
+    "3.5",
+    "-0",
+    "1e-300",
+]
 
 
 def _weird_value(rng: Any) -> Any:
@@ -199,7 +318,7 @@ def mutate_bytes(data: bytes, rng: Any) -> bytes:
         for _ in range(rng.randrange(1, 20)):
             b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
     elif op == 1:  # cut
-        del b[rng.randrange(len(b)):]
+        del b[rng.randrange(len(b)) :]
     elif op == 2:  # insert junk
         at = rng.randrange(len(b))
         b[at:at] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64)))
@@ -235,7 +354,9 @@ def mutate_csv(text: str, rng: Any) -> str:
             rows[r][c] = str(_weird_value(rng))
         elif op == 1 and rows[0]:  # a header name
             c = rng.randrange(len(rows[0]))
-            rows[0][c] = rng.choice(["", "Name", "Start (ns)", "Kernel Name", "X", rows[0][c].lower(), rows[0][c] + " "])
+            rows[0][c] = rng.choice(
+                ["", "Name", "Start (ns)", "Kernel Name", "X", rows[0][c].lower(), rows[0][c] + " "]
+            )
         elif op == 2:  # ragged row
             rows[r] = rows[r][: rng.randrange(len(rows[r]) + 1)]
         elif op == 3:  # extra columns
@@ -303,10 +424,17 @@ def mutate_sqlite(path: Path, rng: Any) -> None:
                     value = json.dumps(value)
                 if isinstance(value, int) and not -(2**63) <= value < 2**63:
                     value = str(value)
-                where = "" if rng.random() < 0.1 else f" WHERE rowid IN (SELECT rowid FROM {table} ORDER BY random() LIMIT {rng.randrange(1, 20)})"
+                where = (
+                    ""
+                    if rng.random() < 0.1
+                    else f" WHERE rowid IN (SELECT rowid FROM {table} ORDER BY random() LIMIT {rng.randrange(1, 20)})"
+                )
                 con.execute(f'UPDATE {table} SET "{col}" = ?{where}', (value,))
             elif op == 3:
-                con.execute(f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} ORDER BY random() LIMIT {rng.randrange(1, 200)})")
+                con.execute(
+                    f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} ORDER BY random() LIMIT "
+                    f"{rng.randrange(1, 200)})"
+                )
             elif op == 4:
                 con.execute(f"INSERT INTO {table} SELECT * FROM {table} LIMIT {rng.randrange(1, 50)}")
             elif rng.random() < 0.3:
@@ -337,7 +465,11 @@ def mutate_lines(text: str, rng: Any) -> str:
         elif op == 2:
             lines.insert(i, lines[rng.randrange(len(lines))])
         elif op == 3:
-            lines[i] = lines[i].replace("\t", " ") if rng.random() < 0.5 else lines[i] + "\t" + "".join(rng.choice(string.printable) for _ in range(30))
+            lines[i] = (
+                lines[i].replace("\t", " ")
+                if rng.random() < 0.5
+                else lines[i] + "\t" + "".join(rng.choice(string.printable) for _ in range(30))
+            )
         else:
             lines[i] = rng.choice(["PUSH", "POP", "START", "END", "MARK"]) + " " + lines[i]
     return "\n".join(lines) + "\n"
@@ -348,7 +480,9 @@ def _check_report(report: Any) -> str | None:
     """Why a report holds impossible numbers (negative times or counts, NaN, infinity, busy over 100 %), or None."""
     from max_profile.model import find_impossible_number
 
-    found = find_impossible_number(msgspec.to_builtins(report, enc_hook=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
+    found = find_impossible_number(
+        msgspec.to_builtins(report, enc_hook=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
+    )
     if found:
         return found
     k = getattr(report, "kernels", None)
@@ -381,8 +515,13 @@ def _nvtx(path: Path) -> Any:
     from max_profile.model import Capture, Environment, RawCapture
 
     log = read_nvtx_log(path)
-    raw = RawCapture(environment=Environment(vendor="none", vendor_reason="fuzz"), capture=Capture(started_unix_s=0.0), kernels=log.op_table(),
-                     ranges=log.phase_ranges(), kernel_source="nvtx-log")
+    raw = RawCapture(
+        environment=Environment(vendor="none", vendor_reason="fuzz"),
+        capture=Capture(started_unix_s=0.0),
+        kernels=log.op_table(),
+        ranges=log.phase_ranges(),
+        kernel_source="nvtx-log",
+    )
     return build_report(raw)
 
 
@@ -426,8 +565,11 @@ class Reader:
 def _text_mutator(fn: Callable[[str, Any], str]) -> Callable[[Path, Any], None]:
     def mutate(path: Path, rng: Any) -> None:
         text = path.read_text(errors="replace")
-        out = fn(text, rng) if rng.random() < 0.8 else mutate_bytes(text.encode(), rng).decode("utf-8", errors="replace")
+        out = (
+            fn(text, rng) if rng.random() < 0.8 else mutate_bytes(text.encode(), rng).decode("utf-8", errors="replace")
+        )
         path.write_text(out)
+
     return mutate
 
 
@@ -453,8 +595,20 @@ def readers(workdir: Path) -> dict[str, Reader]:
         Reader("rocpd", ".db", mutate_sqlite, _import_and_build, _rocpd(workdir)),
         Reader("kineto-json", ".json", _text_mutator(mutate_json), _import_and_build, _kineto(workdir)),
         Reader("rocprofv3-json", ".json", _text_mutator(mutate_json), _import_and_build, _rocprof_json(workdir)),
-        Reader("ncu-details-csv", ".csv", _text_mutator(mutate_csv), lambda p: _ncu_pair(p, None), DATA / "h200" / "small_ncu_mha_details.csv"),
-        Reader("ncu-raw-csv", ".csv", _text_mutator(mutate_csv), lambda p: _ncu_pair(DATA / "h200" / "small_ncu_mha_details.csv", p), ncu_raw),
+        Reader(
+            "ncu-details-csv",
+            ".csv",
+            _text_mutator(mutate_csv),
+            lambda p: _ncu_pair(p, None),
+            DATA / "h200" / "small_ncu_mha_details.csv",
+        ),
+        Reader(
+            "ncu-raw-csv",
+            ".csv",
+            _text_mutator(mutate_csv),
+            lambda p: _ncu_pair(DATA / "h200" / "small_ncu_mha_details.csv", p),
+            ncu_raw,
+        ),
         Reader("nvtx-log", ".log", _text_mutator(mutate_lines), _nvtx, DATA / "cpu" / "nvtx_log_sample.txt"),
         Reader("raw-capture-json", ".json", _text_mutator(mutate_json), _raw_json, raw_seed),
         Reader("report-json", ".json", _text_mutator(mutate_json), _report_json, report_seed),

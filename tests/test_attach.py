@@ -64,10 +64,22 @@ def outside_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactor
     port, metrics_port = free_port(), free_port()
     log = tmp_path_factory.mktemp("outside-server") / "server.log"
     env = clean_child_env({"MAX_SERVE_METRICS_ENDPOINT_PORT": str(metrics_port), "HF_HUB_OFFLINE": "1"})
-    cmd = [str(Path(sys.executable).parent / "max"), "serve", "--model-path", str(tiny_model_dir), "--devices", "cpu", "--host", "127.0.0.1",
-           "--port", str(port)]
+    cmd = [
+        str(Path(sys.executable).parent / "max"),
+        "serve",
+        "--model-path",
+        str(tiny_model_dir),
+        "--devices",
+        "cpu",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
     server = Server(proc, port, metrics_port, log)
     try:
         deadline = time.monotonic() + 900  # a cold compile cache compiles the tiny model first
@@ -88,8 +100,19 @@ def outside_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactor
 
 def test_attach_probe_matches_the_servers_own_metrics(outside_server: Server, tmp_path: Path) -> None:
     pid = outside_server.proc.pid
-    res = run_cli("attach", outside_server.url, "--metrics-url", outside_server.metrics_url, "--probe", "--duration", "6", "--json", str(tmp_path / "r.json"),
-                  env=clean_child_env(), timeout=300)
+    res = run_cli(
+        "attach",
+        outside_server.url,
+        "--metrics-url",
+        outside_server.metrics_url,
+        "--probe",
+        "--duration",
+        "6",
+        "--json",
+        str(tmp_path / "r.json"),
+        env=clean_child_env(),
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     report = json.loads((tmp_path / "r.json").read_text())
     serve = report["serve"]
@@ -100,34 +123,72 @@ def test_attach_probe_matches_the_servers_own_metrics(outside_server: Server, tm
     hand: dict[str, dict[str, float]] = {}
 
     def progress(line: str) -> None:
-        if line.startswith("attached to"):  # identified (its /v1/models request is outside the window); the window opens next
+        if line.startswith(
+            "attached to"
+        ):  # identified (its /v1/models request is outside the window); the window opens next
             hand["before"] = outside_server.counters()
 
-    result = run_attach(AttachPlan(url=outside_server.url, metrics_url=outside_server.metrics_url, duration_s=6, probe=True), progress)
+    result = run_attach(
+        AttachPlan(url=outside_server.url, metrics_url=outside_server.metrics_url, duration_s=6, probe=True), progress
+    )
     hand["after"] = outside_server.counters()
     assert result.failure is None
     server = build_report(result.raw).server_metrics
     assert server is not None
 
     def by_hand(name: str) -> float:
-        return hand["after"].get(name, 0.0) - hand["before"].get(name, 0.0)  # a counter is absent until its first increment
+        return hand["after"].get(name, 0.0) - hand["before"].get(
+            name, 0.0
+        )  # a counter is absent until its first increment
 
     assert server.requests == by_hand("maxserve_request_count_total") == 3
-    assert server.output_tokens == by_hand("maxserve_num_output_tokens_total") == sum(r.tokens for r in result.raw.requests) == 3 * 64
+    assert (
+        server.output_tokens
+        == by_hand("maxserve_num_output_tokens_total")
+        == sum(r.tokens for r in result.raw.requests)
+        == 3 * 64
+    )
     assert server.batches.get("TG", 0) > 0 and server.batch_execution_ms_mean.get("TG", 0) > 0
     # read-only: the same server process, still healthy
     assert outside_server.proc.poll() is None and outside_server.proc.pid == pid and outside_server.healthy()
 
 
 def test_attach_sweep_and_metrics_off(outside_server: Server, tmp_path: Path) -> None:
-    res = run_cli("attach", outside_server.url, "--metrics-url", outside_server.metrics_url, "--concurrency", "1,2", "--duration", "4",
-                  "--max-tokens", "16", "--json", str(tmp_path / "sweep.json"), env=clean_child_env(), timeout=300)
+    res = run_cli(
+        "attach",
+        outside_server.url,
+        "--metrics-url",
+        outside_server.metrics_url,
+        "--concurrency",
+        "1,2",
+        "--duration",
+        "4",
+        "--max-tokens",
+        "16",
+        "--json",
+        str(tmp_path / "sweep.json"),
+        env=clean_child_env(),
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     levels = json.loads((tmp_path / "sweep.json").read_text())["load_levels"]
-    assert [lv["concurrency"] for lv in levels] == [1, 2] and all(lv["completed"] > 0 and lv["output_tok_per_s"] > 0 for lv in levels)
+    assert [lv["concurrency"] for lv in levels] == [1, 2] and all(
+        lv["completed"] > 0 and lv["output_tok_per_s"] > 0 for lv in levels
+    )
     closed = f"http://127.0.0.1:{free_port()}/metrics"
-    res = run_cli("attach", outside_server.url, "--metrics-url", closed, "--probe", "--duration", "3", "--json", str(tmp_path / "off.json"),
-                  env=clean_child_env(), timeout=300)
+    res = run_cli(
+        "attach",
+        outside_server.url,
+        "--metrics-url",
+        closed,
+        "--probe",
+        "--duration",
+        "3",
+        "--json",
+        str(tmp_path / "off.json"),
+        env=clean_child_env(),
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     off = json.loads((tmp_path / "off.json").read_text())
     assert any("metrics could not be read" in n and "MAX_SERVE_METRICS_ENDPOINT_PORT" in n for n in off["notes"])
@@ -139,7 +200,9 @@ def test_attach_refuses_what_is_not_a_max_server(outside_server: Server) -> None
     nobody = f"http://127.0.0.1:{free_port()}"
     res = run_cli("attach", nobody, "--duration", "2", timeout=120)
     assert res.returncode == 2 and "no server answers there" in res.stderr
-    res = run_cli("attach", f"http://127.0.0.1:{outside_server.metrics_port}", "--duration", "2", timeout=120)  # HTTP, but not MAX's API
+    res = run_cli(
+        "attach", f"http://127.0.0.1:{outside_server.metrics_port}", "--duration", "2", timeout=120
+    )  # HTTP, but not MAX's API
     assert res.returncode == 2 and "not a MAX server" in res.stderr
     res = run_cli("attach", "ftp://somewhere", "--duration", "2", timeout=120)
     assert res.returncode == 2
@@ -149,9 +212,22 @@ def test_attach_refuses_what_is_not_a_max_server(outside_server: Server) -> None
 
 def test_server_dying_mid_window_exits_4_with_the_report(outside_server: Server, tmp_path: Path) -> None:
     """Last in the module: it kills the module's server (which is not max_profile's to clean up)."""
-    cmd = [sys.executable, "-m", "max_profile", "attach", outside_server.url, "--metrics-url", outside_server.metrics_url, "--duration", "60",
-           "--json", str(tmp_path / "r.json")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=clean_child_env())
+    cmd = [
+        sys.executable,
+        "-m",
+        "max_profile",
+        "attach",
+        outside_server.url,
+        "--metrics-url",
+        outside_server.metrics_url,
+        "--duration",
+        "60",
+        "--json",
+        str(tmp_path / "r.json"),
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=clean_child_env()
+    )
     assert proc.stderr is not None
     for line in proc.stderr:
         if "attached to" in line:

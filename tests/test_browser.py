@@ -1,7 +1,7 @@
 """The HTML report in a real browser: Debian's Chromium driven headless by Playwright (its own browser download is
 not used). For reports from every source: no console error, no network request, every section present, a drawn
-plot (canvas, not blank) in each section that has data. .ci/run installs chromium and sets MAX_PROFILE_REQUIRE_BROWSER=1,
-so there a missing browser fails instead of skipping."""
+plot (canvas, not blank) in each section that has data. .ci/run installs chromium and sets
+MAX_PROFILE_REQUIRE_BROWSER=1, so there a missing browser fails instead of skipping."""
 
 from __future__ import annotations
 
@@ -36,8 +36,17 @@ def browser() -> Any:
 
     assert CHROMIUM, "chromium is required here (MAX_PROFILE_REQUIRE_BROWSER=1): apt-get install -y chromium"
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                                                              "--disable-component-update", "--disable-sync", "--no-first-run"])
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
         yield b
         b.close()
 
@@ -93,15 +102,30 @@ def _check_page(browser: Any, html: str, tmp_path: Path, name: str, want: set[st
 
 def test_cpu_in_process_report(browser: Any, tiny_model_dir: Path, tmp_path: Path) -> None:
     """`max-profile run --html` on the CPU (a subprocess: Playwright's event loop owns this one)."""
-    res = run_cli("run", "--model-path", str(tiny_model_dir), "--devices", "cpu", "--max-new-tokens", "24", "--kernels", "off",
-                  "--json", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html"))
+    res = run_cli(
+        "run",
+        "--model-path",
+        str(tiny_model_dir),
+        "--devices",
+        "cpu",
+        "--max-new-tokens",
+        "24",
+        "--kernels",
+        "off",
+        "--json",
+        str(tmp_path / "r.json"),
+        "--html",
+        str(tmp_path / "r.html"),
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     report = Report.load(str(tmp_path / "r.json"))
     assert "steps" in _expected_plots(report)
     _check_page(browser, (tmp_path / "r.html").read_text(), tmp_path, "cpu_in_process", _expected_plots(report))
 
 
-@pytest.mark.parametrize("name", ["arch_c_raw.json.gz", "tracing/serve_util_raw.json.gz", "tracing/run_graphs_raw.json.gz"])
+@pytest.mark.parametrize(
+    "name", ["arch_c_raw.json.gz", "tracing/serve_util_raw.json.gz", "tracing/run_graphs_raw.json.gz"]
+)
 def test_h200_reports(browser: Any, tmp_path: Path, name: str) -> None:
     report = build_report(RawCapture.load(str(H200 / name)))
     want = _expected_plots(report)
@@ -124,7 +148,7 @@ def test_ncu_report(browser: Any, tmp_path: Path) -> None:
 
 def test_diff_page(browser: Any, tmp_path: Path) -> None:
     from max_profile.analyze.diff import diff_reports
-    from max_profile.render.html import render_diff_html
+    from max_profile.render.diff_html import render_diff_html
 
     a = build_report(RawCapture.load(str(H200 / "arch_a_raw.json.gz")))
     c = build_report(RawCapture.load(str(H200 / "arch_c_raw.json.gz")))

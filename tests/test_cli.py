@@ -31,7 +31,20 @@ def test_doctor_reports_missing_tools_with_install_commands(tmp_path: Path) -> N
 
 
 def test_make_model(tmp_path: Path) -> None:
-    res = run_cli("make-model", str(tmp_path / "m"), "--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--dtype", "bfloat16")
+    res = run_cli(
+        "make-model",
+        str(tmp_path / "m"),
+        "--hidden",
+        "32",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--kv-heads",
+        "1",
+        "--dtype",
+        "bfloat16",
+    )
     assert res.returncode == 0, res.stderr
     cfg = json.loads((tmp_path / "m" / "config.json").read_text())
     assert cfg["hidden_size"] == 32 and cfg["num_hidden_layers"] == 1 and cfg["torch_dtype"] == "bfloat16"
@@ -48,16 +61,25 @@ def test_make_model_bad_shape(tmp_path: Path) -> None:
     ("args", "expect"),
     [
         (["run", "--model-path", "/nonexistent/model"], "does not exist"),
-        (["run", "--model-path", "meta-llama/Llama-3.2-1B"], "(a hub id? a local folder is needed: hf download meta-llama/Llama-3.2-1B --local-dir Llama-3.2-1B)"),
+        (
+            ["run", "--model-path", "meta-llama/Llama-3.2-1B"],
+            "(a hub id? a local folder is needed: hf download meta-llama/Llama-3.2-1B --local-dir Llama-3.2-1B)",
+        ),
         (["run", "--model-path", str(DATA)], "no config.json"),
         (["run", "--model-path", __file__], "is a file"),
         (["run", "--model-path", "MODEL", "--devices", "gpu"], "no GPU is visible"),
         (["run", "--model-path", "MODEL", "--devices", "tpu"], "unsupported --devices"),
         (["run", "--model-path", "MODEL", "--interval", "0"], "--interval must be > 0"),
         (["kernels"], "needs --model-path"),
-        (["serve", "--model-path", "MODEL", "--mode", "kernels", "--record-share", "0", "--yes"], "--record-share must be above 0"),
+        (
+            ["serve", "--model-path", "MODEL", "--mode", "kernels", "--record-share", "0", "--yes"],
+            "--record-share must be above 0",
+        ),
         (["serve", "--model-path", "MODEL", "--mode", "kernels", "--record-share", "1.5", "--yes"], "at most 1"),
-        (["serve", "--model-path", "MODEL", "--mode", "kernels", "--record-slice", "-1", "--yes"], "--record-slice must be > 0"),
+        (
+            ["serve", "--model-path", "MODEL", "--mode", "kernels", "--record-slice", "-1", "--yes"],
+            "--record-slice must be > 0",
+        ),
     ],
 )
 def test_bad_input_one_line_nonzero(args: list[str], expect: str, tiny_model_dir: Path) -> None:
@@ -92,7 +114,9 @@ def bad_files(tmp_path: Path) -> dict[str, Path]:
     files["csv_other_columns"] = tmp_path / "x.csv"
     files["csv_other_columns"].write_text("a,b,c\n1,2,3\n")
     files["json_no_kernels"] = tmp_path / "t.json"
-    files["json_no_kernels"].write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "x", "ts": 1, "dur": 2}]}))
+    files["json_no_kernels"].write_text(
+        json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "x", "ts": 1, "dur": 2}]})
+    )
     files["json_truncated"] = tmp_path / "t2.json"
     files["json_truncated"].write_text('{"traceEvents": [{"ph": "X", "cat": "kernel"')
     return files
@@ -134,13 +158,16 @@ def test_device_graphs_follow_max_except_for_op_ranges_on_a_gpu() -> None:
     assert device_graphs_for("off", "gpu", None) is None
     assert device_graphs_for("nvtx-log", "gpu:0", None) is False  # op ranges are not emitted for graph replays
     assert device_graphs_for("nvtx-log", "cpu", None) is None
-    assert device_graphs_for("nvtx-log", "gpu", True) is True and device_graphs_for("cupti", "gpu", False) is False  # the user's choice wins
+    assert (
+        device_graphs_for("nvtx-log", "gpu", True) is True and device_graphs_for("cupti", "gpu", False) is False
+    )  # the user's choice wins
 
 
 @pytest.mark.max
 def test_demo_on_the_cpu_writes_its_three_files_and_leaves_nothing_behind(tmp_path: Path) -> None:
-    """The README's first command, as a newcomer runs it: the tiny model built, profiled with MAX's op ranges (a re-exec with
-    the NVTX log library), report / HTML / raw written; the NVTX log it wrote in max_profile's cache is removed after."""
+    """The README's first command, as a newcomer runs it: the tiny model built, profiled with MAX's op ranges (a
+    re-exec with the NVTX log library), report / HTML / raw written; the NVTX log it wrote in max_profile's cache is
+    removed after."""
     cache = tmp_path / "mp-cache"
     res = run_cli("demo", "--out", str(tmp_path / "out"), env={"MAX_PROFILE_CACHE": str(cache)})
     assert res.returncode == 0, res.stderr[-3000:]
@@ -152,25 +179,33 @@ def test_demo_on_the_cpu_writes_its_three_files_and_leaves_nothing_behind(tmp_pa
     assert "Traceback" not in res.stderr
 
 
-@pytest.mark.parametrize("message", [
-    "short",
-    "/a/very/long/path/" * 8 + "x.csv: unrecognized format (first bytes 'a,b,c'); it reads raw captures, reports, nsys; and more",
-    "word " * 90,
-    "x" * 450,
-])
+@pytest.mark.parametrize(
+    "message",
+    [
+        "short",
+        "/a/very/long/path/" * 8
+        + "x.csv: unrecognized format (first bytes 'a,b,c'); it reads raw captures, reports, nsys; and more",
+        "word " * 90,
+        "x" * 450,
+    ],
+)
 @pytest.mark.parametrize("columns", [80, 120, 300])
-def test_an_error_line_fits_200_characters_and_nothing_is_lost(message: str, columns: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The error line fits the terminal (COLUMNS) where a clause boundary allows, and 200 characters always; the rest is on
-    indented lines, nothing lost; only a name longer than 200 characters is cut."""
-    from max_profile.cli import ERROR_LINE_MAX, _error_lines
+def test_an_error_line_fits_200_characters_and_nothing_is_lost(
+    message: str, columns: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error line fits the terminal (COLUMNS) where a clause boundary allows, and 200 characters always; the rest
+    is on indented lines, nothing lost; only a name longer than 200 characters is cut."""
+    from max_profile.render.terminal import ERROR_LINE_MAX, error_lines
 
     monkeypatch.setenv("COLUMNS", str(columns))
     width = min(columns, ERROR_LINE_MAX)
-    lines = _error_lines(message).splitlines()
+    lines = error_lines(message).splitlines()
     assert lines[0].startswith("max-profile: error: ") and len(lines[0]) <= ERROR_LINE_MAX
     assert all(line.startswith("  ") for line in lines[1:])
     said = lines[0].removeprefix("max-profile: error: ") + "".join(line[2:] for line in lines[1:])
     assert said.replace(" ", "").replace(";", "") == message.replace(" ", "").replace(";", "")
     assert (len(lines) == 1) == (len("max-profile: error: " + message) <= width)
     long_names = [w for w in message.split() if len(w) > width]
-    assert all(len(line) <= width for line in lines if not any(w in line for w in long_names) and message != "x" * 450), lines
+    assert all(
+        len(line) <= width for line in lines if not any(w in line for w in long_names) and message != "x" * 450
+    ), lines

@@ -30,7 +30,9 @@ def _records(kernels: list[dict], apis: list[dict]) -> tuple[bytes, bytes]:  # t
 
 
 def test_layout_is_the_compiled_one() -> None:
-    assert LAYOUT.kernel["size"] == 216 and LAYOUT.api["size"] == 40  # CUpti_ActivityKernel10 / CUpti_ActivityAPI, CUDA 13.0
+    assert (
+        LAYOUT.kernel["size"] == 216 and LAYOUT.api["size"] == 40
+    )  # CUpti_ActivityKernel10 / CUpti_ActivityAPI, CUDA 13.0
     assert LAYOUT.kinds["CONCURRENT_KERNEL"] == 10 and LAYOUT.kinds["DRIVER"] == 4
     assert RecordLayout.from_values(LAYOUT.values()) == LAYOUT
     bad = list(CUPTI_13_LAYOUT)
@@ -42,15 +44,45 @@ def test_layout_is_the_compiled_one() -> None:
 def test_decode_joins_launches_maps_clock_and_marks_zero_timestamps() -> None:
     gemv, mha = 0x7F00_0000_1000, 0x7F00_0000_2000
     kernel_bytes, api_bytes = _records(
-        [{"kind": 10, "start": 2_000_500, "end": 2_000_900, "deviceId": 0, "streamId": 13, "correlationId": 7, "name": gemv, "gridX": [1, 1024, 1],
-          "blockX": [128, 1, 1], "registersPerThread": 40},
-         {"kind": 10, "start": 2_001_000, "end": 2_001_100, "correlationId": 8, "name": mha, "graphId": 3, "graphNodeId": 99},
-         {"kind": 10, "start": 0, "end": 0, "correlationId": 9, "name": gemv}],
-        [{"kind": 4, "cbid": 652, "start": 2_000_100, "end": 2_000_150, "threadId": 4300, "correlationId": 7},
-         {"kind": 4, "cbid": 514, "start": 2_000_200, "end": 2_000_250, "threadId": 4300, "correlationId": 8},
-         {"kind": 4, "cbid": 652, "start": 2_000_300, "end": 2_000_350, "threadId": 4300, "correlationId": 9}])
+        [
+            {
+                "kind": 10,
+                "start": 2_000_500,
+                "end": 2_000_900,
+                "deviceId": 0,
+                "streamId": 13,
+                "correlationId": 7,
+                "name": gemv,
+                "gridX": [1, 1024, 1],
+                "blockX": [128, 1, 1],
+                "registersPerThread": 40,
+            },
+            {
+                "kind": 10,
+                "start": 2_001_000,
+                "end": 2_001_100,
+                "correlationId": 8,
+                "name": mha,
+                "graphId": 3,
+                "graphNodeId": 99,
+            },
+            {"kind": 10, "start": 0, "end": 0, "correlationId": 9, "name": gemv},
+        ],
+        [
+            {"kind": 4, "cbid": 652, "start": 2_000_100, "end": 2_000_150, "threadId": 4300, "correlationId": 7},
+            {"kind": 4, "cbid": 514, "start": 2_000_200, "end": 2_000_250, "threadId": 4300, "correlationId": 8},
+            {"kind": 4, "cbid": 652, "start": 2_000_300, "end": 2_000_350, "threadId": 4300, "correlationId": 9},
+        ],
+    )
     clock = [(10_000_000, 2_000_000), (10_010_000, 2_010_000)]  # host = CUPTI + 8,000,000
-    out = decode(kernel_bytes, api_bytes, LAYOUT, {gemv: "gemv_split_k_bf16_128", mha: "sm90_mha_depth128"}, clock, graph_cbids=frozenset({514}))
+    out = decode(
+        kernel_bytes,
+        api_bytes,
+        LAYOUT,
+        {gemv: "gemv_split_k_bf16_128", mha: "sm90_mha_depth128"},
+        clock,
+        graph_cbids=frozenset({514}),
+    )
     t = out.table
     assert len(t) == 3 and out.api_records == 3 and out.graph_launches == 1 and out.unnamed == 0
     valid = t.start_ns >= 0
@@ -82,12 +114,15 @@ def test_recording_from_the_h200_decodes() -> None:
     t = out.table
     assert len(t) == meta["kernels"] == 1458 and out.api_records == meta["api_records"] == 1458 and out.unnamed == 0
     assert meta["cupti_version"] == 130001 and layout == LAYOUT  # the H200's headers gave CUDA 13.0's layout
-    assert t.launch_ns is not None and (t.launch_ns[t.start_ns >= 0] > 0).all()  # every kernel joined to its launch call
+    assert (
+        t.launch_ns is not None and (t.launch_ns[t.start_ns >= 0] > 0).all()
+    )  # every kernel joined to its launch call
     assert any("gemv" in n for n in t.names) and any("mha" in n for n in t.names)
 
 
 def test_accelerators_of_a_pipeline_are_waited_on_and_hosts_are_not() -> None:
-    """Before CUPTI's forced flush the session waits for the pipeline's GPUs (overlap pipelines leave a step running)."""
+    """Before CUPTI's forced flush the session waits for the pipeline's GPUs (overlap pipelines leave a step
+    running)."""
     from max_profile.collect.live.pipeline_hook import pipeline_accelerators, synchronize_accelerators
 
     class Device:
@@ -119,14 +154,21 @@ def test_graphs_on_recording_from_the_h200_ties_graph_kernels_to_their_graph_lau
     meta = json.loads(data["meta"].tobytes())
     layout = RecordLayout.from_values(meta["layout"])
     names = {int(k): v for k, v in meta["names"].items()}
-    assert meta["device_graph_capture"] is True and meta["unfinished"] == 0 and unfinished_records(data["kernels"].tobytes(), layout) == 0
+    assert (
+        meta["device_graph_capture"] is True
+        and meta["unfinished"] == 0
+        and unfinished_records(data["kernels"].tobytes(), layout) == 0
+    )
     out = decode(data["kernels"].tobytes(), data["apis"].tobytes(), layout, names, [tuple(p) for p in meta["clock"]])
     t = out.table
     assert len(t) == meta["kernels"] == 3906 and out.api_records == meta["api_records"] == 402
-    assert t.graph_id is not None and t.graph_node_id is not None and t.launch_ns is not None and t.launch_tid is not None
+    assert (
+        t.graph_id is not None and t.graph_node_id is not None and t.launch_ns is not None and t.launch_tid is not None
+    )
     in_graph = t.graph_id > 0
     assert in_graph.sum() > 0.9 * len(t) and (t.graph_node_id[in_graph] > 0).all()
-    # many kernels per launch record: every graph kernel shares its graph launch's correlation id, launch time and thread
+    # many kernels per launch record: every graph kernel shares its graph launch's correlation id, launch time and
+    # thread
     graph_corr = np.unique(t.correlation_id[in_graph])
     assert graph_corr.size < in_graph.sum() / 50
     assert (t.launch_ns[in_graph] > 0).all() and (t.launch_ns[in_graph] <= t.start_ns[in_graph]).all()

@@ -1,8 +1,8 @@
-"""max_profile's C CUPTI recorder (collect/live/native/cupti_ring.c) run for real on a machine without an NVIDIA GPU, against
-tests/fakes/fake_cupti.c: a FAKE libcupti built from CUPTI's documented activity API (not NVIDIA's library). What is
-tested is the recorder's own logic: records sorted by kind into its arrays, buffers handed over on another thread and
-reused, the cap and the records past it counted, kernels still running at the flush counted and marked, windows
-cleared between starts, another CUPTI client named, and the decode to the host clock with launches and graphs.
+"""max_profile's C CUPTI recorder (collect/live/native/cupti_ring.c) run for real on a machine without an NVIDIA GPU,
+against tests/fakes/fake_cupti.c: a FAKE libcupti built from CUPTI's documented activity API (not NVIDIA's library).
+What is tested is the recorder's own logic: records sorted by kind into its arrays, buffers handed over on another
+thread and reused, the cap and the records past it counted, kernels still running at the flush counted and marked,
+windows cleared between starts, another CUPTI client named, and the decode to the host clock with launches and graphs.
 
 Each scenario runs in a fresh Python process: the recorder keeps one libcupti per process (as CUPTI is one per process).
 """
@@ -32,8 +32,23 @@ def fake_libcupti(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("fake_cupti") / "libcupti.so"
     errors = []
     for struct in KERNEL_RECORD_STRUCTS:  # the struct the recorder itself is built with on these headers
-        res = subprocess.run([cc, "-shared", "-fPIC", "-O1", f"-DMP_KERNEL_RECORD={struct}", *(f"-I{d}" for d in include), "-o", str(out),
-                              str(FAKE_SOURCE), "-lpthread"], capture_output=True, text=True, check=False)
+        res = subprocess.run(
+            [
+                cc,
+                "-shared",
+                "-fPIC",
+                "-O1",
+                f"-DMP_KERNEL_RECORD={struct}",
+                *(f"-I{d}" for d in include),
+                "-o",
+                str(out),
+                str(FAKE_SOURCE),
+                "-lpthread",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if res.returncode == 0:
             return out
         errors.append(res.stderr[-500:])
@@ -65,7 +80,8 @@ if scenario == "windows":
     for w in range(3):
         c.start()
         t0 = now_cupti()
-        eager = fake.fake_emit(20000, t0, 2000, 0)          # 20,000 eager launches: several 1 MB buffers fill mid-window
+        # 20,000 eager launches: several 1 MB buffers fill mid-window
+        eager = fake.fake_emit(20000, t0, 2000, 0)
         graph = fake.fake_emit(5000, t0 + 50_000_000, 2000, 17 + w)  # one graph launch of 5,000 kernels
         fake.fake_emit_unfinished(t0 + 80_000_000)
         k = c.stop()
@@ -73,7 +89,8 @@ if scenario == "windows":
                         "no_end": int((k.end_ns < 0).sum()),
                         "graph_kernels": int((k.graph_id == 17 + w).sum()), "graph_launches": c.graph_launches,
                         "api_records": c.api_records, "callback_s": c.callback_s,
-                        "names": sorted(set(k.names)), "first_start_offset_ns": int(k.start_ns.min()) - t0 if len(k) else None,
+                        "names": sorted(set(k.names)),
+                        "first_start_offset_ns": int(k.start_ns.min()) - t0 if len(k) else None,
                         "launched": int((k.launch_ns > 0).sum()) if k.launch_ns is not None else 0,
                         "launch_tids": sorted({int(x) for x in k.launch_tid}) if k.launch_tid is not None else [],
                         "stats": stats()})
@@ -105,8 +122,8 @@ elif scenario == "reserve":
     c.reserve(arena_bytes=30000 * size, buffers=3)
     reserved = c.held()
     c.start(); emitted = fake.fake_emit(20000, now_cupti(), 1000, 0); k = c.stop()
-    out = {"before": before, "reserved": reserved, "after": c.held(), "bytes": 30000 * size, "emitted": emitted, "kernels": len(k),
-           "stats": stats()}
+    out = {"before": before, "reserved": reserved, "after": c.held(), "bytes": 30000 * size, "emitted": emitted,
+           "kernels": len(k), "stats": stats()}
 elif scenario == "cap":
     size = NativeCuptiCollector(launches=False).layout.kernel_dtype().itemsize
     c = NativeCuptiCollector(buffer_bytes=1 << 20, launches=False, max_bytes=1000 * size)
@@ -153,10 +170,17 @@ print("RESULT " + json.dumps(out))
 def run_child(lib: Path, scenario: str, tmp_path: Path) -> dict:  # type: ignore[type-arg]
     env = {**os.environ, "MAX_PROFILE_LIBCUPTI": str(lib), "MAX_PROFILE_CACHE": str(tmp_path / "cache")}
     env.pop("MAX_PROFILE_CUPTI_RING_LIB", None)
-    res = subprocess.run([sys.executable, "-c", CHILD, str(lib), scenario], capture_output=True, text=True, env=env, timeout=300, check=False)
+    res = subprocess.run(
+        [sys.executable, "-c", CHILD, str(lib), scenario],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     line = next(x for x in res.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])  # type: ignore[no-any-return]
+    return json.loads(line[len("RESULT ") :])  # type: ignore[no-any-return]
 
 
 def test_recorder_windows_against_the_fake(fake_libcupti: Path, tmp_path: Path) -> None:
@@ -166,14 +190,24 @@ def test_recorder_windows_against_the_fake(fake_libcupti: Path, tmp_path: Path) 
     for w in windows:
         # every kernel recorded once; the one still running at the flush counted, its end marked unknown (-1) for the
         # analysis to drop and count
-        assert w["emitted"] == 25000 and w["kernels"] == 25001 and w["unfinished"] == 1 and w["no_end"] == 1 and w["dropped"] == 0
+        assert (
+            w["emitted"] == 25000
+            and w["kernels"] == 25001
+            and w["unfinished"] == 1
+            and w["no_end"] == 1
+            and w["dropped"] == 0
+        )
         assert w["graph_kernels"] == 5000 and w["graph_launches"] == 1
         assert w["names"] == ["gemv_split_k_bfloat16_256", "mha_depth128_bfloat16", "rms_norm_fused_residual"]
-        # on the host clock: the first kernel where it was emitted (same clock here, so within the clock pairing's error)
+        # on the host clock: the first kernel where it was emitted (same clock here, so within the clock pairing's
+        # error)
         assert w["first_start_offset_ns"] is not None and abs(w["first_start_offset_ns"]) < 5_000_000
-        assert w["launched"] == 25001 and w["launch_tids"] == [4242]  # eager kernels by their cuLaunchKernel, graph kernels by the cuGraphLaunch
+        assert w["launched"] == 25001 and w["launch_tids"] == [
+            4242
+        ]  # eager kernels by their cuLaunchKernel, graph kernels by the cuGraphLaunch
         assert w["callback_s"] > 0 and w["stats"]["undersized"] == 0
-    # buffers filled mid-window and handed over on another thread, then reused: the first window allocates, later ones mostly reuse
+    # buffers filled mid-window and handed over on another thread, then reused: the first window allocates, later ones
+    # mostly reuse
     s1, s3 = windows[0]["stats"], windows[2]["stats"]
     assert s1["completed"] > 5
     assert s3["requested"] - s1["requested"] > 10 and s3["distinct"] - s1["distinct"] <= 2
@@ -190,15 +224,16 @@ def test_recorder_with_completions_overlapping_requests(fake_libcupti: Path, tmp
 
 
 def test_recorder_never_hands_out_a_smaller_buffer_than_it_claims(fake_libcupti: Path, tmp_path: Path) -> None:
-    """Buffers kept from a recording with 1 MB buffers are not reused as 4 MB ones by the next (CUPTI would write past them)."""
+    """Buffers kept from a recording with 1 MB buffers are not reused as 4 MB ones by the next (CUPTI would write past
+    them)."""
     out = run_child(fake_libcupti, "resize", tmp_path)
     assert out["small"] == 20000 and out["emitted"] == 60000 and out["kernels"] == 60000
     assert out["stats"]["undersized"] == 0 and out["stats"]["requested"] > 5
 
 
 def test_recorder_reserves_its_memory_before_the_first_recording(fake_libcupti: Path, tmp_path: Path) -> None:
-    """reserve() grows the kernel array and fills the free list ahead: the recording that follows neither grows the array
-    nor allocates buffers beyond what it needs past the reserved ones, and records everything."""
+    """reserve() grows the kernel array and fills the free list ahead: the recording that follows neither grows the
+    array nor allocates buffers beyond what it needs past the reserved ones, and records everything."""
     out = run_child(fake_libcupti, "reserve", tmp_path)
     assert out["before"] == [0, 0] and out["reserved"] == [out["bytes"], 3]
     assert out["emitted"] == 20000 and out["kernels"] == 20000 and out["stats"]["undersized"] == 0
@@ -240,9 +275,9 @@ while not os.path.exists(os.path.join(folder, "done")):  # a model worker launch
 
 
 def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: Path, tmp_path: Path) -> None:
-    """The serve worker hook (collect/server/worker_hook/sitecustomize.py) in a real child process, over the FAKE libcupti: it
-    reserves its memory at prepare, says when each window's recording runs (so the controller opens the window after
-    CUPTI's enable), and writes each window's kernels and coverage (the enable's seconds among it)."""
+    """The serve worker hook (collect/server/worker_hook/sitecustomize.py) in a real child process, over the FAKE
+    libcupti: it reserves its memory at prepare, says when each window's recording runs (so the controller opens the
+    window after CUPTI's enable), and writes each window's kernels and coverage (the enable's seconds among it)."""
     import time
 
     from max_profile.collect.server.worker_protocol import WorkerHook
@@ -250,9 +285,16 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
     as_cuda = tmp_path / "libcuda.so.fake-cupti"  # the FAKE library again, named so the hook's libcuda check passes
     shutil.copy(fake_libcupti, as_cuda)
     hook = WorkerHook(tmp_path / "hook")
-    env = {**os.environ, **hook.env(None, launches=False), "MAX_PROFILE_LIBCUPTI": str(as_cuda), "MAX_PROFILE_CACHE": str(tmp_path / "cache")}
+    env = {
+        **os.environ,
+        **hook.env(None, launches=False),
+        "MAX_PROFILE_LIBCUPTI": str(as_cuda),
+        "MAX_PROFILE_CACHE": str(tmp_path / "cache"),
+    }
     env.pop("MAX_PROFILE_CUPTI_RING_LIB", None)
-    worker = subprocess.Popen([sys.executable, "-c", WORKER, str(as_cuda), str(hook.folder)], env=env, stderr=subprocess.PIPE, text=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(as_cuda), str(hook.folder)], env=env, stderr=subprocess.PIPE, text=True
+    )
     try:
         alive = lambda: worker.poll() is None  # noqa: E731
         deadline = time.monotonic() + 60
@@ -270,7 +312,11 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
             kernels, coverage = hook.read(window, span, alive, timeout_s=60)
             assert kernels is not None and coverage is not None
             # recording ran before the window opened: the whole window is covered, the enable's time is said
-            assert coverage.covered_s == pytest.approx(coverage.window_s, abs=1e-6) and coverage.start_s is not None and coverage.start_s >= 0
+            assert (
+                coverage.covered_s == pytest.approx(coverage.window_s, abs=1e-6)
+                and coverage.start_s is not None
+                and coverage.start_s >= 0
+            )
             assert "CUPTI enable" in coverage.describe()
             assert len(kernels) > 100 and kernels.start_ns.min() >= span[0] and kernels.start_ns.max() <= span[1]
         assert not hook.wait_started(3, alive, timeout_s=0.2)  # no start-3 asked: the wait gives up and says so
@@ -284,8 +330,15 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
         kernels, coverage = hook.read(3, span, alive, timeout_s=60)
         assert kernels is not None and coverage is not None and coverage.sampled and len(kernels) > 100
         slices = coverage.slices
-        assert len(slices) >= 3 and all(a < b for a, b in slices) and all(b0 <= a1 for (_, b0), (a1, _) in zip(slices, slices[1:], strict=False))
-        assert coverage.covered_s == pytest.approx(sum(b - a for a, b in slices) / 1e9) and coverage.covered_s < coverage.window_s
+        assert (
+            len(slices) >= 3
+            and all(a < b for a, b in slices)
+            and all(b0 <= a1 for (_, b0), (a1, _) in zip(slices, slices[1:], strict=False))
+        )
+        assert (
+            coverage.covered_s == pytest.approx(sum(b - a for a, b in slices) / 1e9)
+            and coverage.covered_s < coverage.window_s
+        )
         assert "slice" in coverage.describe()
         margin = 1_000_000  # a launch just before a pause: its kernels start up to 0.2 ms after it
         in_slice = [any(a <= t <= b + margin for a, b in slices) for t in kernels.start_ns.tolist()]

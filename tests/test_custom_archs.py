@@ -40,8 +40,23 @@ COMPUTE_BOUND_SHAPE = ModelShape(hidden=1024, layers=2, heads=8, kv_heads=2, int
 
 def _profile(tmp: Path, package: Path, tokens: int, shape: ModelShape | None = None) -> Report:
     model = build_tiny_llama(tmp / "model", architecture=NAMES[package], shape=shape)
-    res = run_cli("run", "--model-path", str(model), "--devices", "cpu", "--custom-architectures", str(package),
-                  "--prompt", "hi", "--max-new-tokens", str(tokens), "--kernels", "nvtx-log", "--json", str(tmp / "report.json"))
+    res = run_cli(
+        "run",
+        "--model-path",
+        str(model),
+        "--devices",
+        "cpu",
+        "--custom-architectures",
+        str(package),
+        "--prompt",
+        "hi",
+        "--max-new-tokens",
+        str(tokens),
+        "--kernels",
+        "nvtx-log",
+        "--json",
+        str(tmp / "report.json"),
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return Report.load(str(tmp / "report.json"))
 
@@ -109,13 +124,22 @@ print(json.dumps(out))
 @pytest.fixture(scope="module")
 def greedy_tokens(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[int]]:
     """16 greedy tokens of the same random weights under MAX's built-in Llama, (b) and (d), loaded in turn by one child
-    process. (a) is the built-in's graph under another name (custom_archs/llama_custom), so the built-in is its reference."""
+    process. (a) is the built-in's graph under another name (custom_archs/llama_custom), so the built-in is its
+    reference."""
     tmp = tmp_path_factory.mktemp("greedy")
     models = {"builtin": (str(build_tiny_llama(tmp / "builtin")), "")}
-    models |= {p.name: (str(build_tiny_llama(tmp / p.name, architecture=NAMES[p])), str(p)) for p in (UNFUSED, REENCODE)}
+    models |= {
+        p.name: (str(build_tiny_llama(tmp / p.name, architecture=NAMES[p])), str(p)) for p in (UNFUSED, REENCODE)
+    }
     env = {**os.environ, "MODULAR_ENABLE_PROFILING": "on"}  # the variant the CLI runs compiled
-    res = subprocess.run([sys.executable, "-c", GENERATE, json.dumps(list(models.values()))], capture_output=True, text=True, timeout=900,
-                         env=env, cwd=str(REPO))
+    res = subprocess.run(
+        [sys.executable, "-c", GENERATE, json.dumps(list(models.values()))],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        cwd=str(REPO),
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return dict(zip(models, json.loads(res.stdout.strip().splitlines()[-1]), strict=True))
 
@@ -127,7 +151,9 @@ def test_unfused_attention_is_still_a_correct_model(greedy_tokens: dict[str, lis
 
 
 def test_no_kv_cache_arch(tmp_path: Path) -> None:
-    report = _profile(tmp_path, NO_KV, 120, COMPUTE_BOUND_SHAPE)  # growth ~2x over the decode: clear of the 1.6 threshold on a noisy VM
+    report = _profile(
+        tmp_path, NO_KV, 120, COMPUTE_BOUND_SHAPE
+    )  # growth ~2x over the decode: clear of the 1.6 threshold on a noisy VM
     assert _decode_steps(report) >= 64
     f = next(f for f in report.findings if f.id == "kv-cache-broken")
     assert report.findings[0] is f and f.severity == "error"
@@ -137,10 +163,13 @@ def test_no_kv_cache_arch(tmp_path: Path) -> None:
     assert float(ev["decode_input_tokens_per_request_last"] or 0) > 60
     decode = [s for s in report.steps if s.phase == "decode"]
     assert all(s.context_tokens == 0 for s in decode)  # MAX saw nothing cached
-    assert [s.input_tokens for s in decode] == sorted(s.input_tokens for s in decode) and decode[-1].input_tokens > decode[0].input_tokens + 60
+    assert [s.input_tokens for s in decode] == sorted(s.input_tokens for s in decode) and decode[
+        -1
+    ].input_tokens > decode[0].input_tokens + 60
     # Host step time grows with the sequence too (about 2x over 120 tokens on a quiet VM). Timing is
     # judged only when the capture's own host-load record says no other process competed for the CPU (another job beside
-    # the suite drove one run's rank correlation to 0.79); the rule's thresholds are tested on exact data in test_rules.py.
+    # the suite drove one run's rank correlation to 0.79); the rule's thresholds are tested on exact data in
+    # test_rules.py.
     # MAX's op ranges on a CPU are host wall time: under another job's load they say nothing (a run beside another test
     # process read 0.99), so only the step's own CPU time (the rule's load-independent measure on a CPU) is asserted.
     load = report.capture.host_load
@@ -161,14 +190,22 @@ def test_reencoding_arch_is_caught_from_what_the_model_computes(tmp_path: Path) 
     decode = [s for s in report.steps if s.phase == "decode"]
     assert len(decode) >= 64
     assert all(s.input_tokens == 1 for s in decode)  # the scheduler's view is untouched
-    assert [s.context_tokens for s in decode[:3]] == [decode[0].context_tokens, decode[0].context_tokens + 1, decode[0].context_tokens + 2]  # type: ignore[operator]
+    assert [s.context_tokens for s in decode[:3]] == [
+        decode[0].context_tokens,
+        decode[0].context_tokens + 1,
+        decode[0].context_tokens + 2,
+    ]  # type: ignore[operator]
     assert all(s.model_input_tokens == s.sequence_tokens for s in decode)  # the model ran the whole sequence each step
     f = report.findings[0]
     assert f.id == "kv-cache-broken" and f.severity == "error"
-    assert "model re-encodes the sequence" in str(f.evidence["signals"]) and "re-fed tokens" not in str(f.evidence["signals"])
+    assert "model re-encodes the sequence" in str(f.evidence["signals"]) and "re-fed tokens" not in str(
+        f.evidence["signals"]
+    )
     assert float(f.evidence["decode_input_tokens_per_request_last"] or 0) == 1.0
     assert float(f.evidence["model_input_tokens_per_request_last"] or 0) > 60
-    assert f.title.startswith("The model re-encodes the whole sequence at every decode step while the scheduler feeds one token")
+    assert f.title.startswith(
+        "The model re-encodes the whole sequence at every decode step while the scheduler feeds one token"
+    )
 
 
 def test_preflight_runs_beside_maxs_import_and_its_own_import_time_is_kept(correct_report: Report) -> None:
@@ -178,11 +215,17 @@ def test_preflight_runs_beside_maxs_import_and_its_own_import_time_is_kept(corre
     st = correct_report.startup
     assert st is not None
     names = [p.name for p in st.phases]
-    assert names.index("import MAX (the custom-architecture preflight runs beside it)") < names.index("custom-architecture preflight (a child imports the package)")
+    assert names.index("import MAX (the custom-architecture preflight runs beside it)") < names.index(
+        "custom-architecture preflight (a child imports the package)"
+    )
     assert correct_report.preflight and correct_report.preflight[0].package_import_s is not None
     assert correct_report.preflight[0].package_import_s < correct_report.preflight[0].duration_s
     assert "startup-custom-import-slow" not in {f.id for f in correct_report.findings}
-    assert st.cache in ("hit", "miss", "partial")  # MAX's cache log still read though MAX was imported before the load's capture
+    assert st.cache in (
+        "hit",
+        "miss",
+        "partial",
+    )  # MAX's cache log still read though MAX was imported before the load's capture
 
 
 def test_correct_arch_model_tokens_match_the_scheduler(correct_report: Report) -> None:

@@ -22,11 +22,17 @@ EXAMPLES = REPO / "examples"
 
 
 def _run(script: str, *args: str, columns: int = 80, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """The example as a user runs it in a terminal ``columns`` wide (COLUMNS): every line it prints fits, unwrapped by the
-    terminal (issue 32: 80 and 120 columns, each example at both across these tests). A single name longer than the width
-    (a deep temporary path) stays whole on its own line."""
-    res = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=timeout, cwd=str(REPO),
-                         env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": str(columns)})
+    """The example as a user runs it in a terminal ``columns`` wide (COLUMNS): every line it prints fits, unwrapped by
+    the terminal (issue 32: 80 and 120 columns, each example at both across these tests). A single name longer than the
+    width (a deep temporary path) stays whole on its own line."""
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(REPO),
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": str(columns)},
+    )
     too_wide = [line for line in res.stdout.splitlines() if len(line) > columns and " " in line.strip()]
     assert not too_wide, (script, columns, too_wide[:3])
     return res
@@ -47,10 +53,20 @@ def test_profile_generation(tmp_path: Path, columns: int) -> None:
     assert (tmp_path / "report.html").stat().st_size > 10_000 and (tmp_path / "raw.json.gz").exists()
 
 
-@pytest.mark.parametrize(("package", "fused", "columns"), [("llama_custom", "yes", 120), ("llama_unfused_attention", "NO", 80)])
+@pytest.mark.parametrize(
+    ("package", "fused", "columns"), [("llama_custom", "yes", 120), ("llama_unfused_attention", "NO", 80)]
+)
 def test_custom_arch_bringup(package: str, fused: str, columns: int, tmp_path: Path) -> None:
-    res = _run("custom_arch_bringup.py", "--package", str(REPO / "custom_archs" / package), "--tokens", "16", "--out", str(tmp_path),
-               columns=columns)
+    res = _run(
+        "custom_arch_bringup.py",
+        "--package",
+        str(REPO / "custom_archs" / package),
+        "--tokens",
+        "16",
+        "--out",
+        str(tmp_path),
+        columns=columns,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "import-drift" in res.stdout
     assert f"fused attention kernel in decode: {fused}" in res.stdout
@@ -59,10 +75,17 @@ def test_custom_arch_bringup(package: str, fused: str, columns: int, tmp_path: P
 
 
 def test_custom_arch_bringup_stops_when_the_builtin_would_run(tiny_model_dir: Path, tmp_path: Path) -> None:
-    """A model whose config.json names MAX's built-in Llama, with a package that registers another name: the built-in would
-    run, so the bring-up stops before the load instead of concluding anything about the package."""
-    res = _run("custom_arch_bringup.py", "--package", str(REPO / "custom_archs" / "llama_custom"), "--model-path", str(tiny_model_dir),
-               "--out", str(tmp_path))
+    """A model whose config.json names MAX's built-in Llama, with a package that registers another name: the built-in
+    would run, so the bring-up stops before the load instead of concluding anything about the package."""
+    res = _run(
+        "custom_arch_bringup.py",
+        "--package",
+        str(REPO / "custom_archs" / "llama_custom"),
+        "--model-path",
+        str(tiny_model_dir),
+        "--out",
+        str(tmp_path),
+    )
     assert res.returncode != 0 and "stopping:" in res.stderr and "never used" in res.stderr, res.stderr[-2000:]
     assert "fused attention kernel in decode" not in res.stdout
 
@@ -72,7 +95,11 @@ def test_import_trace_default_and_damaged(tmp_path: Path) -> None:
     res = _run("import_trace.py")
     assert res.returncode == 0, res.stderr
     # host-bound (a lever of 92 % of the decode step): no "healthy" verdict beside it
-    assert "2,046 kernels from nsys" in res.stdout and "host-bound" in res.stdout and "healthy-dense-decode" not in res.stdout
+    assert (
+        "2,046 kernels from nsys" in res.stdout
+        and "host-bound" in res.stdout
+        and "healthy-dense-decode" not in res.stdout
+    )
     broken = tmp_path / "trace.json"
     broken.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel"')
     res = _run("import_trace.py", str(broken))
@@ -95,15 +122,32 @@ def test_diff_gate(tmp_path: Path) -> None:
     assert res.returncode == 1, res.stdout + res.stderr[-2000:]
     assert "REGRESSION" in res.stdout
     # a baseline from another machine and model (the H200 capture): not comparable, exit 2
-    res = _run("diff_gate.py", "--baseline", str(REPO / "tests" / "data" / "h200" / "small_cupti_raw.json.gz"), "--tokens", "4")
+    res = _run(
+        "diff_gate.py", "--baseline", str(REPO / "tests" / "data" / "h200" / "small_cupti_raw.json.gz"), "--tokens", "4"
+    )
     assert res.returncode == 2, res.stdout + res.stderr[-2000:]
     assert "GPUs: NVIDIA H200 vs none" in res.stdout
 
 
 def test_embed_in_app(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, str(EXAMPLES / "embed_in_app.py"), "--run-seconds", "10", "--steps", "10", "--out", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "80"},
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(EXAMPLES / "embed_in_app.py"),
+            "--run-seconds",
+            "10",
+            "--steps",
+            "10",
+            "--out",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "80"},
+        start_new_session=True,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -116,7 +160,9 @@ def test_embed_in_app(tmp_path: Path) -> None:
         deadline = time.monotonic() + 60
         while not (tmp_path / "capture-1.json").exists() and time.monotonic() < deadline:
             time.sleep(0.2)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/profile?steps=5", timeout=120) as resp:  # capture 2: the admin endpoint
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/profile?steps=5", timeout=120
+        ) as resp:  # capture 2: the admin endpoint
             served = Report.from_json(resp.read())
         out, err = proc.communicate(timeout=120)
     finally:

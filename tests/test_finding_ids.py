@@ -65,16 +65,28 @@ def _ops_on_cpu(cover: float) -> Report:
     """MAX's op ranges on a CPU covering ``cover`` of each 1 ms decode step (the rest: host work between ops)."""
     ops = [("matmulmo.matmul", 0.9 * cover), ("mo.mha.ragged.paged", 0.1 * cover)]
     raw = synthetic([1.0] * 41, [ops] * 41)
-    return build_report(msgspec.structs.replace(raw, environment=CPU_ENV, kernel_source="nvtx-log (MAX op ranges, host time)"))
+    return build_report(
+        msgspec.structs.replace(raw, environment=CPU_ENV, kernel_source="nvtx-log (MAX op ranges, host time)")
+    )
 
 
 def _outside(gap_ms: float) -> Report:
     """Decode steps of 1 ms (GPU busy 96 %) with ``gap_ms`` of nothing between them."""
     raw = _idle_capture(0.96, 0.04, steps=30)
     shift = int(gap_ms * 1e6)
-    steps = [msgspec.structs.replace(s, start_ns=s.start_ns + i * shift, end_ns=s.end_ns + i * shift) for i, s in enumerate(raw.steps)]
-    kernels = [msgspec.structs.replace(k, start_ns=k.start_ns + (i // 2) * shift, end_ns=k.end_ns + (i // 2) * shift,
-                                       launch_ns=(k.launch_ns or 0) + (i // 2) * shift) for i, k in enumerate(raw.kernels.records())]
+    steps = [
+        msgspec.structs.replace(s, start_ns=s.start_ns + i * shift, end_ns=s.end_ns + i * shift)
+        for i, s in enumerate(raw.steps)
+    ]
+    kernels = [
+        msgspec.structs.replace(
+            k,
+            start_ns=k.start_ns + (i // 2) * shift,
+            end_ns=k.end_ns + (i // 2) * shift,
+            launch_ns=(k.launch_ns or 0) + (i // 2) * shift,
+        )
+        for i, k in enumerate(raw.kernels.records())
+    ]
     return build_report(msgspec.structs.replace(raw, steps=steps, kernels=kernels))
 
 
@@ -100,16 +112,37 @@ def _startup(**kw: object) -> Report:
 
 
 def _analysis(**kw: object) -> Report:
-    base = {"kernel_name": "k", "launch_id": 1, "compute_throughput_pct": 30.0, "memory_throughput_pct": 85.0, "dram_throughput_pct": 85.0,
-            "achieved_occupancy_pct": 40.0, "theoretical_occupancy_pct": 50.0, "bound": "memory"}
+    base = {
+        "kernel_name": "k",
+        "launch_id": 1,
+        "compute_throughput_pct": 30.0,
+        "memory_throughput_pct": 85.0,
+        "dram_throughput_pct": 85.0,
+        "achieved_occupancy_pct": 40.0,
+        "theoretical_occupancy_pct": 50.0,
+        "bound": "memory",
+    }
     base.update(kw)
     return _with(real("session7/run_b1_raw.json.gz"), kernel_analyses=[KernelAnalysis(**base)])  # type: ignore[arg-type]
 
 
-def _level(c: int, tok_s: float, itl: float, gpu: float | None = None, server: ServerMetrics | None = None) -> LoadLevel:
-    return LoadLevel(concurrency=c, window_s=10.0, requests=10 * c, completed=10 * c, failed=0, output_tokens=int(tok_s * 10), output_tok_per_s=tok_s,
-                     request_rate_rps=float(c), ttft_ms=LatencyStats(p50=20.0, p90=25.0, p99=30.0, samples=10),
-                     itl_ms=LatencyStats(p50=itl, p90=itl * 1.2, p99=itl * 1.5, samples=100), gpu_utilization_pct=gpu, server=server)
+def _level(
+    c: int, tok_s: float, itl: float, gpu: float | None = None, server: ServerMetrics | None = None
+) -> LoadLevel:
+    return LoadLevel(
+        concurrency=c,
+        window_s=10.0,
+        requests=10 * c,
+        completed=10 * c,
+        failed=0,
+        output_tokens=int(tok_s * 10),
+        output_tok_per_s=tok_s,
+        request_rate_rps=float(c),
+        ttft_ms=LatencyStats(p50=20.0, p90=25.0, p99=30.0, samples=10),
+        itl_ms=LatencyStats(p50=itl, p90=itl * 1.2, p99=itl * 1.5, samples=100),
+        gpu_utilization_pct=gpu,
+        server=server,
+    )
 
 
 def _sweep(scaling: bool) -> Report:
@@ -118,9 +151,15 @@ def _sweep(scaling: bool) -> Report:
 
 
 def _preflight(import_s: float) -> Report:
-    st = StartupProfile(total_s=60.0, phases=[StartupPhase(name="custom-architecture preflight (a child imports the package)", seconds=20.0)])
-    return _with(real("session7/run_b1_raw.json.gz"), startup=st,
-                 preflight=[PreflightResult(spec="pkg", max_version="26.7.0", checks=[], package_import_s=import_s)])
+    st = StartupProfile(
+        total_s=60.0,
+        phases=[StartupPhase(name="custom-architecture preflight (a child imports the package)", seconds=20.0)],
+    )
+    return _with(
+        real("session7/run_b1_raw.json.gz"),
+        startup=st,
+        preflight=[PreflightResult(spec="pkg", max_version="26.7.0", checks=[], package_import_s=import_s)],
+    )
 
 
 def _samples_report(util: float, used: float, reasons: list[str]) -> Report:
@@ -130,7 +169,9 @@ def _samples_report(util: float, used: float, reasons: list[str]) -> Report:
 def others(cores: float, own: float = 1.0) -> Report:
     """Other processes using ``cores`` of a 2-core host beside our ``own``."""
     raw = _idle_capture(0.96, 0.04)
-    raw.capture.host_load = HostLoad(window_s=1.0, cores=2, cpu_busy_pct=100 * (own + cores) / 2, own_cores=own, other_cores=cores)
+    raw.capture.host_load = HostLoad(
+        window_s=1.0, cores=2, cpu_busy_pct=100 * (own + cores) / 2, own_cores=own, other_cores=cores
+    )
     return build_report(raw)
 
 
@@ -151,7 +192,12 @@ def _graphs(hidden: bool) -> Report:
 def _kv(growing: bool) -> Report:
     n = 64
     if growing:
-        return build_report(synthetic([5.0] + [1.0 + 0.05 * i for i in range(n)], [DENSE] + [[(DENSE[0][0], 0.5 + 0.05 * i)] + DENSE[1:] for i in range(n)]))
+        return build_report(
+            synthetic(
+                [5.0] + [1.0 + 0.05 * i for i in range(n)],
+                [DENSE] + [[(DENSE[0][0], 0.5 + 0.05 * i)] + DENSE[1:] for i in range(n)],
+            )
+        )
     return build_report(synthetic([5.0] + [1.0] * n, [DENSE] * (n + 1)))
 
 
@@ -166,7 +212,11 @@ def _phases(bare: bool) -> Report:
 
 def _fp8_without_config() -> Report:
     raw = RawCapture.load(str(H200 / "session7/run_fp8_raw.json.gz"))
-    return build_report(msgspec.structs.replace(raw, capture=msgspec.structs.replace(raw.capture, model_config=None, model_weights=None)))
+    return build_report(
+        msgspec.structs.replace(
+            raw, capture=msgspec.structs.replace(raw.capture, model_config=None, model_weights=None)
+        )
+    )
 
 
 GROUPED = "grouped_matmul_sm90_0123456789abcdef"
@@ -177,17 +227,32 @@ BLOCK = "block_scaled_matmul_0123456789abcdef"
 CASES: dict[str, tuple[Callable[[], Report], Callable[[], Report]]] = {
     # id: (a capture that must show it, a close one that must not)
     "kv-cache-broken": (lambda: real("arch_c_raw.json.gz"), lambda: real("arch_a_raw.json.gz")),
-    "lightly-loaded": (lambda: real("session12/attach_idle_3b_raw.json.gz"), lambda: build_report(_attach_window(26, 0.2))),
+    "lightly-loaded": (
+        lambda: real("session12/attach_idle_3b_raw.json.gz"),
+        lambda: build_report(_attach_window(26, 0.2)),
+    ),
     "time-outside-steps": (lambda: _outside(0.25), lambda: _outside(0.02)),
     "host-bound": (lambda: real("session9/demo_raw.json.gz"), lambda: real("session7/run_b1_raw.json.gz")),
-    "graph-launch-late": (lambda: real("session12/run_b64_3b_raw.json.gz"), lambda: real("session7/run_b32_raw.json.gz")),
-    "gpu-idle": (lambda: build_report(_idle_capture(0.8, 0.2)), lambda: build_report(_idle_capture(0.8, 0.2, graphs=True))),
+    "graph-launch-late": (
+        lambda: real("session12/run_b64_3b_raw.json.gz"),
+        lambda: real("session7/run_b32_raw.json.gz"),
+    ),
+    "gpu-idle": (
+        lambda: build_report(_idle_capture(0.8, 0.2)),
+        lambda: build_report(_idle_capture(0.8, 0.2, graphs=True)),
+    ),
     "host-time-between-ops": (lambda: _ops_on_cpu(0.2), lambda: _ops_on_cpu(0.6)),
     "matmul-slow-path": (lambda: real("session7/run_fp8_raw.json.gz"), lambda: real("session7/run_b32_raw.json.gz")),
     "matmul-below-roofline": (lambda: real("session7/run_b32_raw.json.gz"), lambda: _batched(2.7)),
-    "attention-below-roofline": (lambda: real("session12/run_b64_3b_raw.json.gz"), lambda: real("session7/run_b32_raw.json.gz")),
+    "attention-below-roofline": (
+        lambda: real("session12/run_b64_3b_raw.json.gz"),
+        lambda: real("session7/run_b32_raw.json.gz"),
+    ),
     "gpu-bound": (lambda: _norms_only(0.9), lambda: _norms_only(0.8)),
-    "throttled": (lambda: _samples_report(90, 0.5, ["hw_thermal_slowdown"]), lambda: _samples_report(90, 0.5, ["gpu_idle"])),
+    "throttled": (
+        lambda: _samples_report(90, 0.5, ["hw_thermal_slowdown"]),
+        lambda: _samples_report(90, 0.5, ["gpu_idle"]),
+    ),
     "near-oom": (lambda: _samples_report(90, 0.98, []), lambda: _samples_report(90, 0.96, [])),
     "device-graphs": (lambda: _graphs(hidden=True), lambda: _graphs(hidden=False)),
     "tracer-overhead": (lambda: callbacks(6.0), lambda: callbacks(4.0)),
@@ -197,36 +262,69 @@ CASES: dict[str, tuple[Callable[[], Report], Callable[[], Report]]] = {
     "unfused-norm": (lambda: _unfused_norm(False), lambda: _unfused_norm(True)),
     "healthy-dense-decode": (lambda: real("session7/run_b1_raw.json.gz"), lambda: real("session7/run_b32_raw.json.gz")),
     "healthy-batched-decode": (lambda: _batched(2.7), lambda: _batched(4.0)),
-    "moe-routing-heavy": (lambda: _mix([(GROUPED, 0.4), (ROUTE, 0.2), ("gather_r2_0123456789abcdef", 0.1), DENSE[1]]),
-                          lambda: _mix([(GROUPED, 0.8), (ROUTE, 0.05), DENSE[1]])),
-    "healthy-moe": (lambda: _mix([(GROUPED, 0.8), (ROUTE, 0.05), DENSE[1]]),
-                    lambda: _mix([(GROUPED, 0.4), (ROUTE, 0.2), ("gather_r2_0123456789abcdef", 0.1), DENSE[1]])),
-    "quant-prep-heavy": (lambda: _mix([(QUANT, 0.6), (BLOCK, 0.3), DENSE[1]]), lambda: _mix([(QUANT, 0.05), (BLOCK, 0.6), DENSE[1]])),
-    "low-bit-normal": (lambda: _mix([(QUANT, 0.05), (BLOCK, 0.6), DENSE[1]]), lambda: _mix([(QUANT, 0.6), (BLOCK, 0.3), DENSE[1]])),
+    "moe-routing-heavy": (
+        lambda: _mix([(GROUPED, 0.4), (ROUTE, 0.2), ("gather_r2_0123456789abcdef", 0.1), DENSE[1]]),
+        lambda: _mix([(GROUPED, 0.8), (ROUTE, 0.05), DENSE[1]]),
+    ),
+    "healthy-moe": (
+        lambda: _mix([(GROUPED, 0.8), (ROUTE, 0.05), DENSE[1]]),
+        lambda: _mix([(GROUPED, 0.4), (ROUTE, 0.2), ("gather_r2_0123456789abcdef", 0.1), DENSE[1]]),
+    ),
+    "quant-prep-heavy": (
+        lambda: _mix([(QUANT, 0.6), (BLOCK, 0.3), DENSE[1]]),
+        lambda: _mix([(QUANT, 0.05), (BLOCK, 0.6), DENSE[1]]),
+    ),
+    "low-bit-normal": (
+        lambda: _mix([(QUANT, 0.05), (BLOCK, 0.6), DENSE[1]]),
+        lambda: _mix([(QUANT, 0.6), (BLOCK, 0.3), DENSE[1]]),
+    ),
     "decode-bandwidth": (lambda: real("session7/run_b1_raw.json.gz"), lambda: _kv(growing=True)),
-    "communication-dominates": (lambda: build_report(split_with_allreduce(3000)), lambda: build_report(split_with_allreduce(200))),
-    "communication-share": (lambda: build_report(split_with_allreduce(200)), lambda: build_report(split_with_allreduce(3000))),
+    "communication-dominates": (
+        lambda: build_report(split_with_allreduce(3000)),
+        lambda: build_report(split_with_allreduce(200)),
+    ),
+    "communication-share": (
+        lambda: build_report(split_with_allreduce(200)),
+        lambda: build_report(split_with_allreduce(3000)),
+    ),
     "latency-knee": (lambda: _sweep(scaling=False), lambda: _sweep(scaling=True)),
     "load-scales": (lambda: _sweep(scaling=True), lambda: _sweep(scaling=False)),
     "compile-failed": (lambda: _startup(failure="kernel.mojo:12: error; a MAX compiler failure"), lambda: _startup()),
-    "startup-compile": (lambda: _startup(cache="miss", phases=[StartupPhase(name="compile model", seconds=60.0)]),
-                        lambda: _startup(cache="miss", phases=[StartupPhase(name="compile model", seconds=40.0)])),
-    "startup-weights-slow": (lambda: _startup(phases=[StartupPhase(name="weights to device", seconds=8.0, bytes=4 << 30, gb_per_s=0.54)]),
-                             lambda: _startup(phases=[StartupPhase(name="weights to device", seconds=2.0, bytes=4 << 30, gb_per_s=2.1)])),
-    "startup-kv-alloc": (lambda: _startup(phases=[StartupPhase(name="KV cache allocation and pipeline setup", seconds=35.0)]),
-                         lambda: _startup(phases=[StartupPhase(name="KV cache allocation and pipeline setup", seconds=25.0)])),
+    "startup-compile": (
+        lambda: _startup(cache="miss", phases=[StartupPhase(name="compile model", seconds=60.0)]),
+        lambda: _startup(cache="miss", phases=[StartupPhase(name="compile model", seconds=40.0)]),
+    ),
+    "startup-weights-slow": (
+        lambda: _startup(phases=[StartupPhase(name="weights to device", seconds=8.0, bytes=4 << 30, gb_per_s=0.54)]),
+        lambda: _startup(phases=[StartupPhase(name="weights to device", seconds=2.0, bytes=4 << 30, gb_per_s=2.1)]),
+    ),
+    "startup-kv-alloc": (
+        lambda: _startup(phases=[StartupPhase(name="KV cache allocation and pipeline setup", seconds=35.0)]),
+        lambda: _startup(phases=[StartupPhase(name="KV cache allocation and pipeline setup", seconds=25.0)]),
+    ),
     "startup-custom-import-slow": (lambda: _preflight(12.0), lambda: _preflight(8.0)),
-    "kernel-memory-bound-near-peak": (lambda: _analysis(dram_throughput_pct=75.0), lambda: _analysis(dram_throughput_pct=65.0)),
-    "kernel-on-chip-bound": (lambda: _analysis(dram_throughput_pct=5.0, metrics={"L1/TEX Cache Throughput": 85.0}),
-                             lambda: _analysis(dram_throughput_pct=5.0, metrics={"L1/TEX Cache Throughput": 75.0})),
+    "kernel-memory-bound-near-peak": (
+        lambda: _analysis(dram_throughput_pct=75.0),
+        lambda: _analysis(dram_throughput_pct=65.0),
+    ),
+    "kernel-on-chip-bound": (
+        lambda: _analysis(dram_throughput_pct=5.0, metrics={"L1/TEX Cache Throughput": 85.0}),
+        lambda: _analysis(dram_throughput_pct=5.0, metrics={"L1/TEX Cache Throughput": 75.0}),
+    ),
     "kernel-memory-bound": (lambda: _analysis(dram_throughput_pct=50.0), lambda: _analysis(dram_throughput_pct=75.0)),
-    "kernel-compute-far-from-peak": (lambda: _analysis(bound="compute", compute_throughput_pct=55.0),
-                                     lambda: _analysis(bound="compute", compute_throughput_pct=65.0)),
+    "kernel-compute-far-from-peak": (
+        lambda: _analysis(bound="compute", compute_throughput_pct=55.0),
+        lambda: _analysis(bound="compute", compute_throughput_pct=65.0),
+    ),
     "kernel-latency-bound": (lambda: _analysis(bound="latency"), lambda: _analysis(bound="balanced")),
-    "kernel-low-occupancy": (lambda: _analysis(achieved_occupancy_pct=24.0, theoretical_occupancy_pct=50.0),
-                             lambda: _analysis(achieved_occupancy_pct=26.0, theoretical_occupancy_pct=50.0)),
-    "kernel-occupancy-limited": (lambda: _analysis(achieved_occupancy_pct=40.0, theoretical_occupancy_pct=45.0, occupancy_limiter="registers"),
-                                 lambda: _analysis(achieved_occupancy_pct=40.0, theoretical_occupancy_pct=55.0, occupancy_limiter="registers")),
+    "kernel-low-occupancy": (
+        lambda: _analysis(achieved_occupancy_pct=24.0, theoretical_occupancy_pct=50.0),
+        lambda: _analysis(achieved_occupancy_pct=26.0, theoretical_occupancy_pct=50.0),
+    ),
+    "kernel-occupancy-limited": (
+        lambda: _analysis(achieved_occupancy_pct=40.0, theoretical_occupancy_pct=45.0, occupancy_limiter="registers"),
+        lambda: _analysis(achieved_occupancy_pct=40.0, theoretical_occupancy_pct=55.0, occupancy_limiter="registers"),
+    ),
 }
 
 
@@ -235,10 +333,17 @@ def _batched(matmul_ms: float) -> Report:
 
     from .test_roofline import M24, _decode_capture
 
-    weights = ModelWeights(source="test", groups={"layers": WeightGroup(bytes=10_470_000_000, elements=5_235_000_000, tensors=216)},
-                           dtypes={"BF16": 10_470_000_000}, tied_embeddings=True)
-    kernels = [("sm90_matmul_bfloat16_bfloat16_bfloat16_True_0123456789abcdef", matmul_ms), ("sm90_mha_depth128_bfloat16_0123456789abcdef", 0.3),
-               ("rms_norm_fused_residual_gpu_0123456789abcdef", 0.2)]
+    weights = ModelWeights(
+        source="test",
+        groups={"layers": WeightGroup(bytes=10_470_000_000, elements=5_235_000_000, tensors=216)},
+        dtypes={"BF16": 10_470_000_000},
+        tied_embeddings=True,
+    )
+    kernels = [
+        ("sm90_matmul_bfloat16_bfloat16_bfloat16_True_0123456789abcdef", matmul_ms),
+        ("sm90_mha_depth128_bfloat16_0123456789abcdef", 0.3),
+        ("rms_norm_fused_residual_gpu_0123456789abcdef", 0.2),
+    ]
     return build_report(_decode_capture(32, 100, matmul_ms + 0.55, kernels, M24, weights))
 
 
@@ -259,7 +364,9 @@ def test_each_finding_id_both_ways(fid: str) -> None:
 def test_cpu_reports_keep_gpu_verdicts_out() -> None:
     """On a CPU (no GPU): no bandwidth or host-bound verdict, whatever the op ranges cover."""
     report = _ops_on_cpu(0.2)
-    assert not {"host-bound", "decode-bandwidth", "gpu-bound", "gpu-idle", "graph-launch-late"} & {f.id for f in report.findings}
+    assert not {"host-bound", "decode-bandwidth", "gpu-bound", "gpu-idle", "graph-launch-late"} & {
+        f.id for f in report.findings
+    }
 
 
 def test_fp8_without_config_names_the_fallback_from_its_kernels() -> None:

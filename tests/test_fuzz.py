@@ -15,8 +15,21 @@ from hypothesis import strategies as st
 
 from .fuzzing import CATEGORIES, Reader, mutate_bytes, readers, run_one
 
-READERS = ("nsys-sqlite", "nsys-gpu-trace-csv", "nsys-kern-sum-csv", "rocprofv3-csv", "rocpd", "kineto-json", "rocprofv3-json", "ncu-details-csv",
-           "ncu-raw-csv", "nvtx-log", "raw-capture-json", "report-json", "serve-log")
+READERS = (
+    "nsys-sqlite",
+    "nsys-gpu-trace-csv",
+    "nsys-kern-sum-csv",
+    "rocprofv3-csv",
+    "rocpd",
+    "kineto-json",
+    "rocprofv3-json",
+    "ncu-details-csv",
+    "ncu-raw-csv",
+    "nvtx-log",
+    "raw-capture-json",
+    "report-json",
+    "serve-log",
+)
 EXAMPLES = {"nsys-sqlite": 80, "kineto-json": 100, "rocprofv3-json": 100}  # the slower readers get fewer inputs
 DEFAULT_EXAMPLES = 150
 
@@ -43,8 +56,13 @@ def test_mutated_inputs_are_refused_or_read_sanely(name: str, fuzz_readers: tupl
     reader = table[name]
     seen: dict[str, int] = dict.fromkeys(CATEGORIES, 0)
 
-    @settings(max_examples=EXAMPLES.get(name, DEFAULT_EXAMPLES), deadline=None, database=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow])
+    @settings(
+        max_examples=EXAMPLES.get(name, DEFAULT_EXAMPLES),
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
     @given(rng=st.randoms(use_true_random=False))
     def one(rng: random.Random) -> None:
         outcome = run_one(reader, rng, work, 0, hang_s=30.0)
@@ -75,7 +93,9 @@ def test_classifier_catches_crashes_garbage_and_hangs(fuzz_readers: tuple[dict[s
         raise TraceFormatError(f"{path}: damaged")
 
     def negative(path: Path) -> KernelBreakdown:
-        return KernelBreakdown(source="probe", kernels=3, kernel_ms=-4991.9, attribution="none", families=[], top_kernels=[], phases=[])
+        return KernelBreakdown(
+            source="probe", kernels=3, kernel_ms=-4991.9, attribution="none", families=[], top_kernels=[], phases=[]
+        )
 
     def stall(path: Path) -> None:
         time.sleep(5)

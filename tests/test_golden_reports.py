@@ -36,8 +36,12 @@ def recorded_reports() -> dict[str, Any]:
             continue  # benchmark tables, ncu pages, server logs: data, not captures
         report = loaded if isinstance(loaded, Report) else max_profile.build_report(loaded)
         rel = str(path.relative_to(REPO))
-        doc = json.loads(report.to_json().decode().replace(str(path), rel))  # where the file was read: the same in any checkout
-        if str(doc["capture"].get("target", "")).startswith("import:"):  # an import is stamped with the time it was read
+        doc = json.loads(
+            report.to_json().decode().replace(str(path), rel)
+        )  # where the file was read: the same in any checkout
+        if str(doc["capture"].get("target", "")).startswith(
+            "import:"
+        ):  # an import is stamped with the time it was read
             doc["capture"].pop("started_unix_s", None)
             doc["capture"].pop("ended_unix_s", None)
         out[rel] = doc
@@ -46,7 +50,11 @@ def recorded_reports() -> dict[str, Any]:
 
 def differences(a: Any, b: Any, path: str = "") -> list[str]:
     if isinstance(a, float) or isinstance(b, float):
-        if isinstance(a, int | float) and isinstance(b, int | float) and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12):
+        if (
+            isinstance(a, int | float)
+            and isinstance(b, int | float)
+            and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+        ):
             return []
         return [f"{path}: {a!r} != {b!r}"]
     if isinstance(a, dict) and isinstance(b, dict):
@@ -68,7 +76,9 @@ def test_every_recorded_fixture_gives_its_committed_report() -> None:
         GOLDEN.write_bytes(gzip.compress(json.dumps(now, sort_keys=True, separators=(",", ":")).encode(), 9, mtime=0))
         pytest.skip(f"golden reports rewritten: {len(now)} fixtures")
     golden = json.loads(gzip.decompress(GOLDEN.read_bytes()))
-    assert sorted(now) == sorted(golden), (f"fixtures added or removed: {sorted(set(now) ^ set(golden))}; "
-                                           "MAX_PROFILE_UPDATE_GOLDEN=1 rewrites the golden file")
+    assert sorted(now) == sorted(golden), (
+        f"fixtures added or removed: {sorted(set(now) ^ set(golden))}; "
+        "MAX_PROFILE_UPDATE_GOLDEN=1 rewrites the golden file"
+    )
     changed = {name: d for name in now if (d := differences(golden[name], now[name]))}
     assert not changed, "\n".join(f"{name}: {len(d)} difference(s), e.g. {d[:3]}" for name, d in changed.items())

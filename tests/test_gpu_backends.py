@@ -16,7 +16,12 @@ import pytest
 
 from max_profile.analyze.utilization import summarize_gpus
 from max_profile.collect.live import gpu_backends, gpu_sampling
-from max_profile.collect.live.gpu_backends import AmdSmiReader, amd_throttle_reasons, nvml_throttle_reasons, partition_activity
+from max_profile.collect.live.gpu_backends import (
+    AmdSmiReader,
+    amd_throttle_reasons,
+    nvml_throttle_reasons,
+    partition_activity,
+)
 from max_profile.collect.live.gpu_sampling import GpuSampler
 
 from .conftest import run_cli
@@ -60,9 +65,21 @@ def test_partition_activity_skips_unreported_slots() -> None:
     assert partition_activity({"num_partition": "N/A", "xcp_stats.gfx_busy_inst": "N/A"}) == []
 
 
-def test_amdsmi_reader_reads_what_rocm_smi_through_max_lacks(fake_amdsmi: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    gpus = [{"market_name": "AMD Instinct MI300X (FAKE)", "vram_total_mib": 196592, "vram_used_mib": 1024, "gfx_clk": 1500, "max_clk": 2100,
-             "activity_series": [40, 60], "indep_throttle_status": (1 << 33), "partitions": [[80, 82], [10, 12], [0, 0], [50, 50]]}]
+def test_amdsmi_reader_reads_what_rocm_smi_through_max_lacks(
+    fake_amdsmi: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gpus = [
+        {
+            "market_name": "AMD Instinct MI300X (FAKE)",
+            "vram_total_mib": 196592,
+            "vram_used_mib": 1024,
+            "gfx_clk": 1500,
+            "max_clk": 2100,
+            "activity_series": [40, 60],
+            "indep_throttle_status": (1 << 33),
+            "partitions": [[80, 82], [10, 12], [0, 0], [50, 50]],
+        }
+    ]
     monkeypatch.setenv("FAKE_AMDSMI_GPUS", json.dumps(gpus))
     reader = AmdSmiReader.open()
     try:
@@ -87,7 +104,9 @@ def test_sampler_prefers_amdsmi_on_amd_with_real_timestamps(fake_amdsmi: None) -
     assert summary.mean_partition_activity_pct and 95 < summary.mean_partition_activity_pct[0] < 99
 
 
-def test_sampler_falls_back_to_pynvml_without_max_recorder(no_max_recorder: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sampler_falls_back_to_pynvml_without_max_recorder(
+    no_max_recorder: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake = nvml_fake.h200_like(utilization=[100, 97], reasons=0x1 | 0x4)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     sampler = GpuSampler(0.02)
@@ -110,7 +129,12 @@ def test_sampler_says_which_build_adds_the_recorder(no_max_recorder: None, monke
     sampler.stop()
     assert sampler.unavailable is not None
     reason = sampler.unavailable.reason
-    assert "max.profiler.no_such_gpu_module" in reason and "pip install -U 'max>=26.7'" in reason and "pynvml" in reason and "amdsmi" in reason
+    assert (
+        "max.profiler.no_such_gpu_module" in reason
+        and "pip install -U 'max>=26.7'" in reason
+        and "pynvml" in reason
+        and "amdsmi" in reason
+    )
 
 
 def test_sampler_uses_max_recorder_when_present() -> None:
@@ -136,7 +160,15 @@ def test_doctor_with_amdsmi_reports_the_amd_gpu_and_its_sampler(tmp_path: Path) 
 def test_doctor_prints_only_the_environment(tmp_path: Path) -> None:
     res = run_cli("doctor")
     assert res.returncode == 0, res.stderr
-    for absent in ("Steps", "Utilization", "Findings", "Kernels", "None", "target", "phase markers"):  # no capture settings: nothing captured
+    for absent in (
+        "Steps",
+        "Utilization",
+        "Findings",
+        "Kernels",
+        "None",
+        "target",
+        "phase markers",
+    ):  # no capture settings: nothing captured
         assert absent not in res.stdout, absent
     assert "Environment" in res.stdout and "MAX" in res.stdout
     # what a capture here would use: MAX's profiling mode, the device-graph default, each output's libraries

@@ -33,7 +33,8 @@ def test_big_model_is_healthy_gemv_bound_decode() -> None:
     assert [s.phase for s in raw.steps if s.batch_size] == ["prefill"] + ["decode"] * 64
     k = report.kernels
     assert isinstance(k, KernelBreakdown)
-    # 46 of the 19,626 CUPTI records carry zero timestamps (start = end = 0 before the clock mapping): dropped and counted
+    # 46 of the 19,626 CUPTI records carry zero timestamps (start = end = 0 before the clock mapping): dropped and
+    # counted
     assert len(raw.kernels) == 19626 and k.invalid_kernels == 46 and k.kernels == 19580
     assert k.attribution == "launch time (any thread)" and k.step_source == "host steps" and k.unattributed_kernels == 0
     assert any("46 of 19626 kernel records had invalid timestamps" in n for n in report.notes)
@@ -49,7 +50,9 @@ def test_big_model_is_healthy_gemv_bound_decode() -> None:
     pre = _phase(k, "prefill")
     assert pre.families[0].family == "gemm" and pre.families[0].share_pct == pytest.approx(91.8, abs=0.1)
     ids = [f.id for f in report.findings]
-    assert "healthy-dense-decode" in ids and "gpu-bound" not in ids  # healthy decode already says where the busy GPU's time goes
+    assert (
+        "healthy-dense-decode" in ids and "gpu-bound" not in ids
+    )  # healthy decode already says where the busy GPU's time goes
     assert "host-bound" not in ids and "kv-cache-broken" not in ids
     assert all(f.severity == "info" for f in report.findings)
     bw = next(f for f in report.findings if f.id == "decode-bandwidth")
@@ -65,12 +68,16 @@ def test_small_model_is_host_bound_and_stops_there() -> None:
     assert dec.kernels_per_step == pytest.approx(50.0)
     assert dec.gpu_busy_pct == pytest.approx(7.9, abs=0.1)
     assert dec.kernel_us_per_token == pytest.approx(193.5, abs=0.1)
-    host = next(f for f in report.findings if f.id == "host-bound" and f.lever is not None and f.lever.phase == "decode")
+    host = next(
+        f for f in report.findings if f.id == "host-bound" and f.lever is not None and f.lever.phase == "decode"
+    )
     assert host.severity == "warning" and report.findings[0] is host
-    # the ledger's busy share: the decode kernels' union over the ledger's decode time (the breakdown's 7.9 % is over the host
+    # the ledger's busy share: the decode kernels' union over the ledger's decode time (the breakdown's 7.9 % is over
+    # the host
     # steps' wall time, which the overlap pipeline shifts against the GPU)
     assert host.evidence["gpu_busy_pct"] == pytest.approx(7.9, abs=0.3)
-    # NVML's 3 samples over the 0.17 s window (peak 10 %) are not evidence: it averages over up to 1 s; the kernel timeline is
+    # NVML's 3 samples over the 0.17 s window (peak 10 %) are not evidence: it averages over up to 1 s; the kernel
+    # timeline is
     assert "peak_utilization_pct" not in host.evidence and "healthy-dense-decode" not in {f.id for f in report.findings}
     assert any("0.17 s window (3 samples)" in n and "no verdict is drawn from it" in n for n in report.notes)
     assert report.next_measurement is None  # host-bound: a deeper trace adds nothing
@@ -130,11 +137,19 @@ def test_nsys_sqlite_kernels_and_ranges(nsys_sqlite: str) -> None:
         ("DROP TABLE NVTX_EVENTS", "none", None, True),
         ("DROP TABLE TARGET_INFO_GPU", "max_profile ranges", "launch time (any thread)", False),
         # exports whose kernel table names kernels by shortName only
-        ("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN demangledName", "max_profile ranges", "launch time (any thread)", True),
+        (
+            "ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN demangledName",
+            "max_profile ranges",
+            "launch time (any thread)",
+            True,
+        ),
     ],
 )
-def test_nsys_export_variants(nsys_sqlite: str, tmp_path: Path, edit: str, step_source: str, attribution: str | None, gpu_named: bool) -> None:
-    """Exports that lack what an older nsys, other trace flags or a partial export leave out still read; kernels are all kept."""
+def test_nsys_export_variants(
+    nsys_sqlite: str, tmp_path: Path, edit: str, step_source: str, attribution: str | None, gpu_named: bool
+) -> None:
+    """Exports that lack what an older nsys, other trace flags or a partial export leave out still read; kernels are
+    all kept."""
     import sqlite3
 
     db = tmp_path / "variant.sqlite"
@@ -176,8 +191,10 @@ def test_nsys_breakdown_by_launch_time_matches_cupti(nsys_sqlite: str) -> None:
     cupti_dec = _phase(cupti.kernels, "decode")
     # the two tracers agree on the per-token kernel time within 1 %
     assert dec.kernel_ms_per_step == pytest.approx(cupti_dec.kernel_ms_per_step, rel=0.01)
-    assert "host-bound" in {f.id for f in report.findings} and "healthy-dense-decode" not in {f.id for f in report.findings}
-    assert report.step_summary is not None and report.step_summary.source == "max_profile ranges"  # type: ignore[union-attr]
+    assert "host-bound" in {f.id for f in report.findings} and "healthy-dense-decode" not in {
+        f.id for f in report.findings
+    }
+    assert report.step_summary is not None and report.step_summary.source == ("max_profile ranges")  # type: ignore[union-attr]
 
 
 def test_nsys_alignment_needs_one_range_per_step(nsys_sqlite: str) -> None:
@@ -199,8 +216,9 @@ def _ids(report: Report) -> dict[str, str]:
 
 
 def test_h200_correct_arch_no_error() -> None:
-    """The correct custom architecture (graphs off, 8 layers): no error, fused attention, a GEMV-dominated decode; its GPU is
-    busy 38.4 % of the decode step, under the host-bound threshold (40 %): host-bound, so not called healthy beside it."""
+    """The correct custom architecture (graphs off, 8 layers): no error, fused attention, a GEMV-dominated decode; its
+    GPU is busy 38.4 % of the decode step, under the host-bound threshold (40 %): host-bound, so not called healthy
+    beside it."""
     r = _arch("a")
     assert "error" not in _ids(r).values() and "unfused-attention" not in _ids(r)
     host = next(f for f in r.findings if f.id == "host-bound" and f.lever is not None and f.lever.phase == "decode")
@@ -242,7 +260,9 @@ def test_nsys_reader_wide_values_and_pid_filter(nsys_sqlite: str, tmp_path: Path
     wide = tmp_path / "wide.sqlite"
     shutil.copy(nsys_sqlite, wide)
     con = sqlite3.connect(wide)
-    rowid, start = con.execute("SELECT rowid, start FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid LIMIT 1 OFFSET 7").fetchone()
+    rowid, start = con.execute(
+        "SELECT rowid, start FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid LIMIT 1 OFFSET 7"
+    ).fetchone()
     con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = ? WHERE rowid = ?", (start + 3_000_000_000, rowid))
     gpid = con.execute("SELECT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()[0]
     con.commit()
@@ -276,13 +296,28 @@ def test_nsys_reader_windows_match_plain_sqlite(nsys_sqlite: str, tmp_path: Path
 
     from max_profile.collect.readers.nsys import TableRead, _read_int64_columns
 
-    gappy = _edited_copy(nsys_sqlite, tmp_path / "gappy.sqlite", "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 7 = 3 OR rowid BETWEEN 300 AND 520")
+    gappy = _edited_copy(
+        nsys_sqlite,
+        tmp_path / "gappy.sqlite",
+        "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 7 = 3 OR rowid BETWEEN 300 AND 520",
+    )
     con = sqlite3.connect(gappy)
-    want_kernels = np.array(con.execute("SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid").fetchall(), dtype=np.int64)
-    want_api = np.array(con.execute("SELECT correlationId, coalesce(globalTid, 0) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId > 100 ORDER BY rowid").fetchall(), dtype=np.int64)
+    want_kernels = np.array(
+        con.execute("SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid").fetchall(),
+        dtype=np.int64,
+    )
+    want_api = np.array(
+        con.execute(
+            "SELECT correlationId, coalesce(globalTid, 0) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId > 100 "
+            "ORDER BY rowid"
+        ).fetchall(),
+        dtype=np.int64,
+    )
     con.close()
-    reads = [TableRead("CUPTI_ACTIVITY_KIND_KERNEL", ("start", "end", "correlationId")),
-             TableRead("CUPTI_ACTIVITY_KIND_RUNTIME", ("correlationId", "globalTid"), "correlationId > 100")]
+    reads = [
+        TableRead("CUPTI_ACTIVITY_KIND_KERNEL", ("start", "end", "correlationId")),
+        TableRead("CUPTI_ACTIVITY_KIND_RUNTIME", ("correlationId", "globalTid"), "correlationId > 100"),
+    ]
     kernels, api = _read_int64_columns(str(gappy), reads, window=97)
     assert len(kernels[0]) == len(want_kernels) > 1000
     for i in range(3):
@@ -293,7 +328,11 @@ def test_nsys_reader_windows_match_plain_sqlite(nsys_sqlite: str, tmp_path: Path
 
 
 def test_nsys_reader_non_integer_column_is_a_format_error(nsys_sqlite: str, tmp_path: Path) -> None:
-    bad = _edited_copy(nsys_sqlite, tmp_path / "text in start.sqlite", "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon' WHERE rowid = 5")
+    bad = _edited_copy(
+        nsys_sqlite,
+        tmp_path / "text in start.sqlite",
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon' WHERE rowid = 5",
+    )
     with pytest.raises(TraceFormatError, match=r"text in start\.sqlite.*not integers"):
         read_nsys_sqlite(str(bad))
 
@@ -324,12 +363,23 @@ def test_nsys_ranges_filtered_in_sqlite_among_many_op_ranges(nsys_sqlite: str, t
     shutil.copy(nsys_sqlite, busy)
     con = sqlite3.connect(busy)
     gtid, t0 = con.execute("SELECT globalTid, min(start) FROM NVTX_EVENTS WHERE eventType = 59").fetchone()
-    con.execute("INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) VALUES (0, 75, 'max', ?, 2)", (gtid,))
-    con.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?, ?, 59, ?, ?, 2)",
-                    [(t0 + i, t0 + i + 5, "mo.matmul" if i % 2 else "mo.rms_norm", gtid) for i in range(60_000)])
+    con.execute(
+        "INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) VALUES (0, 75, 'max', ?, 2)", (gtid,)
+    )
+    con.executemany(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?, ?, 59, ?, ?, 2)",
+        [(t0 + i, t0 + i + 5, "mo.matmul" if i % 2 else "mo.rms_norm", gtid) for i in range(60_000)],
+    )
     sched = "_schedule(TextGenerationInputs(batch_size=1, batch_type=TG))"
-    con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?, ?, 59, ?, ?, 0)", (t0 - 10, t0 - 5, sched, gtid))
-    con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?, ?, 59, 'x_schedule(y)', ?, 0)", (t0 - 9, t0 - 6, gtid))
+    con.execute(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?, ?, 59, ?, ?, 0)",
+        (t0 - 10, t0 - 5, sched, gtid),
+    )
+    con.execute(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?, ?, 59, 'x_schedule(y)', "
+        "?, 0)",
+        (t0 - 9, t0 - 6, gtid),
+    )
     con.commit()
     con.close()
     t = read_nsys_sqlite(str(busy))
@@ -374,20 +424,33 @@ def test_serve_tracer_overhead_explains_the_low_utilization_of_in_worker_cupti()
     nsys = Report.load(str(folder / "serve_nsys_report.json"))
     assert isinstance(traced.kernels, KernelBreakdown) and isinstance(traced.utilization, UtilizationSection)
     assert {f.id for f in traced.findings} >= {"host-bound"}  # what the report said before the rule existed
-    seconds = float(re.search(r"([\d.]+) s in CUPTI callbacks", traced.kernels.source).group(1))  # type: ignore[union-attr]
+    seconds = float(
+        re.search(
+            r"([\d.]+) s in CUPTI "
+            r"callbacks",
+            traced.kernels.source,
+        ).group(1)
+    )  # type: ignore[union-attr]
     assert seconds == pytest.approx(3.87)
     traced.kernels = msgspec.structs.replace(traced.kernels, tracer_overhead_pct=100 * seconds / traced.serve.window_s)  # type: ignore[union-attr]
     traced.findings = evaluate(traced)
     ids = {f.id: f for f in traced.findings}
     assert "tracer-overhead" in ids and "host-bound" not in ids
-    from max_profile.analyze.plan import next_measurement
+    from max_profile.analyze.commands import next_measurement
 
-    assert (next_measurement(traced) or "").startswith("max-profile serve --model-path /tmp/m8 --devices gpu --mode utilization")
+    assert (next_measurement(traced) or "").startswith(
+        "max-profile serve --model-path /tmp/m8 --devices gpu --mode utilization"
+    )
     assert ids["tracer-overhead"].evidence["mean_utilization_pct_while_tracing"] == pytest.approx(8.8, abs=0.1)
     for other in (untraced, nsys):
         assert other.serve is not None and other.serve.output_tokens > 3 * traced.serve.output_tokens  # type: ignore[union-attr]
-        assert isinstance(other.utilization, UtilizationSection) and other.utilization.gpus[0].mean_utilization_pct > 4 * 8.8  # type: ignore[operator]
-    assert "host-bound" not in {f.id for f in evaluate(untraced)}  # 46.6 % with no tracer (nsys: 36.0 %, still host-bound)
+        assert (
+            isinstance(other.utilization, UtilizationSection)
+            and other.utilization.gpus[0].mean_utilization_pct > 4 * 8.8
+        )  # type: ignore[operator]
+    assert "host-bound" not in {
+        f.id for f in evaluate(untraced)
+    }  # 46.6 % with no tracer (nsys: 36.0 %, still host-bound)
 
 
 def test_nsys_export_with_graphs_recorded_whole_is_marked_unreliable(nsys_sqlite: str, tmp_path: Path) -> None:
@@ -400,19 +463,31 @@ def test_nsys_export_with_graphs_recorded_whole_is_marked_unreliable(nsys_sqlite
     db = tmp_path / "graph_level.sqlite"
     shutil.copyfile(nsys_sqlite, db)
     with sqlite3.connect(db) as con:
-        con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER, "
-                    "contextId INTEGER, greenContextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, graphId INTEGER, "
-                    "graphExecId INTEGER)")
-        steps = con.execute("SELECT n.start, n.end FROM NVTX_EVENTS n JOIN StringIds s ON n.textId = s.id "
-                            "WHERE s.value = 'decode' AND n.eventType = 59 ORDER BY n.start").fetchall()  # our ranges, domain max_profile
+        con.execute(
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId "
+            "INTEGER, "
+            "contextId INTEGER, greenContextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, "
+            "graphId INTEGER, "
+            "graphExecId INTEGER)"
+        )
+        steps = con.execute(
+            "SELECT n.start, n.end FROM NVTX_EVENTS n JOIN StringIds s ON n.textId = s.id "
+            "WHERE s.value = 'decode' AND n.eventType = 59 ORDER BY n.start"
+        ).fetchall()  # our ranges, domain max_profile
         assert len(steps) == 40
         for s0, s1 in steps:
-            rows = con.execute("SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, k.globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-                               "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId WHERE r.start >= ? AND r.start < ?",
-                               (s0, s1)).fetchall()
+            rows = con.execute(
+                "SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, k.globalPid FROM "
+                "CUPTI_ACTIVITY_KIND_KERNEL k "
+                "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId WHERE r.start >= ? AND "
+                "r.start < ?",
+                (s0, s1),
+            ).fetchall()
             assert len(rows) == 50
-            con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, ?, 1, 0, ?, ?, ?, 7, 7)",
-                        (min(r[0] for r in rows), max(r[1] for r in rows), rows[0][2], rows[0][3], rows[0][4], rows[0][5]))
+            con.execute(
+                "INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, ?, 1, 0, ?, ?, ?, 7, 7)",
+                (min(r[0] for r in rows), max(r[1] for r in rows), rows[0][2], rows[0][3], rows[0][4], rows[0][5]),
+            )
             con.executemany("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE correlationId = ?", [(r[4],) for r in rows])
     raw = nsys_capture(str(db))
     assert raw.graph_launches == 40 and len(raw.kernels) == 46 and raw.capture.device_graph_capture is True

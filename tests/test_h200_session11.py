@@ -1,7 +1,7 @@
-"""The H200 run of session 11, re-read on the CPU: `serve --mode kernels` with its default sampled recording (a quarter of
-each window, in 0.5 s slices) against untraced windows on one server, and the report of a default kernels-mode run rebuilt
-from its raw capture. Every number comes from a real capture in tests/data/h200/session11 (commands in its README and
-acceptance.tsv). m24 = bf16 Llama 4096 x 24 (~5.2B), MAX's defaults (device graphs on)."""
+"""The H200 run of session 11, re-read on the CPU: `serve --mode kernels` with its default sampled recording (a quarter
+of each window, in 0.5 s slices) against untraced windows on one server, and the report of a default kernels-mode run
+rebuilt from its raw capture. Every number comes from a real capture in tests/data/h200/session11 (commands in its
+README and acceptance.tsv). m24 = bf16 Llama 4096 x 24 (~5.2B), MAX's defaults (device graphs on)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ def test_every_step_exited_as_expected() -> None:
 
 
 def test_sampled_recording_costs_under_three_percent_in_three_alternating_rounds() -> None:
-    """Three rounds on one server, the untraced window first or second in turn: recorded / untraced 0.9936, 0.9972, 1.0015
-    (every round >= 0.97; full recording cost 0.939 in session 9). Each recorded window holds ~191,000 kernels in 2.5 s of
-    slices, and its server decode step is within 0.5 % of the untraced ones."""
+    """Three rounds on one server, the untraced window first or second in turn: recorded / untraced 0.9936, 0.9972,
+    1.0015 (every round >= 0.97; full recording cost 0.939 in session 9). Each recorded window holds ~191,000 kernels
+    in 2.5 s of slices, and its server decode step is within 0.5 % of the untraced ones."""
     ab = json.loads((S11 / "serve_ab.json").read_text())
     default = ab["variants"]["default"]
     assert ab["rounds"] == 3 and ab["plans"]["default"] == {"share": 0.25, "slice_s": 0.5, "options": []}
@@ -41,10 +41,10 @@ def test_sampled_recording_costs_under_three_percent_in_three_alternating_rounds
 
 
 def test_default_kernels_mode_report_from_its_raw_capture() -> None:
-    """`serve --mode kernels` with no flags: its own untraced reference window then the recorded one, 0.9951 of it; graphs
-    on from what ran. The records CUPTI stamped across a pause (a kernel running as the recorder paused, its end stamped at
-    the resume or the stop: 0.6-1.5 s long) are left out (459), so kernel time is what fits in the 2.5 s recorded: the
-    report written on the machine, before that fix, summed 495.6 s of kernel time in 2.5 s of slices."""
+    """`serve --mode kernels` with no flags: its own untraced reference window then the recorded one, 0.9951 of it;
+    graphs on from what ran. The records CUPTI stamped across a pause (a kernel running as the recorder paused, its end
+    stamped at the resume or the stop: 0.6-1.5 s long) are left out (459), so kernel time is what fits in the 2.5 s
+    recorded: the report written on the machine, before that fix, summed 495.6 s of kernel time in 2.5 s of slices."""
     written = json.loads(gzip.decompress((S11 / "serve_kernels.json.gz").read_bytes()))
     assert written["kernels"]["kernel_ms"] > 400_000  # the bug, as the machine's report had it
     report = build_report(RawCapture.load(str(S11 / "serve_kernels_raw.json.gz")))

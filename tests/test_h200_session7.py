@@ -1,5 +1,5 @@
-"""What the H200 acceptance run of session 7 recorded with MAX's defaults (device graphs on, overlap pipeline), re-read on
-the CPU: every number below comes from a real capture in tests/data/h200/session7 (commands in its README and
+"""What the H200 acceptance run of session 7 recorded with MAX's defaults (device graphs on, overlap pipeline), re-read
+on the CPU: every number below comes from a real capture in tests/data/h200/session7 (commands in its README and
 acceptance.tsv). m24 = bf16 Llama 4096 x 24 (~5.2B, GPU-bound decode); fp8 = block-scaled FP8 4096 x 8."""
 
 from __future__ import annotations
@@ -37,19 +37,33 @@ def ids(report: Report) -> dict[str, str]:
 
 
 def test_every_verb_ran_with_maxs_defaults() -> None:
-    """The acceptance table: every step exits 0 but MAX's op ranges on this CUDA 13 image (exit 3 before any load, with why)."""
+    """The acceptance table: every step exits 0 but MAX's op ranges on this CUDA 13 image (exit 3 before any load, with
+    why)."""
     rows = list(csv.DictReader((S7 / "acceptance.tsv").read_text().splitlines(), delimiter="\t"))
     exits = {r["step"]: int(r["exit"]) for r in rows}
     assert exits.pop("run_nvtx") == 3 and set(exits.values()) == {0}
-    for verb in ("startup_m24_cold", "kernel_gemv", "serve_ab", "run_b32", "run_fp8", "serve_kernels", "run_b1", "serve_sweep", "demo", "run_custom",
-                 "serve_nsys", "run_off"):
+    for verb in (
+        "startup_m24_cold",
+        "kernel_gemv",
+        "serve_ab",
+        "run_b32",
+        "run_fp8",
+        "serve_kernels",
+        "run_b1",
+        "serve_sweep",
+        "demo",
+        "run_custom",
+        "serve_nsys",
+        "run_off",
+    ):
         assert verb in exits
     assert "libnvToolsExt" in (S7 / "run_nvtx.stderr.txt").read_text()
 
 
 def test_batch_32_decode_bandwidth_is_weights_plus_kv_over_the_step() -> None:
-    """Batch 32 on m24: bytes per step = stored weights (10.47 GB) + KV of the summed context, over the p50 step: within 10 % of
-    that figure computed here from the raw steps (the rule used to multiply the summed context by the batch again)."""
+    """Batch 32 on m24: bytes per step = stored weights (10.47 GB) + KV of the summed context, over the p50 step:
+    within 10 % of that figure computed here from the raw steps (the rule used to multiply the summed context by the
+    batch again)."""
     r = raw("run_b32")
     report = build_report(r)
     decode = [s for s in r.steps if s.phase == "decode"]
@@ -63,7 +77,8 @@ def test_batch_32_decode_bandwidth_is_weights_plus_kv_over_the_step() -> None:
     assert 35 < float(f.evidence["pct_of_peak"] or 0) < 55  # 43 % on the H200 (the old double count said 82 %)
     found = ids(report)
     assert "unfused-attention" not in found and "healthy-batched-decode" not in found
-    # the lever, recomputed here from the raw records: the matmul kernels each decode step launched, less the weights at 85 %
+    # the lever, recomputed here from the raw records: the matmul kernels each decode step launched, less the weights
+    # at 85 %
     # of the H200's 4.8 TB/s (kernels launched inside a step belong to it; one stream, no overlap)
     lever = decode_matmul_lever(r, weights)
     f = decode_finding(report, "matmul-below-roofline")
@@ -72,9 +87,9 @@ def test_batch_32_decode_bandwidth_is_weights_plus_kv_over_the_step() -> None:
 
 
 def decode_matmul_lever(r: RawCapture, weight_bytes: float) -> float:
-    """Matmul kernel ms per decode step (launch inside the step) minus the weights' time at 85 % of peak bandwidth. Kernels
-    that overlap (Hopper starts a kernel before its predecessor ends) count once: the decode kernels' busy time (the union of
-    their intervals) is shared out by each family's summed duration."""
+    """Matmul kernel ms per decode step (launch inside the step) minus the weights' time at 85 % of peak bandwidth.
+    Kernels that overlap (Hopper starts a kernel before its predecessor ends) count once: the decode kernels' busy time
+    (the union of their intervals) is shared out by each family's summed duration."""
     import numpy as np
 
     from max_profile.analyze.families import classify_kernel
@@ -103,14 +118,17 @@ def decode_finding(report: Report, fid: str) -> object:
 
 
 def test_fp8_naive_fallback_is_named_with_one_byte_weights() -> None:
-    """MAX 26.7 runs block-scaled FP8 projections on sm90 through its naive kernel (99 % of decode, ~35 tok/s): the verdict names
-    it, no unfused-attention (the fused sm90 mha kernel runs every layer), weights counted at 1 byte (1.75 GB, not 3.5)."""
+    """MAX 26.7 runs block-scaled FP8 projections on sm90 through its naive kernel (99 % of decode, ~35 tok/s): the
+    verdict names it, no unfused-attention (the fused sm90 mha kernel runs every layer), weights counted at 1 byte
+    (1.75 GB, not 3.5)."""
     r = raw("run_fp8")
     report = build_report(r)
     found = ids(report)
     f = decode_finding(report, "matmul-slow-path")
     assert f.severity == "warning" and "unfused-attention" not in found and "healthy-dense-decode" not in found  # type: ignore[attr-defined]
-    assert "low-bit-normal" not in found  # "quantization at normal cost" beside the slow path read as all-is-well (session 8 found it)
+    assert (
+        "low-bit-normal" not in found
+    )  # "quantization at normal cost" beside the slow path read as all-is-well (session 8 found it)
     assert "naive FP8" in f.title and f.command is not None and f.command.verb == "kernel"  # type: ignore[attr-defined]
     assert "linalg_fp8_quantization_naive" in f.command.positional[0]  # type: ignore[attr-defined]
     c = report.decode_cost
@@ -118,7 +136,9 @@ def test_fp8_naive_fallback_is_named_with_one_byte_weights() -> None:
     k = report.kernels
     assert isinstance(k, KernelBreakdown)
     decode = next(p for p in k.phases if p.phase == "decode")
-    assert decode.families[0].family == "gemm" and decode.families[0].share_pct > 95  # a dense matmul, not a group of experts
+    assert (
+        decode.families[0].family == "gemm" and decode.families[0].share_pct > 95
+    )  # a dense matmul, not a group of experts
     assert decode.kernels_per_step and any(x.family == "attention" for x in decode.families)
     assert "other" not in {x.family for x in decode.families}  # the activation-quantize kernel is `quantize` now
 
@@ -133,8 +153,8 @@ def test_fp8_naive_kernel_deep_dive_says_on_chip_bound() -> None:
 
 
 def test_gemv_deep_dive_with_maxs_defaults() -> None:
-    """`max-profile kernel gemv_split_k --model-path m24` with no flags: the child ran with device graphs off (said in the
-    report), ncu profiled the decode GEMVs: memory-bound at 82 % of peak DRAM bandwidth."""
+    """`max-profile kernel gemv_split_k --model-path m24` with no flags: the child ran with device graphs off (said in
+    the report), ncu profiled the decode GEMVs: memory-bound at 82 % of peak DRAM bandwidth."""
     report = saved("kernel_gemv")
     assert report["capture"]["device_graph_capture"] is False
     assert any("device graphs off" in n for n in report["notes"])
@@ -146,8 +166,8 @@ def test_gemv_deep_dive_with_maxs_defaults() -> None:
 
 
 def test_short_window_draws_no_nvml_verdict() -> None:
-    """64 GPU-bound tokens (0.19 s, 2 NVML samples reading 0 %) used to be called host-bound; NVML averages over up to 1 s.
-    The same decode over 1,024 tokens (3 s) reads 90 % busy."""
+    """64 GPU-bound tokens (0.19 s, 2 NVML samples reading 0 %) used to be called host-bound; NVML averages over up to
+    1 s. The same decode over 1,024 tokens (3 s) reads 90 % busy."""
     short = build_report(raw("run_off64"))
     assert "host-bound" not in ids(short) and any("NVML averages over up to 1 s" in n for n in short.notes)
     long = build_report(raw("run_off1024"))
@@ -157,22 +177,35 @@ def test_short_window_draws_no_nvml_verdict() -> None:
 
 
 def test_device_graphs_come_from_what_ran() -> None:
-    """Graphs on by MAX's default: the reports say on because kernels ran inside graphs (b1: in-process CUPTI; serve: nsys)."""
+    """Graphs on by MAX's default: the reports say on because kernels ran inside graphs (b1: in-process CUPTI; serve:
+    nsys)."""
     r = build_report(raw("run_b1"))
-    assert r.capture.device_graph_capture is True and isinstance(r.kernels, KernelBreakdown) and r.kernels.graph_kernels > 0.9 * r.kernels.kernels
+    assert (
+        r.capture.device_graph_capture is True
+        and isinstance(r.kernels, KernelBreakdown)
+        and r.kernels.graph_kernels > 0.9 * r.kernels.kernels
+    )
     nsys = saved("serve_nsys")
     assert nsys["capture"]["device_graph_capture"] is True and nsys["kernels"]["graph_kernels"] == 758494
     phases = next(f for f in nsys["findings"] if f["id"] == "phases-missing")
-    assert "cannot work on this GPU image" in phases["next_step"] and "MODULAR_ENABLE_PROFILING=on so" not in phases["next_step"]
+    assert (
+        "cannot work on this GPU image" in phases["next_step"]
+        and "MODULAR_ENABLE_PROFILING=on so" not in phases["next_step"]
+    )
 
 
 def test_serve_tracer_cost_pairs() -> None:
-    """Streamed tok/s, kernels mode against untraced, on one server (3 A/B pairs) and across servers (3 alternating pairs):
-    0.995 and 0.991. These runs hit the read-back bug fixed afterwards (the API process's empty window ended the wait, so
-    the reports hold no kernels, asserted here): whether the model worker's recorder ran in them is not shown (README)."""
+    """Streamed tok/s, kernels mode against untraced, on one server (3 A/B pairs) and across servers (3 alternating
+    pairs): 0.995 and 0.991. These runs hit the read-back bug fixed afterwards (the API process's empty window ended
+    the wait, so the reports hold no kernels, asserted here): whether the model worker's recorder ran in them is not
+    shown (README)."""
     ab = saved("serve_ab")
     assert len(ab["pairs"]) == 3 and ab["median_ratio"] >= 0.97 and min(ab["pairs"]) >= 0.97
-    ratios = [saved(f"serve_kernels_{i}")["serve"]["output_tok_per_s"] / saved(f"serve_utilization_{i}")["serve"]["output_tok_per_s"] for i in (1, 2, 3)]
+    ratios = [
+        saved(f"serve_kernels_{i}")["serve"]["output_tok_per_s"]
+        / saved(f"serve_utilization_{i}")["serve"]["output_tok_per_s"]
+        for i in (1, 2, 3)
+    ]
     assert statistics.median(ratios) >= 0.97, ratios
     assert saved("serve_kernels")["kernels"]["type"] == "unavailable" and ab["kernels"] == 0
 
@@ -185,8 +218,8 @@ def test_tracer_overhead_reports_every_repeat() -> None:
 
 
 def test_load_sweep_on_the_h200_scales() -> None:
-    """1, 4, 16, 64 concurrent streams on m24: throughput keeps scaling (333 -> 6,472 tok/s), goodput against the SLO falls to
-    95 %; the server's own metrics give the batch sizes (1 -> 47)."""
+    """1, 4, 16, 64 concurrent streams on m24: throughput keeps scaling (333 -> 6,472 tok/s), goodput against the SLO
+    falls to 95 %; the server's own metrics give the batch sizes (1 -> 47)."""
     report = build_report(raw("serve_sweep"))
     levels = report.load_levels
     assert [lv.concurrency for lv in levels] == [1, 4, 16, 64]
@@ -202,12 +235,16 @@ def test_startup_cold_and_warm_on_the_h200() -> None:
     assert cold["total_s"] > 120 and warm["total_s"] < 30
     named = sum(p["seconds"] for p in cold["phases"] if p["name"].startswith("compile "))
     assert named == pytest.approx(cold["max_logged_compile_s"], rel=0.10)
-    assert cold["warm_cache_command"].startswith("max warm-cache --model-path /tmp/m24") and warm["warm_cache_command"] is None
+    assert (
+        cold["warm_cache_command"].startswith("max warm-cache --model-path /tmp/m24")
+        and warm["warm_cache_command"] is None
+    )
     assert "startup-compile" in {f["id"] for f in saved("startup_m24_cold")["findings"]}
 
 
 def test_serve_startup_from_the_servers_own_log() -> None:
-    """Launch to /health from MAX serve's log (cache log on): every graph a hit, compile phases add up to MAX's logged compile."""
+    """Launch to /health from MAX serve's log (cache log on): every graph a hit, compile phases add up to MAX's logged
+    compile."""
     import datetime as dt
 
     text = gzip.decompress((S7 / "serve_nsys_server.log.gz").read_bytes()).decode()
@@ -215,14 +252,34 @@ def test_serve_startup_from_the_servers_own_log() -> None:
     day = dt.datetime(2026, 12, 3)
     h, m, sec = first[:12].split(":")
     launched = day.replace(hour=int(h), minute=int(m), second=int(float(sec))).timestamp() - 1.0
-    key = compile_key(model_path="/nonexistent", devices="gpu", profiling="off", device_graphs=None, max_batch_size=None, max_length=None, encoding=None,
-                      custom_architectures=[], max_version="26.7.0")
-    st = serve_startup(text, launched_unix=launched, ready_unix=launched + 28.3, key=key, warm_command="max warm-cache ...", weight_bytes=10_474_627_072,
-                       devices=1, cache=None, cache_was_empty=False)
+    key = compile_key(
+        model_path="/nonexistent",
+        devices="gpu",
+        profiling="off",
+        device_graphs=None,
+        max_batch_size=None,
+        max_length=None,
+        encoding=None,
+        custom_architectures=[],
+        max_version="26.7.0",
+    )
+    st = serve_startup(
+        text,
+        launched_unix=launched,
+        ready_unix=launched + 28.3,
+        key=key,
+        warm_command="max warm-cache ...",
+        weight_bytes=10_474_627_072,
+        devices=1,
+        cache=None,
+        cache_was_empty=False,
+    )
     assert st is not None and st.cache == "hit"
     names = [p.name for p in st.phases]
     assert "model worker start (Python imports, driver)" in names and "compile model" in names
     named = sum(p.seconds for p in st.phases if p.name.startswith("compile "))
-    assert named == pytest.approx(st.max_logged_compile_s or 0, rel=0.10) and st.max_logged_compile_s == pytest.approx(2.4)
+    assert named == pytest.approx(st.max_logged_compile_s or 0, rel=0.10) and st.max_logged_compile_s == pytest.approx(
+        2.4
+    )
     kv = next(p for p in st.phases if p.name.startswith("KV cache"))
     assert kv.bytes == int(96.01 * (1 << 30))

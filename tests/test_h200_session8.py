@@ -1,6 +1,7 @@
-"""The H200 acceptance run of session 8 (after the redesign and the serve read-back fix), re-read on the CPU: every number
-comes from a real capture in tests/data/h200/session8 (commands in its README and acceptance.tsv). m24 = bf16 Llama
-4096 x 24 (~5.2B, GPU-bound decode); fp8 = block-scaled FP8 4096 x 8. The run stopped after serve_kernels: device time."""
+"""The H200 acceptance run of session 8 (after the redesign and the serve read-back fix), re-read on the CPU: every
+number comes from a real capture in tests/data/h200/session8 (commands in its README and acceptance.tsv). m24 = bf16
+Llama 4096 x 24 (~5.2B, GPU-bound decode); fp8 = block-scaled FP8 4096 x 8. The run stopped after serve_kernels: device
+time."""
 
 from __future__ import annotations
 
@@ -28,14 +29,30 @@ def saved(name: str) -> dict:  # type: ignore[type-arg]
 
 def test_every_step_that_ran_exited_zero() -> None:
     rows = list(csv.DictReader((S8 / "acceptance.tsv").read_text().splitlines(), delimiter="\t"))
-    assert {r["step"]: int(r["exit"]) for r in rows} == {s: 0 for s in (
-        "doctor", "make_m24", "make_fp8", "make_demo", "warm_fp8", "warm_demo", "startup_m24_cold", "kernel_gemv", "serve_ab", "run_b32",
-        "startup_fp8", "run_fp8", "serve_kernels")}
+    assert {r["step"]: int(r["exit"]) for r in rows} == {
+        s: 0
+        for s in (
+            "doctor",
+            "make_m24",
+            "make_fp8",
+            "make_demo",
+            "warm_fp8",
+            "warm_demo",
+            "startup_m24_cold",
+            "kernel_gemv",
+            "serve_ab",
+            "run_b32",
+            "startup_fp8",
+            "run_fp8",
+            "serve_kernels",
+        )
+    }
 
 
 def test_serve_kernels_mode_records_the_worker_and_says_graphs_on() -> None:
-    """`serve --mode kernels` with no other flag: the model worker's kernels are read back (764,450 in 10 s), graphs on from
-    what ran (720,184 inside graphs), and the phase next step does not send the user to a setting the report says fails."""
+    """`serve --mode kernels` with no other flag: the model worker's kernels are read back (764,450 in 10 s), graphs on
+    from what ran (720,184 inside graphs), and the phase next step does not send the user to a setting the report says
+    fails."""
     doc = saved("serve_kernels")
     k = doc["kernels"]
     assert k["type"] != "unavailable" and k["kernels"] == 764450 and k["graph_kernels"] == 720184
@@ -47,8 +64,9 @@ def test_serve_kernels_mode_records_the_worker_and_says_graphs_on() -> None:
 
 
 def test_serve_kernels_window_decodes_at_a_steady_step() -> None:
-    """The first traced window of a fresh server: one sampling kernel per decode step; the step (gap < 10 ms: request turns
-    excluded) holds 2.89 ms in every second of the window, first second included: no start-up cost of the recorder visible."""
+    """The first traced window of a fresh server: one sampling kernel per decode step; the step (gap < 10 ms: request
+    turns excluded) holds 2.89 ms in every second of the window, first second included: no start-up cost of the
+    recorder visible."""
     d = np.load(S8 / "serve_kernels_sampling_steps.npz")
     start = np.sort(d["start_ns"])
     w0, w1 = (int(x) for x in d["window_ns"])
@@ -61,9 +79,10 @@ def test_serve_kernels_window_decodes_at_a_steady_step() -> None:
 
 
 def test_serve_ab_pairs_as_measured() -> None:
-    """One server, kernels recorded in windows 1, 4 and 5 (2.2 M kernels read back, 94 % inside graphs), not in 2, 3 and 6.
-    Measured: traced / untraced 0.923, 0.954, 0.994 (median 0.954): below the 0.97 target, with the untraced windows within
-    0.06 % of each other, so the dips are the recorder's, and they shrank window by window (cause not found)."""
+    """One server, kernels recorded in windows 1, 4 and 5 (2.2 M kernels read back, 94 % inside graphs), not in 2, 3
+    and 6. Measured: traced / untraced 0.923, 0.954, 0.994 (median 0.954): below the 0.97 target, with the untraced
+    windows within 0.06 % of each other, so the dips are the recorder's, and they shrank window by window (cause not
+    found)."""
     ab = json.loads((S8 / "serve_ab.json").read_text())
     assert ab["kernels"] > 2_000_000 and ab["graph_kernels"] > 0.9 * ab["kernels"]
     assert [w["traced"] for w in ab["windows"]] == [True, False, False, True, True, False]
@@ -72,15 +91,18 @@ def test_serve_ab_pairs_as_measured() -> None:
 
 
 def test_batch_32_and_fp8_verdicts_on_the_new_run() -> None:
-    """The same verdicts as session 7 on fresh captures: batch 32 at ~45 % of peak with its matmul lever ranked first (the
-    ledger's figure recomputed from the raw records); FP8's naive fallback named, with no attention warning and no
+    """The same verdicts as session 7 on fresh captures: batch 32 at ~45 % of peak with its matmul lever ranked first
+    (the ledger's figure recomputed from the raw records); FP8's naive fallback named, with no attention warning and no
     "quantization at normal cost" beside it."""
     from .test_h200_session7 import decode_matmul_lever
 
     raw_b32 = RawCapture.load(str(S8 / "run_b32_raw.json.gz"))
     b32 = build_report(raw_b32)
     found = {f.id: f for f in b32.findings}
-    assert "healthy-batched-decode" not in found and 40 < float(found["decode-bandwidth"].evidence["pct_of_peak"] or 0) < 50
+    assert (
+        "healthy-batched-decode" not in found
+        and 40 < float(found["decode-bandwidth"].evidence["pct_of_peak"] or 0) < 50
+    )
     weights = sum(g.bytes for name, g in raw_b32.capture.model_weights.groups.items() if name != "embedding")  # type: ignore[union-attr]
     top = b32.findings[0]
     assert top.id == "matmul-below-roofline" and top.lever is not None and top.lever.phase == "decode"

@@ -24,18 +24,34 @@ def saved(name: str) -> dict:  # type: ignore[type-arg]
 
 def test_every_step_exited_as_expected() -> None:
     rows = list(csv.DictReader((S9 / "acceptance.tsv").read_text().splitlines(), delimiter="\t"))
-    assert {r["step"]: int(r["exit"]) for r in rows} == {s: 0 for s in (
-        "doctor", "make_m24", "make_demo", "warm_demo", "startup_m24_cold", "serve_ab", "serve_kernels", "startup_m24_warm", "run_b1",
-        "serve_sweep", "demo", "run_custom")}
+    assert {r["step"]: int(r["exit"]) for r in rows} == {
+        s: 0
+        for s in (
+            "doctor",
+            "make_m24",
+            "make_demo",
+            "warm_demo",
+            "startup_m24_cold",
+            "serve_ab",
+            "serve_kernels",
+            "startup_m24_warm",
+            "run_b1",
+            "serve_sweep",
+            "demo",
+            "run_custom",
+        )
+    }
     tail = (S9 / "acceptance_tail.txt").read_text()
-    assert "serve_nsys rc=0" in tail and "run_off rc=0" in tail and "run_nvtx rc=3" in tail  # nvtx-log refuses CUDA 13 (exit 3, deliberate)
+    assert (
+        "serve_nsys rc=0" in tail and "run_off rc=0" in tail and "run_nvtx rc=3" in tail
+    )  # nvtx-log refuses CUDA 13 (exit 3, deliberate)
 
 
 def test_serve_ab_cost_is_a_slower_step_not_a_start_up_transient() -> None:
-    """Four pairs on one server: traced / untraced 0.921-0.960 (median 0.939 < 0.97). Every traced window has a slower server
-    decode step than every untraced one but the first untraced window after the first traced one; the enable ran before each
-    window (53 ms the first time); the slow seconds of a traced window are spread over it, never its first (no start-up
-    transient)."""
+    """Four pairs on one server: traced / untraced 0.921-0.960 (median 0.939 < 0.97). Every traced window has a slower
+    server decode step than every untraced one but the first untraced window after the first traced one; the enable ran
+    before each window (53 ms the first time); the slow seconds of a traced window are spread over it, never its first
+    (no start-up transient)."""
     ab = json.loads((S9 / "serve_ab.json").read_text())
     assert ab["median_ratio"] == pytest.approx(0.939, abs=0.001) and max(ab["pairs"]) < 0.97 and ab["settle_s"] == 0.5
     traced = [w for w in ab["windows"] if w["traced"]]
@@ -43,7 +59,9 @@ def test_serve_ab_cost_is_a_slower_step_not_a_start_up_transient() -> None:
     assert [w["window"] for w in traced] == [1, 4, 5, 8]
     assert min(w["server_tg_ms"] for w in traced) > max(w["server_tg_ms"] for w in untraced if w["window"] != 2)
     assert traced[0]["enable_s"] == pytest.approx(0.053, abs=0.001) and all(w["enable_s"] < 0.001 for w in traced[1:])
-    assert traced[0]["callback_s"] > 3 * max(w["callback_s"] for w in traced[1:])  # the first window's arrays still cost more
+    assert traced[0]["callback_s"] > 3 * max(
+        w["callback_s"] for w in traced[1:]
+    )  # the first window's arrays still cost more
     for w in traced:
         per_second = w["tokens_per_second"]
         # slow seconds anywhere in the window, its second half too; never the first second the lowest
@@ -54,11 +72,16 @@ def test_serve_ab_cost_is_a_slower_step_not_a_start_up_transient() -> None:
 
 
 def test_traced_slow_steps_wait_for_the_host_not_the_gpu() -> None:
-    """The serve_kernels window, step by step: median step as untraced; in the slow steps the kernels take as long as in fast
-    ones and the time is one gap right before the step's device graph (the host launched it late)."""
+    """The serve_kernels window, step by step: median step as untraced; in the slow steps the kernels take as long as
+    in fast ones and the time is one gap right before the step's device graph (the host launched it late)."""
     d = np.load(S9 / "serve_kernels_decode_steps.npz")
     decode = d["kernels"] == 230
-    period, kernel_time, gap, into_graph = d["period_ms"][decode], d["kernel_time_ms"][decode], d["max_gap_us"][decode], d["max_gap_into_graph"][decode]
+    period, kernel_time, gap, into_graph = (
+        d["period_ms"][decode],
+        d["kernel_time_ms"][decode],
+        d["max_gap_us"][decode],
+        d["max_gap_into_graph"][decode],
+    )
     assert decode.sum() == 3186 and np.median(period) == pytest.approx(2.867, abs=0.002)
     slow, fast = period > 3.5, period < 2.9
     assert slow.sum() == 108 and fast.sum() > 2000
@@ -71,8 +94,9 @@ def test_traced_slow_steps_wait_for_the_host_not_the_gpu() -> None:
 
 
 def test_second_half_of_the_acceptance_run() -> None:
-    """run b1 in-process traced at 353.5 tok/s and 78 % of peak bandwidth (healthy), rebuilt from its raw capture; the custom
-    architecture decodes the same, its slow import named; start-up cold miss 286 s, warm hit 32 s; the sweep's knee."""
+    """run b1 in-process traced at 353.5 tok/s and 78 % of peak bandwidth (healthy), rebuilt from its raw capture; the
+    custom architecture decodes the same, its slow import named; start-up cold miss 286 s, warm hit 32 s; the sweep's
+    knee."""
     b1 = build_report(RawCapture.load(str(S9 / "run_b1_raw.json.gz")))
     found = {f.id: f for f in b1.findings}
     assert "healthy-dense-decode" in found and 75 < float(found["decode-bandwidth"].evidence["pct_of_peak"] or 0) < 81
@@ -91,9 +115,9 @@ def test_second_half_of_the_acceptance_run() -> None:
 
 
 def test_graph_launch_late_found_in_the_serve_window_and_explained_by_a_measured_tracer_cost() -> None:
-    """Seconds 4-6 of the serve_kernels window (real kernels, cut): 203 waits of 0.1-5 ms before device-graph kernels, 4.1 %
-    of the window, named; where the recorder's cost was measured the tracer's finding carries them instead. The in-process
-    run (batch 1) has no such pattern."""
+    """Seconds 4-6 of the serve_kernels window (real kernels, cut): 203 waits of 0.1-5 ms before device-graph kernels,
+    4.1 % of the window, named; where the recorder's cost was measured the tracer's finding carries them instead. The
+    in-process run (batch 1) has no such pattern."""
     import msgspec
 
     from max_profile.analyze.rules import evaluate
@@ -107,10 +131,18 @@ def test_graph_launch_late_found_in_the_serve_window_and_explained_by_a_measured
     assert "graph-launch-late" in found and "203 device-graph launches" in found["graph-launch-late"].title
     assert "tracer-overhead" not in found  # nothing measured in this cut: no tracer claim
     # the recorder's cost as serve_ab measured it on one server (windows 4 untraced and 5 recorded)
-    measured = TracerCost(concurrency=1, reference_tok_s=328.5, traced_tok_s=309.7, throughput_ratio=round(309.7 / 328.5, 4),
-                          reference_decode_step_ms=2.901, traced_decode_step_ms=3.077)
+    measured = TracerCost(
+        concurrency=1,
+        reference_tok_s=328.5,
+        traced_tok_s=309.7,
+        throughput_ratio=round(309.7 / 328.5, 4),
+        reference_decode_step_ms=2.901,
+        traced_decode_step_ms=3.077,
+    )
     with_cost = {f.id: f for f in evaluate(msgspec.structs.replace(report, tracer_cost=measured))}
-    assert "graph-launch-late" not in with_cost and with_cost["tracer-overhead"].evidence["gpu_waits_before_graphs"] == 203
+    assert (
+        "graph-launch-late" not in with_cost and with_cost["tracer-overhead"].evidence["gpu_waits_before_graphs"] == 203
+    )
     b1 = build_report(RawCapture.load(str(S9 / "run_b1_raw.json.gz")))
     assert b1.kernels.gpu_waits is not None and b1.kernels.gpu_waits.before_graph_gaps < 5  # type: ignore[union-attr]
     assert "graph-launch-late" not in {f.id for f in b1.findings}
@@ -140,7 +172,15 @@ def test_custom_import_judged_by_the_packages_own_import_not_the_preflight_child
         return {f.id for f in evaluate(msgspec.structs.replace(report, preflight=pre))}
 
     assert "startup-custom-import-slow" not in judged(0.6) and "startup-custom-import-slow" not in judged(None)
-    slow = next(f for f in evaluate(msgspec.structs.replace(report, preflight=[PreflightResult(spec=spec, max_version=None, checks=[],
-                                                                                                 package_import_s=12.0)]))
-                if f.id == "startup-custom-import-slow")
-    assert "own import takes 12 s" in slow.title and slow.evidence["preflight_child_s"] == pytest.approx(19.39, abs=0.01)
+    slow = next(
+        f
+        for f in evaluate(
+            msgspec.structs.replace(
+                report, preflight=[PreflightResult(spec=spec, max_version=None, checks=[], package_import_s=12.0)]
+            )
+        )
+        if f.id == "startup-custom-import-slow"
+    )
+    assert "own import takes 12 s" in slow.title and slow.evidence["preflight_child_s"] == pytest.approx(
+        19.39, abs=0.01
+    )

@@ -30,14 +30,19 @@ def test_recorder_counts_the_kernels_nsys_counts() -> None:
     a, b = _k(cupti), _k(nsys)
     assert a.source == "cupti" and b.source == "nsys"
     assert a.kernels == b.kernels == 5586 and a.invalid_kernels == 0
-    assert [(p.phase, p.steps, p.kernels) for p in a.phases] == [(p.phase, p.steps, p.kernels) for p in b.phases] == [("prefill", 1, 82), ("decode", 64, 5504)]
+    assert (
+        [(p.phase, p.steps, p.kernels) for p in a.phases]
+        == [(p.phase, p.steps, p.kernels) for p in b.phases]
+        == [("prefill", 1, 82), ("decode", 64, 5504)]
+    )
     assert a.kernel_ms == pytest.approx(b.kernel_ms, rel=0.01)
     assert a.tracer_overhead_pct is not None and a.tracer_overhead_pct < 0.1  # buffer callbacks in C: microseconds
     assert any("launch calls only" in n for n in cupti.notes)
 
 
 def test_kernels_inside_device_graphs_are_recorded_and_attributed() -> None:
-    """`run --device-graph-capture` (graphs warmed up and replayed): every kernel of every graph recorded, per-step numbers hold."""
+    """`run --device-graph-capture` (graphs warmed up and replayed): every kernel of every graph recorded, per-step
+    numbers hold."""
     raw, report = _report("run_graphs_raw.json.gz")
     k = _k(report)
     assert report.capture.device_graph_capture is True and raw.graph_launches > 0
@@ -51,7 +56,7 @@ def test_recorder_backs_off_under_another_cupti_client() -> None:
     """`nsys profile ... max-profile run --kernels cupti`: CUPTI is nsys's; the recorder says so and records nothing."""
     report = Report.load(str(TRACING / "under_nsys_report.json"))
     assert report.kernels is not None and not isinstance(report.kernels, KernelBreakdown)
-    assert "already held by" in report.kernels.reason and "backs off" in report.kernels.reason  # type: ignore[union-attr]
+    assert ("already held by") in report.kernels.reason and "backs off" in report.kernels.reason  # type: ignore[union-attr]
 
 
 def test_serve_worker_records_graph_kernels_with_graphs_on() -> None:
@@ -71,14 +76,17 @@ def test_serve_worker_records_graph_kernels_with_graphs_on() -> None:
 @pytest.mark.parametrize("graphs", ["graphs", "eager"])
 def test_recorder_equals_nsys_on_the_gpu_bound_model(graphs: str) -> None:
     """24-layer bf16 Llama, 64 tokens, device graphs on and off (session 6, `tracing.sh verify`): the recorder and nsys
-    (`--cuda-graph-trace=node`) see the same 14,946 kernels, the same 14,080 inside graphs, 226 + 230 per decode step."""
+    (`--cuda-graph-trace=node`) see the same 14,946 kernels, the same 14,080 inside graphs, 226 + 230 per decode
+    step."""
     raw, cupti = _report(f"m24_{graphs}_cupti_raw.json.gz")
     _, nsys = _report(f"m24_{graphs}_nsys_raw.json.gz")
     a, b = _k(cupti), _k(nsys)
     assert a.source == "cupti" and b.source == "nsys"
     assert a.kernels == b.kernels == 14946 and a.invalid_kernels == b.invalid_kernels == 0
     assert a.graph_kernels == b.graph_kernels == (14080 if graphs == "graphs" else 0)
-    assert raw.capture.device_graph_capture is (graphs == "graphs") and nsys.capture.device_graph_capture is (graphs == "graphs")
+    assert raw.capture.device_graph_capture is (graphs == "graphs") and nsys.capture.device_graph_capture is (
+        graphs == "graphs"
+    )
     per_step = [(p.phase, p.steps, p.kernels) for p in a.phases]
     assert per_step == [(p.phase, p.steps, p.kernels) for p in b.phases] == [("prefill", 1, 226), ("decode", 64, 14720)]
     assert a.kernel_ms == pytest.approx(b.kernel_ms, rel=0.05)

@@ -35,7 +35,8 @@ def _phase(k: KernelBreakdown, name: str):  # type: ignore[no-untyped-def]
 FAKE_ROCPROF_KERNELS = (
     '"Kind","Agent_Id","Queue_Id","Stream_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name","Correlation_Id","Start_Timestamp","End_Timestamp",'
     '"LDS_Block_Size","Scratch_Size","VGPR_Count","Accum_VGPR_Count","SGPR_Count","Workgroup_Size_X","Workgroup_Size_Y","Workgroup_Size_Z","Grid_Size_X","Grid_Size_Y","Grid_Size_Z"\n'
-    '"KERNEL_DISPATCH","Agent 4",1,0,901,1,10,"matmul_bfloat16_kernel(bf16*, bf16 const*, int)",1,1000,1900,0,0,8,0,16,64,1,1,1024,1,1\n'
+    '"KERNEL_DISPATCH","Agent 4",1,0,901,1,10,"matmul_bfloat16_kernel(bf16*, bf16 const*, '
+    'int)",1,1000,1900,0,0,8,0,16,64,1,1,1024,1,1\n'
     '"KERNEL_DISPATCH","Agent 4",1,0,905,2,11,"mha_decode_gfx942_bf16",2,2100,2150,0,0,8,0,16,64,1,1,64,1,1\n'
     '"KERNEL_DISPATCH","Agent 4",1,0,905,3,12,"gemv_split_k_bf16_gfx942",3,2200,2600,0,0,8,0,16,64,1,1,64,1,1\n'
     '"KERNEL_DISPATCH","Agent 5",1,0,905,4,12,"gemv_split_k_bf16_gfx942",4,3100,3500,0,0,8,0,16,64,1,1,64,1,1\n'
@@ -65,45 +66,132 @@ def test_fake_rocprofv3_csv_with_markers(tmp_path: Path) -> None:
 
 def _fake_rocprofv3_json(dispatch_extra: list[object] | None = None) -> dict[str, object]:
     """FAKE rocprofv3 ``--output-format json`` of the run the CSV fakes above describe, written from the documented
-    layout (rocprofiler-sdk's JSON tests: buffer_records.kernel_dispatch / marker_api, kernel_symbols, agents, strings)."""
-    symbols = [{"kernel_id": 10, "kernel_name": "matmul_bfloat16_kernel", "formatted_kernel_name": "matmul_bfloat16_kernel(bf16*, bf16 const*, int)"},
-               {"kernel_id": 11, "kernel_name": "mha_decode_gfx942_bf16"},
-               {"kernel_id": 12, "truncated_kernel_name": "gemv_split_k_bf16_gfx942"}]
+    layout (rocprofiler-sdk's JSON tests: buffer_records.kernel_dispatch / marker_api, kernel_symbols, agents,
+    strings)."""
+    symbols = [
+        {
+            "kernel_id": 10,
+            "kernel_name": "matmul_bfloat16_kernel",
+            "formatted_kernel_name": "matmul_bfloat16_kernel(bf16*, bf16 const*, int)",
+        },
+        {"kernel_id": 11, "kernel_name": "mha_decode_gfx942_bf16"},
+        {"kernel_id": 12, "truncated_kernel_name": "gemv_split_k_bf16_gfx942"},
+    ]
     # agent handles as rocprofiler-sdk hands them out: 64-bit values, not small ordinals
-    agents = [{"id": {"handle": 94_558_436_325_552}, "type": 1, "name": "AMD EPYC 9654"},
-              {"id": {"handle": 94_558_436_325_600}, "type": 2, "logical_node_type_id": 0, "name": "gfx942", "product_name": "AMD Instinct MI300X"},
-              {"id": {"handle": 94_558_436_325_648}, "type": 2, "logical_node_type_id": 1, "name": "gfx942", "product_name": "AMD Instinct MI300X"}]
+    agents = [
+        {"id": {"handle": 94_558_436_325_552}, "type": 1, "name": "AMD EPYC 9654"},
+        {
+            "id": {"handle": 94_558_436_325_600},
+            "type": 2,
+            "logical_node_type_id": 0,
+            "name": "gfx942",
+            "product_name": "AMD Instinct MI300X",
+        },
+        {
+            "id": {"handle": 94_558_436_325_648},
+            "type": 2,
+            "logical_node_type_id": 1,
+            "name": "gfx942",
+            "product_name": "AMD Instinct MI300X",
+        },
+    ]
 
     def dispatch(kernel_id: int, agent: int, tid: int, corr: int, start: int, end: int, grid: int) -> dict[str, object]:
-        return {"size": 120, "kind": 11, "operation": 0, "thread_id": tid, "correlation_id": {"internal": corr, "external": 0},
-                "start_timestamp": start, "end_timestamp": end,
-                "dispatch_info": {"agent_id": {"handle": agent}, "queue_id": {"handle": 7}, "kernel_id": kernel_id, "dispatch_id": corr,
-                                  "workgroup_size": {"x": 64, "y": 1, "z": 1}, "grid_size": {"x": grid, "y": 1, "z": 1}}}
+        return {
+            "size": 120,
+            "kind": 11,
+            "operation": 0,
+            "thread_id": tid,
+            "correlation_id": {"internal": corr, "external": 0},
+            "start_timestamp": start,
+            "end_timestamp": end,
+            "dispatch_info": {
+                "agent_id": {"handle": agent},
+                "queue_id": {"handle": 7},
+                "kernel_id": kernel_id,
+                "dispatch_id": corr,
+                "workgroup_size": {"x": 64, "y": 1, "z": 1},
+                "grid_size": {"x": grid, "y": 1, "z": 1},
+            },
+        }
 
     gpu0, gpu1 = 94_558_436_325_600, 94_558_436_325_648
-    dispatches: list[object] = [dispatch(10, gpu0, 901, 1, 1000, 1900, 1024), dispatch(11, gpu0, 905, 2, 2100, 2150, 64),
-                                dispatch(12, gpu0, 905, 3, 2200, 2600, 64), dispatch(12, gpu1, 905, 4, 3100, 3500, 64), *(dispatch_extra or [])]
-    kinds = [{"kind": "NONE", "operations": []}, {"kind": "MARKER_CORE_API", "operations": ["roctxRangePushA"]},
-             {"kind": "MARKER_CORE_RANGE_API", "operations": ["roctxRange"]}]
-    markers = [{"kind": 2, "operation": 0, "thread_id": 900, "correlation_id": {"internal": 21, "external": 0}, "start_timestamp": 950, "end_timestamp": 2000},
-               {"kind": 2, "operation": 0, "thread_id": 900, "correlation_id": {"internal": 22, "external": 0}, "start_timestamp": 2050, "end_timestamp": 3000},
-               {"kind": 2, "operation": 0, "thread_id": 900, "correlation_id": {"internal": 23, "external": 0}, "start_timestamp": 3050, "end_timestamp": 4000},
-               # the roctxRangePushA call itself (an API record, not a range): left out
-               {"kind": 1, "operation": 0, "thread_id": 900, "correlation_id": {"internal": 24, "external": 0}, "start_timestamp": 3050, "end_timestamp": 3051}]
-    strings = {"buffer_records": kinds, "marker_api": [{"key": 21, "value": "max_profile:prefill"}, {"key": 22, "value": "max_profile:decode"},
-                                                       {"key": 23, "value": "max_profile:decode"}, {"key": 24, "value": "max_profile:decode"}]}
-    process = {"metadata": {"pid": 900}, "agents": agents, "kernel_symbols": symbols, "strings": strings,
-               "buffer_records": {"kernel_dispatch": dispatches, "marker_api": markers}}
+    dispatches: list[object] = [
+        dispatch(10, gpu0, 901, 1, 1000, 1900, 1024),
+        dispatch(11, gpu0, 905, 2, 2100, 2150, 64),
+        dispatch(12, gpu0, 905, 3, 2200, 2600, 64),
+        dispatch(12, gpu1, 905, 4, 3100, 3500, 64),
+        *(dispatch_extra or []),
+    ]
+    kinds = [
+        {"kind": "NONE", "operations": []},
+        {"kind": "MARKER_CORE_API", "operations": ["roctxRangePushA"]},
+        {"kind": "MARKER_CORE_RANGE_API", "operations": ["roctxRange"]},
+    ]
+    markers = [
+        {
+            "kind": 2,
+            "operation": 0,
+            "thread_id": 900,
+            "correlation_id": {"internal": 21, "external": 0},
+            "start_timestamp": 950,
+            "end_timestamp": 2000,
+        },
+        {
+            "kind": 2,
+            "operation": 0,
+            "thread_id": 900,
+            "correlation_id": {"internal": 22, "external": 0},
+            "start_timestamp": 2050,
+            "end_timestamp": 3000,
+        },
+        {
+            "kind": 2,
+            "operation": 0,
+            "thread_id": 900,
+            "correlation_id": {"internal": 23, "external": 0},
+            "start_timestamp": 3050,
+            "end_timestamp": 4000,
+        },
+        # the roctxRangePushA call itself (an API record, not a range): left out
+        {
+            "kind": 1,
+            "operation": 0,
+            "thread_id": 900,
+            "correlation_id": {"internal": 24, "external": 0},
+            "start_timestamp": 3050,
+            "end_timestamp": 3051,
+        },
+    ]
+    strings = {
+        "buffer_records": kinds,
+        "marker_api": [
+            {"key": 21, "value": "max_profile:prefill"},
+            {"key": 22, "value": "max_profile:decode"},
+            {"key": 23, "value": "max_profile:decode"},
+            {"key": 24, "value": "max_profile:decode"},
+        ],
+    }
+    process = {
+        "metadata": {"pid": 900},
+        "agents": agents,
+        "kernel_symbols": symbols,
+        "strings": strings,
+        "buffer_records": {"kernel_dispatch": dispatches, "marker_api": markers},
+    }
     return {"rocprofiler-sdk-tool": [process]}
 
 
 def test_fake_rocprofv3_json_reads_as_its_csv(tmp_path: Path) -> None:
-    """The same run written as rocprofv3 JSON gives the CSV's breakdown, plus GPU names from the agents (FAKE: no AMD GPU)."""
+    """The same run written as rocprofv3 JSON gives the CSV's breakdown, plus GPU names from the agents (FAKE: no AMD
+    GPU)."""
     path = tmp_path / "results.json"
     path.write_text(json.dumps(_fake_rocprofv3_json([{"kind": 11, "start_timestamp": 5}, "not a record"])))
     assert detect_format(str(path)).name == "rocprof-json"
     raw = import_raw(str(path))
-    assert raw.kernel_source == "rocprofv3 json" and [g.name for g in raw.environment.gpus] == ["AMD Instinct MI300X"] * 2
+    assert (
+        raw.kernel_source == "rocprofv3 json" and [g.name for g in raw.environment.gpus] == ["AMD Instinct MI300X"] * 2
+    )
     assert [r.name for r in raw.ranges] == ["max_profile:prefill", "max_profile:decode", "max_profile:decode"]
     assert any("2 row(s)" in n for n in raw.notes)  # the two broken dispatch records, counted
     assert raw.kernels.grid is not None and raw.kernels.grid[0].tolist() == [1024, 1, 1]
@@ -116,14 +204,21 @@ def test_fake_rocprofv3_json_reads_as_its_csv(tmp_path: Path) -> None:
     assert dec.steps == 2 and dec.kernels == 3
     assert [f.family for f in dec.families] == ["gemv", "attention"]
     # names from kernel_symbols: formatted_kernel_name first, then kernel_name, then truncated_kernel_name
-    assert sorted(raw.kernels.names) == ["gemv_split_k_bf16_gfx942", "matmul_bfloat16_kernel(bf16*, bf16 const*, int)", "mha_decode_gfx942_bf16"]
+    assert sorted(raw.kernels.names) == [
+        "gemv_split_k_bf16_gfx942",
+        "matmul_bfloat16_kernel(bf16*, bf16 const*, int)",
+        "mha_decode_gfx942_bf16",
+    ]
 
 
 @pytest.mark.parametrize(
     ("doc", "match"),
     [
         ({"rocprofiler-sdk-tool": "nope"}, "list of process objects"),
-        ({"rocprofiler-sdk-tool": [{"buffer_records": {"kernel_dispatch": {"a": 1}}}]}, "kernel_dispatch is not a list"),
+        (
+            {"rocprofiler-sdk-tool": [{"buffer_records": {"kernel_dispatch": {"a": 1}}}]},
+            "kernel_dispatch is not a list",
+        ),
     ],
 )
 def test_broken_rocprofv3_json_is_refused(tmp_path: Path, doc: dict[str, object], match: str) -> None:
@@ -140,7 +235,8 @@ def test_fake_rocprofv3_older_columns(tmp_path: Path) -> None:
     old = (
         '"Kind","Agent_Id","Queue_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name","Correlation_Id","Start_Timestamp","End_Timestamp",'
         '"Private_Segment_Size","Group_Segment_Size","Workgroup_Size_X","Workgroup_Size_Y","Workgroup_Size_Z","Grid_Size_X","Grid_Size_Y","Grid_Size_Z"\n'
-        '"KERNEL_DISPATCH",2,1,852831,1,10,"void addition_kernel<float>(float*, float const*, float const*, int, int)",1,1551874061244694,1551874061255734,0,0,64,1,1,1024,1024,1\n'
+        '"KERNEL_DISPATCH",2,1,852831,1,10,"void addition_kernel<float>(float*, float const*, float const*, int, '
+        'int)",1,1551874061244694,1551874061255734,0,0,64,1,1,1024,1024,1\n'
     )
     (tmp_path / "k_kernel_trace.csv").write_text(old)
     k = _bd(tmp_path / "k_kernel_trace.csv")
@@ -178,10 +274,13 @@ def test_older_rocprof_kernel_csvs(tmp_path: Path, text: str) -> None:
 def test_fake_rocpd_database(tmp_path: Path) -> None:
     db = _rocpd(
         tmp_path,
-        "CREATE VIEW kernels AS SELECT 'gemv_split_k_bf16' AS name, 2000 AS start, 2400 AS end, 4 AS agent_abs_index, 905 AS tid "
+        "CREATE VIEW kernels AS SELECT 'gemv_split_k_bf16' AS name, 2000 AS start, 2400 AS end, 4 AS agent_abs_index, "
+        "905 AS tid "
         "UNION ALL SELECT 'sm90_matmul_bf16', 1000, 1800, 4, 905",
-        "CREATE VIEW regions AS SELECT 'MARKER_CORE_RANGE_API' AS category, 'roctxThreadRangeA' AS name, 1900 AS start, 3000 AS end, 900 AS tid, "
-        "'{\"message\": \"max_profile:decode\"}' AS extdata UNION ALL SELECT 'MARKER_CORE_RANGE_API', 'roctxThreadRangeA', 900, 1900, 900, '{\"message\": \"max_profile:prefill\"}'",
+        "CREATE VIEW regions AS SELECT 'MARKER_CORE_RANGE_API' AS category, 'roctxThreadRangeA' AS name, 1900 AS "
+        "start, 3000 AS end, 900 AS tid, "
+        "'{\"message\": \"max_profile:decode\"}' AS extdata UNION ALL SELECT 'MARKER_CORE_RANGE_API', "
+        "'roctxThreadRangeA', 900, 1900, 900, '{\"message\": \"max_profile:prefill\"}'",
         name="900_results.db",
     )
     k = _bd(db)
@@ -203,17 +302,30 @@ def _rocpd(tmp_path: Path, *views: str, name: str = "results.db") -> Path:
 
 def test_fake_rocpd_full_kernels_view(tmp_path: Path) -> None:
     """The documented view (data_views.sql): dims, stream and correlation are read too (FAKE: no AMD GPU)."""
-    db = _rocpd(tmp_path, "CREATE VIEW kernels AS SELECT 1 AS id, 'gemv_split_k_bf16' AS name, 905 AS tid, 1 AS pid, 2 AS agent_abs_index, "
-                "0 AS agent_log_index, 3 AS stream_id, 1 AS queue_id, 2000 AS start, 2400 AS end, 400 AS duration, 8192 AS grid_x, 1 AS grid_y, "
-                "1 AS grid_z, 256 AS workgroup_x, 1 AS workgroup_y, 1 AS workgroup_z, 77 AS corr_id")
+    db = _rocpd(
+        tmp_path,
+        "CREATE VIEW kernels AS SELECT 1 AS id, 'gemv_split_k_bf16' AS name, 905 AS tid, 1 AS pid, 2 AS "
+        "agent_abs_index, "
+        "0 AS agent_log_index, 3 AS stream_id, 1 AS queue_id, 2000 AS start, 2400 AS end, 400 AS duration, 8192 AS "
+        "grid_x, 1 AS grid_y, "
+        "1 AS grid_z, 256 AS workgroup_x, 1 AS workgroup_y, 1 AS workgroup_z, 77 AS corr_id",
+    )
     t = import_raw(str(db)).kernels
     assert t.device.tolist() == [2] and t.stream is not None and t.stream.tolist() == [3]
-    assert t.grid is not None and t.grid.tolist() == [[8192, 1, 1]] and t.block is not None and t.block.tolist() == [[256, 1, 1]]
+    assert (
+        t.grid is not None
+        and t.grid.tolist() == [[8192, 1, 1]]
+        and t.block is not None
+        and t.block.tolist() == [[256, 1, 1]]
+    )
     assert t.correlation_id is not None and t.correlation_id.tolist() == [77]
 
 
 def test_fake_rocpd_other_column_names_and_missing_view(tmp_path: Path) -> None:
-    db = _rocpd(tmp_path, "CREATE VIEW kernels AS SELECT 'mha_decode' AS name, 10 AS start, 20 AS end, 5 AS agent_id, 9 AS thread_id")
+    db = _rocpd(
+        tmp_path,
+        "CREATE VIEW kernels AS SELECT 'mha_decode' AS name, 10 AS start, 20 AS end, 5 AS agent_id, 9 AS thread_id",
+    )
     t = import_raw(str(db)).kernels
     assert t.device.tolist() == [5] and t.launch_tid is not None and t.launch_tid.tolist() == [9] and t.grid is None
     empty = tmp_path / "empty"
@@ -225,10 +337,13 @@ def test_fake_rocpd_other_column_names_and_missing_view(tmp_path: Path) -> None:
 
 def test_nsys_stats_csv_gpu_trace_with_commas_and_non_ascii(tmp_path: Path) -> None:
     text = (
-        "Processing [OUT/r3.sqlite] with [/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/reports/cuda_gpu_trace.py]... \n"
-        "Start (ns),Duration (ns),CorrId,GrdX,GrdY,GrdZ,BlkX,BlkY,BlkZ,Reg/Trd,StcSMem (MB),DymSMem (MB),Bytes (MB),Throughput (MB/s),SrcMemKd,DstMemKd,Device,Ctx,GreenCtx,Strm,Name\n"
+        "Processing [OUT/r3.sqlite] with "
+        "[/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/reports/cuda_gpu_trace.py]... \n"
+        "Start (ns),Duration (ns),CorrId,GrdX,GrdY,GrdZ,BlkX,BlkY,BlkZ,Reg/Trd,StcSMem (MB),DymSMem (MB),Bytes "
+        "(MB),Throughput (MB/s),SrcMemKd,DstMemKd,Device,Ctx,GreenCtx,Strm,Name\n"
         "525074279,2016,121,,,,,,,,,,4.194,2080504.807,Device,,NVIDIA H200 (0),1,,7,[CUDA memset]\n"
-        '525406504,12928,125,4096,1,1,256,1,1,16,0.000,0.000,,,,,NVIDIA H200 (0),1,,7,"fma_kernel(float *, const float *, int, int)"\n'
+        '525406504,12928,125,4096,1,1,256,1,1,16,0.000,0.000,,,,,NVIDIA H200 (0),1,,7,"fma_kernel(float *, const float '
+        '*, int, int)"\n'
         "525475464,43680,133,1,1,1,32,1,1,20,0.000,0.000,,,,,NVIDIA H200 (0),1,,7,sample_kernel_ünïcödé\n"
         "\n"
     )
@@ -238,7 +353,9 @@ def test_nsys_stats_csv_gpu_trace_with_commas_and_non_ascii(tmp_path: Path) -> N
     assert k.kernels == 2  # the memset row is not a kernel
     names = {r.name for r in k.top_kernels}
     assert names == {"fma_kernel", "sample_kernel_ünïcödé"}
-    assert [(g.key, g.name) for g in import_raw(str(path)).environment.gpus] == [("nv0", "NVIDIA H200")]  # from the Device column
+    assert [(g.key, g.name) for g in import_raw(str(path)).environment.gpus] == [
+        ("nv0", "NVIDIA H200")
+    ]  # from the Device column
 
 
 def test_nsys_kern_sum_csv_keeps_instance_counts(tmp_path: Path) -> None:
@@ -267,19 +384,45 @@ def test_kineto_json_with_phase_annotations(tmp_path: Path) -> None:
     assert _phase(k, "decode").kernels == 2
 
 
-_KERNEL = {"ph": "X", "cat": "kernel", "name": "gemv_split_k_bf16", "ts": 12.0, "dur": 5.0, "args": {"device": 0, "correlation": 7}}
+_KERNEL = {
+    "ph": "X",
+    "cat": "kernel",
+    "name": "gemv_split_k_bf16",
+    "ts": 12.0,
+    "dur": 5.0,
+    "args": {"device": 0, "correlation": 7},
+}
 
 
 @pytest.mark.parametrize(
     ("extra", "vendor", "gpus"),
     [
         # PyTorch / Kineto on CUDA: deviceProperties from cudaGetDeviceProperties
-        ({"deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85089976320, "computeMajor": 8}]},
-         "nvidia", [("nv0", "NVIDIA A100-SXM4-80GB", 85089976320)]),
+        (
+            {
+                "deviceProperties": [
+                    {"id": 0, "name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85089976320, "computeMajor": 8}
+                ]
+            },
+            "nvidia",
+            [("nv0", "NVIDIA A100-SXM4-80GB", 85089976320)],
+        ),
         # ROCm builds: hipDeviceProp with gcnArchName
-        ({"deviceProperties": [{"id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem": 206141652992, "gcnArchName": "gfx942:sramecc+:xnack-"},
-                               {"id": 1, "name": "", "totalGlobalMem": "x", "gcnArchName": "gfx942"}]},
-         "amd", [("amd0", "AMD Instinct MI300X", 206141652992), ("amd1", None, None)]),
+        (
+            {
+                "deviceProperties": [
+                    {
+                        "id": 0,
+                        "name": "AMD Instinct MI300X",
+                        "totalGlobalMem": 206141652992,
+                        "gcnArchName": "gfx942:sramecc+:xnack-",
+                    },
+                    {"id": 1, "name": "", "totalGlobalMem": "x", "gcnArchName": "gfx942"},
+                ]
+            },
+            "amd",
+            [("amd0", "AMD Instinct MI300X", 206141652992), ("amd1", None, None)],
+        ),
         # no deviceProperties: the launch API names the vendor, the GPUs stay unknown
         ({"launch": "hip_runtime"}, "amd", []),
         ({"launch": "cuda_driver"}, "nvidia", []),
@@ -288,7 +431,9 @@ _KERNEL = {"ph": "X", "cat": "kernel", "name": "gemv_split_k_bf16", "ts": 12.0, 
         ({"deviceProperties": "not a list"}, "none", []),
     ],
 )
-def test_kineto_environment_from_device_properties(tmp_path: Path, extra: dict[str, object], vendor: str, gpus: list[tuple[str, str | None, int | None]]) -> None:
+def test_kineto_environment_from_device_properties(
+    tmp_path: Path, extra: dict[str, object], vendor: str, gpus: list[tuple[str, str | None, int | None]]
+) -> None:
     events: list[dict[str, object]] = [_KERNEL]
     launch = extra.pop("launch", None)
     if launch:
@@ -311,8 +456,11 @@ def test_chrome_array_trace_without_closing_bracket(tmp_path: Path) -> None:
 
 
 def test_max_generate_profile_output_has_no_kernels(tmp_path: Path) -> None:
-    out = ("Note: Nsight Systems (`nsys`) not found on PATH; only Python/CPU profile will be captured.\nPrompt size: 11\nTime to first token: 12.5 ms\n"
-           "=== Top 10 Python/CPU functions (50.3% of CPU time, 23.32 ms total) ===\n")
+    out = (
+        "Note: Nsight Systems (`nsys`) not found on PATH; only Python/CPU profile will be captured.\nPrompt size: "
+        "11\nTime to first token: 12.5 ms\n"
+        "=== Top 10 Python/CPU functions (50.3% of CPU time, 23.32 ms total) ===\n"
+    )
     (tmp_path / "gen.txt").write_text(out)
     report = import_trace(str(tmp_path / "gen.txt"))
     assert report.kernels is not None and not isinstance(report.kernels, KernelBreakdown)

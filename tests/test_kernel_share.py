@@ -1,8 +1,8 @@
 """Sampled in-process CUPTI recording (issue 34): which steps a `kernel_share` records, and that a ledger built from the
 recorded slices of a real H200 capture says what the full recording says.
 
-The sampled capture is made from the full one the way the recorder makes it: kernels launched while it was paused are not
-in it, and the spans run from the resume (the end of the step before the slice) to the pause (the end of the slice's
+The sampled capture is made from the full one the way the recorder makes it: kernels launched while it was paused are
+not in it, and the spans run from the resume (the end of the step before the slice) to the pause (the end of the slice's
 last step). The truth it is compared with is the full capture's own ledger."""
 
 from __future__ import annotations
@@ -52,7 +52,9 @@ def test_the_default_records_a_quarter_in_slices_of_eight_from_the_start() -> No
     assert (s.steps_recorded, s.steps_paused) == (8 + 8 + 6, 48) and len(s.spans) == 3 and s.sampled
 
 
-@pytest.mark.parametrize(("share", "slice_steps", "recorded"), [(1.0, 8, 100), (0.5, 8, 52), (0.1, 4, 12), (0.25, 1, 25)])
+@pytest.mark.parametrize(
+    ("share", "slice_steps", "recorded"), [(1.0, 8, 100), (0.5, 8, 52), (0.1, 4, 12), (0.25, 1, 25)]
+)
 def test_share_of_steps_recorded(share: float, slice_steps: int, recorded: int) -> None:
     s = StepSlices(share, slice_steps)
     s.opened(0)
@@ -74,7 +76,9 @@ def sampled(raw: RawCapture, share: float, slice_steps: int) -> RawCapture:
             slices.toggled(t, step.end_ns, step.end_ns)
     slices.closed(max(s.end_ns for s in raw.steps))
     kept = launched_within(raw.kernels, slices.spans)
-    return msgspec.structs.replace(raw, kernels=kept, recorded_spans=spans_of_recorded_work(kept, list(slices.spans), slices.closed_ns))
+    return msgspec.structs.replace(
+        raw, kernels=kept, recorded_spans=spans_of_recorded_work(kept, list(slices.spans), slices.closed_ns)
+    )
 
 
 def phase(ledger: StepLedger, name: str) -> PhaseLedger:
@@ -111,9 +115,10 @@ S13 = DATA / "h200" / "session13"
 
 def test_the_h200_sampled_run_agrees_with_the_full_one() -> None:
     """Session 13 on the H200: the same 3B-shape batch-64 run recorded with the default share and with every step. The
-    sampled capture holds only kernels of its slices' steps (8,774 of them, 33 steps), each inside a slice, its resumed slices kept the
-    launch-call filter (658 API records; before the fix a resume recorded every API call: 7,027), and its decode rows are
-    within 5 % of the full run's (the full run, second on the machine, was noted throttled: every family ~4 % slower)."""
+    sampled capture holds only kernels of its slices' steps (8,774 of them, 33 steps), each inside a slice, its resumed
+    slices kept the launch-call filter (658 API records; before the fix a resume recorded every API call: 7,027), and
+    its decode rows are within 5 % of the full run's (the full run, second on the machine, was noted throttled: every
+    family ~4 % slower)."""
     sampled_raw = RawCapture.load(str(S13 / "run_b64_3b_sampled_raw.json.gz"))
     full_raw = RawCapture.load(str(S13 / "run_b64_3b_all_raw.json.gz"))
     assert len(sampled_raw.recorded_spans) == 5 and not full_raw.recorded_spans
@@ -122,7 +127,9 @@ def test_the_h200_sampled_run_agrees_with_the_full_one() -> None:
     for a, b in sampled_raw.recorded_spans:  # the slices as the analysis reads them: the GPU time of each slice's work
         inside |= (k.start_ns >= a) & (k.end_ns <= b)
     assert inside.all()
-    assert any("658 API records" in n for n in sampled_raw.notes) and any("1670 API records" in n for n in full_raw.notes)
+    assert any("658 API records" in n for n in sampled_raw.notes) and any(
+        "1670 API records" in n for n in full_raw.notes
+    )
     sampled_report, full = build_report(sampled_raw), build_report(full_raw)
     assert isinstance(sampled_report.ledger, StepLedger) and isinstance(full.ledger, StepLedger)
     p, f = phase(sampled_report.ledger, "decode"), phase(full.ledger, "decode")
@@ -135,12 +142,24 @@ def test_the_h200_sampled_run_agrees_with_the_full_one() -> None:
     assert any(n.startswith("CUPTI recorded 33 of 129 steps") for n in sampled_report.notes)
 
 
-@pytest.mark.parametrize(("fixture", "says"), [
-    ("session13/run_b64_3b_sampled_raw.json.gz", "tracing cost, expected (not measured in this capture): cupti, a quarter of the steps"),
-    ("session13/run_b64_3b_all_raw.json.gz", "tracing cost, expected (not measured in this capture): cupti, every step"),
-    ("session12/serve_kernels_3b_raw.json.gz", "tracing cost, measured on this server: the recorded window ran at 0.997"),
-    ("small_nsys.sqlite.gz", "tracing cost: set by the tool that recorded this trace (nsys)"),
-])
+@pytest.mark.parametrize(
+    ("fixture", "says"),
+    [
+        (
+            "session13/run_b64_3b_sampled_raw.json.gz",
+            "tracing cost, expected (not measured in this capture): cupti, a quarter of the steps",
+        ),
+        (
+            "session13/run_b64_3b_all_raw.json.gz",
+            "tracing cost, expected (not measured in this capture): cupti, every step",
+        ),
+        (
+            "session12/serve_kernels_3b_raw.json.gz",
+            "tracing cost, measured on this server: the recorded window ran at 0.997",
+        ),
+        ("small_nsys.sqlite.gz", "tracing cost: set by the tool that recorded this trace (nsys)"),
+    ],
+)
 def test_every_report_says_what_tracing_cost_and_how_that_is_known(fixture: str, says: str) -> None:
     import max_profile
     from max_profile.model import Report

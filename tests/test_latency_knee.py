@@ -1,5 +1,5 @@
-"""The load-sweep verdict (rules/serving.py: latency-knee / load-scales) on levels drawn by hand: where the knee is, each
-cause at its exact boundary (thresholds chosen so the boundary values are exact in binary floating point), and the
+"""The load-sweep verdict (rules/serving.py: latency-knee / load-scales) on levels drawn by hand: where the knee is,
+each cause at its exact boundary (thresholds chosen so the boundary values are exact in binary floating point), and the
 evidence and advice each cause carries. Mutation testing found these branches reached by no test that could tell them
 apart (benchmarks/mutation.py)."""
 
@@ -16,22 +16,62 @@ from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import Finding, LatencyStats, LoadLevel, Report, ServerMetrics, find_impossible_number
 
 # boundaries exact in binary: 1.25 = 5/4, 0.25 = 1/4
-TH = Thresholds(knee_min_gain=0.25, knee_min_efficiency=0.5, knee_itl_growth=1.5, knee_batch_growth=1.25, knee_kv_pressure_pct=90.0,
-                knee_itl_spike_ratio=3.0, knee_gpu_saturated_pct=90.0, host_bound_util_pct=40.0)
+TH = Thresholds(
+    knee_min_gain=0.25,
+    knee_min_efficiency=0.5,
+    knee_itl_growth=1.5,
+    knee_batch_growth=1.25,
+    knee_kv_pressure_pct=90.0,
+    knee_itl_spike_ratio=3.0,
+    knee_gpu_saturated_pct=90.0,
+    host_bound_util_pct=40.0,
+)
 
 
-def server(batch: float | None = 4.0, kv: float | None = 10.0, preemptions: float | None = 0.0, ce: float | None = 0.0,
-           unavailable: str | None = None) -> ServerMetrics:
+def server(
+    batch: float | None = 4.0,
+    kv: float | None = 10.0,
+    preemptions: float | None = 0.0,
+    ce: float | None = 0.0,
+    unavailable: str | None = None,
+) -> ServerMetrics:
     batches = {"TG": 100.0} if ce is None else {"CE": ce, "TG": 100.0}
-    return ServerMetrics(url="u", window_s=10.0, batch_size_mean=batch, kv_cache_used_pct=kv, preemptions=preemptions, requests_queued=7.0,
-                         batches=batches, batch_execution_ms_mean={"CE": 12.5, "TG": 3.25}, unavailable=unavailable)
+    return ServerMetrics(
+        url="u",
+        window_s=10.0,
+        batch_size_mean=batch,
+        kv_cache_used_pct=kv,
+        preemptions=preemptions,
+        requests_queued=7.0,
+        batches=batches,
+        batch_execution_ms_mean={"CE": 12.5, "TG": 3.25},
+        unavailable=unavailable,
+    )
 
 
-def level(c: int, tok: float, itl: float | None = 4.0, itl_p99: float | None = 4.0, ttft: float | None = 20.0, gpu: float | None = None,
-          srv: ServerMetrics | None = None) -> LoadLevel:
-    return LoadLevel(concurrency=c, window_s=10.0, requests=10, completed=10, failed=0, output_tokens=int(tok * 10), output_tok_per_s=tok,
-                     request_rate_rps=1.0, ttft_ms=LatencyStats(p50=ttft, p90=ttft, p99=ttft, samples=10),
-                     itl_ms=LatencyStats(p50=itl, p90=itl, p99=itl_p99, samples=100), gpu_utilization_pct=gpu, server=srv)
+def level(
+    c: int,
+    tok: float,
+    itl: float | None = 4.0,
+    itl_p99: float | None = 4.0,
+    ttft: float | None = 20.0,
+    gpu: float | None = None,
+    srv: ServerMetrics | None = None,
+) -> LoadLevel:
+    return LoadLevel(
+        concurrency=c,
+        window_s=10.0,
+        requests=10,
+        completed=10,
+        failed=0,
+        output_tokens=int(tok * 10),
+        output_tok_per_s=tok,
+        request_rate_rps=1.0,
+        ttft_ms=LatencyStats(p50=ttft, p90=ttft, p99=ttft, samples=10),
+        itl_ms=LatencyStats(p50=itl, p90=itl, p99=itl_p99, samples=100),
+        gpu_utilization_pct=gpu,
+        server=srv,
+    )
 
 
 def judge(*levels: LoadLevel, th: Thresholds = TH) -> list[Finding]:
@@ -71,16 +111,30 @@ def test_gain_boundary(tok: float, is_knee: bool) -> None:
     assert [f.id for f in judge(level(1, 100.0), level(1, tok))] == (["latency-knee"] if is_knee else ["load-scales"])
 
 
-@pytest.mark.parametrize(("tok", "itl", "ttft", "is_knee"), [
-    (200.0, 6.0, 20.0, False),   # efficiency exactly 0.5 (2x throughput for 4x concurrency): not below it
-    (196.0, 6.0, 20.0, True),    # efficiency below, ITL x1.5 exactly: latency climbs
-    (196.0, 5.9, 20.0, False),   # efficiency below, ITL x1.475: latency does not climb enough
-    (196.0, 4.0, 30.0, True),    # TTFT p90 x1.5 exactly is latency climbing too
-    (196.0, None, 30.0, True),   # no ITL at one level: growth 1.0, TTFT decides
-    (196.0, 6.0, None, True),    # no TTFT: ITL decides
-    (196.0, None, None, False),  # neither: latency is not seen climbing
-], ids=["efficiency-at-minimum", "itl-at-growth", "itl-below-growth", "ttft-at-growth", "no-itl", "no-ttft", "no-latency"])
-def test_efficiency_and_latency_growth_boundary(tok: float, itl: float | None, ttft: float | None, is_knee: bool) -> None:
+@pytest.mark.parametrize(
+    ("tok", "itl", "ttft", "is_knee"),
+    [
+        (200.0, 6.0, 20.0, False),  # efficiency exactly 0.5 (2x throughput for 4x concurrency): not below it
+        (196.0, 6.0, 20.0, True),  # efficiency below, ITL x1.5 exactly: latency climbs
+        (196.0, 5.9, 20.0, False),  # efficiency below, ITL x1.475: latency does not climb enough
+        (196.0, 4.0, 30.0, True),  # TTFT p90 x1.5 exactly is latency climbing too
+        (196.0, None, 30.0, True),  # no ITL at one level: growth 1.0, TTFT decides
+        (196.0, 6.0, None, True),  # no TTFT: ITL decides
+        (196.0, None, None, False),  # neither: latency is not seen climbing
+    ],
+    ids=[
+        "efficiency-at-minimum",
+        "itl-at-growth",
+        "itl-below-growth",
+        "ttft-at-growth",
+        "no-itl",
+        "no-ttft",
+        "no-latency",
+    ],
+)
+def test_efficiency_and_latency_growth_boundary(
+    tok: float, itl: float | None, ttft: float | None, is_knee: bool
+) -> None:
     before = level(1, 100.0, itl=4.0 if itl is not None else None, ttft=20.0 if ttft is not None else None)
     found = judge(before, level(4, tok, itl=itl, itl_p99=itl, ttft=ttft))
     assert [f.id for f in found] == (["latency-knee"] if is_knee else ["load-scales"])
@@ -104,8 +158,19 @@ def test_knee_evidence_and_title_carry_the_pair_and_the_server_window() -> None:
     ev = f.evidence
     assert ev["throughput_gain_pct"] == 6.2  # round(6.25, 1): to one decimal, not an integer
     assert (ev["output_tok_per_s_before"], ev["output_tok_per_s_at_knee"]) == (100.0, 106.25)
-    assert (ev["itl_p50_ms_before"], ev["itl_p50_ms_at_knee"], ev["itl_p99_ms_at_knee"], ev["ttft_p90_ms_at_knee"]) == (4.0, 4.0, 4.0, 20.0)
-    assert (ev["batch_size_mean"], ev["batch_size_mean_before"], ev["requests_queued"], ev["kv_cache_used_pct"], ev["preemptions"]) == (4.5, 4.0, 7.0, 50.0, 0.0)
+    assert (ev["itl_p50_ms_before"], ev["itl_p50_ms_at_knee"], ev["itl_p99_ms_at_knee"], ev["ttft_p90_ms_at_knee"]) == (
+        4.0,
+        4.0,
+        4.0,
+        20.0,
+    )
+    assert (
+        ev["batch_size_mean"],
+        ev["batch_size_mean_before"],
+        ev["requests_queued"],
+        ev["kv_cache_used_pct"],
+        ev["preemptions"],
+    ) == (4.5, 4.0, 7.0, 50.0, 0.0)
     assert (ev["ce_batches"], ev["ce_batch_ms_mean"], ev["tg_batch_ms_mean"]) == (3.0, 12.5, 3.25)
     assert f.title.startswith("Latency bends at concurrency 2 (throughput +6% over 1, ITL p50 x1.00): ")
 
@@ -119,15 +184,19 @@ def _cause(f: Finding) -> tuple[Any, str, float]:
     return f.evidence["cause"], f.severity, f.confidence
 
 
-@pytest.mark.parametrize(("srv", "cause"), [
-    (server(kv=90.0), "kv-cache-pressure"),                       # at the pressure threshold
-    (server(batch=8.0, kv=89.5), "unknown"),
-    (server(kv=None, preemptions=1.0), "kv-cache-pressure"),      # one preemption is pressure
-    (server(batch=8.0, kv=None, preemptions=None), "unknown"),
-    (server(batch=5.0), "unknown"),                               # batch grew by exactly the growth factor: not stuck
-    (server(batch=4.5), "batch-limit"),                           # grew by less
-    (server(batch=None), "unknown"),
-], ids=["kv-at", "kv-below", "preemption", "no-kv-metrics", "batch-grew", "batch-stuck", "no-batch-metric"])
+@pytest.mark.parametrize(
+    ("srv", "cause"),
+    [
+        (server(kv=90.0), "kv-cache-pressure"),  # at the pressure threshold
+        (server(batch=8.0, kv=89.5), "unknown"),
+        (server(kv=None, preemptions=1.0), "kv-cache-pressure"),  # one preemption is pressure
+        (server(batch=8.0, kv=None, preemptions=None), "unknown"),
+        (server(batch=5.0), "unknown"),  # batch grew by exactly the growth factor: not stuck
+        (server(batch=4.5), "batch-limit"),  # grew by less
+        (server(batch=None), "unknown"),
+    ],
+    ids=["kv-at", "kv-below", "preemption", "no-kv-metrics", "batch-grew", "batch-stuck", "no-batch-metric"],
+)
 def test_server_side_causes_at_their_boundaries(srv: ServerMetrics, cause: str) -> None:
     f = flat_pair(srv)
     assert _cause(f) == (cause, "warning", 0.7 if cause != "unknown" else 0.5)
@@ -142,17 +211,24 @@ def test_kv_pressure_comes_before_a_stuck_batch_and_says_what_to_change() -> Non
 
 def test_a_stuck_batch_says_the_batch_and_the_ttft() -> None:
     f = flat_pair(server(batch=4.5))
-    assert "the batch stayed at 4.5 requests (was 4.0) while concurrency went 1 -> 2" in f.title and "TTFT p90 20 -> 20 ms" in f.title
+    assert (
+        "the batch stayed at 4.5 requests (was 4.0) while concurrency went 1 -> 2" in f.title
+        and "TTFT p90 20 -> 20 ms" in f.title
+    )
     assert f.next_step is not None and "--max-batch-size" in f.next_step
 
 
-@pytest.mark.parametrize(("p99", "ce", "cause"), [
-    (12.0, 1.0, "prefill-interference"),   # ITL p99 exactly 3x its p50, one prefill batch in the window
-    (11.9, 1.0, "unknown"),
-    (12.0, 0.0, "unknown"),                # no prefill batch: the spikes are not prefill's
-    (12.0, None, "unknown"),               # the server does not say its prefill batches
-    (None, 1.0, "unknown"),                # no ITL p99: no spike measured
-], ids=["spike-at", "spike-below", "no-ce", "ce-missing", "no-p99"])
+@pytest.mark.parametrize(
+    ("p99", "ce", "cause"),
+    [
+        (12.0, 1.0, "prefill-interference"),  # ITL p99 exactly 3x its p50, one prefill batch in the window
+        (11.9, 1.0, "unknown"),
+        (12.0, 0.0, "unknown"),  # no prefill batch: the spikes are not prefill's
+        (12.0, None, "unknown"),  # the server does not say its prefill batches
+        (None, 1.0, "unknown"),  # no ITL p99: no spike measured
+    ],
+    ids=["spike-at", "spike-below", "no-ce", "ce-missing", "no-p99"],
+)
 def test_prefill_interference_boundary(p99: float | None, ce: float | None, cause: str) -> None:
     f = flat_pair(server(batch=8.0, ce=ce), itl_p99=p99)
     assert f.evidence["cause"] == cause
@@ -161,15 +237,19 @@ def test_prefill_interference_boundary(p99: float | None, ce: float | None, caus
         assert f.next_step is not None and "--max-batch-input-tokens" in f.next_step
 
 
-@pytest.mark.parametrize(("gpu", "cause", "severity"), [
-    (90.0, "gpu-saturated", "info"),   # at the saturation threshold: the GPU's capacity, healthy
-    (89.5, "unknown", "warning"),
-    (40.0, "unknown", "warning"),      # at the host-bound threshold: not below it
-    (39.5, "host-bound", "warning"),
-    (None, "unknown", "warning"),
-], ids=["saturated-at", "saturated-below", "host-at", "host-below", "no-gpu-figure"])
+@pytest.mark.parametrize(
+    ("gpu", "cause", "severity"),
+    [
+        (90.0, "gpu-saturated", "info"),  # at the saturation threshold: the GPU's capacity, healthy
+        (89.5, "unknown", "warning"),
+        (40.0, "unknown", "warning"),  # at the host-bound threshold: not below it
+        (39.5, "host-bound", "warning"),
+        (None, "unknown", "warning"),
+    ],
+    ids=["saturated-at", "saturated-below", "host-at", "host-below", "no-gpu-figure"],
+)
 def test_gpu_side_causes_at_their_boundaries(gpu: float | None, cause: str, severity: str) -> None:
-    f = flat_pair(None, gpu=gpu)   # no server metrics: only the GPU figure speaks
+    f = flat_pair(None, gpu=gpu)  # no server metrics: only the GPU figure speaks
     assert _cause(f) == (cause, severity, 0.7 if cause != "unknown" else 0.5)
     advice = {"gpu-saturated": "Healthy", "host-bound": "py-spy", "unknown": "Read the server's metrics"}[cause]
     assert f.next_step is not None and advice in f.next_step
@@ -178,10 +258,12 @@ def test_gpu_side_causes_at_their_boundaries(gpu: float | None, cause: str, seve
 
 
 def test_a_throughput_that_fell_is_evidence_a_report_can_be_read_back_with() -> None:
-    """Changes between two measurements may be negative: the report reader must not call them damaged (a served window whose
-    recorded decode step came out 0.2 % faster than the untraced one made a report that could not be loaded)."""
+    """Changes between two measurements may be negative: the report reader must not call them damaged (a served window
+    whose recorded decode step came out 0.2 % faster than the untraced one made a report that could not be loaded)."""
     f = knee(level(1, 100.0), level(2, 80.0))
     assert f.evidence["throughput_gain_pct"] == -20.0
     assert find_impossible_number(msgspec.to_builtins({"findings": [f]})) is None
     assert find_impossible_number({"evidence": {"decode_step_change_pct": -0.2}}) is None
-    assert find_impossible_number({"evidence": {"decode_step_ms": -0.2}}) == "decode_step_ms = -0.2"  # a time still may not
+    assert (
+        find_impossible_number({"evidence": {"decode_step_ms": -0.2}}) == "decode_step_ms = -0.2"
+    )  # a time still may not

@@ -33,8 +33,14 @@ def _run_measured(*args: str, env: dict[str, str] | None = None, timeout: float 
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
         "sys.exit(r.returncode)\n"
     )
-    res = subprocess.run([sys.executable, "-c", wrapper, *args], capture_output=True, text=True, timeout=timeout,
-                         env={**os.environ, **(env or {})}, cwd=str(REPO))
+    res = subprocess.run(
+        [sys.executable, "-c", wrapper, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=str(REPO),
+    )
     return res.returncode, res.stderr, int(res.stdout.strip().splitlines()[-1])
 
 
@@ -115,7 +121,9 @@ def test_sqlite_table_past_the_row_limit_is_refused(tmp_path: Path) -> None:
     assert rc == 2
     line = _error_line(err)
     assert f"CUPTI_ACTIVITY_KIND_KERNEL holds {kernels:,} rows" in line and "MAX_PROFILE_MAX_ROWS" in line
-    rc, err, _ = _run_measured("kernels", "--import", str(db), "--json", str(tmp_path / "r.json"), env={"MAX_PROFILE_MAX_ROWS": str(kernels)})
+    rc, err, _ = _run_measured(
+        "kernels", "--import", str(db), "--json", str(tmp_path / "r.json"), env={"MAX_PROFILE_MAX_ROWS": str(kernels)}
+    )
     assert rc == 0, err
     assert json.loads((tmp_path / "r.json").read_text())["kernels"]["kernels"] == kernels
 
@@ -128,7 +136,10 @@ def test_sqlite_rowids_far_apart_read_in_one_pass(tmp_path: Path) -> None:
     make_nsys_sqlite(db, decode_steps=4)
     before = read_nsys_sqlite(str(db))
     con = sqlite3.connect(db)
-    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET rowid = rowid + 4611686018427387904 WHERE rowid = (SELECT max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+    con.execute(
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET rowid = rowid + 4611686018427387904 WHERE rowid = (SELECT max(rowid) "
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL)"
+    )
     con.commit()
     con.close()
     after = read_nsys_sqlite(str(db))

@@ -52,14 +52,26 @@ def _text(name: str, body: str) -> Callable[[Path], Path]:
 
 
 def _bare_chrome(out: Path) -> Path:
-    events = [{"ph": "X", "cat": "kernel", "name": f"gemv_split_k_bf16_{i % 2}", "ts": 12.0 + 10 * i, "dur": 5.0, "args": {"device": 0}}
-              for i in range(20)]
+    events = [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": f"gemv_split_k_bf16_{i % 2}",
+            "ts": 12.0 + 10 * i,
+            "dur": 5.0,
+            "args": {"device": 0},
+        }
+        for i in range(20)
+    ]
     (out / "trace.json").write_text(json.dumps(events))
     return out / "trace.json"
 
 
-MAX_GENERATE = ("Note: Nsight Systems (`nsys`) not found on PATH; only Python/CPU profile will be captured.\nPrompt size: 11\n"
-                "Time to first token: 12.5 ms\n=== Top 10 Python/CPU functions (50.3% of CPU time, 23.32 ms total) ===\n")
+MAX_GENERATE = (
+    "Note: Nsight Systems (`nsys`) not found on PATH; only Python/CPU profile will be captured.\nPrompt size: 11\n"
+    "Time to first token: 12.5 ms\n=== Top 10 Python/CPU functions (50.3% of CPU time, 23.32 ms total) ===\n"
+)
+
 
 def _copy(src: Path, out: Path) -> Path:
     dest = out / src.name
@@ -86,8 +98,11 @@ SEEDS: dict[str, Callable[[Path], Path]] = {
 }
 """A seed file per source."""
 
-REFUSED = {"sqlite-unknown": (TraceFormatError, "neither an nsys export"), "nsys-rep": ((ToolMissingError, TraceFormatError), "nsys"),
-           "ncu-rep": ((ToolMissingError, TraceFormatError), "ncu")}
+REFUSED = {
+    "sqlite-unknown": (TraceFormatError, "neither an nsys export"),
+    "nsys-rep": ((ToolMissingError, TraceFormatError), "nsys"),
+    "ncu-rep": ((ToolMissingError, TraceFormatError), "ncu"),
+}
 """Sources whose seed is refused on a machine without the tool (or, for one, always): the error and what it names."""
 
 NO_KERNELS = {"max-generate-profile"}
@@ -141,7 +156,10 @@ def test_source_cut_in_half_is_refused_or_read(name: str, tmp_path: Path) -> Non
 
 
 # --- outputs ---------------------------------------------------------------------------------
-CAPTURES = {"h200-cupti": DATA / "h200" / "small_cupti_raw.json.gz", "cpu-serve-sweep": DATA / "cpu" / "serve_sweep_c1_c2_raw.json.gz"}
+CAPTURES = {
+    "h200-cupti": DATA / "h200" / "small_cupti_raw.json.gz",
+    "cpu-serve-sweep": DATA / "cpu" / "serve_sweep_c1_c2_raw.json.gz",
+}
 
 
 def _read_back(name: str, path: Path, report: Report, received: dict[str, list[bytes]]) -> None:
@@ -173,8 +191,13 @@ def _read_back(name: str, path: Path, report: Report, received: dict[str, list[b
 
 @pytest.mark.parametrize("capture", list(CAPTURES))
 @pytest.mark.parametrize("name", [o.name for o in OUTPUTS])
-def test_output_writes_what_its_format_reads_back(name: str, capture: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   otlp_receiver: tuple[str, dict[str, list[bytes]]]) -> None:
+def test_output_writes_what_its_format_reads_back(
+    name: str,
+    capture: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    otlp_receiver: tuple[str, dict[str, list[bytes]]],
+) -> None:
     raw = RawCapture.load(str(CAPTURES[capture]))
     report = build_report(raw)
     output = next(o for o in OUTPUTS if o.name == name)

@@ -30,8 +30,16 @@ def split_with_allreduce(allreduce_us: float, second_device_us: float | None = N
     for dev in (0, 1):
         kernels += [msgspec.structs.replace(k, device=dev) for k in records]
         us = allreduce_us if dev == 0 or second_device_us is None else second_device_us
-        kernels += [KernelRecord(name="ncclDevKernel_AllReduce_Sum_bf16_RING_LL", start_ns=end, end_ns=end + int(us * 1e3), device=dev,
-                                 launch_ns=step.end_ns - 1000) for step, end in zip(decode, ends_after, strict=True)]
+        kernels += [
+            KernelRecord(
+                name="ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+                start_ns=end,
+                end_ns=end + int(us * 1e3),
+                device=dev,
+                launch_ns=step.end_ns - 1000,
+            )
+            for step, end in zip(decode, ends_after, strict=True)
+        ]
     kernels.sort(key=lambda k: k.start_ns)
     return msgspec.structs.replace(raw, kernels=KernelTable.from_records(kernels))
 
@@ -72,11 +80,15 @@ def test_per_device_figures_are_each_devices_own() -> None:
     k = report.kernels
     assert isinstance(k, KernelBreakdown)
     d0, d1 = k.per_device
-    assert d0.collective_ms_per_decode_step == pytest.approx(0.2, abs=1e-6) and d1.collective_ms_per_decode_step == pytest.approx(0.6, abs=1e-6)
+    assert d0.collective_ms_per_decode_step == pytest.approx(
+        0.2, abs=1e-6
+    ) and d1.collective_ms_per_decode_step == pytest.approx(0.6, abs=1e-6)
     assert d0.collective_share_of_decode_pct == pytest.approx(100 * 0.2 / (3.8141 + 0.2), abs=0.1)
     assert d1.collective_share_of_decode_pct == pytest.approx(100 * 0.6 / (3.8141 + 0.6), abs=0.1)
     assert d1.kernel_ms - d0.kernel_ms == pytest.approx(64 * 0.4, rel=1e-3) and d0.kernels == d1.kernels
     assert d0.families[0].family == "gemv" and {f.family for f in d1.families} >= {"gemv", "collective"}
     f = next(f for f in report.findings if f.id.startswith("communication"))
-    assert f.evidence["device"] == 1 and f.evidence["max_collective_share_of_decode_pct"] == pytest.approx(13.6, abs=0.1)
+    assert f.evidence["device"] == 1 and f.evidence["max_collective_share_of_decode_pct"] == pytest.approx(
+        13.6, abs=0.1
+    )
     assert f.evidence["collective_ms_per_decode_step"] == pytest.approx(0.6, abs=1e-4) and f.evidence["devices"] == 2

@@ -26,8 +26,16 @@ def read_ncu_files(details: str, raw: str | None = None) -> list[KernelAnalysis]
 
 
 def _launch(parsed: dict) -> NcuLaunch:  # type: ignore[type-arg]
-    return NcuLaunch(launch_id="0", name=parsed["name"], grid=parsed["grid"], block=parsed["block"], device=parsed["device"],
-                     metrics=parsed["metrics"], sections=parsed["sections"], rules=parsed["rules"])
+    return NcuLaunch(
+        launch_id="0",
+        name=parsed["name"],
+        grid=parsed["grid"],
+        block=parsed["block"],
+        device=parsed["device"],
+        metrics=parsed["metrics"],
+        sections=parsed["sections"],
+        rules=parsed["rules"],
+    )
 
 
 def test_decode_gemv_7b_is_memory_bound_near_peak() -> None:
@@ -50,7 +58,9 @@ def test_decode_gemv_7b_is_memory_bound_near_peak() -> None:
 def test_small_gemv_stalls_from_raw_page() -> None:
     (g,) = read_ncu_files(str(H200 / "small_ncu_gemv_details.csv"), str(H200 / "small_ncu_gemv_raw.csv.gz"))[:1]
     assert g.duration_ns == 9056
-    assert g.stalls[0].reason == "long_scoreboard" and g.stalls[0].cycles_per_instruction == pytest.approx(19.65, abs=0.01)
+    assert g.stalls[0].reason == "long_scoreboard" and g.stalls[0].cycles_per_instruction == pytest.approx(
+        19.65, abs=0.01
+    )
     assert "memory latency" in g.stalls[0].meaning
     assert g.bound == "memory" and g.dram_throughput_pct == pytest.approx(53.31)
     assert "kernel-memory-bound" in {f.id for f in kernel_findings(g)}
@@ -102,10 +112,29 @@ def _older_ncu_layout(text: str) -> str:
 
     rows = list(csv.reader(io.StringIO(text)))
     header = rows[0]
-    keep = [header.index(c) for c in ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
-                                      "Section Name", "Metric Name", "Metric Unit", "Metric Value")]
-    human = {"nsecond": ("usecond", 1e-3), "ns": ("usecond", 1e-3), "byte/s": ("Gbyte/second", 1e-9), "hz": ("cycle/nsecond", 1e-9),
-             "byte": ("Kbyte", 1e-3)}
+    keep = [
+        header.index(c)
+        for c in (
+            "ID",
+            "Process ID",
+            "Process Name",
+            "Host Name",
+            "Kernel Name",
+            "Context",
+            "Stream",
+            "Section Name",
+            "Metric Name",
+            "Metric Unit",
+            "Metric Value",
+        )
+    ]
+    human = {
+        "nsecond": ("usecond", 1e-3),
+        "ns": ("usecond", 1e-3),
+        "byte/s": ("Gbyte/second", 1e-9),
+        "hz": ("cycle/nsecond", 1e-9),
+        "byte": ("Kbyte", 1e-3),
+    }
     out = io.StringIO()
     writer = csv.writer(out, quoting=csv.QUOTE_ALL)
     writer.writerow([header[i] for i in keep[:5]] + ["Kernel Time"] + [header[i] for i in keep[5:]])
@@ -121,13 +150,18 @@ def _older_ncu_layout(text: str) -> str:
     return out.getvalue()
 
 
-@pytest.mark.parametrize("name", ["small_ncu_gemv_details.csv", "small_ncu_mha_details.csv", "big_ncu_gemv_details.csv"])
+@pytest.mark.parametrize(
+    "name", ["small_ncu_gemv_details.csv", "small_ncu_mha_details.csv", "big_ncu_gemv_details.csv"]
+)
 def test_older_ncu_layout_and_human_units_give_the_same_analysis(name: str) -> None:
     base = (H200 / name).read_text()
     old = _older_ncu_layout(base)
     assert "Gbyte/second" in old and "cycle/nsecond" in old and "Block Size" not in old.splitlines()[0]
-    for a, b in zip((analyze_launch(_launch(v)) for v in parse_ncu_csv(base).values()),
-                    (analyze_launch(_launch(v)) for v in parse_ncu_csv(old).values()), strict=True):
+    for a, b in zip(
+        (analyze_launch(_launch(v)) for v in parse_ncu_csv(base).values()),
+        (analyze_launch(_launch(v)) for v in parse_ncu_csv(old).values()),
+        strict=True,
+    ):
         assert b.bound == a.bound and b.duration_ns == pytest.approx(a.duration_ns or 0, rel=1e-3)
         assert b.dram_bytes_per_s == pytest.approx(a.dram_bytes_per_s or 0, rel=1e-3)
         assert b.achieved_occupancy_pct == pytest.approx(a.achieved_occupancy_pct or 0, rel=1e-3)
@@ -137,8 +171,10 @@ def test_older_ncu_layout_and_human_units_give_the_same_analysis(name: str) -> N
 
 def test_ragged_metrics_only_csv() -> None:
     text = (
-        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n'
-        '"0","1481","app","127.0.0.1","fma_kernel(float *, const float *, int, int)","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","18,144"\n'
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid '
+        'Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n'
+        '"0","1481","app","127.0.0.1","fma_kernel(float *, const float *, int, int)","1","7","(256, 1, 1)","(4096, 1, '
+        '1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","18,144"\n'
     )
     (k,) = parse_ncu_csv(text).values()
     assert analyze_launch(_launch(k)).duration_ns == 18144
@@ -148,9 +184,16 @@ def test_ragged_metrics_only_csv() -> None:
     ("text", "expect"),
     [
         ("==PROF== Connected\n==WARNING== No kernels were profiled.\n", "matched nothing"),
-        ("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters\n", "NVreg_RestrictProfilingToAdminUsers=0"),
+        (
+            "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance "
+            "Counters\n",
+            "NVreg_RestrictProfilingToAdminUsers=0",
+        ),
         ("hello,world\n1,2\n", "not ncu CSV output"),
-        ('"ID","Process ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n', "no profiled kernel rows"),
+        (
+            '"ID","Process ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n',
+            "no profiled kernel rows",
+        ),
     ],
 )
 def test_bad_ncu_output(text: str, expect: str) -> None:
@@ -159,7 +202,10 @@ def test_bad_ncu_output(text: str, expect: str) -> None:
 
 
 def test_name_filter_never_profiles_everything() -> None:
-    assert name_filter("gemv_split_k_bfloat16_bfloat16_bfloat16_128_41f3d61e") == "regex:gemv_split_k_bfloat16_bfloat16_bfloat16_128"
+    assert (
+        name_filter("gemv_split_k_bfloat16_bfloat16_bfloat16_128_41f3d61e")
+        == "regex:gemv_split_k_bfloat16_bfloat16_bfloat16_128"
+    )
     assert name_filter("regex:mha_depth.*") == "regex:mha_depth.*"
     for bad in ("", ".*", "regex:.*"):
         with pytest.raises(NcuError, match="refusing"):
@@ -171,7 +217,9 @@ def test_name_filter_never_profiles_everything() -> None:
 
 
 def test_kernel_cli_import_and_errors(tmp_path: Path) -> None:
-    ok = run_cli("kernel", "gemv", "--import", str(H200 / "big_ncu_gemv_details.csv"), "--json", str(tmp_path / "k.json"))
+    ok = run_cli(
+        "kernel", "gemv", "--import", str(H200 / "big_ncu_gemv_details.csv"), "--json", str(tmp_path / "k.json")
+    )
     assert ok.returncode == 0, ok.stderr
     assert "near its roofline" in ok.stdout
     bad = tmp_path / "trunc.csv"
@@ -190,24 +238,28 @@ def test_recorded_no_match_message() -> None:
 
 
 def _fake_ncu(folder: Path, fail_page: str | None = None) -> Path:
-    """A FAKE `ncu` (CI has no Nsight Compute): `--version`, and `--import R --csv --page details|raw --print-units base`
-    printing the H200 pages of the decode attention kernel, as the real one prints them from its report."""
+    """A FAKE `ncu` (CI has no Nsight Compute): `--version`, and `--import R --csv --page details|raw --print-units
+    base` printing the H200 pages of the decode attention kernel, as the real one prints them from its report."""
     script = folder / "ncu"
     details, raw = H200 / "small_ncu_mha_details.csv", H200 / "small_ncu_mha_raw.csv.gz"
     fail = f'  *"--page {fail_page}"*) echo "==ERROR== Failed to load report" >&2; exit 1;;\n' if fail_page else ""
-    script.write_text("#!/bin/sh\n# FAKE ncu for tests\ncase \"$*\" in\n"
-                      "  *--version*) echo 'NVIDIA (R) Nsight Compute Command Line Profiler'; echo 'Version 2025.3.1.0 (build 36398880)';;\n"
-                      f"{fail}"
-                      f"  *'--import'*'--page details'*) cat '{details}';;\n"
-                      f"  *'--import'*'--page raw'*) gzip -dc '{raw}';;\n"
-                      "  *) exit 2;;\nesac\n")
+    script.write_text(
+        '#!/bin/sh\n# FAKE ncu for tests\ncase "$*" in\n'
+        "  *--version*) echo 'NVIDIA (R) Nsight Compute Command Line Profiler'; echo 'Version 2025.3.1.0 (build "
+        "36398880)';;\n"
+        f"{fail}"
+        f"  *'--import'*'--page details'*) cat '{details}';;\n"
+        f"  *'--import'*'--page raw'*) gzip -dc '{raw}';;\n"
+        "  *) exit 2;;\nesac\n"
+    )
     script.chmod(0o755)
     return script
 
 
 def test_ncu_rep_is_read_through_ncu_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`report R.ncu-rep` / `kernel --import R.ncu-rep`: the pages come from `ncu --import` (a FAKE ncu here) and read
-    as the same pages imported as CSV; a failing ncu names the page and its error; no ncu: exit 3 with the install command."""
+    as the same pages imported as CSV; a failing ncu names the page and its error; no ncu: exit 3 with the install
+    command."""
     from max_profile.analyze.report import build_report
     from max_profile.collect.readers.sources import detect_format, import_trace
     from max_profile.errors import ToolMissingError, TraceFormatError
@@ -238,16 +290,25 @@ def _fake_ncu_run(folder: Path, log: str, write_report: bool) -> Path:
     application's output, records its arguments, and writes the ``-o`` report only when ``write_report``."""
     script = folder / "ncu"
     (folder / "log.txt").write_text(log)
-    report = ('out=""; prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done; '
-              'printf x > "$out.ncu-rep"\n') if write_report else ""
-    script.write_text("#!/bin/sh\n# FAKE ncu for tests\n"
-                      "case \"$*\" in *--version*) echo 'Version 2025.3.1.0'; exit 0;; esac\n"
-                      f"echo \"$@\" > '{folder}/args.txt'\ncat '{folder}/log.txt'\n{report}exit 0\n")
+    report = (
+        (
+            'out=""; prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done; '
+            'printf x > "$out.ncu-rep"\n'
+        )
+        if write_report
+        else ""
+    )
+    script.write_text(
+        "#!/bin/sh\n# FAKE ncu for tests\n"
+        "case \"$*\" in *--version*) echo 'Version 2025.3.1.0'; exit 0;; esac\n"
+        f"echo \"$@\" > '{folder}/args.txt'\ncat '{folder}/log.txt'\n{report}exit 0\n"
+    )
     script.chmod(0o755)
     return script
 
 
-# ncu's lines as Nsight Compute 2025.3.1 prints them (`==PROF==` / `==ERROR==` / `==WARNING==`), around the application's own output
+# ncu's lines as Nsight Compute 2025.3.1 prints them (`==PROF==` / `==ERROR==` / `==WARNING==`), around the
+# application's own output
 CRASH_LOG = """==PROF== Connected to process 1234 (/opt/torch/.venv/bin/python3.12)
 [max-profile    1.0s] loading /tmp/m24 on gpu
 malloc(): unaligned tcache chunk detected
@@ -261,14 +322,19 @@ NO_MATCH_LOG = """==PROF== Connected to process 1234 (/opt/torch/.venv/bin/pytho
 """
 
 
-@pytest.mark.parametrize("log, expect", [
-    (CRASH_LOG, "crashed under ncu .*error code 6: SIGABRT.*malloc\\(\\): unaligned tcache chunk detected"),
-    (CRASH_LOG.replace("(6)", "(11)"), "error code 11: SIGSEGV"),
-    (NO_MATCH_LOG, "ncu profiled no kernel: the filter 'regex:gemv_split_k' matched no launch"),
-])
-def test_kernel_run_tells_a_crash_from_no_match(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log: str, expect: str) -> None:
-    """A profiled program that dies under ncu is reported as a crash (its error code named, a signal spelled out, its last
-    telling line), never as "no match"; a real no-match still says so. The child runs with device graphs off."""
+@pytest.mark.parametrize(
+    "log, expect",
+    [
+        (CRASH_LOG, "crashed under ncu .*error code 6: SIGABRT.*malloc\\(\\): unaligned tcache chunk detected"),
+        (CRASH_LOG.replace("(6)", "(11)"), "error code 11: SIGSEGV"),
+        (NO_MATCH_LOG, "ncu profiled no kernel: the filter 'regex:gemv_split_k' matched no launch"),
+    ],
+)
+def test_kernel_run_tells_a_crash_from_no_match(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log: str, expect: str
+) -> None:
+    """A profiled program that dies under ncu is reported as a crash (its error code named, a signal spelled out, its
+    last telling line), never as "no match"; a real no-match still says so. The child runs with device graphs off."""
     from max_profile.errors import CaptureError
     from max_profile.ncu_run import KernelRun, profile_kernel
 
@@ -281,6 +347,9 @@ def test_kernel_run_tells_a_crash_from_no_match(tmp_path: Path, monkeypatch: pyt
     (model / "config.json").write_text("{}")
     (model / "model.safetensors").write_bytes(b"x")
     with pytest.raises(CaptureError, match=expect):
-        profile_kernel(KernelRun(name="gemv_split_k", model_path=str(model), output_dir=str(tmp_path / "out")), progress=lambda m: None)
+        profile_kernel(
+            KernelRun(name="gemv_split_k", model_path=str(model), output_dir=str(tmp_path / "out")),
+            progress=lambda m: None,
+        )
     args = (bin_dir / "args.txt").read_text().split()
     assert "--no-device-graph-capture" in args and args[args.index("-k") + 1] == "regex:gemv_split_k"

@@ -1,5 +1,5 @@
-"""A newcomer's first hour on a CPU machine (issue 22), each case as it was first hit: unwritable outputs fail before any
-work (exit 2, naming the path), a kernel recorder that cannot record fails (exit 4), SIGTERM ends a run like Ctrl-C
+"""A newcomer's first hour on a CPU machine (issue 22), each case as it was first hit: unwritable outputs fail before
+any work (exit 2, naming the path), a kernel recorder that cannot record fails (exit 4), SIGTERM ends a run like Ctrl-C
 (exit 143, one line), no child prints a traceback, check-arch warns when the model runs the built-in, reports fit 80
 columns without cut figures, the HTML page's legends and ticks, -q after the verb, help text for every option.
 
@@ -63,20 +63,27 @@ def test_write_output_says_the_real_error() -> None:
     from max_profile.errors import InputError
     from max_profile.util.files import write_output
 
-    with pytest.raises(InputError, match=r"/proc/x\.json: cannot write \((No such file|Permission denied|Operation not permitted)"):
+    with pytest.raises(
+        InputError, match=r"/proc/x\.json: cannot write \((No such file|Permission denied|Operation not permitted)"
+    ):
         write_output(f"{UNWRITABLE}/x.json", b"{}")
 
 
 @pytest.mark.max
 def test_unwritable_run_output_fails_before_the_load(tiny_model_dir: Path) -> None:
-    res = run_cli("run", "--model-path", str(tiny_model_dir), "--devices", "cpu", "--json", f"{UNWRITABLE}/r.json", timeout=120)
+    res = run_cli(
+        "run", "--model-path", str(tiny_model_dir), "--devices", "cpu", "--json", f"{UNWRITABLE}/r.json", timeout=120
+    )
     assert res.returncode == 2 and UNWRITABLE in _one_error_line(res.stderr)
     assert "loading" not in res.stderr  # refused before the model load, not after minutes of it
 
 
-@pytest.mark.parametrize("args", [["kernels", "--backend", "cupti"], ["run", "--kernels", "cupti"]], ids=["kernels", "run"])
+@pytest.mark.parametrize(
+    "args", [["kernels", "--backend", "cupti"], ["run", "--kernels", "cupti"]], ids=["kernels", "run"]
+)
 def test_cupti_without_an_nvidia_gpu_is_exit_2_before_the_load(args: list[str], tiny_model_dir: Path) -> None:
-    """A flag that cannot work on this machine is bad input (exit 2, as the README maps bad flags), said before any load."""
+    """A flag that cannot work on this machine is bad input (exit 2, as the README maps bad flags), said before any
+    load."""
     res = run_cli(*args, "--model-path", str(tiny_model_dir), "--devices", "cpu", timeout=120)
     assert res.returncode == 2, res.stderr
     line = _one_error_line(res.stderr)
@@ -86,9 +93,31 @@ def test_cupti_without_an_nvidia_gpu_is_exit_2_before_the_load(args: list[str], 
 
 @pytest.mark.max
 def test_sigterm_during_a_run_is_exit_143_with_one_line(tiny_model_dir: Path) -> None:
-    cmd = [sys.executable, "-m", "max_profile", "run", "--model-path", str(tiny_model_dir), "--devices", "cpu", "--max-new-tokens", "1900",
-           "--batch-size", "8", "--kernels", "off"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=clean_child_env(), start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "max_profile",
+        "run",
+        "--model-path",
+        str(tiny_model_dir),
+        "--devices",
+        "cpu",
+        "--max-new-tokens",
+        "1900",
+        "--batch-size",
+        "8",
+        "--kernels",
+        "off",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+        env=clean_child_env(),
+        start_new_session=True,
+    )
     assert proc.stderr is not None
     seen = []
     for line in proc.stderr:
@@ -108,15 +137,22 @@ def test_sigterm_during_a_run_is_exit_143_with_one_line(tiny_model_dir: Path) ->
 
 
 def test_children_started_for_the_gpu_recorder_ignore_ctrl_c() -> None:
-    """MAX's GPU recorder child is started inside this guard: Ctrl-C to the terminal's process group reaches only us (which
-    stops the recorder), not the child (which otherwise prints a KeyboardInterrupt traceback)."""
+    """MAX's GPU recorder child is started inside this guard: Ctrl-C to the terminal's process group reaches only us
+    (which stops the recorder), not the child (which otherwise prints a KeyboardInterrupt traceback)."""
     from max_profile.collect.live.gpu_sampling import _child_ignores_ctrl_c
 
-    code = "import time\ntry:\n    print('READY', flush=True)\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('INTERRUPTED', flush=True)\n    raise\n"
+    code = (
+        "import time\ntry:\n    print('READY', flush=True)\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    "
+        "print('INTERRUPTED', flush=True)\n    raise\n"
+    )
     with default_sigint(), _child_ignores_ctrl_c():
-        guarded = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        guarded = subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
     with default_sigint():
-        plain = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        plain = subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
     for p in (guarded, plain):  # each says READY inside its try: its handler is in place (no sleep to win a race)
         assert p.stdout is not None and p.stdout.readline().strip() == "READY"
     for p in (guarded, plain):
@@ -134,13 +170,17 @@ def test_check_arch_warns_when_the_model_runs_the_builtin(tmp_path: Path) -> Non
     from max_profile.preflight import check_architecture
     from max_profile.tinymodel import build_tiny_llama
 
-    model = build_tiny_llama(tmp_path / "m", architecture="LlamaForCausalLM")  # the built-in's name; the package registers another
+    model = build_tiny_llama(
+        tmp_path / "m", architecture="LlamaForCausalLM"
+    )  # the built-in's name; the package registers another
     result = check_architecture(str(GOOD_ARCH), model_path=str(model))
     warned = [c for c in result.checks if c.id == "model-arch-not-custom"]
     assert warned and warned[0].severity == "warning" and "the custom code is never used" in warned[0].message
     assert "MaxProfileLlamaForCausalLM" in (warned[0].fix or "")
     res = run_cli("check-arch", str(GOOD_ARCH), "--model-path", str(model), timeout=300)
-    assert "custom code is never used" in " ".join(re.sub(r"[│╭╮╰╯─]", " ", res.stdout).split())  # the panel wraps lines
+    assert "custom code is never used" in " ".join(
+        re.sub(r"[│╭╮╰╯─]", " ", res.stdout).split()
+    )  # the panel wraps lines
 
 
 REPORTS = {
@@ -166,7 +206,9 @@ def test_cpu_op_breakdown_says_what_its_columns_measure() -> None:
     report = build_report(RawCapture.load(str(SMALL_RAW)))
     k = report.kernels
     assert k is not None and not isinstance(k, str)
-    cpu = msgspec.structs.replace(report, kernels=msgspec.structs.replace(k, source="nvtx-log (MAX op ranges, host time)"))  # type: ignore[type-var]
+    cpu = msgspec.structs.replace(
+        report, kernels=msgspec.structs.replace(k, source="nvtx-log (MAX op ranges, host time)")
+    )  # type: ignore[type-var]
     text = render_text(cpu, width=120)
     assert "GPU busy" not in text and "MAX ops cover" in text
 
@@ -180,7 +222,7 @@ def test_quiet_is_accepted_after_the_verb(tmp_path: Path) -> None:
 
 
 def test_every_option_has_help_and_shows_its_default() -> None:
-    from max_profile.cli import build_parser
+    from max_profile.flags import build_parser
 
     parser = build_parser()
     verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -189,14 +231,19 @@ def test_every_option_has_help_and_shows_its_default() -> None:
             if action.option_strings and action.help != argparse.SUPPRESS:
                 assert action.help, f"{name} {action.option_strings[0]} has no help text"
         shown = sub.format_help()
-        options = shown[shown.index("options:"):]
+        options = shown[shown.index("options:") :]
         for action in sub._actions:
             empty = isinstance(action.default, (list, dict, tuple, str)) and not action.default
-            if action.option_strings and action.default not in (None, False, argparse.SUPPRESS) and not empty and action.help != argparse.SUPPRESS:
+            if (
+                action.option_strings
+                and action.default not in (None, False, argparse.SUPPRESS)
+                and not empty
+                and action.help != argparse.SUPPRESS
+            ):
                 flag = max(action.option_strings, key=len)
                 m = re.search(rf"\n  (?:-[^\n]*?, )?{re.escape(flag)}\b", options)
                 assert m, f"{name} {flag} not in its help"
-                entry = options[m.start() + 1:]
+                entry = options[m.start() + 1 :]
                 entry = entry[: (re.search(r"\n  -", entry) or re.search(r"$", entry)).start()]  # type: ignore[union-attr]
                 assert "default:" in entry, f"{name} {flag}: default {action.default!r} not shown"
 
@@ -209,7 +256,12 @@ def test_html_legends_sit_beside_the_data_and_counts_have_integer_ticks() -> Non
     serve = build_report(RawCapture.load(str(DATA / "h200" / "tracing" / "serve_kernels_raw.json.gz")))
     run = build_report(RawCapture.load(str(DATA / "h200" / "tracing" / "run_cupti_raw.json.gz")))
     sweep = build_report(RawCapture.load(str(DATA / "cpu" / "serve_sweep_c1_c2_raw.json.gz")))
-    layouts = [html._steps_plot(run), html._utilization_plots(run), html._family_plots(run.kernels), html._sweep_plots(sweep)]
+    layouts = [
+        html._steps_plot(run),
+        html._utilization_plots(run),
+        html._family_plots(run.kernels),
+        html._sweep_plots(sweep),
+    ]
     plots = [p for lay in layouts if not isinstance(lay, str) for p in lay.select({"type": Plot})]
     with_legend = [p for p in plots if p.select({"type": Legend})]
     assert len(with_legend) >= 4
@@ -234,7 +286,8 @@ def test_html_legends_sit_beside_the_data_and_counts_have_integer_ticks() -> Non
 
 
 def test_examples_and_preflight_leave_nothing_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pass-through chat template lives in max_profile's cache folder, not a fixed /tmp file two users would share."""
+    """The pass-through chat template lives in max_profile's cache folder, not a fixed /tmp file two users would
+    share."""
     import tempfile
 
     from max_profile.preflight import check_architecture
@@ -265,16 +318,28 @@ def test_reports_take_the_terminal_width() -> None:
     import os
     import subprocess
 
-    code = ("from max_profile.model import RawCapture; from max_profile import build_report; "
-            f"print(build_report(RawCapture.load({str(SMALL_RAW)!r})))")
+    code = (
+        "from max_profile.model import RawCapture; from max_profile import build_report; "
+        f"print(build_report(RawCapture.load({str(SMALL_RAW)!r})))"
+    )
     for columns in (80, 100, 150):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "COLUMNS": str(columns)}, timeout=120).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "COLUMNS": str(columns)},
+            timeout=120,
+        ).stdout
         widths = [len(line) for line in out.splitlines()]
         assert max(widths) == columns, (columns, max(widths))
 
 
 def test_our_own_outputs_fed_back_name_what_to_pass(tmp_path: Path) -> None:
-    for name, text in (("trace.pftrace", "\x0a\x05junk"), ("report.html", "<!doctype html><html></html>"), ("report.txt", "╭─ Environment")):
+    for name, text in (
+        ("trace.pftrace", "\x0a\x05junk"),
+        ("report.html", "<!doctype html><html></html>"),
+        ("report.txt", "╭─ Environment"),
+    ):
         path = tmp_path / name
         path.write_text(text)
         res = run_cli("report", str(path), timeout=60)
@@ -302,9 +367,9 @@ VERBS_ON_RECORDED_DATA = {
 @pytest.mark.parametrize("columns", [80, 120])
 @pytest.mark.parametrize("verb", list(VERBS_ON_RECORDED_DATA))
 def test_every_verb_fits_the_terminal(verb: str, columns: int) -> None:
-    """Issue 32: what each verb prints (stdout and stderr) fits a terminal COLUMNS wide, at 80 and 120; only a single name
-    longer than the width (a deep path) may stand alone on a longer line. (The model-running verbs print the same renderer:
-    `run` / `demo` are covered by tests/test_front_door.py and the examples.)"""
+    """Issue 32: what each verb prints (stdout and stderr) fits a terminal COLUMNS wide, at 80 and 120; only a single
+    name longer than the width (a deep path) may stand alone on a longer line. (The model-running verbs print the same
+    renderer: `run` / `demo` are covered by tests/test_front_door.py and the examples.)"""
     res = run_cli(*VERBS_ON_RECORDED_DATA[verb], env={"COLUMNS": str(columns)}, timeout=300)
     assert res.returncode in (0, 1, 2), res.stderr[-2000:]
     lines = (res.stdout + res.stderr).splitlines()

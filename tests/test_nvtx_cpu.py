@@ -27,9 +27,27 @@ def nvtx_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     except NvtxInjectionUnavailable as exc:
         pytest.fail(f"the NVTX injection library must build on this image: {exc}")
     out = tmp_path_factory.mktemp("nvtx")
-    env = {"NVTX_INJECTION64_PATH": lib, "MAX_PROFILE_NVTX_LOG": str(out / "nvtx-%p.log"), "MODULAR_ENABLE_PROFILING": "on"}
-    res = run_cli("run", "--model-path", str(tiny_model_dir), "--devices", "cpu", "--max-new-tokens", "24",
-                  "--kernels", "nvtx-log", "--raw", str(out / "raw.json"), "--json", str(out / "report.json"), env=env)
+    env = {
+        "NVTX_INJECTION64_PATH": lib,
+        "MAX_PROFILE_NVTX_LOG": str(out / "nvtx-%p.log"),
+        "MODULAR_ENABLE_PROFILING": "on",
+    }
+    res = run_cli(
+        "run",
+        "--model-path",
+        str(tiny_model_dir),
+        "--devices",
+        "cpu",
+        "--max-new-tokens",
+        "24",
+        "--kernels",
+        "nvtx-log",
+        "--raw",
+        str(out / "raw.json"),
+        "--json",
+        str(out / "report.json"),
+        env=env,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     return RawCapture.load(str(out / "raw.json")), out
 

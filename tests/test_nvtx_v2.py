@@ -1,7 +1,7 @@
 """MAX's profiling mode on CUDA 13 GPUs (issue 35, item 1): CUDA 12's NVTX v2 library (``libnvToolsExt.so.1``) from the
 ``nvidia-nvtx-cu12`` wheel, found before the load and put first on the model process's library path; a clear error with
-the exact fix where it is missing. On the H200 (CUDA 13, MAX 26.7) a `run --kernels nvtx-log --devices gpu` with it ran to
-the end and recorded MAX's op ranges (tests/data/h200/session13/ops_probe); without it the model worker had aborted
+the exact fix where it is missing. On the H200 (CUDA 13, MAX 26.7) a `run --kernels nvtx-log --devices gpu` with it ran
+to the end and recorded MAX's op ranges (tests/data/h200/session13/ops_probe); without it the model worker had aborted
 ('symbol not found: nvtxRangeStartEx')."""
 
 from __future__ import annotations
@@ -40,18 +40,31 @@ def test_a_gpu_process_gets_the_folder_first_on_its_library_path(monkeypatch: py
     assert nvtx_log.profiling_library_env("gpu:0") == {}
 
 
-def test_serve_puts_it_on_the_servers_path_when_profiling_is_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                                 tiny_model_dir: Path) -> None:
+def test_serve_puts_it_on_the_servers_path_when_profiling_is_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_model_dir: Path
+) -> None:
     from max_profile import serve
 
     monkeypatch.setattr(nvtx_log, "_system_nvtx_v2", lambda: False)
     monkeypatch.setattr(serve, "profiling_library_env", nvtx_log.profiling_library_env)
-    plan = serve.ServePlan(model_path=str(tiny_model_dir), devices="gpu", mode="kernels", duration_s=1, port=1, metrics_port=2,
-                           vendor="nvidia", profiling_mode="on")
+    plan = serve.ServePlan(
+        model_path=str(tiny_model_dir),
+        devices="gpu",
+        mode="kernels",
+        duration_s=1,
+        port=1,
+        metrics_port=2,
+        vendor="nvidia",
+        profiling_mode="on",
+    )
     assert str(nvtx_log.nvtx_v2_folder()) in serve._server_env(plan, tmp_path, {})["LD_LIBRARY_PATH"]
-    off = serve.ServePlan(model_path=str(tiny_model_dir), devices="gpu", mode="utilization", duration_s=1, port=1, metrics_port=2)
-    assert "LD_LIBRARY_PATH" not in serve._server_env(off, tmp_path, {}) or str(nvtx_log.nvtx_v2_folder()) not in \
-        serve._server_env(off, tmp_path, {})["LD_LIBRARY_PATH"]
+    off = serve.ServePlan(
+        model_path=str(tiny_model_dir), devices="gpu", mode="utilization", duration_s=1, port=1, metrics_port=2
+    )
+    assert (
+        "LD_LIBRARY_PATH" not in serve._server_env(off, tmp_path, {})
+        or str(nvtx_log.nvtx_v2_folder()) not in serve._server_env(off, tmp_path, {})["LD_LIBRARY_PATH"]
+    )
 
 
 def test_without_any_v2_library_the_error_names_the_fix_before_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,7 +80,11 @@ def test_the_h200_op_ranges_run_with_the_wheels_library() -> None:
     """The probe's capture: 16 decode steps of MAX's op ranges on the H200 (host time around each op's launch; device
     graphs off), split by phase and family."""
     raw = RawCapture.load(str(DATA / "h200" / "session13" / "ops_probe" / "ops_gpu_raw.json.gz"))
-    assert raw.capture.devices == "gpu" and raw.capture.profiling_mode == "on" and raw.capture.device_graph_capture is False
+    assert (
+        raw.capture.devices == "gpu"
+        and raw.capture.profiling_mode == "on"
+        and raw.capture.device_graph_capture is False
+    )
     assert raw.environment.gpus and raw.environment.gpus[0].name == "NVIDIA H200"
     k = build_report(raw).kernels
     assert isinstance(k, KernelBreakdown) and k.source.startswith("nvtx-log")

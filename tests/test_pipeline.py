@@ -23,7 +23,13 @@ from .conftest import DATA, run_cli
 from .nsys_schema import make_nsys_sqlite
 
 H200 = DATA / "h200"
-RAW_FIXTURES = ["small_cupti_raw.json.gz", "big_cupti_raw.json.gz", "arch_a_raw.json.gz", "arch_b_raw.json.gz", "arch_c_raw.json.gz"]
+RAW_FIXTURES = [
+    "small_cupti_raw.json.gz",
+    "big_cupti_raw.json.gz",
+    "arch_a_raw.json.gz",
+    "arch_b_raw.json.gz",
+    "arch_c_raw.json.gz",
+]
 
 
 def _kernels(report: Report) -> KernelBreakdown:
@@ -32,8 +38,12 @@ def _kernels(report: Report) -> KernelBreakdown:
 
 
 @pytest.mark.parametrize("worker_fraction", [0.0, 0.3, 1.0])
-@pytest.mark.parametrize(("ours", "scheduler"), [(True, False), (False, True), (True, True)], ids=["ours", "scheduler", "both"])
-def test_generated_nsys_exact_per_phase_numbers(tmp_path: Path, worker_fraction: float, ours: bool, scheduler: bool) -> None:
+@pytest.mark.parametrize(
+    ("ours", "scheduler"), [(True, False), (False, True), (True, True)], ids=["ours", "scheduler", "both"]
+)
+def test_generated_nsys_exact_per_phase_numbers(
+    tmp_path: Path, worker_fraction: float, ours: bool, scheduler: bool
+) -> None:
     """Kernels launched from any thread belong to the step that launched them; both range kinds count each step once."""
     path = tmp_path / "trace.sqlite"
     exp = make_nsys_sqlite(path, worker_fraction=worker_fraction, ours=ours, scheduler=scheduler, seed=3)
@@ -87,20 +97,50 @@ def _kineto_from_raw(raw: RawCapture, path: Path) -> None:
         if t.start_ns[i] < 0:
             continue  # the zero-timestamp records CUPTI handed out; Kineto would not write them either
         corr = int(t.correlation_id[i])
-        events.append({"ph": "X", "cat": "kernel", "name": t.name_of(i), "pid": 0, "tid": 13, "ts": t.start_ns[i] / 1e3,
-                       "dur": (t.end_ns[i] - t.start_ns[i]) / 1e3, "args": {"device": 0, "stream": 13, "correlation": corr}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": t.name_of(i),
+                "pid": 0,
+                "tid": 13,
+                "ts": t.start_ns[i] / 1e3,
+                "dur": (t.end_ns[i] - t.start_ns[i]) / 1e3,
+                "args": {"device": 0, "stream": 13, "correlation": corr},
+            }
+        )
         if t.launch_ns[i] >= 0:
-            events.append({"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernelEx", "pid": 4242, "tid": 4300, "ts": t.launch_ns[i] / 1e3,
-                           "dur": 2.0, "args": {"correlation": corr}})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_driver",
+                    "name": "cuLaunchKernelEx",
+                    "pid": 4242,
+                    "tid": 4300,
+                    "ts": t.launch_ns[i] / 1e3,
+                    "dur": 2.0,
+                    "args": {"correlation": corr},
+                }
+            )
     work = [s for s in raw.steps if s.batch_size]
-    events.append({"ph": "X", "cat": "python_function", "name": "generate", "pid": 4242, "tid": 4242, "ts": work[0].start_ns / 1e3,
-                   "dur": (work[-1].end_ns - work[0].start_ns) / 1e3})
+    events.append(
+        {
+            "ph": "X",
+            "cat": "python_function",
+            "name": "generate",
+            "pid": 4242,
+            "tid": 4242,
+            "ts": work[0].start_ns / 1e3,
+            "dur": (work[-1].end_ns - work[0].start_ns) / 1e3,
+        }
+    )
     with gzip.open(path, "wt") as fh:
         json.dump({"schemaVersion": 1, "traceEvents": events}, fh)
 
 
 def test_kineto_without_ranges_host_bound(tmp_path: Path) -> None:
-    """The small H200 capture (GPU busy ~7 %) as a Kineto trace without phase ranges: busy % and a host-bound verdict."""
+    """The small H200 capture (GPU busy ~7 %) as a Kineto trace without phase ranges: busy % and a host-bound
+    verdict."""
     _kineto_from_raw(RawCapture.load(str(H200 / "small_cupti_raw.json.gz")), tmp_path / "small.json.gz")
     report = build_report(import_trace(str(tmp_path / "small.json.gz")))
     k = _kernels(report)
@@ -113,7 +153,8 @@ def test_kineto_without_ranges_host_bound(tmp_path: Path) -> None:
 
 
 def test_kineto_without_ranges_busy_dense_decode(tmp_path: Path) -> None:
-    """The 7B-shaped H200 capture (GPU busy ~85 %) as Kineto without ranges: a matvec-dominated decode verdict, no host-bound."""
+    """The 7B-shaped H200 capture (GPU busy ~85 %) as Kineto without ranges: a matvec-dominated decode verdict, no
+    host-bound."""
     _kineto_from_raw(RawCapture.load(str(H200 / "big_cupti_raw.json.gz")), tmp_path / "big.json.gz")
     report = build_report(import_trace(str(tmp_path / "big.json.gz")))
     k = _kernels(report)
@@ -121,7 +162,10 @@ def test_kineto_without_ranges_busy_dense_decode(tmp_path: Path) -> None:
     found = {f.id: f for f in report.findings}
     assert "host-bound" not in found
     dense = found["healthy-dense-decode"]
-    assert dense.evidence["scope"] == "whole capture (no phase ranges)" and float(dense.evidence["gemv_share_pct"] or 0) > 80
+    assert (
+        dense.evidence["scope"] == "whole capture (no phase ranges)"
+        and float(dense.evidence["gemv_share_pct"] or 0) > 80
+    )
     assert dense.confidence < 0.8
 
 
@@ -147,12 +191,23 @@ def test_schema_2_unavailable_strings_load_as_unavailable(tmp_path: Path) -> Non
     assert raw.schema_version == SCHEMA_VERSION == 3
     raw.save(str(tmp_path / "v3.json"))
     doc = json.loads((tmp_path / "v3.json").read_text())
-    assert doc["schema_version"] == 3 and doc["utilization_unavailable"] == {"type": "unavailable", "reason": raw.utilization_unavailable.reason}
+    assert doc["schema_version"] == 3 and doc["utilization_unavailable"] == {
+        "type": "unavailable",
+        "reason": raw.utilization_unavailable.reason,
+    }
     assert build_report(RawCapture.load(str(tmp_path / "v3.json"))).utilization == raw.utilization_unavailable
 
 
 def test_report_cli_rebuilds_a_raw_capture(tmp_path: Path) -> None:
-    res = run_cli("report", str(H200 / "arch_c_raw.json.gz"), "--json", str(tmp_path / "r.json"), "--raw", str(tmp_path / "raw.json.gz"), timeout=120)
+    res = run_cli(
+        "report",
+        str(H200 / "arch_c_raw.json.gz"),
+        "--json",
+        str(tmp_path / "r.json"),
+        "--raw",
+        str(tmp_path / "raw.json.gz"),
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     report = Report.load(str(tmp_path / "r.json"))
     assert report.findings[0].id == "kv-cache-broken"
@@ -195,7 +250,14 @@ def test_schema_version_and_kind_checks(tmp_path: Path) -> None:
 
 
 def test_kernel_import_needs_no_name(tmp_path: Path) -> None:
-    res = run_cli("kernel", "--import", str(H200 / "big_ncu_gemv_details.csv"), "--raw", str(tmp_path / "ncu_raw.json"), timeout=120)
+    res = run_cli(
+        "kernel",
+        "--import",
+        str(H200 / "big_ncu_gemv_details.csv"),
+        "--raw",
+        str(tmp_path / "ncu_raw.json"),
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     assert "near its roofline" in res.stdout
     raw = RawCapture.load(str(tmp_path / "ncu_raw.json"))

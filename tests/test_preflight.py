@@ -45,17 +45,27 @@ def test_package_import_time_is_its_own_not_maxs(tmp_path: Path) -> None:
     assert r.ok, r.checks
     assert r.package_import_s is not None and 1.5 <= r.package_import_s < r.duration_s
     good = check_architecture(str(GOOD))
-    # the same import work less the 1.5 s sleep; the child's MAX import is the rest of its time (no wall-time limit: load-independent)
-    assert good.package_import_s is not None and good.package_import_s < r.package_import_s - 1.0 and good.package_import_s < good.duration_s
+    # the same import work less the 1.5 s sleep; the child's MAX import is the rest of its time (no wall-time limit:
+    # load-independent)
+    assert (
+        good.package_import_s is not None
+        and good.package_import_s < r.package_import_s - 1.0
+        and good.package_import_s < good.duration_s
+    )
 
 
 def test_import_drift_reported_with_file_and_line(tmp_path: Path) -> None:
     pkg = _copy(tmp_path, "drift_arch")
-    (pkg / "arch.py").write_text("from max.interfaces import PipelineTask\nfrom max.pipelines.lib import KVCacheStrategy\n")
+    (pkg / "arch.py").write_text(
+        "from max.interfaces import PipelineTask\nfrom max.pipelines.lib import KVCacheStrategy\n"
+    )
     (pkg / "__init__.py").write_text((pkg / "__init__.py").read_text() + "\nfrom . import arch  # noqa: E402,F401\n")
     r = check_architecture(str(pkg))
     drift = _failed(r, "import-drift")
-    assert {c.message for c in drift} == {"module 'max.interfaces' not found in the installed MAX", "name 'KVCacheStrategy' in 'max.pipelines.lib' not found in the installed MAX"}
+    assert {c.message for c in drift} == {
+        "module 'max.interfaces' not found in the installed MAX",
+        "name 'KVCacheStrategy' in 'max.pipelines.lib' not found in the installed MAX",
+    }
     assert {c.where for c in drift} == {"drift_arch/arch.py:1", "drift_arch/arch.py:2"}
     err = _failed(r, "import")
     assert err and "No module named 'max.interfaces'" in err[0].message and err[0].where == "drift_arch/arch.py:1"
@@ -71,7 +81,8 @@ def test_attribute_drift_on_imported_max_modules(tmp_path: Path) -> None:
         "from max.graph import ops, TensorType\n"
         "import max.graph.ops as graph_ops\n"
         "\n"
-        "def build(x: ops.GoneType) -> max.nn.GoneToo:  # annotations are not evaluated (future annotations): not reported\n"
+        "def build(x: ops.GoneType) -> max.nn.GoneToo:  # annotations are not evaluated (future annotations): not "
+        "reported\n"
         "    y = ops.matmul(x, x)  # exists\n"
         "    y = ops.fused_rope_attention_v9(y)  # no such op\n"
         "    y = graph_ops.fused_rope_attention_v9(y)  # the same name through another alias: said once per file\n"
@@ -79,12 +90,21 @@ def test_attribute_drift_on_imported_max_modules(tmp_path: Path) -> None:
         "    other = max.nn.NotALayerAnyMore\n"
         "    return ops.matmul(y, y), TensorType\n"
     )
-    (pkg / "shadow.py").write_text("from max.graph import ops\n\nops = object()  # rebinds the name: not checked\nops.whatever\n")
+    (pkg / "shadow.py").write_text(
+        "from max.graph import ops\n\nops = object()  # rebinds the name: not checked\nops.whatever\n"
+    )
     r = check_architecture(str(pkg))
     drift = _failed(r, "import-drift")
     assert {(c.message, c.where) for c in drift} == {
-        ("name 'fused_rope_attention_v9' in 'max.graph.ops' (used as ops.fused_rope_attention_v9) not found in the installed MAX", "attr_drift/uses.py:8"),
-        ("name 'NotALayerAnyMore' in 'max.nn' (used as max.nn.NotALayerAnyMore) not found in the installed MAX", "attr_drift/uses.py:11"),
+        (
+            "name 'fused_rope_attention_v9' in 'max.graph.ops' (used as ops.fused_rope_attention_v9) not found in the "
+            "installed MAX",
+            "attr_drift/uses.py:8",
+        ),
+        (
+            "name 'NotALayerAnyMore' in 'max.nn' (used as max.nn.NotALayerAnyMore) not found in the installed MAX",
+            "attr_drift/uses.py:11",
+        ),
     }
 
 
@@ -95,7 +115,12 @@ def test_builtin_name_clash_warns(tmp_path: Path) -> None:
     init.write_text(init.read_text().replace('name="MaxProfileLlamaForCausalLM"', 'name="LlamaForCausalLM"'))
     r = check_architecture(str(pkg))
     clash = _failed(r, "builtin-clash")
-    assert clash and clash[0].severity == "warning" and "'LlamaForCausalLM'" in clash[0].message and "silently" in clash[0].message
+    assert (
+        clash
+        and clash[0].severity == "warning"
+        and "'LlamaForCausalLM'" in clash[0].message
+        and "silently" in clash[0].message
+    )
     assert r.ok  # a warning, not a failure
 
 
@@ -169,7 +194,12 @@ def test_max_length_predicts_prompt_too_long(tmp_path: Path) -> None:
         ("while True:\n    pass\n", "import-timeout", "did not finish within"),
         ("import sys\nsys.exit(3)\n", "import", "SystemExit: 3"),
         ("import os\nos._exit(7)\n", "import-exit", "exit code 7"),
-        ("import sys\nfor _ in range(200000):\n    sys.stdout.write('x' * 50 + '\\n')\nraise RuntimeError('after spam')\n", "import", "after spam"),
+        (
+            "import sys\nfor _ in range(200000):\n    sys.stdout.write('x' * 50 + '\\n')\nraise RuntimeError('after "
+            "spam')\n",
+            "import",
+            "after spam",
+        ),
     ],
 )
 def test_hostile_package_is_contained(tmp_path: Path, body: str, cid: str, text: str) -> None:
@@ -177,7 +207,8 @@ def test_hostile_package_is_contained(tmp_path: Path, body: str, cid: str, text:
     pkg.mkdir()
     (pkg / "__init__.py").write_text(body)
     before = set(os.listdir("/proc"))
-    # the endless loop must meet the timeout; the others must finish first, however loaded the machine (the child imports
+    # the endless loop must meet the timeout; the others must finish first, however loaded the machine (the child
+    # imports
     # MAX: with two CPU hogs on 2 cores it took over 8 s and `sys.exit(3)` was reported as a timeout)
     timeout_s = 8 if cid == "import-timeout" else 180
     t = time.monotonic()
@@ -187,8 +218,13 @@ def test_hostile_package_is_contained(tmp_path: Path, body: str, cid: str, text:
     assert failed and text in failed[0].message, r.checks
     assert not r.ok
     # the child and its process group are gone
-    leftovers = [p for p in set(os.listdir("/proc")) - before if p.isdigit() and Path(f"/proc/{p}/cmdline").exists()
-                 and b"_child.py" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    leftovers = [
+        p
+        for p in set(os.listdir("/proc")) - before
+        if p.isdigit()
+        and Path(f"/proc/{p}/cmdline").exists()
+        and b"_child.py" in Path(f"/proc/{p}/cmdline").read_bytes()
+    ]
     assert not leftovers
 
 
@@ -211,11 +247,14 @@ def test_signature_drift_reported_at_load_with_call_site(tmp_path: Path) -> None
         "from max.pipelines.architectures.llama3.model import Llama3Model\n\n\n"
         "class DriftedLlama(Llama3Model):\n"
         "    def __init__(self, *args, **kwargs):\n"
-        "        super().__init__(*args, kv_cache_strategy=\"paged\", **kwargs)\n"
+        '        super().__init__(*args, kv_cache_strategy="paged", **kwargs)\n'
     )
     init = pkg / "__init__.py"
-    init.write_text(init.read_text().replace("example_repo_ids=[])", "example_repo_ids=[], pipeline_model=DriftedLlama)")
-                    .replace("import dataclasses\n", "import dataclasses\n\nfrom .model import DriftedLlama\n", 1))
+    init.write_text(
+        init.read_text()
+        .replace("example_repo_ids=[])", "example_repo_ids=[], pipeline_model=DriftedLlama)")
+        .replace("import dataclasses\n", "import dataclasses\n\nfrom .model import DriftedLlama\n", 1)
+    )
     model = build_tiny_llama(tmp_path / "m", architecture="MaxProfileLlamaForCausalLM")
     assert check_architecture(str(pkg)).ok  # imports cleanly: the drift only shows at load
     with pytest.raises(RunnerError) as err:

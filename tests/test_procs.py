@@ -1,4 +1,5 @@
-"""What we start, we end: process groups, bounded tool calls, and children that die with us even when we are killed outright."""
+"""What we start, we end: process groups, bounded tool calls, and children that die with us even when we are killed
+outright."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from max_profile.util.procs import clean_child_env, die_with_parent, kill_group,
 
 from .conftest import REPO
 
-# an intermediate process that starts a long sleep the way max_profile starts servers and profilers, prints its pid, waits
+# an intermediate process that starts a long sleep the way max_profile starts servers and profilers, prints its pid,
+# waits
 STARTER = """
 import subprocess, sys
 sys.path.insert(0, sys.argv[1])
@@ -37,8 +39,13 @@ def _alive(pid: int) -> bool:
 
 
 def _grandchild(armed: bool) -> tuple[subprocess.Popen[str], int]:
-    starter = subprocess.Popen([sys.executable, "-c", STARTER, str(REPO), "armed" if armed else "plain"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=clean_child_env())  # an in-process MAX load earlier in this worker changes the C environment
+    starter = subprocess.Popen(
+        [sys.executable, "-c", STARTER, str(REPO), "armed" if armed else "plain"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_child_env(),
+    )  # an in-process MAX load earlier in this worker changes the C environment
     assert starter.stdout is not None and starter.stderr is not None
     line = starter.stdout.readline()
     assert line.strip(), f"the starter printed no pid: {starter.stderr.read()[-2000:]}"
@@ -57,7 +64,8 @@ def test_a_child_dies_with_its_parent_even_on_sigkill() -> None:
 
 
 def test_without_it_the_child_is_orphaned() -> None:
-    """The control: the same start without die_with_parent leaves the child running (what the test above guards against)."""
+    """The control: the same start without die_with_parent leaves the child running (what the test above guards
+    against)."""
     starter, pid = _grandchild(armed=False)
     try:
         starter.kill()
@@ -84,3 +92,59 @@ def test_run_bounded_times_out_with_124() -> None:
     rc, _ = run_bounded(["bash", "-c", "sleep 30 & sleep 30"], timeout_s=1.0)
     assert rc == 124 and time.monotonic() - t < 20
     assert die_with_parent() is not None  # Linux: armed
+
+
+LOST_CTRL_C = """
+import os, signal, sys, time
+from max_profile.util.procs import raise_on_signals, raise_pending_signal
+
+raise_on_signals()
+
+
+class Swallows:  # an exception raised in __del__ is printed as "Exception ignored" and dropped, as in a fork hook
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+
+
+Swallows()
+print("went on", flush=True)
+try:
+    raise_pending_signal()
+except KeyboardInterrupt:
+    print("raised again", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_a_ctrl_c_whose_exception_was_swallowed_is_raised_again() -> None:
+    """Seen on this VM under load: Ctrl-C landing in logging's fork hook inside subprocess.Popen was printed as
+    "Exception ignored ... KeyboardInterrupt" and the serve capture ran on. The handler remembers the signal; the
+    capture's waits raise it again."""
+    res = subprocess.run(
+        [sys.executable, "-c", LOST_CTRL_C], capture_output=True, text=True, cwd=str(REPO), timeout=120
+    )
+    assert res.returncode == 130, res.stderr
+    assert res.stdout.split() == ["went", "on", "raised", "again"] and "Exception ignored" in res.stderr
+
+
+def test_an_ignored_ctrl_c_stays_ignored() -> None:
+    """A CLI started with SIGINT ignored (a background job of a script) is not made interruptible by max_profile."""
+    code = (
+        "import os, signal, time\n"
+        "from max_profile.util.procs import raise_on_signals, raise_pending_signal\n"
+        "raise_on_signals()\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "time.sleep(0.2)\n"
+        "raise_pending_signal()\n"
+        "print('still here')\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=str(REPO),
+        timeout=120,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    assert res.returncode == 0 and res.stdout.strip() == "still here", res.stderr

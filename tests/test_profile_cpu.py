@@ -102,9 +102,12 @@ def test_accepts_automodel_like_wrapper(loaded_model: Any) -> None:
     assert len([s for s in prof.steps if s.batch_size]) == 3
 
 
-def test_cupti_recording_waits_for_the_gpu_and_says_what_it_cost(loaded_model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """profile(kernels="cupti") with a stand-in for the C recorder (CI has no GPU / CUPTI): the session waits for the pipeline's
-    accelerators before the recorder's stop (its flush), and says when kernels were cut and that graphs were off."""
+def test_cupti_recording_waits_for_the_gpu_and_says_what_it_cost(
+    loaded_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """profile(kernels="cupti") with a stand-in for the C recorder (CI has no GPU / CUPTI): the session waits for the
+    pipeline's accelerators before the recorder's stop (its flush), and says when kernels were cut and that graphs were
+    off."""
     from time import perf_counter_ns
 
     import numpy as np
@@ -113,6 +116,7 @@ def test_cupti_recording_waits_for_the_gpu_and_says_what_it_cost(loaded_model: A
     from max_profile.model import KernelTable
 
     order: list[str] = []
+
     def wait_for_gpu(pipeline: Any) -> int:
         order.append("gpu wait")
         return 0
@@ -120,6 +124,7 @@ def test_cupti_recording_waits_for_the_gpu_and_says_what_it_cost(loaded_model: A
     monkeypatch.setattr(session, "synchronize_accelerators", wait_for_gpu)
 
     class StandInRecorder:  # a FAKE of NativeCuptiCollector: what its stop() leaves behind on a GPU
+        native = True
         callback_s_before_stop = callback_s = stop_s = 0.0
         graph_launches = dropped = 0
         unfinished, api_records, api_filter = 3, 2, "launch calls only (27 kept)"
@@ -127,13 +132,27 @@ def test_cupti_recording_waits_for_the_gpu_and_says_what_it_cost(loaded_model: A
         def start(self) -> None:
             order.append("start")
 
+        def pause(self) -> None:
+            order.append("pause")
+
+        def resume(self) -> None:
+            order.append("resume")
+
         def stop(self) -> KernelTable:
             order.append("stop")
             ns = np.array([perf_counter_ns() + 1_000, perf_counter_ns() + 2_000], dtype=np.int64)
-            return KernelTable(names=["gemv_bf16"], name_idx=np.zeros(2, dtype=np.int32), start_ns=ns, end_ns=ns + 500,
-                               device=np.zeros(2, dtype=np.int32), stream=np.zeros(2, dtype=np.int64))
+            return KernelTable(
+                names=["gemv_bf16"],
+                name_idx=np.zeros(2, dtype=np.int32),
+                start_ns=ns,
+                end_ns=ns + 500,
+                device=np.zeros(2, dtype=np.int32),
+                stream=np.zeros(2, dtype=np.int64),
+            )
 
-    monkeypatch.setattr("max_profile.collect.live.cupti_native.make_cupti_collector", lambda notes, launches=True: StandInRecorder())
+    monkeypatch.setattr(
+        "max_profile.collect.live.recorders.make_cupti_collector", lambda notes, launches=True: StandInRecorder()
+    )
     with profile(loaded_model.pipeline, kernels="cupti", gpu_sampling=False) as prof:
         generate(loaded_model, ["hello world"], 4)
     assert order == ["start", "gpu wait", "stop"]

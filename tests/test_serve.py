@@ -66,7 +66,15 @@ def foreign_max_process() -> Iterator[subprocess.Popen[bytes]]:
 
 
 def _plan(model: Path, **kw: object) -> ServePlan:
-    base = {"model_path": str(model), "devices": "cpu", "mode": "utilization", "duration_s": 3.0, "port": free_port(), "metrics_port": free_port(), "max_tokens": 8}
+    base = {
+        "model_path": str(model),
+        "devices": "cpu",
+        "mode": "utilization",
+        "duration_s": 3.0,
+        "port": free_port(),
+        "metrics_port": free_port(),
+        "max_tokens": 8,
+    }
     base.update(kw)
     return ServePlan(**base)  # type: ignore[arg-type]
 
@@ -79,7 +87,9 @@ def _assert_clean(port: int, before_tmp: set[str]) -> None:
     assert serve_tmpdirs() <= before_tmp, "temp folder left behind"
 
 
-def test_utilization_mode_end_to_end(tiny_model_dir: Path, foreign_max_process: subprocess.Popen[bytes], tmp_path: Path) -> None:
+def test_utilization_mode_end_to_end(
+    tiny_model_dir: Path, foreign_max_process: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
     """`serve --concurrency 1,2 --slo ...`: one server, a window per level, the server's own metrics per level."""
     before = serve_tmpdirs()
     plan = _plan(tiny_model_dir, concurrency=[1, 2], slo_ms={"ttft": 500.0, "itl": 100.0})
@@ -90,15 +100,18 @@ def test_utilization_mode_end_to_end(tiny_model_dir: Path, foreign_max_process: 
     assert isinstance(report.utilization, Unavailable) and "no GPU" in report.utilization.reason
     assert [lv.concurrency for lv in report.load_levels] == [1, 2]
     for lv in report.load_levels:
-        assert lv.completed > 0 and lv.output_tok_per_s > 0 and lv.ttft_ms.p50 is not None and lv.goodput_rps is not None
+        assert (
+            lv.completed > 0 and lv.output_tok_per_s > 0 and lv.ttft_ms.p50 is not None and lv.goodput_rps is not None
+        )
         assert lv.server is not None and lv.server.requests and lv.server.batches.get("TG")
     assert (tmp_path / "art" / "server.log").read_text().strip()
     _assert_clean(plan.port, before)
 
 
 def test_kernels_mode_uses_scheduler_ranges(tiny_model_dir: Path) -> None:
-    """`serve --mode kernels` on the CPU: MAX's op ranges split by its scheduler ranges, and the model worker's own batches
-    stamped by the hook (prefill / decode, size, tokens): the report's steps, step times by batch size and its ledger."""
+    """`serve --mode kernels` on the CPU: MAX's op ranges split by its scheduler ranges, and the model worker's own
+    batches stamped by the hook (prefill / decode, size, tokens): the report's steps, step times by batch size and its
+    ledger."""
     plan = _plan(tiny_model_dir, mode="kernels", warm=False, duration_s=4.0, concurrency=[2])
     raw = capture_raw(plan, confirm=True)
     report = build_report(raw)
@@ -115,8 +128,10 @@ def test_kernels_mode_uses_scheduler_ranges(tiny_model_dir: Path) -> None:
     assert all(st.input_tokens == st.batch_size for st in raw.steps if st.phase == "decode")
     assert all(st.input_tokens > st.batch_size and st.context_tokens == 0 for st in raw.steps if st.phase == "prefill")
     summary = report.step_summary
-    assert summary is not None and summary.source == "model worker steps" and summary.ttft_ms is None  # type: ignore[union-attr]
-    assert {b.batch_size for b in summary.by_batch if b.phase == "decode"} == {st.batch_size for st in raw.steps if st.phase == "decode"}  # type: ignore[union-attr]
+    assert summary is not None and summary.source == ("model worker steps") and summary.ttft_ms is None  # type: ignore[union-attr]
+    assert {b.batch_size for b in summary.by_batch if b.phase == "decode"} == {
+        st.batch_size for st in raw.steps if st.phase == "decode"
+    }  # type: ignore[union-attr]
     ledger = report.ledger
     assert isinstance(ledger, StepLedger) and {p.phase for p in ledger.phases} >= {"prefill", "decode"}
     assert ledger.requests_in_flight_pct is not None and ledger.requests_in_flight_pct > 90
@@ -163,6 +178,7 @@ def test_server_killed_during_window(tiny_model_dir: Path) -> None:
 
     def on_progress(msg: str) -> None:
         if msg.startswith("/health 200"):
+
             def kill() -> None:
                 time.sleep(3)
                 for pid in procs_with(f"--port {plan.port}"):
@@ -184,12 +200,28 @@ def test_server_killed_during_window(tiny_model_dir: Path) -> None:
 def test_ctrl_c(tiny_model_dir: Path, stage: str, foreign_max_process: subprocess.Popen[bytes]) -> None:
     before = serve_tmpdirs()
     port = free_port()
-    cmd = [sys.executable, "-m", "max_profile", "serve", "--model-path", str(tiny_model_dir), "--port", str(port), "--duration", "60", "--yes", "--max-tokens", "8"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "max_profile",
+        "serve",
+        "--model-path",
+        str(tiny_model_dir),
+        "--port",
+        str(port),
+        "--duration",
+        "60",
+        "--yes",
+        "--max-tokens",
+        "8",
+    ]
     if stage != "warm pass":
         cmd.append("--no-warm")
     # clean_child_env: an in-process MAX load earlier in this pytest process set PYTHONEXECUTABLE in the C environment
     with default_sigint():  # Ctrl-C must reach it even when this test run was started with SIGINT ignored
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=clean_child_env())
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=clean_child_env()
+        )
     assert proc.stderr is not None
     lines = []
     for line in proc.stderr:
@@ -213,18 +245,26 @@ def test_nsys_session_names_and_stale_cleanup_touch_only_ours() -> None:
     listing = (  # `nsys sessions list -p false` as nsys 2025.3.1 prints it (research/formats.md §1.7)
         "         10850        00:04                                   Launched      1 s1\n"
         "         10851        01:10                                 Collection      1 max-profile-999999-0a1b2c3d\n"
-        f"         10852        00:01                                   Launched      1 max-profile-{os.getpid()}-deadbeef\n"
+        "         10852        00:01                                   Launched      1 "
+        f"max-profile-{os.getpid()}-deadbeef\n"
     )
     sessions = sp.parse_nsys_sessions(listing)
-    assert [(s[1], s[2]) for s in sessions] == [("Launched", "s1"), ("Collection", "max-profile-999999-0a1b2c3d"),
-                                                ("Launched", f"max-profile-{os.getpid()}-deadbeef")]
+    assert [(s[1], s[2]) for s in sessions] == [
+        ("Launched", "s1"),
+        ("Collection", "max-profile-999999-0a1b2c3d"),
+        ("Launched", f"max-profile-{os.getpid()}-deadbeef"),
+    ]
     # pid 999999 is gone: stale; ours (alive) and a foreign name are kept
     assert sp.stale_sessions(sessions, alive=lambda pid: pid != 999999) == ["max-profile-999999-0a1b2c3d"]
     a, b = sp.nsys_session_name(), sp.nsys_session_name()
     assert a != b and a.startswith(f"max-profile-{os.getpid()}-")
     cmd = sp.nsys_launch_command("/x/nsys", a, ["max", "serve", "--model-path", "m; rm -rf /"])
-    assert cmd[:3] == ["/x/nsys", "launch", f"--session-new={a}"] and cmd[-1] == "m; rm -rf /"  # an argument, never a shell string
-    assert "--cuda-graph-trace=node" in cmd[:cmd.index("max")]  # max serve replays device graphs: their kernels recorded one by one
+    assert (
+        cmd[:3] == ["/x/nsys", "launch", f"--session-new={a}"] and cmd[-1] == "m; rm -rf /"
+    )  # an argument, never a shell string
+    assert (
+        "--cuda-graph-trace=node" in cmd[: cmd.index("max")]
+    )  # max serve replays device graphs: their kernels recorded one by one
 
 
 def _fake_env(monkeypatch: pytest.MonkeyPatch, vendor: str) -> None:
@@ -252,8 +292,9 @@ def test_wrong_vendor_and_missing_tool_start_nothing(tiny_model_dir: Path, monke
         run_serve_capture(_plan(tiny_model_dir, mode="rocprof"), confirm=True)
 
 
-def test_rocprof_three_passes_with_fake_rocprofv3(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                  foreign_max_process: subprocess.Popen[bytes]) -> None:
+def test_rocprof_three_passes_with_fake_rocprofv3(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, foreign_max_process: subprocess.Popen[bytes]
+) -> None:
     import json
 
     _fake_env(monkeypatch, "amd")  # FAKE: no AMD GPU on CI; tests/fakes/rocprofv3 stands in for the tool
@@ -302,12 +343,19 @@ def test_worker_hook_prepares_before_the_window(tmp_path: Path, loads_driver: bo
         if shutil.which("gcc") is None:
             pytest.skip("gcc is needed to build the stand-in libcuda.so.1")
         (tmp_path / "empty.c").write_text("int max_profile_stand_in(void) { return 0; }\n")
-        subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(tmp_path / "empty.c")], check=True)
+        subprocess.run(
+            ["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(tmp_path / "empty.c")], check=True
+        )
         script = f"import ctypes\nctypes.CDLL({str(tmp_path / 'libcuda.so.1')!r})\n" + script
     hook = str(REPO / "max_profile" / "collect" / "server" / "worker_hook")
     # no libcupti for the C recorder (as on CI) and no cupti-python: nothing usable, said before `start`
-    env = clean_child_env({"MAX_PROFILE_WORKER_CUPTI_DIR": str(folder), "PYTHONPATH": hook + os.pathsep + str(REPO),
-                           "MAX_PROFILE_LIBCUPTI": str(tmp_path / "no-libcupti.so")})
+    env = clean_child_env(
+        {
+            "MAX_PROFILE_WORKER_CUPTI_DIR": str(folder),
+            "PYTHONPATH": hook + os.pathsep + str(REPO),
+            "MAX_PROFILE_LIBCUPTI": str(tmp_path / "no-libcupti.so"),
+        }
+    )
     if not loads_driver:
         env["CUDA_VISIBLE_DEVICES"] = ""
     proc = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True)
@@ -317,13 +365,18 @@ def test_worker_hook_prepares_before_the_window(tmp_path: Path, loads_driver: bo
         line = WorkerHook(folder).prepare(_Child(proc).alive, timeout_s=3 if not loads_driver else 60)
         names = sorted(p.name for p in folder.iterdir())
         if loads_driver:
-            assert f"unavailable-{proc.pid}.txt" in names and "CUPTI unavailable in the model worker" in line, (names, line)
+            assert f"unavailable-{proc.pid}.txt" in names and "CUPTI unavailable in the model worker" in line, (
+                names,
+                line,
+            )
         else:
             deadline = time.monotonic() + 10
             while f"skipped-{proc.pid}.txt" not in names and time.monotonic() < deadline:
                 time.sleep(0.05)
                 names = sorted(p.name for p in folder.iterdir())
-            assert f"skipped-{proc.pid}.txt" in names and not any(n.startswith(("ready-", "unavailable-")) for n in names), names
+            assert f"skipped-{proc.pid}.txt" in names and not any(
+                n.startswith(("ready-", "unavailable-")) for n in names
+            ), names
             assert "no process answered as CUPTI-ready" in line
     finally:
         WorkerHook(folder).quit()
@@ -335,41 +388,58 @@ def test_kernel_modes_keep_maxs_device_graphs_on_nvidia_only(tiny_model_dir: Pat
     """On NVIDIA the kernel modes serve MAX's default configuration (CUPTI and nsys --cuda-graph-trace=node record each
     kernel inside device graphs); elsewhere graphs go off (MAX's op ranges and rocprof would see only replays); a
     choice the user passed after `--` is kept either way."""
+
     def cmd(**kw: object) -> list[str]:
         return _plan(tiny_model_dir, **kw).serve_command()
 
     assert "--no-device-graph-capture" not in cmd(mode="kernels", vendor="nvidia")
     assert "--no-device-graph-capture" not in cmd(mode="nsys", vendor="nvidia")
-    assert "--no-device-graph-capture" in cmd(mode="kernels", vendor="amd") and "--no-device-graph-capture" in cmd(mode="rocprof", vendor="amd")
+    assert "--no-device-graph-capture" in cmd(mode="kernels", vendor="amd") and "--no-device-graph-capture" in cmd(
+        mode="rocprof", vendor="amd"
+    )
     assert "--no-device-graph-capture" not in cmd(mode="utilization", vendor="amd")
-    assert cmd(mode="kernels", vendor="amd", extra_args=["--device-graph-capture"]).count("--no-device-graph-capture") == 0
-    assert cmd(mode="kernels", vendor="nvidia", extra_args=["--no-device-graph-capture"]).count("--no-device-graph-capture") == 1
+    assert (
+        cmd(mode="kernels", vendor="amd", extra_args=["--device-graph-capture"]).count("--no-device-graph-capture") == 0
+    )
+    assert (
+        cmd(mode="kernels", vendor="nvidia", extra_args=["--no-device-graph-capture"]).count(
+            "--no-device-graph-capture"
+        )
+        == 1
+    )
     assert "--cuda-graph-trace=node" in _plan(tiny_model_dir, mode="nsys", vendor="nvidia").describe()
 
 
 def test_reference_window_is_planned_for_kernels_mode_and_can_be_skipped(tiny_model_dir: Path) -> None:
-    """Kernels mode plans an untraced reference window (said in the plan where CUPTI records in the worker); `--no-reference`
-    and the other modes plan none."""
-    from max_profile.cli import build_parser
+    """Kernels mode plans an untraced reference window (said in the plan where CUPTI records in the worker);
+    `--no-reference` and the other modes plan none."""
+    from max_profile.flags import build_parser
 
     assert _plan(tiny_model_dir, mode="kernels").reference_window()
     assert not _plan(tiny_model_dir, mode="kernels", reference=False).reference_window()
     assert not any(_plan(tiny_model_dir, mode=m).reference_window() for m in ("utilization", "nsys", "rocprof"))
-    assert "reference    one 3 s window without the recorder" in _plan(tiny_model_dir, mode="kernels", vendor="nvidia").describe()
-    assert "reference" not in _plan(tiny_model_dir, mode="kernels", vendor="none").describe()  # MAX's op ranges: set at launch
-    args = build_parser().parse_args(["serve", "--model-path", str(tiny_model_dir), "--mode", "kernels", "--no-reference"])
+    assert (
+        "reference    one 3 s window without the recorder"
+        in _plan(tiny_model_dir, mode="kernels", vendor="nvidia").describe()
+    )
+    assert (
+        "reference" not in _plan(tiny_model_dir, mode="kernels", vendor="none").describe()
+    )  # MAX's op ranges: set at launch
+    args = build_parser().parse_args(
+        ["serve", "--model-path", str(tiny_model_dir), "--mode", "kernels", "--no-reference"]
+    )
     assert args.no_reference is True
     assert build_parser().parse_args(["serve", "--model-path", str(tiny_model_dir)]).no_reference is False
 
 
 def test_worker_hook_records_several_windows(tmp_path: Path) -> None:
-    """The hook records window after window of one server (A/B pairs, sweeps): the controller numbers only the windows it
-    records, and each window's kernels and coverage come back on their own. The stand-in worker loads a stand-in libcuda
-    and a FAKE collector (CI has no CUPTI) that returns one kernel per window at the time it was started; a second
-    stand-in (the API server, which can have the CUDA driver loaded too) records nothing, and writes its empty file
-    first: the read waits for every ready process (on the H200 the first empty file used to end the wait). The worker also
-    runs a (FAKE) pipeline class: its steps come back per window beside the kernels (on the H200 the steps were read
-    before the worker had written them: no phase split)."""
+    """The hook records window after window of one server (A/B pairs, sweeps): the controller numbers only the windows
+    it records, and each window's kernels and coverage come back on their own. The stand-in worker loads a stand-in
+    libcuda and a FAKE collector (CI has no CUPTI) that returns one kernel per window at the time it was started; a
+    second stand-in (the API server, which can have the CUDA driver loaded too) records nothing, and writes its empty
+    file first: the read waits for every ready process (on the H200 the first empty file used to end the wait). The
+    worker also runs a (FAKE) pipeline class: its steps come back per window beside the kernels (on the H200 the steps
+    were read before the worker had written them: no phase split)."""
     import shutil
 
     from max_profile.collect.server.worker_protocol import WorkerHook
@@ -377,17 +447,21 @@ def test_worker_hook_records_several_windows(tmp_path: Path) -> None:
     if shutil.which("gcc") is None:
         pytest.skip("gcc is needed to build the stand-in libcuda.so.1")
     (tmp_path / "empty.c").write_text("int max_profile_stand_in(void) { return 0; }\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(tmp_path / "empty.c")], check=True)
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(tmp_path / "empty.c")], check=True
+    )
     script = f"""
 import ctypes, time
-ctypes.CDLL({str(tmp_path / 'libcuda.so.1')!r})
+ctypes.CDLL({str(tmp_path / "libcuda.so.1")!r})
 import max_profile.collect.live.cupti_native as native
 from max_profile.model import KernelRecord, KernelTable
 
 class FakeCollector:  # FAKE: stands in for the C CUPTI recorder
     dropped = 0; api_records = 3; callback_s_before_stop = 0.01; api_filter = "fake"; unfinished = 0
     def start(self): self.t = time.perf_counter_ns()
-    def stop(self): return KernelTable.from_records([KernelRecord(name="gemv_split_k_fake", start_ns=self.t + 1000, end_ns=self.t + 2000)])
+    def stop(self):
+        return KernelTable.from_records([KernelRecord(name="gemv_split_k_fake", start_ns=self.t + 1000,
+                                                      end_ns=self.t + 2000)])
 
 class IdleCollector(FakeCollector):  # FAKE: a process with the driver loaded that launches nothing
     def stop(self): return KernelTable.empty()
@@ -399,7 +473,8 @@ if sys.argv[1] == "worker":
         time.sleep(0.5)  # the worker's flush and dump take longer than the idle process's
         return _stop(self)
     FakeCollector.stop = slow_stop
-native.make_cupti_collector = lambda notes, launches=True: FakeCollector() if sys.argv[1] == "worker" else IdleCollector()
+native.make_cupti_collector = (
+    lambda notes, launches=True: FakeCollector() if sys.argv[1] == "worker" else IdleCollector())
 open({str(tmp_path)!r} + "/patched-" + sys.argv[1], "w").close()  # the event the test waits for (no sleep)
 if sys.argv[1] != "worker":
     while True: time.sleep(0.05)
@@ -422,12 +497,20 @@ while True: pipeline.execute(Inputs())
 """
     folder = tmp_path / "cupti"
     hook = WorkerHook(folder)
-    env = clean_child_env({**hook.env(None, launches=False), "PYTHONPATH": hook.env(None, launches=False)["PYTHONPATH"] + os.pathsep + str(REPO)})
+    env = clean_child_env(
+        {
+            **hook.env(None, launches=False),
+            "PYTHONPATH": hook.env(None, launches=False)["PYTHONPATH"] + os.pathsep + str(REPO),
+        }
+    )
     proc = subprocess.Popen([sys.executable, "-c", script, "worker"], env=env, start_new_session=True)
     idle = subprocess.Popen([sys.executable, "-c", script, "api-server"], env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
-        while not ((tmp_path / "patched-worker").exists() and (tmp_path / "patched-api-server").exists()) and time.monotonic() < deadline:
+        while (
+            not ((tmp_path / "patched-worker").exists() and (tmp_path / "patched-api-server").exists())
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.02)  # the stand-ins patch the collector before `prepare`: their files say so
         said = hook.prepare(lambda: proc.poll() is None, timeout_s=30)
         assert "worker hook ready" in said and "CUPTI" in said, said
@@ -438,19 +521,26 @@ while True: pipeline.execute(Inputs())
         for n in (1, 2):
             t0 = time.perf_counter_ns()
             hook.start(n)
-            assert hook.wait_started(n, lambda: proc.poll() is None)  # as the recorder does: the window opens once recording runs
+            assert hook.wait_started(
+                n, lambda: proc.poll() is None
+            )  # as the recorder does: the window opens once recording runs
             time.sleep(0.3)
             hook.stop(n)
             spans.append((t0, time.perf_counter_ns() + 10**9))
         for n, span in zip((1, 2), spans, strict=True):
-            # steps first, as the recorder reads them: the read waits for the file (written after the stop, before the kernels)
+            # steps first, as the recorder reads them: the read waits for the file (written after the stop, before the
+            # kernels)
             steps = hook.read_steps(n, span, lambda: proc.poll() is None, timeout_s=10)
             assert len(steps) > 20 and {(s.phase, s.batch_size, s.context_tokens) for s in steps} == {("decode", 2, 40)}
-            assert all(span[0] <= s.start_ns <= span[1] for s in steps) and [s.index for s in steps] == list(range(len(steps)))
+            assert all(span[0] <= s.start_ns <= span[1] for s in steps) and [s.index for s in steps] == list(
+                range(len(steps))
+            )
             kernels, coverage = hook.read(n, span, lambda: proc.poll() is None, timeout_s=10)
             assert kernels is not None and len(kernels) == 1 and kernels.names == ["gemv_split_k_fake"]
             assert coverage is not None and coverage.callback_s == pytest.approx(0.01) and coverage.api_records == 3
-        assert kernels is not None and int(kernels.start_ns[0]) > spans[0][1] - 10**9  # window 2's kernel, not window 1's again
+        assert (
+            kernels is not None and int(kernels.start_ns[0]) > spans[0][1] - 10**9
+        )  # window 2's kernel, not window 1's again
     finally:
         hook.quit()
         for p in (proc, idle):
@@ -459,10 +549,11 @@ while True: pipeline.execute(Inputs())
 
 
 def test_kernels_mode_measures_the_recorder_against_an_untraced_reference_window(tiny_model_dir: Path) -> None:
-    """`serve --mode kernels` where the recorder is switched per window (CUPTI in the worker, NVIDIA): one untraced window
-    first on the same server, then the recorded one; the report gives the recorder's cost from the two and keeps the
-    reference out of the load levels and the capture window. CI has no CUPTI: a stand-in recorder (it records nothing,
-    it only counts its starts and stops) takes the worker recorder's place; the server, load and metrics are real."""
+    """`serve --mode kernels` where the recorder is switched per window (CUPTI in the worker, NVIDIA): one untraced
+    window first on the same server, then the recorded one; the report gives the recorder's cost from the two and keeps
+    the reference out of the load levels and the capture window. CI has no CUPTI: a stand-in recorder (it records
+    nothing, it only counts its starts and stops) takes the worker recorder's place; the server, load and metrics are
+    real."""
     from max_profile.collect.probes.environment import detect_environment
     from max_profile.collect.server.serve_recorders import UtilizationRecorder
     from max_profile.model import RawCapture
@@ -484,7 +575,15 @@ def test_kernels_mode_measures_the_recorder_against_an_untraced_reference_window
     plan = _plan(tiny_model_dir, mode="kernels", profiling_mode="off", warm=False, duration_s=3.0)
     recorder = StandInRecorder()
     with server_tmpdir() as tmp:
-        raw = serve_windows(plan, recorder, new_serve_raw(plan, detect_environment(check_tools=False), []), tmp, 600, lambda m: None, None)
+        raw = serve_windows(
+            plan,
+            recorder,
+            new_serve_raw(plan, detect_environment(check_tools=False), []),
+            tmp,
+            600,
+            lambda m: None,
+            None,
+        )
     assert recorder.calls == ["start 1", "stop 1"]  # the reference window ran without it; the recorded one is window 1
     reference, recorded = raw.load_windows
     assert reference.reference and reference.traced is False and not recorded.reference and recorded.traced is True
@@ -496,5 +595,7 @@ def test_kernels_mode_measures_the_recorder_against_an_untraced_reference_window
     assert cost.throughput_ratio == pytest.approx(cost.traced_tok_s / cost.reference_tok_s, rel=1e-3)
     assert cost.reference_decode_step_ms and cost.traced_decode_step_ms  # the server's own TG batch time, per window
     assert report.load_levels == [] and report.server_metrics is not None
-    assert report.server_metrics.window_s == pytest.approx((recorded.window_ns[1] - recorded.window_ns[0]) / 1e9, abs=0.05)
+    assert report.server_metrics.window_s == pytest.approx(
+        (recorded.window_ns[1] - recorded.window_ns[0]) / 1e9, abs=0.05
+    )
     assert Report.from_json(report.to_json()).tracer_cost == cost

@@ -23,8 +23,11 @@ def plan(mode: str, model: Path, **kw: object) -> ServePlan:
 @pytest.mark.parametrize("name", list(SERVE_MODES))
 def test_each_mode_builds_its_own_recorder_and_says_its_plan(name: str, tiny_model_dir: Path, tmp_path: Path) -> None:
     p = plan(name, tiny_model_dir, vendor="nvidia")
-    # the profiler binary: /bin/true stands in for nsys / rocprofv3 (the recorder only asks nsys for stale sessions here)
-    ctx = ModeContext(detect_environment(check_tools=False), tmp_path, "/bin/true", 60.0, lambda line: None, str(tmp_path / "art"))
+    # the profiler binary: /bin/true stands in for nsys / rocprofv3 (the recorder only asks nsys for stale sessions
+    # here)
+    ctx = ModeContext(
+        detect_environment(check_tools=False), tmp_path, "/bin/true", 60.0, lambda line: None, str(tmp_path / "art")
+    )
     recorder, _ = p.spec.make_recorder(p, ctx)
     assert recorder.mode == name
     assert recorder.reads_after_teardown == (name in ("nsys", "rocprof"))

@@ -52,7 +52,9 @@ def test_diff_of_two_startups_says_cache_and_key() -> None:
     assert result.verdicts[0].startswith("start-up 408.7 s -> 13.6 s (-97 %); compile cache miss -> hit")
     metrics = {line.metric: line for line in result.lines}
     assert metrics["start-up to first token"].delta == pytest.approx(13.551 - 408.71)
-    assert metrics["start-up: compile model"].a == pytest.approx(296.6) and metrics["start-up: compile model"].b == pytest.approx(1.6)
+    assert metrics["start-up: compile model"].a == pytest.approx(296.6) and metrics[
+        "start-up: compile model"
+    ].b == pytest.approx(1.6)
     assert any(v.startswith("largest change: compile model") for v in result.verdicts)
     again = diff_reports(warm, prof)
     assert "compile key changed: profiling: off -> on" in again.verdicts
@@ -65,8 +67,11 @@ def test_startup_diff_across_a_max_upgrade_is_compared() -> None:
     warm = Report.load(str(CPU / "startup_warm.json"))
     st = warm.startup
     assert st is not None
-    newer = msgspec.structs.replace(warm, environment=msgspec.structs.replace(warm.environment, max_version="26.8.0"),
-                                    startup=msgspec.structs.replace(st, compile_key={**st.compile_key, "max_version": "26.8.0"}))
+    newer = msgspec.structs.replace(
+        warm,
+        environment=msgspec.structs.replace(warm.environment, max_version="26.8.0"),
+        startup=msgspec.structs.replace(st, compile_key={**st.compile_key, "max_version": "26.8.0"}),
+    )
     result = diff_reports(warm, newer)
     assert result.comparable  # a MAX upgrade is what a start-up diff is for; a run diff refuses it
     assert "compile key changed: max_version: 26.7.0 -> 26.8.0" in result.verdicts
@@ -75,38 +80,67 @@ def test_startup_diff_across_a_max_upgrade_is_compared() -> None:
 
 def test_max_log_lines_as_max_writes_them() -> None:
     """CompilationTimer's INFO lines, the KV manager's size line and the [modular-cache] lines (format of MAX 26.7)."""
-    lines = [TimedLine(10.0, "Building, compiling, and initializing model..."), TimedLine(10.5, "Building model graph took 0.5 seconds"),
-             TimedLine(40.5, "Compiling model took 30.0 seconds"), TimedLine(41.0, "Initializing model took 0.5 seconds"),
-             TimedLine(41.0, "Building, compiling, and initializing model took 31.0 seconds")]
+    lines = [
+        TimedLine(10.0, "Building, compiling, and initializing model..."),
+        TimedLine(10.5, "Building model graph took 0.5 seconds"),
+        TimedLine(40.5, "Compiling model took 30.0 seconds"),
+        TimedLine(41.0, "Initializing model took 0.5 seconds"),
+        TimedLine(41.0, "Building, compiling, and initializing model took 31.0 seconds"),
+    ]
     graphs = graphs_from_log(lines)
-    assert [(g.name, g.build, g.compile, g.init, g.total, g.start, g.end) for g in graphs] == [("model", 0.5, 30.0, 0.5, 31.0, 10.0, 41.0)]
+    assert [(g.name, g.build, g.compile, g.init, g.total, g.start, g.end) for g in graphs] == [
+        ("model", 0.5, 30.0, 0.5, 31.0, 10.0, 41.0)
+    ]
     assert graphs_from_log(lines[:-1]) == []  # a region that never closed (the load failed inside it) is not a graph
     assert kv_bytes("Jenga KV manager: total memory = 1.50 GiB (per device)") == int(1.5 * (1 << 30))
-    events = cache_events([TimedLine(1.0, "[modular-cache] findSyncImpl: cache hit: 4096 bytes from /c/.max_cache/abc"),
-                           TimedLine(2.0, "[modular-cache] findSyncImpl: miss, file not found: /c/.mojo_cache/def"),
-                           TimedLine(3.0, "[modular-cache] insertSyncImpl: write success: /c/.max_cache/ghi"),
-                           TimedLine(4.0, "[modular-cache] using cache folder /c"), TimedLine(5.0, "unrelated")])
+    events = cache_events(
+        [
+            TimedLine(1.0, "[modular-cache] findSyncImpl: cache hit: 4096 bytes from /c/.max_cache/abc"),
+            TimedLine(2.0, "[modular-cache] findSyncImpl: miss, file not found: /c/.mojo_cache/def"),
+            TimedLine(3.0, "[modular-cache] insertSyncImpl: write success: /c/.max_cache/ghi"),
+            TimedLine(4.0, "[modular-cache] using cache folder /c"),
+            TimedLine(5.0, "unrelated"),
+        ]
+    )
     assert [(e.kind, e.bytes, e.graph) for e in events] == [("hit", 4096, True), ("miss", 0, False), ("write", 0, True)]
     assert parse_cache_line(4.0, "[modular-cache] using cache folder /c") is None
 
+
 def test_why_a_compile_happened_from_the_ledger() -> None:
-    base = {"model": "m1", "max_version": "26.7.0", "devices": "gpu", "profiling": "off", "device_graphs": "default", "max_batch_size": "default",
-            "max_length": "default", "encoding": "default", "custom_code": "none"}
+    base = {
+        "model": "m1",
+        "max_version": "26.7.0",
+        "devices": "gpu",
+        "profiling": "off",
+        "device_graphs": "default",
+        "max_batch_size": "default",
+        "max_length": "default",
+        "encoding": "default",
+        "custom_code": "none",
+    }
     history: list[dict[str, object]] = [{"key": base, "cache": "miss"}]
     assert "was empty" in explain_cache("miss", base, [], Path("/c"), cache_was_empty=True)
-    assert "MODULAR_ENABLE_PROFILING=on is a new compile key (earlier loads of this model here used off)" == explain_cache(
-        "miss", {**base, "profiling": "on"}, history, Path("/c"), cache_was_empty=False)
-    said = explain_cache("miss", {**base, "max_batch_size": "32", "device_graphs": "off"}, history, Path("/c"), cache_was_empty=False)
+    assert (
+        "MODULAR_ENABLE_PROFILING=on is a new compile key (earlier loads of this model here used off)"
+        == explain_cache("miss", {**base, "profiling": "on"}, history, Path("/c"), cache_was_empty=False)
+    )
+    said = explain_cache(
+        "miss", {**base, "max_batch_size": "32", "device_graphs": "off"}, history, Path("/c"), cache_was_empty=False
+    )
     assert "--max-batch-size 32 is new (earlier: default)" in said and "device graph capture off is new" in said
-    assert "not compiled into" in explain_cache("miss", {**base, "model": "m2"}, history, Path("/c"), cache_was_empty=False)
+    assert "not compiled into" in explain_cache(
+        "miss", {**base, "model": "m2"}, history, Path("/c"), cache_was_empty=False
+    )
     assert "entries were removed" in explain_cache("miss", base, history, Path("/c"), cache_was_empty=False)
     assert explain_cache("hit", base, history, Path("/c"), cache_was_empty=False).startswith("every graph came from")
 
 
 def test_compiler_failure_names_the_kernel_and_the_gpu() -> None:
-    text = ["ValueError: Failed to compile the model. Please file an issue.",
-            "open-source/max/max/kernels/src/linalg/matmul/gpu/sm90/matmul.mojo:412:9: error: call expansion failed",
-            "note: target is sm_90a"]
+    text = [
+        "ValueError: Failed to compile the model. Please file an issue.",
+        "open-source/max/max/kernels/src/linalg/matmul/gpu/sm90/matmul.mojo:412:9: error: call expansion failed",
+        "note: target is sm_90a",
+    ]
     said = compile_failure(text, gpu_name="NVIDIA H200")
     assert said is not None and "matmul.mojo:412" in said and "sm_90a" in said and "call expansion failed" in said
     assert compile_failure(["all fine", "Compiling model took 3.0 seconds"]) is None
@@ -121,7 +155,9 @@ def test_startup_verb_on_the_tiny_model_twice(tiny_model_dir: Path, tmp_path: Pa
         assert res.returncode == 0, res.stderr[-2000:]
     st = json.loads(second.read_text())["startup"]
     assert {"total_s", "phases", "cache", "cache_reason"} <= set(st) and st["cache"] == "hit"
-    assert all({"name", "seconds"} <= set(p) for p in st["phases"]) and any("compile" in p["name"] for p in st["phases"])
+    assert all({"name", "seconds"} <= set(p) for p in st["phases"]) and any(
+        "compile" in p["name"] for p in st["phases"]
+    )
     assert st["total_s"] >= sum(p["seconds"] for p in st["phases"]) * 0.95
     res = run_cli("diff", str(first), str(second))
     assert res.returncode == 0, res.stderr

@@ -30,7 +30,9 @@ SMALL_RAW = DATA / "h200" / "small_cupti_raw.json.gz"
 def h200() -> tuple[RawCapture, Report]:
     raw = RawCapture.load(str(SMALL_RAW))
     # a capture made in-process knows its clock offset; this fixture predates the field: give it one
-    raw.capture = msgspec.structs.replace(raw.capture, unix_minus_perf_counter_ns=int(raw.capture.started_unix_s * 1e9) - raw.steps[0].start_ns)
+    raw.capture = msgspec.structs.replace(
+        raw.capture, unix_minus_perf_counter_ns=int(raw.capture.started_unix_s * 1e9) - raw.steps[0].start_ns
+    )
     return raw, build_report(raw)
 
 
@@ -63,8 +65,11 @@ def test_prometheus_text_parses_and_matches_the_report(h200: tuple[RawCapture, R
 def test_histogram_buckets_are_cumulative(h200: tuple[RawCapture, Report]) -> None:
     _, report = h200
     families = {f.name: f for f in text_string_to_metric_families(prometheus_text(report))}
-    buckets = [s for s in families["maxserve_batch_execution_time_milliseconds"].samples
-               if s.name.endswith("_bucket") and s.labels["phase"] == "decode"]
+    buckets = [
+        s
+        for s in families["maxserve_batch_execution_time_milliseconds"].samples
+        if s.name.endswith("_bucket") and s.labels["phase"] == "decode"
+    ]
     values = [s.value for s in buckets]
     assert values == sorted(values) and buckets[-1].labels["le"] == "+Inf" and values[-1] == len(_decode_steps(report))
 
@@ -77,9 +82,17 @@ def test_otel_metrics_and_spans_in_memory(h200: tuple[RawCapture, Report]) -> No
     tracers = TracerProvider()
     tracers.add_span_processor(SimpleSpanProcessor(spans))
     export_otel(report, meter_provider=meters, tracer_provider=tracers, model="llama-3.1-8b")
-    metrics = {m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-    assert {"gen_ai.server.time_to_first_token", "gen_ai.server.time_per_output_token", "maxserve.batch_execution_time",
-            "maxserve.gpu.busy", "maxserve.kernel.family_share", "maxserve.profile.finding"} <= set(metrics)
+    metrics = {
+        m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    }
+    assert {
+        "gen_ai.server.time_to_first_token",
+        "gen_ai.server.time_per_output_token",
+        "maxserve.batch_execution_time",
+        "maxserve.gpu.busy",
+        "maxserve.kernel.family_share",
+        "maxserve.profile.finding",
+    } <= set(metrics)
     tpot = metrics["gen_ai.server.time_per_output_token"]
     assert tpot.unit == "s"
     point = tpot.data.data_points[0]
@@ -103,14 +116,19 @@ def test_step_spans_are_capped(h200: tuple[RawCapture, Report]) -> None:
     export_otel(report, meter_provider=MeterProvider(), tracer_provider=tracers, max_step_spans=5)
     finished = spans.get_finished_spans()
     root = next(s for s in finished if s.name == "max_profile.capture")
-    assert len(finished) == 6 and root.attributes["max_profile.steps_without_span"] == len([s for s in report.steps if s.batch_size]) - 5
+    assert (
+        len(finished) == 6
+        and root.attributes["max_profile.steps_without_span"] == len([s for s in report.steps if s.batch_size]) - 5
+    )
 
 
 def test_serve_requests_give_per_request_histograms(h200: tuple[RawCapture, Report]) -> None:
     _, report = h200
-    requests = [RequestRecord(started_ns=0, ended_ns=int(110e6), ok=True, tokens=11, ttft_ms=10.0),
-                RequestRecord(started_ns=0, ended_ns=int(60e6), ok=True, tokens=6, ttft_ms=20.0),
-                RequestRecord(started_ns=0, ended_ns=int(5e6), ok=False, error="HTTP 500")]
+    requests = [
+        RequestRecord(started_ns=0, ended_ns=int(110e6), ok=True, tokens=11, ttft_ms=10.0),
+        RequestRecord(started_ns=0, ended_ns=int(60e6), ok=True, tokens=6, ttft_ms=20.0),
+        RequestRecord(started_ns=0, ended_ns=int(5e6), ok=False, error="HTTP 500"),
+    ]
     series = {s.name: s for s in report_metrics(report, requests=requests)}
     ttft_attrs, ttft = series["gen_ai.server.time_to_first_token"].points[0]
     assert ttft == [0.010, 0.020] and ttft_attrs["max_profile.measured"] == "request"
@@ -121,8 +139,15 @@ def test_serve_requests_give_per_request_histograms(h200: tuple[RawCapture, Repo
 def test_cli_exports_over_otlp_http(otlp_receiver: tuple[str, dict[str, list[bytes]]], tmp_path: Path) -> None:
     endpoint, received = otlp_receiver
     prom = tmp_path / "m.prom"
-    res = run_cli("report", str(SMALL_RAW), "--otel", "--prometheus", str(prom),
-                  env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": "llm-fleet-a"}, timeout=120)
+    res = run_cli(
+        "report",
+        str(SMALL_RAW),
+        "--otel",
+        "--prometheus",
+        str(prom),
+        env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": "llm-fleet-a"},
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     metrics = ExportMetricsServiceRequest.FromString(received["/v1/metrics"][0])
     resource = {kv.key: kv.value.string_value for kv in metrics.resource_metrics[0].resource.attributes}
@@ -136,15 +161,28 @@ def test_cli_exports_over_otlp_http(otlp_receiver: tuple[str, dict[str, list[byt
 
 
 def test_cli_otel_without_endpoint_fails_before_work(tmp_path: Path) -> None:
-    res = run_cli("report", str(SMALL_RAW), "--otel", "--json", str(tmp_path / "r.json"), env={"OTEL_EXPORTER_OTLP_ENDPOINT": ""})
+    res = run_cli(
+        "report", str(SMALL_RAW), "--otel", "--json", str(tmp_path / "r.json"), env={"OTEL_EXPORTER_OTLP_ENDPOINT": ""}
+    )
     assert res.returncode == 2
     assert "OTEL_EXPORTER_OTLP_ENDPOINT" in res.stderr and not (tmp_path / "r.json").exists()
 
 
 def test_cli_otel_unreachable_endpoint_is_one_line_exit_4(tmp_path: Path) -> None:
-    res = run_cli("report", str(SMALL_RAW), "--otel", "--json", str(tmp_path / "r.json"),
-                  env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_EXPORTER_OTLP_TIMEOUT": "2"}, timeout=120)
+    res = run_cli(
+        "report",
+        str(SMALL_RAW),
+        "--otel",
+        "--json",
+        str(tmp_path / "r.json"),
+        env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_EXPORTER_OTLP_TIMEOUT": "2"},
+        timeout=120,
+    )
     assert res.returncode == 4
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("max-profile: error:")]
-    assert len(errors) == 1 and "OpenTelemetry export to http://127.0.0.1:9 failed" in errors[0] and "Traceback" not in res.stderr
+    assert (
+        len(errors) == 1
+        and "OpenTelemetry export to http://127.0.0.1:9 failed" in errors[0]
+        and "Traceback" not in res.stderr
+    )
     assert (tmp_path / "r.json").exists()  # the files were written first

@@ -50,7 +50,8 @@ NAMES = {
     "nvjet_tst_128x64_64x8_1x1_v_bz_coopB_TNT": "gemm",  # cuBLAS on Hopper
     "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>(Params)": "gemm",
     "void internal::gemvx::kernel<int, int, __nv_bfloat16>(cublasGemvParamsEx<int>)": "gemv",
-    "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::bfloat16_t>, false>(Flash_fwd_params)": "attention",
+    "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::bfloat16_t>, "
+    "false>(Flash_fwd_params)": "attention",
     "void fused_moe_kernel": "grouped_matmul",
     "__amd_rocclr_fillBufferAligned": "memcpy",
     "__amd_rocclr_copyBuffer": "memcpy",
@@ -64,12 +65,20 @@ def test_families(name: str, family: str) -> None:
 
 
 def test_base_name_strips_noise_not_meaning() -> None:
-    assert base_name("sm90_mha_depth128_bfloat16_bfloat16_nqh16_nkvh4_0123456789abcdef") == "mha_depth128_bfloat16_bfloat16_nqh16_nkvh4"
+    assert (
+        base_name("sm90_mha_depth128_bfloat16_bfloat16_nqh16_nkvh4_0123456789abcdef")
+        == "mha_depth128_bfloat16_bfloat16_nqh16_nkvh4"
+    )
     assert base_name("void scale_kernel<float>(T1 *, T1, int)") == "scale_kernel"
     assert base_name("ns::inner::kernel_name<int, 4>(int *)") == "kernel_name"
     assert base_name("elementwise(gather)") == "elementwise(gather)"
-    assert base_name("__amd_rocclr_fillBufferAligned") == "__amd_rocclr_fillBufferAligned"  # a camelCase word, not a hash
-    assert distinctive_regex("gemv_split_k_bfloat16_bfloat16_bfloat16_128_abd1b559") == "gemv_split_k_bfloat16_bfloat16_bfloat16_128"
+    assert (
+        base_name("__amd_rocclr_fillBufferAligned") == "__amd_rocclr_fillBufferAligned"
+    )  # a camelCase word, not a hash
+    assert (
+        distinctive_regex("gemv_split_k_bfloat16_bfloat16_bfloat16_128_abd1b559")
+        == "gemv_split_k_bfloat16_bfloat16_bfloat16_128"
+    )
 
 
 def test_mangled_names_are_classified() -> None:
@@ -81,7 +90,7 @@ def test_union_counts_overlap_once() -> None:
     e = np.array([10, 15, 30], dtype=np.int64)
     assert union_ns(s, e) == 25
     # negative times (a CUPTI zero timestamp after clock mapping) never make a huge block
-    assert union_ns(np.array([-10**18, 5]), np.array([-10**18, 15])) == 10
+    assert union_ns(np.array([-(10**18), 5]), np.array([-(10**18), 15])) == 10
 
 
 def _steps() -> list[Step]:
@@ -94,25 +103,36 @@ def _steps() -> list[Step]:
 
 def test_attribution_uses_launch_time_not_execution_time() -> None:
     # overlap pipeline: a kernel launched in step 1 runs during step 2's host time
-    k = [KernelRecord(name="gemv_a", start_ns=210, end_ns=260, launch_ns=150), KernelRecord(name="matmul_b", start_ns=10, end_ns=60)]
+    k = [
+        KernelRecord(name="gemv_a", start_ns=210, end_ns=260, launch_ns=150),
+        KernelRecord(name="matmul_b", start_ns=10, end_ns=60),
+    ]
     bd = build_breakdown(KernelTable.from_records(k), source="t", steps=_steps())
     by_phase = {p.phase: p for p in bd.phases}
     assert by_phase["decode"].kernels == 1 and by_phase["prefill"].kernels == 1
     assert by_phase["decode"].kernel_us_per_token == pytest.approx(0.05 / 2)
     assert bd.attribution == "launch time (any thread), else start time"
-    assert [(p.index, p.phase, p.kernels, p.families) for p in bd.per_step] == [(0, "prefill", 1, {"gemm": 0.00005}), (1, "decode", 1, {"gemv": 0.00005}),
-                                                                                (2, "decode", 0, {})]
+    assert [(p.index, p.phase, p.kernels, p.families) for p in bd.per_step] == [
+        (0, "prefill", 1, {"gemm": 0.00005}),
+        (1, "decode", 1, {"gemv": 0.00005}),
+        (2, "decode", 0, {}),
+    ]
 
 
 def test_unknown_kernels_are_listed_not_dropped() -> None:
-    bd = build_breakdown(KernelTable.from_records([KernelRecord(name="weird_kernel_x", start_ns=0, end_ns=10)]), source="t")
+    bd = build_breakdown(
+        KernelTable.from_records([KernelRecord(name="weird_kernel_x", start_ns=0, end_ns=10)]), source="t"
+    )
     assert bd.kernels == 1 and bd.unknown_kernel_names == ["weird_kernel_x"] and bd.families[0].family == "other"
     assert bd.attribution == "none" and bd.gpu_busy_pct == pytest.approx(100.0)
 
 
 def test_invalid_timestamps_are_dropped_and_counted() -> None:
-    k = [KernelRecord(name="gemv", start_ns=110, end_ns=130, launch_ns=105), KernelRecord(name="gemv", start_ns=-1, end_ns=-1, launch_ns=106),
-         KernelRecord(name="gemv", start_ns=150, end_ns=140, launch_ns=107)]
+    k = [
+        KernelRecord(name="gemv", start_ns=110, end_ns=130, launch_ns=105),
+        KernelRecord(name="gemv", start_ns=-1, end_ns=-1, launch_ns=106),
+        KernelRecord(name="gemv", start_ns=150, end_ns=140, launch_ns=107),
+    ]
     bd = build_breakdown(KernelTable.from_records(k), source="t", steps=_steps())
     assert bd.kernels == 1 and bd.invalid_kernels == 2 and bd.kernel_ms == pytest.approx(20e-6)
 
@@ -126,13 +146,19 @@ def test_phase_of_range_names() -> None:
 
 
 def test_tiny_model_files_and_safetensors_header(tmp_path: Path) -> None:
-    out = build_tiny_llama(tmp_path / "m", dtype="bfloat16", shape=ModelShape(hidden=32, layers=1, heads=2, kv_heads=1), chat_template=None)
+    out = build_tiny_llama(
+        tmp_path / "m", dtype="bfloat16", shape=ModelShape(hidden=32, layers=1, heads=2, kv_heads=1), chat_template=None
+    )
     assert is_model_folder(out) is None
     assert not (out / "chat_template.jinja").exists()
     raw = (out / "model.safetensors").read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8 : 8 + n])
-    assert header["model.layers.0.self_attn.q_proj.weight"] == {"dtype": "BF16", "shape": [32, 32], "data_offsets": header["model.layers.0.self_attn.q_proj.weight"]["data_offsets"]}
+    assert header["model.layers.0.self_attn.q_proj.weight"] == {
+        "dtype": "BF16",
+        "shape": [32, 32],
+        "data_offsets": header["model.layers.0.self_attn.q_proj.weight"]["data_offsets"],
+    }
     end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
     assert len(raw) == 8 + n + end
 
@@ -182,8 +208,16 @@ class _FakeCupti:
 def test_cupti_api_records_kept_for_launch_calls_only() -> None:
     from max_profile.collect.live.cupti_kernels import _keep_only_launch_records, _launch_switch_table
 
-    names = {1: {307: "cuLaunchKernel", 652: "cuLaunchKernelEx", 514: "cuGraphLaunch", 17: "cuEventQuery", 18: "cuStreamQuery"},
-             2: {211: "cudaLaunchKernel_v7000", 31: "cudaEventQuery_v3020"}}
+    names = {
+        1: {
+            307: "cuLaunchKernel",
+            652: "cuLaunchKernelEx",
+            514: "cuGraphLaunch",
+            17: "cuEventQuery",
+            18: "cuStreamQuery",
+        },
+        2: {211: "cudaLaunchKernel_v7000", 31: "cudaEventQuery_v3020"},
+    }
     fake = _FakeCupti(names)
     said = _keep_only_launch_records(_launch_switch_table(fake, max_cbid=1000))
     assert said == "launch calls only (4 kept, 3 other driver/runtime calls off)"
@@ -192,7 +226,9 @@ def test_cupti_api_records_kept_for_launch_calls_only() -> None:
     fake = _FakeCupti({1: {17: "cuEventQuery"}, 2: {}})
     assert _keep_only_launch_records(_launch_switch_table(fake, max_cbid=100)) is None and fake.switched == {}
     # a CUPTI without per-call switches (before CUDA 12.5) records everything
-    assert _keep_only_launch_records(_launch_switch_table(_FakeCupti(names, with_switches=False), max_cbid=1000)) is None
+    assert (
+        _keep_only_launch_records(_launch_switch_table(_FakeCupti(names, with_switches=False), max_cbid=1000)) is None
+    )
 
 
 def test_serve_coverage_reports_the_tracer_share_of_the_window(tmp_path: Path) -> None:
@@ -202,12 +238,25 @@ def test_serve_coverage_reports_the_tracer_share_of_the_window(tmp_path: Path) -
 
     hook = WorkerHook(tmp_path)
     assert hook._coverage(1, (0, 10_000_000_000)) is None
-    (tmp_path / "coverage-77-1.json").write_text(json.dumps({"started_ns": 100_000_000, "stopped_ns": 12_000_000_000, "dropped": 0,
-                                                             "callback_s": 3.87, "api_records": 72983, "api_filter": "launch calls only"}))
+    (tmp_path / "coverage-77-1.json").write_text(
+        json.dumps(
+            {
+                "started_ns": 100_000_000,
+                "stopped_ns": 12_000_000_000,
+                "dropped": 0,
+                "callback_s": 3.87,
+                "api_records": 72983,
+                "api_filter": "launch calls only",
+            }
+        )
+    )
     coverage = hook._coverage(1, (0, 10_000_000_000))
     assert coverage is not None and hook._coverage(2, (0, 10_000_000_000)) is None  # one window's file, not another's
     text, callback_s = coverage.describe(), coverage.callback_s
-    assert text == ", recorded 9.9 of 10.0 s, 3.87 s in CUPTI callbacks for 72983 API records" and callback_s == pytest.approx(3.87)
+    assert (
+        text == ", recorded 9.9 of 10.0 s, 3.87 s in CUPTI callbacks for 72983 API records"
+        and callback_s == pytest.approx(3.87)
+    )
     from max_profile.analyze.report import tracer_overhead_pct
 
     assert tracer_overhead_pct(callback_s, (0, 10_000_000_000)) == pytest.approx(38.7)
@@ -226,8 +275,8 @@ def test_stream_chunks_count_the_tokens_they_carry() -> None:
 
 
 def test_gpu_waits_counts_the_gaps_the_gpu_waited_for_the_host() -> None:
-    """Gaps between merged kernel intervals on the busiest device: under 100 µs is launch latency (not counted), 100 µs to
-    5 ms a wait (before a graph kernel: the graph launched late), longer a pause counted apart; overlaps merge."""
+    """Gaps between merged kernel intervals on the busiest device: under 100 µs is launch latency (not counted), 100 µs
+    to 5 ms a wait (before a graph kernel: the graph launched late), longer a pause counted apart; overlaps merge."""
     from max_profile.analyze.breakdown import gpu_waits
     from max_profile.model import KernelRecord, KernelTable
 
@@ -245,7 +294,11 @@ def test_gpu_waits_counts_the_gaps_the_gpu_waited_for_the_host() -> None:
     w = gpu_waits(KernelTable.from_records(recs), (0, 21_000 * us), 100 * us, 5_000 * us)
     assert w is not None
     assert (w.gaps, w.before_graph_gaps, w.longer_gaps) == (2, 1, 1)
-    assert w.waited_ms == pytest.approx(0.5) and w.before_graph_ms == pytest.approx(0.2) and w.longer_ms == pytest.approx(20.0)
+    assert (
+        w.waited_ms == pytest.approx(0.5)
+        and w.before_graph_ms == pytest.approx(0.2)
+        and w.longer_ms == pytest.approx(20.0)
+    )
     assert w.before_graph_pct == pytest.approx(100 * 0.2 / 21.0) and w.gap_p50_us == pytest.approx(250.0)
     assert gpu_waits(KernelTable.from_records(recs[:1]), (0, 21_000 * us), 100 * us, 5_000 * us) is None
 
@@ -257,16 +310,28 @@ def test_a_sampled_recording_judges_busy_and_waits_over_its_slices_only() -> Non
     from max_profile.model import KernelRecord, KernelTable
 
     us = 1000
-    recs = [KernelRecord(name="gemv_a", start_ns=t * us, end_ns=(t + 80) * us) for t in range(0, 1000, 100)]  # slice 1: 0-1 ms
-    recs.append(KernelRecord(name="gemv_g", start_ns=1300 * us, end_ns=1380 * us, graph_id=3))  # 300 µs wait before a graph, in slice 1
-    recs += [KernelRecord(name="gemv_a", start_ns=t * us, end_ns=(t + 80) * us) for t in range(4000, 5000, 100)]  # slice 2: 4-5 ms
+    recs = [
+        KernelRecord(name="gemv_a", start_ns=t * us, end_ns=(t + 80) * us) for t in range(0, 1000, 100)
+    ]  # slice 1: 0-1 ms
+    recs.append(
+        KernelRecord(name="gemv_g", start_ns=1300 * us, end_ns=1380 * us, graph_id=3)
+    )  # 300 µs wait before a graph, in slice 1
+    recs += [
+        KernelRecord(name="gemv_a", start_ns=t * us, end_ns=(t + 80) * us) for t in range(4000, 5000, 100)
+    ]  # slice 2: 4-5 ms
     table = KernelTable.from_records(recs)
     window, slices = (0, 10_000 * us), [(0, 1500 * us), (4000 * us, 5000 * us)]
     w = gpu_waits(table, window, 100 * us, 5_000 * us, recorded=slices)
-    assert w is not None and (w.gaps, w.before_graph_gaps, w.longer_gaps) == (1, 1, 0)  # 1.38 → 4 ms is the pause: neither
+    assert w is not None and (w.gaps, w.before_graph_gaps, w.longer_gaps) == (
+        1,
+        1,
+        0,
+    )  # 1.38 → 4 ms is the pause: neither
     assert w.before_graph_pct == pytest.approx(100 * 0.32 / 2.5)  # the 320 µs wait (980 → 1300 µs) over 2.5 ms recorded
     whole = gpu_waits(table, window, 100 * us, 5_000 * us)
-    assert whole is not None and whole.gaps == 2 and whole.before_graph_pct == pytest.approx(100 * 0.32 / 10)  # unsampled reading: the pause counts
+    assert (
+        whole is not None and whole.gaps == 2 and whole.before_graph_pct == pytest.approx(100 * 0.32 / 10)
+    )  # unsampled reading: the pause counts
     b = build_breakdown(table, source="test", window=window, recorded=slices)
     assert b.window_ms == pytest.approx(10.0) and b.recorded_ms == pytest.approx(2.5)
     assert b.gpu_busy_pct == pytest.approx(100 * 21 * 0.08 / 2.5)
@@ -277,8 +342,8 @@ def test_the_worker_hook_drops_kernels_stamped_across_a_pause_of_a_sampled_recor
     """On the H200 kernels of the graph launched as the recorder paused came back ending at the resume, 1.5 s later and
     ~0.4 ms before the next slice's first timestamp, and those in flight at the last pause ending at the stop: such
     records (ending past the middle of the pause after their slice) are left out and counted; a kernel running a little
-    past its slice's end stays, and busy time is clipped to the slice it started in. The breakdown drops them too, from a
-    capture whose recorder did not, and merges the overlapping slices of two recording processes."""
+    past its slice's end stays, and busy time is clipped to the slice it started in. The breakdown drops them too, from
+    a capture whose recorder did not, and merges the overlapping slices of two recording processes."""
     import importlib.util
 
     from max_profile.analyze.breakdown import build_breakdown
@@ -292,12 +357,14 @@ def test_the_worker_hook_drops_kernels_stamped_across_a_pause_of_a_sampled_recor
     ms = 1_000_000
     slices = [[0, 500 * ms], [2000 * ms, 2500 * ms]]
     stopped = 3000 * ms  # the recording paused after its last slice until the stop
-    recs = [KernelRecord(name="gemv", start_ns=10 * ms, end_ns=11 * ms),
-            KernelRecord(name="gemv", start_ns=499 * ms, end_ns=503 * ms),  # past its slice by 3 ms: kept
-            KernelRecord(name="norm", start_ns=500 * ms, end_ns=1999 * ms + 600_000),  # stamped at the resume: dropped
-            KernelRecord(name="gemv", start_ns=2100 * ms, end_ns=2101 * ms),
-            KernelRecord(name="gemv", start_ns=2499 * ms, end_ns=2600 * ms),  # before the middle of the last pause: kept
-            KernelRecord(name="mha", start_ns=2499 * ms, end_ns=3001 * ms)]  # stamped at the stop: dropped
+    recs = [
+        KernelRecord(name="gemv", start_ns=10 * ms, end_ns=11 * ms),
+        KernelRecord(name="gemv", start_ns=499 * ms, end_ns=503 * ms),  # past its slice by 3 ms: kept
+        KernelRecord(name="norm", start_ns=500 * ms, end_ns=1999 * ms + 600_000),  # stamped at the resume: dropped
+        KernelRecord(name="gemv", start_ns=2100 * ms, end_ns=2101 * ms),
+        KernelRecord(name="gemv", start_ns=2499 * ms, end_ns=2600 * ms),  # before the middle of the last pause: kept
+        KernelRecord(name="mha", start_ns=2499 * ms, end_ns=3001 * ms),
+    ]  # stamped at the stop: dropped
     table = KernelTable.from_records(recs)
     kept, dropped = hook._drop_pause_spanning(table, slices, stopped)
     assert dropped == 2 and len(kept) == 4 and {kept.names[i] for i in kept.name_idx} == {"gemv"}

@@ -9,8 +9,5 @@ from llama_custom import llama_arch
 from .model import NoKVCacheLlamaModel
 
 no_kv_cache_arch = dataclasses.replace(
-    llama_arch,
-    name="MaxProfileNoKVCacheLlamaForCausalLM",
-    example_repo_ids=[],
-    pipeline_model=NoKVCacheLlamaModel,
+    llama_arch, name="MaxProfileNoKVCacheLlamaForCausalLM", example_repo_ids=[], pipeline_model=NoKVCacheLlamaModel
 )

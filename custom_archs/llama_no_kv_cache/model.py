@@ -43,7 +43,5 @@ class NoKVCacheLlamaModel(Llama3Model):
                 if type(ctx.tokens) is TokenBuffer:
                     ctx.tokens.__class__ = ReencodingTokenBuffer
         return super().prepare_initial_token_inputs(
-            replica_batches,
-            kv_cache_inputs=kv_cache_inputs,
-            return_n_logits=return_n_logits,
+            replica_batches, kv_cache_inputs=kv_cache_inputs, return_n_logits=return_n_logits
         )

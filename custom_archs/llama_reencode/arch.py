@@ -9,8 +9,5 @@ from llama_custom import llama_arch
 from .model import ReencodingLlamaModel
 
 reencode_arch = dataclasses.replace(
-    llama_arch,
-    name="MaxProfileReencodeLlamaForCausalLM",
-    example_repo_ids=[],
-    pipeline_model=ReencodingLlamaModel,
+    llama_arch, name="MaxProfileReencodeLlamaForCausalLM", example_repo_ids=[], pipeline_model=ReencodingLlamaModel
 )

@@ -50,7 +50,9 @@ class ReencodingLlamaModel(Llama3Model):
         try:
             if rewound:
                 kv_cache_inputs = manager.runtime_inputs(replica_batches)
-            return super().prepare_initial_token_inputs(replica_batches, kv_cache_inputs=kv_cache_inputs, return_n_logits=return_n_logits)
+            return super().prepare_initial_token_inputs(
+                replica_batches, kv_cache_inputs=kv_cache_inputs, return_n_logits=return_n_logits
+            )
         finally:
             for ctx, cached in rewound:
                 ctx.tokens.skip_processing(cached)

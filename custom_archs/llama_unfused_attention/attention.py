@@ -5,11 +5,19 @@ from __future__ import annotations
 from max.dtype import DType
 from max.graph import DeviceRef, TensorValue, ops
 from max.nn.attention import AttentionWithRope
-from max.nn.kernels import KEY_CACHE_INDEX, VALUE_CACHE_INDEX, kv_cache_gather_rows_ragged, store_k_cache_ragged, store_v_cache_ragged
+from max.nn.kernels import (
+    KEY_CACHE_INDEX,
+    VALUE_CACHE_INDEX,
+    kv_cache_gather_rows_ragged,
+    store_k_cache_ragged,
+    store_v_cache_ragged,
+)
 from max.nn.kv_cache.input_types import PagedCacheValues
 
 
-def token_positions(input_row_offsets: TensorValue, cache_lengths: TensorValue, total_tokens: TensorValue) -> TensorValue:
+def token_positions(
+    input_row_offsets: TensorValue, cache_lengths: TensorValue, total_tokens: TensorValue
+) -> TensorValue:
     """Absolute position of every ragged input token: its request's cache length + its index in the request."""
     device = input_row_offsets.device
     ones = ops.broadcast_to(ops.constant(1, DType.int64, device=device), total_tokens.shape)
@@ -58,16 +66,26 @@ class UnfusedAttention(AttentionWithRope):
         # Every query row reads slots 0..n-1 of its request, n = longest sequence in the batch;
         # slots past the row's own position are clamped (valid pages) and masked.
         n_total = ops.cast(kv_collection.max_cache_length + kv_collection.max_prompt_length, DType.int64).reshape(())
-        slot = ops.range(0, n_total, 1, out_dim="unfused_kv_len", dtype=DType.int64, device=DeviceRef.CPU()).to(x.device)
+        slot = ops.range(0, n_total, 1, out_dim="unfused_kv_len", dtype=DType.int64, device=DeviceRef.CPU()).to(
+            x.device
+        )
         visible = ops.unsqueeze(slot, 0) <= ops.unsqueeze(pos, 1)  # [T, n]
         slots = ops.cast(ops.min(ops.unsqueeze(slot, 0), ops.unsqueeze(pos, 1)), DType.int32)
-        keys = kv_cache_gather_rows_ragged(kv_collection, slots, input_row_offsets, layer_idx, key_or_value=KEY_CACHE_INDEX)
-        values = kv_cache_gather_rows_ragged(kv_collection, slots, input_row_offsets, layer_idx, key_or_value=VALUE_CACHE_INDEX)
+        keys = kv_cache_gather_rows_ragged(
+            kv_collection, slots, input_row_offsets, layer_idx, key_or_value=KEY_CACHE_INDEX
+        )
+        values = kv_cache_gather_rows_ragged(
+            kv_collection, slots, input_row_offsets, layer_idx, key_or_value=VALUE_CACHE_INDEX
+        )
 
         n = slots.shape[1]
         q = ops.cast(xq, DType.float32).reshape((total, n_kv, group, head_dim))
-        k = ops.permute(ops.cast(keys, DType.float32).reshape((total, n, n_kv, head_dim)), [0, 2, 3, 1])  # [T, kv, d, n]
-        v = ops.permute(ops.cast(values, DType.float32).reshape((total, n, n_kv, head_dim)), [0, 2, 1, 3])  # [T, kv, n, d]
+        k = ops.permute(
+            ops.cast(keys, DType.float32).reshape((total, n, n_kv, head_dim)), [0, 2, 3, 1]
+        )  # [T, kv, d, n]
+        v = ops.permute(
+            ops.cast(values, DType.float32).reshape((total, n, n_kv, head_dim)), [0, 2, 1, 3]
+        )  # [T, kv, n, d]
         scores = ops.matmul(q, k) * self.scale  # [T, kv, g, n]
         # A large finite negative, not -inf: MAX 26.7's CPU fusion of where → softmax → matmul
         # produced NaN with -inf here.

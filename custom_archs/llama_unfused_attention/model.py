@@ -33,7 +33,9 @@ class UnfusedAttentionLlama3(Llama3):
     def __init__(self, config: Llama3Config) -> None:
         cache_params = config.kv_params
         assert isinstance(cache_params, KVCacheParams)
-        super().__init__(dataclasses.replace(config, kv_params=per_head_kv_params(cache_params, config.num_key_value_heads)))
+        super().__init__(
+            dataclasses.replace(config, kv_params=per_head_kv_params(cache_params, config.num_key_value_heads))
+        )
         for block in self.layers:
             # Same module and weights (built for the per-head view), generic-op forward.
             assert type(block.self_attn) is AttentionWithRope, type(block.self_attn)
@@ -69,4 +71,6 @@ class UnfusedAttentionLlamaModel(Llama3Model):
     def _single_device_spec(self, model_config: Llama3Config) -> GraphSpec:
         model = UnfusedAttentionLlama3(model_config)
         model.load_state_dict(self.state_dict, override_quantization_encoding=True, weight_alignment=1, strict=False)
-        return GraphSpec(model, "llama3", self._bind_graph_inputs(model.input_tree(self.kv_params)), weights=model.state_dict())
+        return GraphSpec(
+            model, "llama3", self._bind_graph_inputs(model.input_tree(self.kv_params)), weights=model.state_dict()
+        )

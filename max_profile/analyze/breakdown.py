@@ -78,17 +78,26 @@ def _intervals_index(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.
 
 
 def step_index_of(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Index of the step (sorted by start) whose interval holds each time ``t`` (ends included), -1 for none: how a kernel
-    is tied to the step that asked for it (``t``: its launch time, else its start)."""
+    """Index of the step (sorted by start) whose interval holds each time ``t`` (ends included), -1 for none: how a
+    kernel is tied to the step that asked for it (``t``: its launch time, else its start)."""
     return _intervals_index(starts, ends, t)
 
 
 def _family_rows(fam_idx: np.ndarray, dur: np.ndarray, counts_override: np.ndarray | None = None) -> list[FamilyRow]:
     total = float(dur.sum())
-    counts = np.bincount(fam_idx, weights=counts_override, minlength=len(FAMILIES)) if counts_override is not None else np.bincount(fam_idx, minlength=len(FAMILIES))
+    counts = (
+        np.bincount(fam_idx, weights=counts_override, minlength=len(FAMILIES))
+        if counts_override is not None
+        else np.bincount(fam_idx, minlength=len(FAMILIES))
+    )
     sums = np.bincount(fam_idx, weights=dur, minlength=len(FAMILIES))
     rows = [
-        FamilyRow(family=FAMILIES[i], kernels=int(counts[i]), total_ms=float(sums[i]) / 1e6, share_pct=100.0 * float(sums[i]) / total if total else 0.0)
+        FamilyRow(
+            family=FAMILIES[i],
+            kernels=int(counts[i]),
+            total_ms=float(sums[i]) / 1e6,
+            share_pct=100.0 * float(sums[i]) / total if total else 0.0,
+        )
         for i in range(len(FAMILIES))
         if counts[i]
     ]
@@ -96,15 +105,31 @@ def _family_rows(fam_idx: np.ndarray, dur: np.ndarray, counts_override: np.ndarr
     return rows
 
 
-def _kernel_rows(base_idx: np.ndarray, bases: list[str], base_fam: list[str], dur: np.ndarray, top: int,
-                 counts_override: np.ndarray | None = None) -> list[KernelRow]:
+def _kernel_rows(
+    base_idx: np.ndarray,
+    bases: list[str],
+    base_fam: list[str],
+    dur: np.ndarray,
+    top: int,
+    counts_override: np.ndarray | None = None,
+) -> list[KernelRow]:
     total = float(dur.sum())
-    counts = np.bincount(base_idx, weights=counts_override, minlength=len(bases)) if counts_override is not None else np.bincount(base_idx, minlength=len(bases))
+    counts = (
+        np.bincount(base_idx, weights=counts_override, minlength=len(bases))
+        if counts_override is not None
+        else np.bincount(base_idx, minlength=len(bases))
+    )
     sums = np.bincount(base_idx, weights=dur, minlength=len(bases))
     order = np.argsort(-sums, kind="stable")[:top]
     return [
-        KernelRow(name=bases[i], family=base_fam[i], count=int(counts[i]), total_ms=float(sums[i]) / 1e6,
-                  mean_us=float(sums[i]) / counts[i] / 1e3, share_pct=100.0 * float(sums[i]) / total if total else 0.0)
+        KernelRow(
+            name=bases[i],
+            family=base_fam[i],
+            count=int(counts[i]),
+            total_ms=float(sums[i]) / 1e6,
+            mean_us=float(sums[i]) / counts[i] / 1e3,
+            share_pct=100.0 * float(sums[i]) / total if total else 0.0,
+        )
         for i in order
         if counts[i]
     ]
@@ -115,7 +140,9 @@ class _Names:
 
     def __init__(self, names: Sequence[str]) -> None:
         base_index: dict[str, int] = {}
-        self.to_base = np.array([base_index.setdefault(base_name(nm), len(base_index)) for nm in names] or [0], dtype=np.int32)
+        self.to_base = np.array(
+            [base_index.setdefault(base_name(nm), len(base_index)) for nm in names] or [0], dtype=np.int32
+        )
         self.bases = list(base_index)
         self.family = np.array([FAMILIES.index(classify_kernel(nm)) for nm in names] or [0], dtype=np.int32)
         self.base_family = [""] * len(self.bases)
@@ -132,24 +159,32 @@ def _unknown_names(fam_idx: np.ndarray, base_idx: np.ndarray, dur: np.ndarray, n
 
 
 def recorded_in_window(window: tuple[int, int], recorded: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The recorded slices clipped to the window, in time order (empty slices dropped, overlapping ones merged: the slices
-    of several recording processes)."""
+    """The recorded slices clipped to the window, in time order (empty slices dropped, overlapping ones merged: the
+    slices of several recording processes)."""
     return merged_spans((max(a, window[0]), min(b, window[1])) for a, b in recorded)
 
 
-def gpu_waits(table: KernelTable, window: tuple[int, int] | None, min_gap_ns: int, max_gap_ns: int,
-              recorded: Sequence[tuple[int, int]] = ()) -> GpuWaits | None:
+def gpu_waits(
+    table: KernelTable,
+    window: tuple[int, int] | None,
+    min_gap_ns: int,
+    max_gap_ns: int,
+    recorded: Sequence[tuple[int, int]] = (),
+) -> GpuWaits | None:
     """The GPU's waits for work in the window (see :class:`GpuWaits`): on the device with the most kernels, the gaps of
-    ``min_gap_ns`` up to ``max_gap_ns`` between the merged kernel intervals, and those ending at a kernel of a device graph.
-    ``recorded``: the slices kernels were recorded in (a sampled recording): only gaps inside one slice count, and shares
-    are of the slices' time."""
+    ``min_gap_ns`` up to ``max_gap_ns`` between the merged kernel intervals, and those ending at a kernel of a device
+    graph.
+    ``recorded``: the slices kernels were recorded in (a sampled recording): only gaps inside one slice count, and
+    shares are of the slices' time."""
     if len(table) < 2 or window is None or window[1] <= window[0]:
         return None
     slices = recorded_in_window(window, recorded) if recorded else [window]
     if not slices:
         return None
     devices, counts = np.unique(table.device, return_counts=True)
-    inside = (table.device == devices[int(np.argmax(counts))]) & (table.start_ns >= window[0]) & (table.start_ns < window[1])
+    inside = (
+        (table.device == devices[int(np.argmax(counts))]) & (table.start_ns >= window[0]) & (table.start_ns < window[1])
+    )
     if int(inside.sum()) < 2:
         return None
     order = np.argsort(table.start_ns[inside], kind="stable")
@@ -164,11 +199,19 @@ def gpu_waits(table: KernelTable, window: tuple[int, int] | None, min_gap_ns: in
     before_graph = counted & (graph[1:] > 0)
     longer = (gap >= max_gap_ns) & same_slice
     span = sum(b - a for a, b in slices)
-    return GpuWaits(min_gap_us=min_gap_ns / 1e3, max_gap_ms=max_gap_ns / 1e6, gaps=int(counted.sum()), waited_ms=float(gap[counted].sum()) / 1e6,
-                    waited_pct=100.0 * float(gap[counted].sum()) / span, before_graph_gaps=int(before_graph.sum()),
-                    before_graph_ms=float(gap[before_graph].sum()) / 1e6, before_graph_pct=100.0 * float(gap[before_graph].sum()) / span,
-                    gap_p50_us=float(np.median(gap[counted])) / 1e3 if counted.any() else None, longer_gaps=int(longer.sum()),
-                    longer_ms=float(gap[longer].sum()) / 1e6)
+    return GpuWaits(
+        min_gap_us=min_gap_ns / 1e3,
+        max_gap_ms=max_gap_ns / 1e6,
+        gaps=int(counted.sum()),
+        waited_ms=float(gap[counted].sum()) / 1e6,
+        waited_pct=100.0 * float(gap[counted].sum()) / span,
+        before_graph_gaps=int(before_graph.sum()),
+        before_graph_ms=float(gap[before_graph].sum()) / 1e6,
+        before_graph_pct=100.0 * float(gap[before_graph].sum()) / span,
+        gap_p50_us=float(np.median(gap[counted])) / 1e3 if counted.any() else None,
+        longer_gaps=int(longer.sum()),
+        longer_ms=float(gap[longer].sum()) / 1e6,
+    )
 
 
 def build_breakdown(
@@ -196,7 +239,9 @@ def build_breakdown(
     invalid = int((~valid).sum())
     if invalid:
         table = table.select(valid)
-    across = table.across_pauses(recorded, window[1] if window else None) if recorded else np.zeros(len(table), dtype=bool)
+    across = (
+        table.across_pauses(recorded, window[1] if window else None) if recorded else np.zeros(len(table), dtype=bool)
+    )
     paused = int(across.sum())  # a capture whose recorder did not drop them itself
     if paused:
         table = table.select(~across)
@@ -227,7 +272,11 @@ def build_breakdown(
         busy_all = _busy_in_slices(table, recorded_in_window(window, recorded))
     elif n and window is not None:  # kernels clipped to the window (the last step's kernels may run past it)
         outside = int(table.start_ns.min()) < window[0] or int(table.end_ns.max()) > window[1]
-        s, e = (np.clip(table.start_ns, window[0], window[1]), np.clip(table.end_ns, window[0], window[1])) if outside else (table.start_ns, table.end_ns)
+        s, e = (
+            (np.clip(table.start_ns, window[0], window[1]), np.clip(table.end_ns, window[0], window[1]))
+            if outside
+            else (table.start_ns, table.end_ns)
+        )
         busy_all = union_ns(s, e)
 
     phase_codes = np.array([PHASES.index(s.phase) for s in ordered] or [0], dtype=np.int32)
@@ -243,14 +292,23 @@ def build_breakdown(
         busy = union_ns(table.start_ns[mask], table.end_ns[mask])
         k_ns = float(dur[mask].sum())
         tokens = sum(ordered[i].batch_size if phase == "decode" else ordered[i].input_tokens for i in sel)
-        phases.append(PhaseBreakdown(
-            phase=phase, steps=len(sel), kernels=int(mask.sum()), kernel_ms=k_ns / 1e6, wall_ms=wall_ns / 1e6 if wall_ns else None,
-            gpu_busy_pct=min(100.0, 100.0 * busy / wall_ns) if wall_ns else None,
-            kernels_per_step=float(mask.sum()) / len(sel), kernel_ms_per_step=k_ns / 1e6 / len(sel),
-            kernel_us_per_token=k_ns / 1e3 / tokens if tokens else None,
-            families=_family_rows(fam_idx[mask], dur[mask]),
-            top_kernels=_with_launches_before(_kernel_rows(base_idx[mask], names.bases, names.base_family, dur[mask], top), table, t_attr, mask),
-        ))
+        phases.append(
+            PhaseBreakdown(
+                phase=phase,
+                steps=len(sel),
+                kernels=int(mask.sum()),
+                kernel_ms=k_ns / 1e6,
+                wall_ms=wall_ns / 1e6 if wall_ns else None,
+                gpu_busy_pct=min(100.0, 100.0 * busy / wall_ns) if wall_ns else None,
+                kernels_per_step=float(mask.sum()) / len(sel),
+                kernel_ms_per_step=k_ns / 1e6 / len(sel),
+                kernel_us_per_token=k_ns / 1e3 / tokens if tokens else None,
+                families=_family_rows(fam_idx[mask], dur[mask]),
+                top_kernels=_with_launches_before(
+                    _kernel_rows(base_idx[mask], names.bases, names.base_family, dur[mask], top), table, t_attr, mask
+                ),
+            )
+        )
 
     per_step = _per_step(ordered, step_of, fam_idx, dur) if ordered else []
     graph_kernels = int((table.graph_id > 0).sum()) if n and table.graph_id is not None else 0
@@ -260,25 +318,47 @@ def build_breakdown(
     # and still no kernel record from inside a graph
     if not graph_kernels and (graph_launches or (device_graph_capture and not launches_recorded)):
         # graphs ran but no kernel record says it ran inside one: the tracer saw graph replays, not their kernels
-        unreliable = ("device graphs ran (graph launches or replays recorded, or capture on) and the trace holds no kernel of a graph: "
-                      "kernels ran as graph replays the tracer did not open, so per-step attribution and per-kernel counts are unreliable; record with max_profile's CUPTI "
-                      "recorder (it records each kernel of a graph) or nsys --cuda-graph-trace=node, or re-run with --no-device-graph-capture")
+        unreliable = (
+            "device graphs ran (graph launches or replays recorded, or capture on) and the trace holds no kernel of a "
+            "graph: "
+            "kernels ran as graph replays the tracer did not open, so per-step attribution and per-kernel counts are "
+            "unreliable; record with max_profile's CUPTI "
+            "recorder (it records each kernel of a graph) or nsys --cuda-graph-trace=node, or re-run with "
+            "--no-device-graph-capture"
+        )
     devices = sorted(int(d) for d in np.unique(table.device)) if n else []
     return KernelBreakdown(
-        source=source, kernels=n, kernel_ms=float(dur.sum()) / 1e6, attribution=attribution,
-        families=_family_rows(fam_idx, dur), top_kernels=_kernel_rows(base_idx, names.bases, names.base_family, dur, top),
-        phases=phases, step_source=step_source if ordered else "none",
-        window_ms=window_ns / 1e6 if window_ns > 0 else None, recorded_ms=recorded_ns / 1e6 if recorded_ns is not None else None,
+        source=source,
+        kernels=n,
+        kernel_ms=float(dur.sum()) / 1e6,
+        attribution=attribution,
+        families=_family_rows(fam_idx, dur),
+        top_kernels=_kernel_rows(base_idx, names.bases, names.base_family, dur, top),
+        phases=phases,
+        step_source=step_source if ordered else "none",
+        window_ms=window_ns / 1e6 if window_ns > 0 else None,
+        recorded_ms=recorded_ns / 1e6 if recorded_ns is not None else None,
         gpu_busy_pct=_busy_pct(busy_all, recorded_ns if recorded_ns is not None else window_ns),
-        unattributed_kernels=int((step_of < 0).sum()) if ordered else n, invalid_kernels=invalid, paused_kernels=paused,
-        unknown_kernel_names=_unknown_names(fam_idx, base_idx, dur, names), devices=devices, unreliable=unreliable,
-        per_step=per_step, graph_kernels=graph_kernels,
-        per_device=_per_device(table, fam_idx, dur, kernel_phase, ordered, recorded_ns if recorded_ns is not None else window_ns) if len(devices) > 1 else [],
+        unattributed_kernels=int((step_of < 0).sum()) if ordered else n,
+        invalid_kernels=invalid,
+        paused_kernels=paused,
+        unknown_kernel_names=_unknown_names(fam_idx, base_idx, dur, names),
+        devices=devices,
+        unreliable=unreliable,
+        per_step=per_step,
+        graph_kernels=graph_kernels,
+        per_device=_per_device(
+            table, fam_idx, dur, kernel_phase, ordered, recorded_ns if recorded_ns is not None else window_ns
+        )
+        if len(devices) > 1
+        else [],
         gpu_waits=gpu_waits(table, window, *wait_gap_ns, recorded=recorded),
     )
 
 
-def _with_launches_before(rows: list[KernelRow], table: KernelTable, t_attr: np.ndarray, in_phase: np.ndarray) -> list[KernelRow]:
+def _with_launches_before(
+    rows: list[KernelRow], table: KernelTable, t_attr: np.ndarray, in_phase: np.ndarray
+) -> list[KernelRow]:
     """Each row with the launches its name filter matched before the phase's first launch of it (launch order)."""
     out = []
     for row in rows:
@@ -289,7 +369,11 @@ def _with_launches_before(rows: list[KernelRow], table: KernelTable, t_attr: np.
             out.append(row)
             continue
         first = int(t_attr[mine].min())
-        out.append(msgspec.structs.replace(row, launches_before=int((matched & (t_attr < first)).sum()), launch_shape=_launch_shape(table, mine)))
+        out.append(
+            msgspec.structs.replace(
+                row, launches_before=int((matched & (t_attr < first)).sum()), launch_shape=_launch_shape(table, mine)
+            )
+        )
     return out
 
 
@@ -297,7 +381,9 @@ def _launch_shape(table: KernelTable, mask: np.ndarray) -> str | None:
     """The most common ``grid XxYxZ block XxYxZ`` of the masked launches (None when the trace has no shapes)."""
     if table.grid is None or table.block is None or not mask.any():
         return None
-    shapes, counts = np.unique(np.concatenate([table.grid[mask], table.block[mask]], axis=1), axis=0, return_counts=True)
+    shapes, counts = np.unique(
+        np.concatenate([table.grid[mask], table.block[mask]], axis=1), axis=0, return_counts=True
+    )
     g = shapes[int(np.argmax(counts))]
     if not g.any():
         return None
@@ -305,7 +391,8 @@ def _launch_shape(table: KernelTable, mask: np.ndarray) -> str | None:
 
 
 def _busy_in_slices(table: KernelTable, slices: Sequence[tuple[int, int]]) -> int:
-    """The union of kernel intervals, each clipped to the recorded slice it started in (kernels outside every slice left out)."""
+    """The union of kernel intervals, each clipped to the recorded slice it started in (kernels outside every slice
+    left out)."""
     if not slices:
         return 0
     a = np.array([x for x, _ in slices], dtype=np.int64)
@@ -345,13 +432,26 @@ def _per_step(ordered: Sequence[Step], step_of: np.ndarray, fam_idx: np.ndarray,
     out = []
     for i in range(n_steps):
         row = sums[i]
-        out.append(StepKernels(index=i, phase=ordered[i].phase, kernels=int(counts[i]), kernel_ms=round(float(row.sum()) / 1e6, 6),
-                               families={FAMILIES[j]: round(float(row[j]) / 1e6, 6) for j in np.nonzero(row)[0]}))
+        out.append(
+            StepKernels(
+                index=i,
+                phase=ordered[i].phase,
+                kernels=int(counts[i]),
+                kernel_ms=round(float(row.sum()) / 1e6, 6),
+                families={FAMILIES[j]: round(float(row[j]) / 1e6, 6) for j in np.nonzero(row)[0]},
+            )
+        )
     return out
 
 
-def _per_device(table: KernelTable, fam_idx: np.ndarray, dur: np.ndarray, kernel_phase: np.ndarray, ordered: Sequence[Step],
-                window_ns: int) -> list[DeviceBreakdown]:
+def _per_device(
+    table: KernelTable,
+    fam_idx: np.ndarray,
+    dur: np.ndarray,
+    kernel_phase: np.ndarray,
+    ordered: Sequence[Step],
+    window_ns: int,
+) -> list[DeviceBreakdown]:
     """Per-GPU tables: kernels, busy fraction over the window, families, collective time per decode step."""
     decode_code = PHASES.index("decode")
     decode_steps = sum(1 for s in ordered if s.phase == "decode")
@@ -362,13 +462,19 @@ def _per_device(table: KernelTable, fam_idx: np.ndarray, dur: np.ndarray, kernel
         dm = m & (kernel_phase == decode_code)
         dec_ms = float(dur[dm].sum()) / 1e6
         coll_ms = float(dur[dm & (fam_idx == coll)].sum()) / 1e6
-        out.append(DeviceBreakdown(
-            device=dev, kernels=int(m.sum()), kernel_ms=float(dur[m].sum()) / 1e6,
-            gpu_busy_pct=min(100.0, 100.0 * union_ns(table.start_ns[m], table.end_ns[m]) / window_ns) if window_ns > 0 else None,
-            collective_ms_per_decode_step=coll_ms / decode_steps if decode_steps else None,
-            collective_share_of_decode_pct=100.0 * coll_ms / dec_ms if dec_ms else None,
-            families=_family_rows(fam_idx[m], dur[m]),
-        ))
+        out.append(
+            DeviceBreakdown(
+                device=dev,
+                kernels=int(m.sum()),
+                kernel_ms=float(dur[m].sum()) / 1e6,
+                gpu_busy_pct=min(100.0, 100.0 * union_ns(table.start_ns[m], table.end_ns[m]) / window_ns)
+                if window_ns > 0
+                else None,
+                collective_ms_per_decode_step=coll_ms / decode_steps if decode_steps else None,
+                collective_share_of_decode_pct=100.0 * coll_ms / dec_ms if dec_ms else None,
+                families=_family_rows(fam_idx[m], dur[m]),
+            )
+        )
     return out
 
 
@@ -381,7 +487,12 @@ def breakdown_from_totals(totals: Sequence[KernelTotal], *, source: str, top: in
     fam_idx = names.family[idx] if len(totals) else np.zeros(0, dtype=np.int32)
     base_idx = names.to_base[idx] if len(totals) else np.zeros(0, dtype=np.int32)
     return KernelBreakdown(
-        source=source, kernels=int(counts.sum()), kernel_ms=float(dur.sum()) / 1e6, attribution="totals only",
-        families=_family_rows(fam_idx, dur, counts), top_kernels=_kernel_rows(base_idx, names.bases, names.base_family, dur, top, counts),
-        phases=[], unknown_kernel_names=_unknown_names(fam_idx, base_idx, dur, names),
+        source=source,
+        kernels=int(counts.sum()),
+        kernel_ms=float(dur.sum()) / 1e6,
+        attribution="totals only",
+        families=_family_rows(fam_idx, dur, counts),
+        top_kernels=_kernel_rows(base_idx, names.bases, names.base_family, dur, top, counts),
+        phases=[],
+        unknown_kernel_names=_unknown_names(fam_idx, base_idx, dur, names),
     )

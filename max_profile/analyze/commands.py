@@ -4,6 +4,9 @@ a ``max-profile`` command line, or the Python call that does the same (``profile
 A next command reproduces the capture it follows: the model, devices, batch size, prompt, new tokens, custom
 architectures, length and encoding, the device-graph state (where the verb takes it), and for a kernel deep dive a
 launch filter that lands in the phase the finding is about (``--launch-skip`` past the launches before it).
+
+The escalation plan (:func:`next_command`, at the end) picks the one next measurement of a report, or none when the
+question is answered.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import msgspec
 import numpy as np
 
 from max_profile.analyze.families import distinctive_regex
-from max_profile.model import Command, KernelBreakdown, KernelRow, Report, Workload
+from max_profile.analyze.thresholds import Thresholds
+from max_profile.model import Command, KernelBreakdown, KernelRow, Report, Unavailable, Workload
 
 ArgValue = str | int | float | bool | list[str]
 
@@ -39,7 +43,8 @@ def workload_of(report: Report) -> Workload:
         prompt_tokens = int(round(sum(s.input_tokens for s in prefill) / max(sum(s.batch_size for s in prefill), 1)))
     new = w.max_new_tokens
     if new is None and decode:
-        # the overlap pipeline (MAX's GPU default) runs one decode step per new token; the plain one makes the first in prefill
+        # the overlap pipeline (MAX's GPU default) runs one decode step per new token; the plain one makes the first in
+        # prefill
         new = len(decode) if "Overlap" in report.capture.target else len(decode) + 1
     return msgspec.structs.replace(w, batch_size=batch, prompt_tokens=prompt_tokens, max_new_tokens=new)
 
@@ -65,7 +70,9 @@ def _reproducing(report: Report, verb: str) -> dict[str, ArgValue]:
     if w.custom_architectures and verb in ("run", "kernels", "kernel", "serve"):
         args["custom_architectures"] = list(w.custom_architectures)
     if verb == "serve":
-        levels = [lv.concurrency for lv in report.load_levels] or ([report.window_load.concurrency] if report.window_load else [])
+        levels = [lv.concurrency for lv in report.load_levels] or (
+            [report.window_load.concurrency] if report.window_load else []
+        )
         if levels and levels != [1]:
             args["concurrency"] = ",".join(map(str, levels))
         if w.max_new_tokens and w.max_new_tokens != 64:
@@ -75,7 +82,9 @@ def _reproducing(report: Report, verb: str) -> dict[str, ArgValue]:
     return args
 
 
-def for_model(report: Report, verb: str, positional: tuple[str, ...] = (), comment: str | None = None, **args: ArgValue) -> Command:
+def for_model(
+    report: Report, verb: str, positional: tuple[str, ...] = (), comment: str | None = None, **args: ArgValue
+) -> Command:
     """A command on the report's own model, devices and workload (``args`` add to or override them)."""
     return Command(verb=verb, args={**_reproducing(report, verb), **args}, positional=list(positional), comment=comment)
 
@@ -109,8 +118,16 @@ def _kw(args: dict[str, ArgValue], rename: dict[str, str] | None = None, drop: t
     return ", ".join(f"{rename.get(k, k)}={v!r}" for k, v in args.items() if k not in drop)
 
 
-_GENERATION_ARGS = ("batch_size", "prompt", "max_new_tokens", "max_length", "quantization_encoding", "custom_architectures", "device_graph_capture",
-                    "warmup")
+_GENERATION_ARGS = (
+    "batch_size",
+    "prompt",
+    "max_new_tokens",
+    "max_length",
+    "quantization_encoding",
+    "custom_architectures",
+    "device_graph_capture",
+    "warmup",
+)
 """What a ``run`` command sets that, from Python, is the user's own load and generation, not ``profile()``'s."""
 
 
@@ -118,25 +135,44 @@ def python(cmd: Command) -> str:
     """The Python equivalent (one line; ``...`` stands for the user's own generation)."""
     a = dict(cmd.args)
     if cmd.verb in ("run", "kernels"):
-        kernels = a.pop("kernels", None) or {"cupti": "cupti", "nvtx-log": "nvtx-log"}.get(str(a.pop("backend", "")), "auto")
+        kernels = a.pop("kernels", None) or {"cupti": "cupti", "nvtx-log": "nvtx-log", "ops": "ops"}.get(
+            str(a.pop("backend", "")), "auto"
+        )
         if cmd.verb == "kernels" and cmd.args.get("backend") == "nsys":
-            line = f"from max_profile.nsys_run import NsysRun, profile_generation_with_nsys; raw = profile_generation_with_nsys(NsysRun({_kw(a)}), print)"
+            line = (
+                "from max_profile.nsys_run import NsysRun, profile_generation_with_nsys; raw = "
+                f"profile_generation_with_nsys(NsysRun({_kw(a)}), print)"
+            )
         else:
             same = [f"{k}={a[k]!r}" for k in _GENERATION_ARGS if k in a]
             extra = f"  (as before: {', '.join(same)})" if same else ""
-            line = f"with max_profile.profile(pipeline, kernels={kernels!r}, {_kw(a, drop=_GENERATION_ARGS)}) as prof: ...{extra}"
-            if kernels == "nvtx-log":  # MAX's op ranges need the process started for them: the one call that does it, first
+            line = (
+                f"with max_profile.profile(pipeline, kernels={kernels!r}, {_kw(a, drop=_GENERATION_ARGS)}) as "
+                "prof: "
+                f"...{extra}"
+            )
+            if (
+                kernels == "nvtx-log"
+            ):  # MAX's op ranges need the process started for them: the one call that does it, first
                 devices = str(a.get("devices", "cpu"))
-                line = (f"max_profile.restart_with_op_ranges({devices!r})  # first thing in the script, before MAX loads the model; "
-                        f"then: {line}")
+                line = (
+                    f"max_profile.restart_with_op_ranges({devices!r})  # first thing in the script, before MAX loads "
+                    "the model; "
+                    f"then: {line}"
+                )
     elif cmd.verb == "kernel":
         a.pop("set", None)
         name = cmd.positional[0] if cmd.positional else "NAME"
-        line = (f"from max_profile.ncu_run import KernelRun, profile_kernel; raw = profile_kernel(KernelRun(name={name!r}, "
-                f"{_kw(a)}), print)")
+        line = (
+            f"from max_profile.ncu_run import KernelRun, profile_kernel; raw = profile_kernel(KernelRun(name={name!r}, "
+            f"{_kw(a)}), print)"
+        )
     elif cmd.verb == "serve":
-        line = (f"from max_profile.serve import ServePlan, free_port, run_serve_capture; raw = run_serve_capture(ServePlan({_kw(a, {'duration': 'duration_s'})}, "
-                "duration_s=10, port=free_port(), metrics_port=free_port()), confirm=True)")
+        line = (
+            "from max_profile.serve import ServePlan, free_port, run_serve_capture; raw = "
+            f"run_serve_capture(ServePlan({_kw(a, {'duration': 'duration_s'})}, "
+            "duration_s=10, port=free_port(), metrics_port=free_port()), confirm=True)"
+        )
     else:
         return cli(cmd)
     return line + (f"   # {cmd.comment}" if cmd.comment else "")
@@ -155,11 +191,12 @@ def _row_in(k: KernelBreakdown, name: str, phase: str | None) -> tuple[KernelRow
 
 
 def launch_skip_for(report: Report, name: str, phase: str | None) -> int | None:
-    """``--launch-skip`` that lands a deep dive of ``name`` in ``phase``: the launches its name filter matched before the
-    phase's first one, plus (decode) :data:`DEEP_DIVE_STEPS_IN` steps' worth; None when the breakdown cannot tell.
+    """``--launch-skip`` that lands a deep dive of ``name`` in ``phase``: the launches its name filter matched before
+    the phase's first one, plus (decode) :data:`DEEP_DIVE_STEPS_IN` steps' worth; None when the breakdown cannot tell.
 
     A server's capture has no such order to replay (the deep dive runs a generation, not the server): there the skip is
-    that of a generation of the server's decode batch, one prefill step's launches of the kernel and the steps' worth."""
+    that of a generation of the server's decode batch, one prefill step's launches of the kernel and the steps'
+    worth."""
     k = report.kernels
     if not isinstance(k, KernelBreakdown) or phase is None:
         return None
@@ -192,3 +229,112 @@ def kernel_command(report: Report, name: str, phase: str | None = None) -> Comma
     if report.serve is not None:
         comment = f"a generation at the server's decode batch; {comment or 'the first launches'}"
     return for_model(report, "kernel", positional=(distinctive_regex(name),), comment=comment, **args)
+
+
+# ---------------------------------------------------------------------------------------------
+# The next measurement (escalation plan)
+# Escalation planning: the next, costlier measurement — or none, when the question is answered.
+#
+# 1. A correctness bug (a broken KV cache), a start-up or kernel-level capture: nothing further here.
+# 2. The in-process tracer distorted the timing (tracer-overhead): utilization again without it.
+# 3. Host-bound: stop — a kernel trace adds nothing until the GPU is busy (the finding names the host profile to take).
+# 4. No kernel breakdown yet: the breakdown (CUPTI in-process / nsys / rocprofv3; MAX's op ranges on a CPU).
+# 5. The top-ranked finding that names a measurement (the biggest lever's deep dive, reproducing the capture).
+# 6. A healthy breakdown with nothing at warning size: stop. A dominant suspicious kernel: one Nsight Compute run.
+
+_HEALTHY_IDS = {"healthy-dense-decode", "healthy-moe", "healthy-batched-decode"}
+
+
+def next_measurement(report: Report, th: Thresholds | None = None) -> str | None:
+    """The next measurement in the report's interface (a ``max-profile`` command line, or the Python call)."""
+    cmd = next_command(report, th)
+    return say(cmd, report.capture.interface) if cmd is not None else None
+
+
+def no_next_reason(report: Report) -> str:
+    """Why no next measurement is proposed: the question answered, or what was asked for and not measured (never
+    "answered" for a section the capture could not fill)."""
+
+    missing = [
+        f"{what}: {value.reason}"
+        for what, value in (("kernels", report.kernels), ("utilization", report.utilization))
+        if isinstance(value, Unavailable) and value.reason
+    ]
+    ids = {f.id for f in report.findings}
+    if "kv-cache-broken" in ids:
+        return "none until the KV-cache bug is fixed (a correctness bug: speed figures wait for it)"
+    if "host-bound" in ids:
+        return (
+            "none: the GPU is not the bottleneck, a kernel trace adds nothing until it is busy (see the host "
+            "profile above)"
+        )
+    if missing:
+        return "none here, but not everything asked for was measured: " + "; ".join(missing)
+    return "none — the question is answered at this level"
+
+
+def next_command(report: Report, th: Thresholds | None = None) -> Command | None:
+    """The next, costlier measurement as a :class:`Command` (None when the question is answered)."""
+    suspicious_pct = (th or Thresholds()).plan_suspicious_share_pct
+    ids = {f.id for f in report.findings}
+    if report.kernel_analyses or report.capture.target == "startup" or "kv-cache-broken" in ids:
+        return None
+    if "tracer-overhead" in ids:
+        # the timing figures were distorted by the in-process tracer: measure utilization without it first
+        if report.serve is not None:
+            return for_model(
+                report, "serve", mode="utilization", comment="then --mode nsys for kernels with timing kept"
+            )
+        return for_model(report, "run", kernels="off")
+    if "lightly-loaded" in ids:
+        return next((f.command for f in report.findings if f.id == "lightly-loaded" and f.command is not None), None)
+    if "host-bound" in ids:
+        return None
+    if report.environment.vendor == "none":
+        if report.kernels is None:
+            return for_model(report, "run", kernels="nvtx-log", comment="MAX's op ranges on the CPU")
+        named = next((f.command for f in report.findings if f.command is not None and f.command.verb == "shell"), None)
+        return named
+    if not isinstance(report.kernels, KernelBreakdown):
+        if report.serve is not None:
+            mode = (
+                "nsys"
+                if report.environment.vendor == "nvidia"
+                else "rocprof"
+                if report.environment.vendor == "amd"
+                else "kernels"
+            )
+            return for_model(
+                report,
+                "serve",
+                mode=mode,
+                comment="the kernels of the served model (--mode kernels: in-process recorder)",
+            )
+        if report.environment.vendor == "amd":
+            return shell(
+                "rocprofv3 --kernel-trace --marker-trace --output-format csv -d rocprof-out -- "
+                f"{cli(for_model(report, 'run', kernels='off'))}"
+                "  &&  max-profile kernels --import rocprof-out/<host>/<pid>_kernel_trace.csv"
+            )
+        return for_model(report, "kernels", backend="cupti")
+    k = report.kernels
+    if k.unreliable:
+        return for_model(
+            report,
+            "kernels",
+            backend="cupti",
+            comment="the recorder records each kernel inside device graphs; or re-run with --no-device-graph-capture",
+        )
+    warned = [f for f in report.findings if f.severity != "info" and f.command is not None]
+    if warned:
+        return warned[0].command  # the biggest lever's (findings are ranked)
+    if ids & _HEALTHY_IDS:
+        return None
+    if report.environment.vendor != "nvidia":
+        return None  # Nsight Compute is NVIDIA-only
+    decode = next((p for p in k.phases if p.phase == "decode"), None)
+    rows = decode.top_kernels if decode else k.top_kernels
+    for row in rows[:3]:
+        if row.share_pct >= suspicious_pct and row.family not in ("gemv", "gemm"):
+            return kernel_command(report, row.name, "decode" if decode else None)
+    return None

@@ -1,4 +1,5 @@
-"""Compare two profiling runs: comparability first, then per-token, per-family and per-kernel deltas, each tested for noise.
+"""Compare two profiling runs: comparability first, then per-token, per-family and per-kernel deltas, each tested for
+noise.
 
 Step-time distributions (host decode time per token, per-step kernel time by family, serve inter-token
 latency) are compared with the two-sided Mann-Whitney U test (``scipy.stats.mannwhitneyu``): a
@@ -27,8 +28,16 @@ MIN_SAMPLES = 8
 ALPHA = 0.01
 CLOCK_TOLERANCE_PCT = 5.0
 """Mean SM clocks further apart than this make two runs not comparable (a throttled or clock-locked GPU)."""
-SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size", "torch_dtype",
-              "architectures")
+SHAPE_KEYS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "vocab_size",
+    "torch_dtype",
+    "architectures",
+)
 
 
 class DiffLine(msgspec.Struct, frozen=True):
@@ -62,7 +71,8 @@ class DiffResult(msgspec.Struct):
 
 
 def comparability(a: Report, b: Report) -> list[str]:
-    """Why two runs should not be compared (model shape, dtype, GPU, MAX version, clocks, throttling, graphs, tracer)."""
+    """Why two runs should not be compared (model shape, dtype, GPU, MAX version, clocks, throttling, graphs,
+    tracer)."""
     reasons = []
     ca, cb = a.capture.model_config or {}, b.capture.model_config or {}
     for key in SHAPE_KEYS:
@@ -73,7 +83,12 @@ def comparability(a: Report, b: Report) -> list[str]:
     if ga != gb:
         reasons.append(f"GPUs: {', '.join(ga) or 'none'} vs {', '.join(gb) or 'none'}")
     startups = a.capture.target == b.capture.target == "startup"  # a MAX upgrade is what a start-up diff is for
-    if not startups and a.environment.max_version and b.environment.max_version and a.environment.max_version != b.environment.max_version:
+    if (
+        not startups
+        and a.environment.max_version
+        and b.environment.max_version
+        and a.environment.max_version != b.environment.max_version
+    ):
         reasons.append(f"MAX version: {a.environment.max_version} vs {b.environment.max_version}")
     if (a.capture.devices or "") != (b.capture.devices or ""):
         reasons.append(f"devices: {a.capture.devices} vs {b.capture.devices}")
@@ -115,16 +130,34 @@ def _test(a: Sequence[float], b: Sequence[float], alpha: float) -> tuple[float |
     return p, p < alpha
 
 
-def _line(metric: str, unit: str, a_vals: Sequence[float], b_vals: Sequence[float], fail_above_pct: float, alpha: float,
-          higher_is_worse: bool = True, tested: bool = True) -> DiffLine:
+def _line(
+    metric: str,
+    unit: str,
+    a_vals: Sequence[float],
+    b_vals: Sequence[float],
+    fail_above_pct: float,
+    alpha: float,
+    higher_is_worse: bool = True,
+    tested: bool = True,
+) -> DiffLine:
     a_med, b_med = float(np.median(a_vals)), float(np.median(b_vals))
     delta = b_med - a_med
     pct = 100.0 * delta / a_med if a_med else None
     p, significant = _test(a_vals, b_vals, alpha) if tested else (None, False)
     worse = delta > 0 if higher_is_worse else delta < 0
     regression = bool(significant and worse and pct is not None and abs(pct) > fail_above_pct)
-    return DiffLine(metric=metric, unit=unit, a=a_med, b=b_med, delta=delta, delta_pct=pct, p_value=p, significant=significant, regression=regression,
-                    samples=(len(a_vals), len(b_vals)))
+    return DiffLine(
+        metric=metric,
+        unit=unit,
+        a=a_med,
+        b=b_med,
+        delta=delta,
+        delta_pct=pct,
+        p_value=p,
+        significant=significant,
+        regression=regression,
+        samples=(len(a_vals), len(b_vals)),
+    )
 
 
 def _decode_ms_per_token(r: Report) -> list[float]:
@@ -140,12 +173,32 @@ def _family_per_step(r: Report, phase: str) -> dict[str, list[float]]:
     return {f: [p.families.get(f, 0.0) for p in rows] for f in fams}
 
 
-def diff_reports(a: Report, b: Report, *, a_label: str = "A", b_label: str = "B", fail_above_pct: float = 5.0, alpha: float = ALPHA,
-                 force: bool = False, a_raw: RawCapture | None = None, b_raw: RawCapture | None = None) -> DiffResult:
+def diff_reports(
+    a: Report,
+    b: Report,
+    *,
+    a_label: str = "A",
+    b_label: str = "B",
+    fail_above_pct: float = 5.0,
+    alpha: float = ALPHA,
+    force: bool = False,
+    a_raw: RawCapture | None = None,
+    b_raw: RawCapture | None = None,
+) -> DiffResult:
     """The comparison of run B against baseline A (see the module docstring)."""
     reasons = comparability(a, b)
-    result = DiffResult(a=a_label, b=b_label, comparable=not reasons, reasons=reasons, lines=[], verdicts=[], regression=False,
-                        fail_above_pct=fail_above_pct, forced=force and bool(reasons), alpha=alpha)
+    result = DiffResult(
+        a=a_label,
+        b=b_label,
+        comparable=not reasons,
+        reasons=reasons,
+        lines=[],
+        verdicts=[],
+        regression=False,
+        fail_above_pct=fail_above_pct,
+        forced=force and bool(reasons),
+        alpha=alpha,
+    )
     if reasons and not force:
         return result
     lines: list[DiffLine] = []
@@ -159,13 +212,28 @@ def diff_reports(a: Report, b: Report, *, a_label: str = "A", b_label: str = "B"
             totals_a = [sum(v) for v in zip(*fa.values(), strict=True)] if fa else []
             totals_b = [sum(v) for v in zip(*fb.values(), strict=True)] if fb else []
             if totals_a and totals_b:
-                lines.append(_line(f"{phase} kernel time per step", "ms/step", totals_a, totals_b, fail_above_pct, alpha))
-            for fam in sorted(set(fa) | set(fb), key=lambda f: -(np.median(fb.get(f, [0.0])) + np.median(fa.get(f, [0.0])))):
+                lines.append(
+                    _line(f"{phase} kernel time per step", "ms/step", totals_a, totals_b, fail_above_pct, alpha)
+                )
+            for fam in sorted(
+                set(fa) | set(fb), key=lambda f: -(np.median(fb.get(f, [0.0])) + np.median(fa.get(f, [0.0])))
+            ):
                 va, vb = fa.get(fam, [0.0] * len(totals_a)), fb.get(fam, [0.0] * len(totals_b))
                 if va and vb and (np.median(va) > 0.001 or np.median(vb) > 0.001):
                     lines.append(_line(f"{phase} {fam} per step", "ms/step", va, vb, fail_above_pct, alpha))
         if ka.gpu_busy_pct is not None and kb.gpu_busy_pct is not None:
-            lines.append(_line("GPU busy", "%", [ka.gpu_busy_pct], [kb.gpu_busy_pct], fail_above_pct, alpha, higher_is_worse=False, tested=False))
+            lines.append(
+                _line(
+                    "GPU busy",
+                    "%",
+                    [ka.gpu_busy_pct],
+                    [kb.gpu_busy_pct],
+                    fail_above_pct,
+                    alpha,
+                    higher_is_worse=False,
+                    tested=False,
+                )
+            )
         top_a = {r.name: r for r in _phase_top(ka, "decode")}
         top_b = {r.name: r for r in _phase_top(kb, "decode")}
         steps_a = next((p.steps for p in ka.phases if p.phase == "decode"), 0) or 1
@@ -180,9 +248,29 @@ def diff_reports(a: Report, b: Report, *, a_label: str = "A", b_label: str = "B"
         if itl_a and itl_b:
             lines.append(_line("serve inter-token latency", "ms", itl_a, itl_b, fail_above_pct, alpha))
         elif a.serve.itl_ms_p50 and b.serve.itl_ms_p50:
-            lines.append(_line("serve inter-token latency p50", "ms", [a.serve.itl_ms_p50], [b.serve.itl_ms_p50], fail_above_pct, alpha, tested=False))
+            lines.append(
+                _line(
+                    "serve inter-token latency p50",
+                    "ms",
+                    [a.serve.itl_ms_p50],
+                    [b.serve.itl_ms_p50],
+                    fail_above_pct,
+                    alpha,
+                    tested=False,
+                )
+            )
         if a.serve.ttft_ms_p50 and b.serve.ttft_ms_p50:
-            lines.append(_line("serve time to first token p50", "ms", [a.serve.ttft_ms_p50], [b.serve.ttft_ms_p50], fail_above_pct, alpha, tested=False))
+            lines.append(
+                _line(
+                    "serve time to first token p50",
+                    "ms",
+                    [a.serve.ttft_ms_p50],
+                    [b.serve.ttft_ms_p50],
+                    fail_above_pct,
+                    alpha,
+                    tested=False,
+                )
+            )
     if a.load_levels and b.load_levels:
         lines += _sweep_lines(a.load_levels, b.load_levels, fail_above_pct, alpha)
     said: list[str] = []
@@ -202,7 +290,10 @@ STARTUP_MIN_PHASE_S = 0.5
 def _phase_seconds(a: StartupProfile, b: StartupProfile) -> dict[str, tuple[float, float]]:
     """Each phase name of either start-up (first seen first) -> its seconds in a and in b (0 where absent)."""
     names = dict.fromkeys([p.name for p in a.phases] + [p.name for p in b.phases])
-    return {n: (sum(p.seconds for p in a.phases if p.name == n), sum(p.seconds for p in b.phases if p.name == n)) for n in names}
+    return {
+        n: (sum(p.seconds for p in a.phases if p.name == n), sum(p.seconds for p in b.phases if p.name == n))
+        for n in names
+    }
 
 
 def _startup_lines(a: StartupProfile, b: StartupProfile, fail_above_pct: float, alpha: float) -> list[DiffLine]:
@@ -213,12 +304,20 @@ def _startup_lines(a: StartupProfile, b: StartupProfile, fail_above_pct: float, 
     return lines
 
 
-def startup_verdicts(a: StartupProfile, b: StartupProfile, max_a: str | None = None, max_b: str | None = None) -> list[str]:
-    """What changed between two start-ups: total, the compile cache's state, the compile key, the phase that moved most."""
-    out = [f"start-up {a.total_s:.1f} s -> {b.total_s:.1f} s ({_pct(a.total_s, b.total_s)}); compile cache {a.cache} -> {b.cache}"
-           + (f" ({b.cache_reason})" if b.cache_reason and b.cache != "hit" else "")]
-    changed = [f"{k}: {a.compile_key.get(k, '-')} -> {b.compile_key.get(k, '-')}" for k in dict.fromkeys([*a.compile_key, *b.compile_key])
-               if a.compile_key.get(k) != b.compile_key.get(k)]
+def startup_verdicts(
+    a: StartupProfile, b: StartupProfile, max_a: str | None = None, max_b: str | None = None
+) -> list[str]:
+    """What changed between two start-ups: total, the compile cache's state, the compile key, the phase that moved
+    most."""
+    out = [
+        f"start-up {a.total_s:.1f} s -> {b.total_s:.1f} s ({_pct(a.total_s, b.total_s)}); compile cache {a.cache} -> "
+        f"{b.cache}" + (f" ({b.cache_reason})" if b.cache_reason and b.cache != "hit" else "")
+    ]
+    changed = [
+        f"{k}: {a.compile_key.get(k, '-')} -> {b.compile_key.get(k, '-')}"
+        for k in dict.fromkeys([*a.compile_key, *b.compile_key])
+        if a.compile_key.get(k) != b.compile_key.get(k)
+    ]
     if max_a and max_b and max_a != max_b and not any(c.startswith("max_version") for c in changed):
         changed.append(f"MAX {max_a} -> {max_b}")
     if changed:
@@ -244,11 +343,23 @@ def _sweep_lines(a: Sequence[LoadLevel], b: Sequence[LoadLevel], fail_above_pct:
         if lb is None:
             continue
         c = la.concurrency
-        lines.append(_line(f"concurrency {c}: output", "tok/s", [la.output_tok_per_s], [lb.output_tok_per_s], fail_above_pct, alpha,
-                           higher_is_worse=False, tested=False))
+        lines.append(
+            _line(
+                f"concurrency {c}: output",
+                "tok/s",
+                [la.output_tok_per_s],
+                [lb.output_tok_per_s],
+                fail_above_pct,
+                alpha,
+                higher_is_worse=False,
+                tested=False,
+            )
+        )
         for what, sa, sb in (("TTFT p50", la.ttft_ms, lb.ttft_ms), ("ITL p50", la.itl_ms, lb.itl_ms)):
             if sa.p50 is not None and sb.p50 is not None:
-                lines.append(_line(f"concurrency {c}: {what}", "ms", [sa.p50], [sb.p50], fail_above_pct, alpha, tested=False))
+                lines.append(
+                    _line(f"concurrency {c}: {what}", "ms", [sa.p50], [sb.p50], fail_above_pct, alpha, tested=False)
+                )
     return lines
 
 
@@ -268,7 +379,13 @@ def _verdicts(lines: Sequence[DiffLine], fail_above_pct: float, alpha: float) ->
         if not line.significant:
             continue
         pct = f"{line.delta_pct:+.1f} %" if line.delta_pct is not None else f"new in {'B' if line.a == 0 else 'A'}"
-        tag = "REGRESSION" if line.regression else ("slower" if line.delta > 0 else "faster") if line.unit.startswith(("ms", "µs")) else "changed"
+        tag = (
+            "REGRESSION"
+            if line.regression
+            else ("slower" if line.delta > 0 else "faster")
+            if line.unit.startswith(("ms", "µs"))
+            else "changed"
+        )
         out.append(f"{tag}: {line.metric} {pct} ({_p_text(line.p_value)}), {line.delta:+.3g} {line.unit}")
     if not out:
         out.append(f"no significant change (Mann-Whitney U at alpha {alpha:g}; threshold {fail_above_pct:g} %)")

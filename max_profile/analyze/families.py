@@ -53,15 +53,34 @@ FAMILY_DESCRIPTIONS: dict[str, str] = {
 # (rocBLAS / hipBLASLt) GEMMs; ``^nvjet_``: cuBLAS's JIT GEMMs on Hopper / Blackwell; ``rocclr_fill|copy``:
 # the ROCm runtime's blit kernels behind hipMemset / hipMemcpy.
 FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("memcpy", r"^(memcpy|memset)|\b(memcpy|memset)\b|copy_(h|d)to(h|d)|\bdtod\b|\bhtod\b|\bdtoh\b|rocclr_(fill|copy)|^(fill|copy)buffer"),
-    ("collective", r"allreduce|all_reduce|allgather|all_gather|reduce_scatter|reducescatter|nccl|rccl|ep_dispatch|ep_combine|dispatch_kernel|combine_kernel|shmem|\bdispatch\b|\bcombine\b|broadcast_pull|multimem"),
-    ("sampling", r"topk_topp|top_k_top_p|topp_sampling|sampling|sample_|argmax|logits_processor|min_p|temperature|rejection_sampler|logsoftmax_sampler|gumbel"),
-    ("moe_routing", r"moe_create_indices|moe_router|router|topk_route|topk_softmax|moe_align|route_|expert_ids|moe_.*indices|^topk|_topk_"),
+    (
+        "memcpy",
+        r"^(memcpy|memset)|\b(memcpy|memset)\b|copy_(h|d)to(h|d)|\bdtod\b|\bhtod\b|\bdtoh\b|rocclr_(fill|copy)|^(fill|copy)buffer",
+    ),
+    (
+        "collective",
+        r"allreduce|all_reduce|allgather|all_gather|reduce_scatter|reducescatter|nccl|rccl|ep_dispatch|ep_combine|dispatch_kernel|combine_kernel|shmem|\bdispatch\b|\bcombine\b|broadcast_pull|multimem",
+    ),
+    (
+        "sampling",
+        r"topk_topp|top_k_top_p|topp_sampling|sampling|sample_|argmax|logits_processor|min_p|temperature|rejection_sampler|logsoftmax_sampler|gumbel",
+    ),
+    (
+        "moe_routing",
+        r"moe_create_indices|moe_router|router|topk_route|topk_softmax|moe_align|route_|expert_ids|moe_.*indices|^topk|_topk_",
+    ),
     ("grouped_matmul", r"grouped|moe_matmul|expert.*matmul|bmm_grouped|group_gemm|ragged_matmul|fused_moe"),
-    # dense low-bit matmuls (one weight matrix, not a group of experts): MAX's naive block-scaled FP8 fallback among them
+    # dense low-bit matmuls (one weight matrix, not a group of experts): MAX's naive block-scaled FP8 fallback among
+    # them
     ("gemm", r"fp8_quantization_naive|naive_blockwise_scaled|block_?(wise_)?scaled_?(fp8_)?(matmul|gemm|mm)"),
-    ("quantize", r"quantize|quant_|block_scales|scale_layout|dequant|fp8_cast|to_fp8|nvfp4|mxfp4|scales_interleave|cast_to_f8|fp8_quantization_+quant"),
-    ("attention", r"\bmha\b|_mha|mha_|\bmla\b|_mla|mla_|flash|attention|attn|fmha|decode_attn|paged_attention|mo\.mha|flare"),
+    (
+        "quantize",
+        r"quantize|quant_|block_scales|scale_layout|dequant|fp8_cast|to_fp8|nvfp4|mxfp4|scales_interleave|cast_to_f8|fp8_quantization_+quant",
+    ),
+    (
+        "attention",
+        r"\bmha\b|_mha|mha_|\bmla\b|_mla|mla_|flash|attention|attn|fmha|decode_attn|paged_attention|mo\.mha|flare",
+    ),
     ("rope", r"rope|rotary|freqs_cis"),
     ("norm", r"rms_norm|rmsnorm|layer_norm|layernorm|group_norm|\bnorm\b|_norm_|l2_norm"),
     ("gemv", r"gemv|matvec|split_k_reduce|splitk|gevm"),
@@ -69,19 +88,31 @@ FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
     ("kv_cache", r"kv_cache|kvcache|store_k|store_v|paged_kv|kv_store|cache_store|fused_qk_rope_store"),
     ("activation", r"silu|gelu|swiglu|swish|relu|sigmoid|tanh|softplus|mish"),
     ("gather_scatter", r"gather|scatter|embedding|index_select|concat|split|take_along|slice|transpose|permute"),
-    ("elementwise", r"elementwise|foreach|mogg|epilogue|vectorized|unary|binary|broadcast|fill|iota|range|cast|add_|mul_|where|softmax|reduce|algorithm_gpu|rowwise|arange|\bmo\.|composite\."),
+    (
+        "elementwise",
+        r"elementwise|foreach|mogg|epilogue|vectorized|unary|binary|broadcast|fill|iota|range|cast|add_|mul_|where|softmax|reduce|algorithm_gpu|rowwise|arange|\bmo\.|composite\.",
+    ),
 )
 
 _COMPILED: tuple[tuple[str, re.Pattern[str]], ...] = tuple((f, re.compile(p)) for f, p in FAMILY_PATTERNS)
 
 SLOW_PATHS: tuple[tuple[str, str, str], ...] = (
-    ("fp8_quantization_naive|naive_blockwise_scaled",
-     "MAX's naive FP8 block-scaled matmul (a CUDA-core fallback, no tensor cores)",
-     "MAX 26.7 takes this fallback for block-scaled FP8 weights its fast path does not cover on this GPU: try per-channel "
-     "FP8 scales (a checkpoint without weight_block_size, or compressed-tensors channel scaling), bf16 weights "
-     "(--quantization-encoding bfloat16 on a bf16 checkpoint), or a GPU with a block-scaled tensor-core path (sm100); "
-     "report the GPU and scale layout to Modular"),
-    (r"(^|_)naive(_|$)", "a naive fallback kernel", "MAX used a reference (naive) kernel here: another encoding or shape may hit a tuned kernel; report it to Modular"),
+    (
+        "fp8_quantization_naive|naive_blockwise_scaled",
+        "MAX's naive FP8 block-scaled matmul (a CUDA-core fallback, no tensor cores)",
+        "MAX 26.7 takes this fallback for block-scaled FP8 weights its fast path does not cover on this GPU: try "
+        "per-channel "
+        "FP8 scales (a checkpoint without weight_block_size, or compressed-tensors channel scaling), bf16 weights "
+        "(--quantization-encoding bfloat16 on a bf16 checkpoint), or a GPU with a block-scaled tensor-core path "
+        "(sm100); "
+        "report the GPU and scale layout to Modular",
+    ),
+    (
+        r"(^|_)naive(_|$)",
+        "a naive fallback kernel",
+        "MAX used a reference (naive) kernel here: another encoding or shape may hit a tuned kernel; report it to "
+        "Modular",
+    ),
 )
 """Kernels that are known slow paths (regex on the normalized name, what it is, what to try): named in verdicts."""
 _SLOW_COMPILED = tuple((re.compile(p), what, advice) for p, what, advice in SLOW_PATHS)
@@ -92,10 +123,13 @@ def slow_path(name: str) -> tuple[str, str] | None:
     n = base_name(name).lower()
     return next(((what, advice) for pattern, what, advice in _SLOW_COMPILED if pattern.search(n)), None)
 
+
 _ARCH_PREFIX = re.compile(r"^(sm_?\d{2,3}[a-z]?|gfx\d{3,4}[a-z]?|mi\d{3}[a-z]?|cdna\d|hopper|blackwell|ampere)_+", re.I)
 _HASH_SUFFIX = re.compile(r"(_+[0-9a-f]{8,}|_+(?![a-z]+(?:[A-Z][a-z]+)+$)[A-Za-z0-9]{16,})$")
 """A hex or base-62 hash at the end; a camelCase word (``_fillBufferAligned``) is part of the name."""
-_PARAMS = re.compile(r"\((?:[^()]*(?:\*|&|\bconst\b|\bint\b|\bfloat\b|\bunsigned\b|\bchar\b|\bdouble\b|\bbool\b|\blong\b|\bsize_t\b|\bT\d\b|\bvoid\b)[^()]*)?\)\s*$")
+_PARAMS = re.compile(
+    r"\((?:[^()]*(?:\*|&|\bconst\b|\bint\b|\bfloat\b|\bunsigned\b|\bchar\b|\bdouble\b|\bbool\b|\blong\b|\bsize_t\b|\bT\d\b|\bvoid\b)[^()]*)?\)\s*$"
+)
 _TEMPLATE = re.compile(r"<[^<>]*>")
 _VOID = re.compile(r"^(void|__global__)\s+")
 

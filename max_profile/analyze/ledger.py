@@ -89,7 +89,9 @@ def _coverage(starts: np.ndarray, ends: np.ndarray) -> Callable[[np.ndarray], np
     return f
 
 
-def _clip_to_spans(start: np.ndarray, end: np.ndarray, spans: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _clip_to_spans(
+    start: np.ndarray, end: np.ndarray, spans: Sequence[tuple[int, int]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each interval clipped to the observed span it starts in (a sampled recording's slice, or the window); the mask of
     those that keep a length."""
     a = np.array([x for x, _ in spans], dtype=np.int64)
@@ -109,12 +111,19 @@ def _busiest_device(table: KernelTable) -> int:
     return int(devices[int(np.argmax(np.bincount(inverse, weights=dur)))])
 
 
-def time_ledger(table: KernelTable, steps: Sequence[Step], *, window: tuple[int, int] | None,
-                recorded: Sequence[tuple[int, int]] = (), host_ops: bool = False) -> tuple[dict[Phase, _Timed], float, float, float, int, list[str]] | None:
+def time_ledger(
+    table: KernelTable,
+    steps: Sequence[Step],
+    *,
+    window: tuple[int, int] | None,
+    recorded: Sequence[tuple[int, int]] = (),
+    host_ops: bool = False,
+) -> tuple[dict[Phase, _Timed], float, float, float, int, list[str]] | None:
     """The time parts of each phase, from the kernel timeline (see the module docstring).
 
-    Returns (per phase, outside-steps idle ns, outside-steps kernel ns, observed ns, device, notes); None without kernels
-    or steps. ``host_ops``: the "kernels" are MAX's op ranges on the host (a CPU): idle is host time between ops.
+    Returns (per phase, outside-steps idle ns, outside-steps kernel ns, observed ns, device, notes); None without
+    kernels or steps. ``host_ops``: the "kernels" are MAX's op ranges on the host (a CPU): idle is host time between
+    ops.
     """
     notes: list[str] = []
     table = table.select(valid_kernels(table))
@@ -133,8 +142,12 @@ def time_ledger(table: KernelTable, steps: Sequence[Step], *, window: tuple[int,
     if window is None:
         window = (int(min(t_attr.min(), step_start.min())), int(max(table.end_ns.max(), step_end.max())))
     elif not recorded and attributed.any():
-        # the overlap pipeline returns before its last steps' kernels end: the window reaches to the end of the steps' work
-        window = (min(window[0], int(table.start_ns[attributed].min())), max(window[1], int(table.end_ns[attributed].max())))
+        # the overlap pipeline returns before its last steps' kernels end: the window reaches to the end of the steps'
+        # work
+        window = (
+            min(window[0], int(table.start_ns[attributed].min())),
+            max(window[1], int(table.end_ns[attributed].max())),
+        )
     spans = recorded_in_window(window, recorded) if recorded else [window]
     if not spans:
         return None
@@ -154,8 +167,11 @@ def time_ledger(table: KernelTable, steps: Sequence[Step], *, window: tuple[int,
     out: dict[Phase, _Timed] = {}
     # a step counts by the share of it that was observed (all of it, unless the recording was sampled)
     seen = _coverage(np.array([a for a, _ in spans], dtype=np.int64), np.array([b for _, b in spans], dtype=np.int64))
-    observed_share = np.where(step_end > step_start, (seen(step_end) - seen(step_start)) / np.maximum(step_end - step_start, 1),
-                              ((seen(step_start + 1) - seen(step_start)) > 0).astype(np.float64))
+    observed_share = np.where(
+        step_end > step_start,
+        (seen(step_end) - seen(step_start)) / np.maximum(step_end - step_start, 1),
+        ((seen(step_start + 1) - seen(step_start)) > 0).astype(np.float64),
+    )
     for code, phase in enumerate(PHASES):
         n_steps = float(observed_share[phase_codes == code].sum())
         if n_steps <= 0:
@@ -213,9 +229,14 @@ def time_ledger(table: KernelTable, steps: Sequence[Step], *, window: tuple[int,
         inside = cover(g1) - cover(g0)
         inside_any += inside
         t = out[phase]
-        out[phase] = _Timed(t.busy_ns, t.kernels, t.families, float(inside[gg].sum()), float(inside[~gg].sum()), t.steps)
+        out[phase] = _Timed(
+            t.busy_ns, t.kernels, t.families, float(inside[gg].sum()), float(inside[~gg].sum()), t.steps
+        )
     if host_ops:
-        out = {p: _Timed(t.busy_ns, t.kernels, t.families, 0.0, t.idle_before_graph_ns + t.idle_other_ns, t.steps) for p, t in out.items()}
+        out = {
+            p: _Timed(t.busy_ns, t.kernels, t.families, 0.0, t.idle_before_graph_ns + t.idle_other_ns, t.steps)
+            for p, t in out.items()
+        }
     outside_idle = float(np.maximum((g1 - g0) - inside_any, 0.0).sum())
     m = keep & (kernel_phase < 0)
     outside_kernels = float(union_ns(s[m], e[m]))
@@ -238,7 +259,9 @@ def roofs_for(gpu: str | None, operand: str, th: Thresholds) -> Roofs | None:
         return None
     bw_a = bw * th.attainable_bandwidth_pct / 100
     fl_a = fl * th.attainable_compute_pct / 100 if fl else None
-    basis = f"{th.attainable_bandwidth_pct:g} % of {bw / 1e12:.2f} TB/s" + (f", {th.attainable_compute_pct:g} % of {fl / 1e12:.0f} {operand} TFLOP/s" if fl else "")
+    basis = f"{th.attainable_bandwidth_pct:g} % of {bw / 1e12:.2f} TB/s" + (
+        f", {th.attainable_compute_pct:g} % of {fl / 1e12:.0f} {operand} TFLOP/s" if fl else ""
+    )
     return Roofs(bw_a, fl_a, basis)
 
 
@@ -249,35 +272,65 @@ def _ideal_ms(bytes_: float, flops: float, roofs: Roofs) -> float:
     return 1e3 * t
 
 
-def _rows(t: _Timed, step_ms: float, cost: dict[str, float] | None, roofs: Roofs | None, host_ops: bool, floor_us: float) -> list[LedgerRow]:
+def _rows(
+    t: _Timed, step_ms: float, cost: dict[str, float] | None, roofs: Roofs | None, host_ops: bool, floor_us: float
+) -> list[LedgerRow]:
     rows: list[LedgerRow] = []
     n = t.steps
     for part, ns in sorted(t.busy_ns.items(), key=lambda kv: -kv[1]):
         ms = ns / 1e6 / n
         ideal = basis = None
         if cost is not None and roofs is not None and part in (MATMUL_PART, ATTENTION_PART):
-            b, f = (cost["weight_bytes"], cost["matmul_flops"]) if part == MATMUL_PART else (cost["kv_bytes"], cost["attention_flops"])
+            b, f = (
+                (cost["weight_bytes"], cost["matmul_flops"])
+                if part == MATMUL_PART
+                else (cost["kv_bytes"], cost["attention_flops"])
+            )
             per_step = t.kernels.get(part, 0) / n
             roof, floor = _ideal_ms(b, f, roofs), per_step * floor_us / 1e3
             ideal = max(roof, floor)
-            basis = (f"{b / 1e9:.3g} GB, {f / 1e12:.3g} TFLOP at {roofs.basis}" if roof >= floor
-                     else f"{per_step:.0f} kernels at {floor_us:g} µs each (the roofline's {roof * 1e3:.1f} µs is below that floor)")
+            basis = (
+                f"{b / 1e9:.3g} GB, {f / 1e12:.3g} TFLOP at {roofs.basis}"
+                if roof >= floor
+                else f"{per_step:.0f} kernels at {floor_us:g} µs each (the roofline's {roof * 1e3:.1f} µs is below "
+                "that floor)"
+            )
         elif cost is None and part in (MATMUL_PART, ATTENTION_PART):
             basis = "not priced: no model config or weights"
         elif roofs is None and part in (MATMUL_PART, ATTENTION_PART):
             basis = "not priced: the device's peaks are not known"
         label = ("matmul: " + " + ".join(t.families.get(part, []))) if part == MATMUL_PART else part
-        rows.append(LedgerRow(part=label, kind="kernels", ms_per_step=round(ms, 6), share_pct=round(100 * ms / step_ms, 2) if step_ms else 0.0,
-                              families=list(t.families.get(part, [])), kernels_per_step=round(t.kernels.get(part, 0) / n, 2),
-                              ideal_ms_per_step=round(ideal, 6) if ideal is not None else None,
-                              recoverable_ms_per_step=round(max(ms - ideal, 0.0), 6) if ideal is not None else None, basis=basis))
-    idle = ((IDLE_BEFORE_GRAPH, t.idle_before_graph_ns), (HOST_BETWEEN_OPS if host_ops else IDLE_BETWEEN_LAUNCHES, t.idle_other_ns))
+        rows.append(
+            LedgerRow(
+                part=label,
+                kind="kernels",
+                ms_per_step=round(ms, 6),
+                share_pct=round(100 * ms / step_ms, 2) if step_ms else 0.0,
+                families=list(t.families.get(part, [])),
+                kernels_per_step=round(t.kernels.get(part, 0) / n, 2),
+                ideal_ms_per_step=round(ideal, 6) if ideal is not None else None,
+                recoverable_ms_per_step=round(max(ms - ideal, 0.0), 6) if ideal is not None else None,
+                basis=basis,
+            )
+        )
+    idle = (
+        (IDLE_BEFORE_GRAPH, t.idle_before_graph_ns),
+        (HOST_BETWEEN_OPS if host_ops else IDLE_BETWEEN_LAUNCHES, t.idle_other_ns),
+    )
     for label, ns in idle:
         if ns <= 0:
             continue
         ms = ns / 1e6 / n
-        rows.append(LedgerRow(part=label, kind="idle", ms_per_step=round(ms, 6), share_pct=round(100 * ms / step_ms, 2) if step_ms else 0.0,
-                              ideal_ms_per_step=0.0, recoverable_ms_per_step=round(ms, 6)))
+        rows.append(
+            LedgerRow(
+                part=label,
+                kind="idle",
+                ms_per_step=round(ms, 6),
+                share_pct=round(100 * ms / step_ms, 2) if step_ms else 0.0,
+                ideal_ms_per_step=0.0,
+                recoverable_ms_per_step=round(ms, 6),
+            )
+        )
     return rows
 
 
@@ -285,10 +338,21 @@ def _median(values: Sequence[float]) -> float | None:
     return float(np.median(values)) if len(values) else None
 
 
-def build_ledger(table: KernelTable, steps: Sequence[Step], *, window: tuple[int, int] | None, recorded: Sequence[tuple[int, int]] = (),
-                 model_config: dict[str, object] | None, weights: ModelWeights | None, gpu: str | None, th: Thresholds,
-                 host_ops: bool = False, source: str = "kernel timeline") -> StepLedger | None:
-    """The step ledger of a capture with kernels and steps on one clock (see the module docstring); None without both."""
+def build_ledger(
+    table: KernelTable,
+    steps: Sequence[Step],
+    *,
+    window: tuple[int, int] | None,
+    recorded: Sequence[tuple[int, int]] = (),
+    model_config: dict[str, object] | None,
+    weights: ModelWeights | None,
+    gpu: str | None,
+    th: Thresholds,
+    host_ops: bool = False,
+    source: str = "kernel timeline",
+) -> StepLedger | None:
+    """The step ledger of a capture with kernels and steps on one clock (see the module docstring); None without
+    both."""
     timed = time_ledger(table, steps, window=window, recorded=recorded, host_ops=host_ops)
     if timed is None:
         return None
@@ -306,25 +370,45 @@ def build_ledger(table: KernelTable, steps: Sequence[Step], *, window: tuple[int
         context = _median([float(s.context_tokens or 0) for s in sel]) or 0.0
         cost = None
         if (cfg or weights) and batch:
-            cost = step_cost(cfg, weights, batch=int(batch), context_tokens=context,
-                             new_tokens=tokens if phase != "decode" else None)
+            cost = step_cost(
+                cfg, weights, batch=int(batch), context_tokens=context, new_tokens=tokens if phase != "decode" else None
+            )
         total_ns = sum(t.busy_ns.values()) + t.idle_before_graph_ns + t.idle_other_ns
         step_ms = total_ns / 1e6 / t.steps
         rows = _rows(t, step_ms, cost, roofs, host_ops, th.kernel_floor_us)
         priced = [r for r in rows if r.ideal_ms_per_step is not None and r.kind == "kernels"]
-        ideal = sum(r.ideal_ms_per_step or 0.0 for r in priced) + sum(r.ms_per_step for r in rows if r.kind == "kernels" and r.ideal_ms_per_step is None)
+        ideal = sum(r.ideal_ms_per_step or 0.0 for r in priced) + sum(
+            r.ms_per_step for r in rows if r.kind == "kernels" and r.ideal_ms_per_step is None
+        )
         recoverable = sum(r.recoverable_ms_per_step or 0.0 for r in rows)
         busy_ms = sum(r.ms_per_step for r in rows if r.kind == "kernels")
-        phases.append(PhaseLedger(
-            phase=phase, steps=max(int(round(t.steps)), 1), step_ms=round(step_ms, 6), host_step_p50_ms=_median([s.duration_ns / 1e6 for s in sel]),
-            batch=int(batch) if batch else None, tokens_per_step=tokens, rows=rows, busy_pct=round(100 * busy_ms / step_ms, 2) if step_ms else 0.0,
-            ideal_ms_per_step=round(ideal, 6) if priced else None, recoverable_ms_per_step=round(recoverable, 6)))
+        phases.append(
+            PhaseLedger(
+                phase=phase,
+                steps=max(int(round(t.steps)), 1),
+                step_ms=round(step_ms, 6),
+                host_step_p50_ms=_median([s.duration_ns / 1e6 for s in sel]),
+                batch=int(batch) if batch else None,
+                tokens_per_step=tokens,
+                rows=rows,
+                busy_pct=round(100 * busy_ms / step_ms, 2) if step_ms else 0.0,
+                ideal_ms_per_step=round(ideal, 6) if priced else None,
+                recoverable_ms_per_step=round(recoverable, 6),
+            )
+        )
     outside = outside_idle + outside_kernels
-    return StepLedger(source=source if not host_ops else "op ranges (host)", window_ms=round(observed / 1e6, 6), phases=phases,
-                      outside_steps_ms=round(outside / 1e6, 6), outside_steps_pct=round(100 * outside / observed, 2) if observed else 0.0,
-                      outside_kernels_ms=round(outside_kernels / 1e6, 6), device=device,
-                      attainable_bandwidth_pct=th.attainable_bandwidth_pct if roofs else None,
-                      attainable_compute_pct=th.attainable_compute_pct if roofs and roofs.compute else None, notes=notes)
+    return StepLedger(
+        source=source if not host_ops else "op ranges (host)",
+        window_ms=round(observed / 1e6, 6),
+        phases=phases,
+        outside_steps_ms=round(outside / 1e6, 6),
+        outside_steps_pct=round(100 * outside / observed, 2) if observed else 0.0,
+        outside_kernels_ms=round(outside_kernels / 1e6, 6),
+        device=device,
+        attainable_bandwidth_pct=th.attainable_bandwidth_pct if roofs else None,
+        attainable_compute_pct=th.attainable_compute_pct if roofs and roofs.compute else None,
+        notes=notes,
+    )
 
 
 def with_load(ledger: StepLedger, windows: Sequence[LoadWindow]) -> StepLedger:
@@ -335,32 +419,59 @@ def with_load(ledger: StepLedger, windows: Sequence[LoadWindow]) -> StepLedger:
     shares = [in_flight(w.requests, w.window_ns) for w in measured]
     weights = [w.window_ns[1] - w.window_ns[0] for w in measured]
     total = sum(weights) or 1
-    return msgspec.structs.replace(ledger, requests_in_flight_pct=round(sum(s[0] * w for s, w in zip(shares, weights, strict=True)) / total, 2),
-                                   request_rate_rps=round(sum(s[1] * w for s, w in zip(shares, weights, strict=True)) / total, 4))
+    return msgspec.structs.replace(
+        ledger,
+        requests_in_flight_pct=round(sum(s[0] * w for s, w in zip(shares, weights, strict=True)) / total, 2),
+        request_rate_rps=round(sum(s[1] * w for s, w in zip(shares, weights, strict=True)) / total, 4),
+    )
 
 
 def server_ledger(server: ServerMetrics, window: LoadWindow) -> StepLedger | None:
     """A ledger from the server's own metrics when no kernel timeline exists (``attach``): each batch type's mean
-    execution time as its step, the rest of the window outside steps. Batch execution holds kernels and host work alike."""
+    execution time as its step, the rest of the window outside steps. Batch execution holds kernels and host work
+    alike."""
     if server.unavailable or not server.batches:
         return None
     w0, w1 = window.window_ns
     observed_ms = max((w1 - w0) / 1e6, 1e-9)
     phases: list[PhaseLedger] = []
     inside_ms = 0.0
+    phase: Phase
     for batch_type, phase in (("CE", "prefill"), ("TG", "decode")):
         count = server.batches.get(batch_type)
         mean = server.batch_execution_ms_mean.get(batch_type)
         if not count or mean is None:
             continue
         inside_ms += count * mean
-        row = LedgerRow(part="batch execution (kernels and host work, server metrics)", kind="kernels", ms_per_step=round(mean, 6), share_pct=100.0,
-                        basis="not priced: the server's metrics give batch times, not kernels")
-        phases.append(PhaseLedger(phase=phase, steps=int(round(count)), step_ms=round(mean, 6), host_step_p50_ms=None,  # type: ignore[arg-type]
-                                  batch=int(round(server.batch_size_mean)) if server.batch_size_mean and phase == "decode" else None,
-                                  tokens_per_step=None, rows=[row], busy_pct=100.0))
+        row = LedgerRow(
+            part="batch execution (kernels and host work, server metrics)",
+            kind="kernels",
+            ms_per_step=round(mean, 6),
+            share_pct=100.0,
+            basis="not priced: the server's metrics give batch times, not kernels",
+        )
+        phases.append(
+            PhaseLedger(
+                phase=phase,
+                steps=int(round(count)),
+                step_ms=round(mean, 6),
+                host_step_p50_ms=None,  # type: ignore[arg-type]
+                batch=int(round(server.batch_size_mean)) if server.batch_size_mean and phase == "decode" else None,
+                tokens_per_step=None,
+                rows=[row],
+                busy_pct=100.0,
+            )
+        )
     if not phases:
         return None
     outside = max(observed_ms - inside_ms, 0.0)
-    return with_load(StepLedger(source="server metrics", window_ms=round(observed_ms, 6), phases=phases, outside_steps_ms=round(outside, 6),
-                                outside_steps_pct=round(100 * outside / observed_ms, 2)), [window])
+    return with_load(
+        StepLedger(
+            source="server metrics",
+            window_ms=round(observed_ms, 6),
+            phases=phases,
+            outside_steps_ms=round(outside, 6),
+            outside_steps_pct=round(100 * outside / observed_ms, 2),
+        ),
+        [window],
+    )

@@ -44,20 +44,25 @@ METRIC_NAMES: dict[str, tuple[str, ...]] = {
     "kv_used_pct": ("maxserve_cache_used_kv_pct",),
     "preemptions": ("maxserve_cache_preemption_count",),
 }
-"""What each figure is called in MAX 26.7's exposition (OpenTelemetry names with dots as underscores; the exporter appends
-the unit, ``_total`` to counters and ``_bucket`` / ``_sum`` / ``_count`` to histograms: matched by prefix)."""
+"""What each figure is called in MAX 26.7's exposition (OpenTelemetry names with dots as underscores; the exporter
+appends the unit, ``_total`` to counters and ``_bucket`` / ``_sum`` / ``_count`` to histograms: matched by prefix)."""
 
 
 def latency(values: Sequence[float]) -> LatencyStats:
     if not len(values):
         return LatencyStats(p50=None, p90=None, p99=None, samples=0)
     a = np.asarray(values, dtype=float)
-    return LatencyStats(p50=round(float(np.percentile(a, 50)), 4), p90=round(float(np.percentile(a, 90)), 4),
-                        p99=round(float(np.percentile(a, 99)), 4), samples=int(a.size))
+    return LatencyStats(
+        p50=round(float(np.percentile(a, 50)), 4),
+        p90=round(float(np.percentile(a, 90)), 4),
+        p99=round(float(np.percentile(a, 99)), 4),
+        samples=int(a.size),
+    )
 
 
 def _matching(points: Sequence[MetricPoint], prefixes: tuple[str, ...], suffix: str = "") -> list[MetricPoint]:
-    """Samples whose name starts with one of ``prefixes`` and ends with ``suffix`` (``_sum``, ``_count``, or a plain value)."""
+    """Samples whose name starts with one of ``prefixes`` and ends with ``suffix`` (``_sum``, ``_count``, or a plain
+    value)."""
     out = []
     for p in points:
         if not p.name.startswith(prefixes):
@@ -78,7 +83,9 @@ def _by_labels(points: Sequence[MetricPoint], key: str | None) -> dict[str, floa
     return out
 
 
-def _delta(before: MetricsScrape, after: MetricsScrape, prefixes: tuple[str, ...], suffix: str, key: str | None = None) -> dict[str, float] | None:
+def _delta(
+    before: MetricsScrape, after: MetricsScrape, prefixes: tuple[str, ...], suffix: str, key: str | None = None
+) -> dict[str, float] | None:
     a = _by_labels(_matching(after.points, prefixes, suffix), key)
     if not a:
         return None
@@ -86,7 +93,9 @@ def _delta(before: MetricsScrape, after: MetricsScrape, prefixes: tuple[str, ...
     return {label: max(value - b.get(label, 0.0), 0.0) for label, value in a.items()}
 
 
-def _mean_of_histogram(before: MetricsScrape, after: MetricsScrape, prefixes: tuple[str, ...], key: str | None = None) -> dict[str, float] | None:
+def _mean_of_histogram(
+    before: MetricsScrape, after: MetricsScrape, prefixes: tuple[str, ...], key: str | None = None
+) -> dict[str, float] | None:
     sums, counts = _delta(before, after, prefixes, "_sum", key), _delta(before, after, prefixes, "_count", key)
     if sums is None or counts is None:
         return None
@@ -136,17 +145,29 @@ def server_metrics(before: MetricsScrape | None, after: MetricsScrape | None, wi
     size = mean("batch_size")
     ttft, itl = mean("ttft"), mean("itl")
     used, total_blocks = gauge("kv_used_blocks"), gauge("kv_total_blocks")
-    kv_hist = _mean_of_histogram(before, after, METRIC_NAMES["kv_used_pct"])  # MAX 26.7 records it per batch (a histogram)
+    kv_hist = _mean_of_histogram(
+        before, after, METRIC_NAMES["kv_used_pct"]
+    )  # MAX 26.7 records it per batch (a histogram)
     pct = next(iter(kv_hist.values())) if kv_hist else _gauge(after, METRIC_NAMES["kv_used_pct"])
     if pct is None and used is not None and total_blocks:
         pct = 100.0 * used / total_blocks
     return ServerMetrics(
-        url=url, window_s=window_s, requests=total("requests", ""), output_tokens=total("output_tokens", ""),
-        batches={k or "all": round(v, 1) for k, v in counts.items()}, batch_execution_ms_mean={k or "all": round(v, 4) for k, v in exec_ms.items()},
+        url=url,
+        window_s=window_s,
+        requests=total("requests", ""),
+        output_tokens=total("output_tokens", ""),
+        batches={k or "all": round(v, 1) for k, v in counts.items()},
+        batch_execution_ms_mean={k or "all": round(v, 4) for k, v in exec_ms.items()},
         batch_size_mean=round(next(iter(size.values())), 3) if size else None,
-        ttft_ms_mean=round(next(iter(ttft.values())), 4) if ttft else None, itl_ms_mean=round(next(iter(itl.values())), 4) if itl else None,
-        requests_queued=gauge("queued"), requests_running=gauge("running"), kv_cache_used_pct=round(pct, 2) if pct is not None else None,
-        kv_blocks_used=used, kv_blocks_total=total_blocks, preemptions=total("preemptions", ""), missing=sorted(set(missing)),
+        ttft_ms_mean=round(next(iter(ttft.values())), 4) if ttft else None,
+        itl_ms_mean=round(next(iter(itl.values())), 4) if itl else None,
+        requests_queued=gauge("queued"),
+        requests_running=gauge("running"),
+        kv_cache_used_pct=round(pct, 2) if pct is not None else None,
+        kv_blocks_used=used,
+        kv_blocks_total=total_blocks,
+        preemptions=total("preemptions", ""),
+        missing=sorted(set(missing)),
     )
 
 
@@ -191,10 +212,19 @@ def load_level(window: LoadWindow, slo: dict[str, float], samples: Sequence[Util
         slo_pct = round(100.0 * len(met) / len(completed), 1) if completed else None
     inside = [s.utilization_pct for s in samples if w0 <= s.t_ns <= w1 and s.utilization_pct is not None]
     return LoadLevel(
-        concurrency=window.concurrency, window_s=round(secs, 3), requests=len(records), completed=len(completed), failed=len(records) - len(good),
-        output_tokens=int(round(tokens)), output_tok_per_s=round(tokens / secs, 2), request_rate_rps=round(len(completed) / secs, 4),
-        ttft_ms=latency([r.ttft_ms for r in good if r.ttft_ms is not None]), itl_ms=latency([g for r in good for g in r.itl_ms]),
-        goodput_rps=goodput, slo_met_pct=slo_pct, gpu_utilization_pct=round(float(np.mean(inside)), 1) if inside else None,
+        concurrency=window.concurrency,
+        window_s=round(secs, 3),
+        requests=len(records),
+        completed=len(completed),
+        failed=len(records) - len(good),
+        output_tokens=int(round(tokens)),
+        output_tok_per_s=round(tokens / secs, 2),
+        request_rate_rps=round(len(completed) / secs, 4),
+        ttft_ms=latency([r.ttft_ms for r in good if r.ttft_ms is not None]),
+        itl_ms=latency([g for r in good for g in r.itl_ms]),
+        goodput_rps=goodput,
+        slo_met_pct=slo_pct,
+        gpu_utilization_pct=round(float(np.mean(inside)), 1) if inside else None,
         server=server_metrics(window.metrics_before, window.metrics_after, secs),
         in_flight_pct=in_flight(window.requests, window.window_ns)[0] if window.requests else None,
     )
@@ -214,14 +244,21 @@ def tracer_cost(windows: Sequence[LoadWindow]) -> TracerCost | None:
     def decode_step(level: LoadLevel) -> float | None:
         return level.server.batch_execution_ms_mean.get("TG") if level.server is not None else None
 
-    return TracerCost(concurrency=reference.concurrency, reference_tok_s=ref.output_tok_per_s, traced_tok_s=rec.output_tok_per_s,
-                      throughput_ratio=round(rec.output_tok_per_s / ref.output_tok_per_s, 4) if ref.output_tok_per_s else None,
-                      reference_decode_step_ms=decode_step(ref), traced_decode_step_ms=decode_step(rec),
-                      reference_itl_p50_ms=ref.itl_ms.p50, traced_itl_p50_ms=rec.itl_ms.p50)
+    return TracerCost(
+        concurrency=reference.concurrency,
+        reference_tok_s=ref.output_tok_per_s,
+        traced_tok_s=rec.output_tok_per_s,
+        throughput_ratio=round(rec.output_tok_per_s / ref.output_tok_per_s, 4) if ref.output_tok_per_s else None,
+        reference_decode_step_ms=decode_step(ref),
+        traced_decode_step_ms=decode_step(rec),
+        reference_itl_p50_ms=ref.itl_ms.p50,
+        traced_itl_p50_ms=rec.itl_ms.p50,
+    )
 
 
 MEASURED_TRACING_COST: dict[tuple[str, bool], tuple[float, float]] = {
-    # (what recorded, device graphs on) -> the range of the slowdown (1 - tokens/s ratio to untraced) measured on one H200:
+    # (what recorded, device graphs on) -> the range of the slowdown (1 - tokens/s ratio to untraced) measured on one
+    # H200:
     # a Llama-3.2-3B-shaped bf16 model, batch 1, 128 tokens, 2.0-2.1 ms decode steps with graphs (3.3-3.5 ms without),
     # `benchmarks/untraced_overhead.py`, 11-15 interleaved rounds, three leases (tests/data/h200/session12, session13)
     ("cupti, a quarter of the steps", True): (0.022, 0.032),
@@ -234,7 +271,8 @@ MEASURED_TRACING_COST: dict[tuple[str, bool], tuple[float, float]] = {
 """What tracing cost in-process where the capture itself did not measure it (issue 34). Equivalent measurement:
 ``python benchmarks/untraced_overhead.py --model-path M`` (every arm against the pipeline with no max_profile code)."""
 REFERENCE_STEP_MS = {True: 2.05, False: 3.4}
-"""The decode step (ms) of those measurements: the cost per step is about fixed, so a longer step pays a smaller share."""
+"""The decode step (ms) of those measurements: the cost per step is about fixed, so a longer step pays a smaller
+share."""
 
 
 def tracing_cost_statement(report: Report) -> str | None:
@@ -243,8 +281,11 @@ def tracing_cost_statement(report: Report) -> str | None:
     a capture with nothing traced in it (start-up only)."""
     c = report.tracer_cost
     if c is not None and c.throughput_ratio is not None:
-        return (f"tracing cost, measured on this server: the recorded window ran at {c.throughput_ratio:.3f} of the untraced one "
-                f"({c.traced_tok_s:.1f} vs {c.reference_tok_s:.1f} tok/s, concurrency {c.concurrency})")
+        return (
+            f"tracing cost, measured on this server: the recorded window ran at {c.throughput_ratio:.3f} of the "
+            "untraced one "
+            f"({c.traced_tok_s:.1f} vs {c.reference_tok_s:.1f} tok/s, concurrency {c.concurrency})"
+        )
     collectors = report.capture.collectors
     if "pipeline-hook" not in collectors:
         tool = next((x for x in collectors if x != "startup"), None)
@@ -257,28 +298,51 @@ def tracing_cost_statement(report: Report) -> str | None:
         return f"tracing cost: set by the tool that recorded this trace ({tool}); not measured here"
     k = report.kernels if isinstance(report.kernels, KernelBreakdown) else None
     source = k.source if k is not None else ""
-    recorded_share = k.recorded_ms / k.window_ms if k is not None and k.recorded_ms is not None and k.window_ms else None
+    recorded_share = (
+        k.recorded_ms / k.window_ms if k is not None and k.recorded_ms is not None and k.window_ms else None
+    )
     if source.startswith("nvtx-log"):
-        return ("tracing cost, not measured: MAX's profiling mode (MODULAR_ENABLE_PROFILING=on) compiles the model again and "
-                "emits a range per op on the host; compare step times with a run without it (--kernels off)")
+        return (
+            "tracing cost, not measured: MAX's profiling mode (MODULAR_ENABLE_PROFILING=on) compiles the model again "
+            "and "
+            "emits a range per op on the host; compare step times with a run without it (--kernels off)"
+        )
     graphs = report.capture.device_graph_capture is not False
     if source.startswith("cupti"):
-        what = "cupti, a quarter of the steps" if recorded_share is not None and recorded_share < 0.5 else "cupti, every step"
+        what = (
+            "cupti, a quarter of the steps"
+            if recorded_share is not None and recorded_share < 0.5
+            else "cupti, every step"
+        )
     else:
         what = "step hook and GPU sampler"
     low, high = MEASURED_TRACING_COST[(what, graphs)]
     step_ms = _decode_step_ms(report)
     scale = min(1.0, REFERENCE_STEP_MS[graphs] / step_ms) if step_ms else 1.0
-    shown = "" if scale >= 0.999 else f"; this {step_ms:.2f} ms decode step: about {100 * low * scale:.1f}-{100 * high * scale:.1f} %"
-    share = f" ({100 * recorded_share:.0f} % of the window recorded)" if recorded_share is not None and recorded_share < 1 else ""
-    return (f"tracing cost, expected (not measured in this capture): {what}{share}, device graphs {'on' if graphs else 'off'}: "
-            f"{100 * low:.1f}-{100 * high:.1f} % slower than untraced on an H200 at a {REFERENCE_STEP_MS[graphs]:g} ms decode step"
-            f"{shown} (benchmarks/untraced_overhead.py measures it on this model)")
+    shown = (
+        ""
+        if scale >= 0.999
+        else f"; this {step_ms:.2f} ms decode step: about {100 * low * scale:.1f}-{100 * high * scale:.1f} %"
+    )
+    share = (
+        f" ({100 * recorded_share:.0f} % of the window recorded)"
+        if recorded_share is not None and recorded_share < 1
+        else ""
+    )
+    return (
+        f"tracing cost, expected (not measured in this capture): {what}{share}, device graphs "
+        f"{'on' if graphs else 'off'}: "
+        f"{100 * low:.1f}-{100 * high:.1f} % slower than untraced on an H200 at a {REFERENCE_STEP_MS[graphs]:g} ms "
+        "decode step"
+        f"{shown} (benchmarks/untraced_overhead.py measures it on this model)"
+    )
 
 
 def _decode_step_ms(report: Report) -> float | None:
     """The median host decode step (ms), from the report's steps."""
-    steps = [s.duration_ns / 1e6 for s in report.steps if s.phase == "decode" and s.batch_size > 0 and s.duration_ns > 0]
+    steps = [
+        s.duration_ns / 1e6 for s in report.steps if s.phase == "decode" and s.batch_size > 0 and s.duration_ns > 0
+    ]
     return float(np.median(steps)) if steps else None
 
 
@@ -292,7 +356,8 @@ def _pct(values: Sequence[float], q: float) -> float | None:
 
 
 def histogram(values: Sequence[float], bins: int = HISTOGRAM_BINS) -> Histogram | None:
-    """Counts over ``bins`` equal bins from the smallest to the 99.5th-percentile value (the last bin holds the tail)."""
+    """Counts over ``bins`` equal bins from the smallest to the 99.5th-percentile value (the last bin holds the
+    tail)."""
     if not len(values):
         return None
     data = np.asarray(values, dtype=float)
@@ -319,11 +384,24 @@ def summarize_serve(run: ServeRun, records: Sequence[RequestRecord], window: tup
     itl = [g for r in good for g in r.itl_ms]
     itl_p50 = _pct(itl, 50)
     return ServeSummary(
-        mode=run.mode, port=run.port, window_s=(window[1] - window[0]) / 1e9 if window else 0.0, requests=len(records),
-        failed_requests=len(records) - len(good), output_tokens=sum(r.tokens for r in good),
-        ttft_ms_p50=_pct(ttft, 50), ttft_ms_p90=_pct(ttft, 90), itl_ms_p50=itl_p50, itl_ms_p90=_pct(itl, 90),
-        tokens_per_s=(1e3 / itl_p50) if itl_p50 else None, time_to_ready_s=run.time_to_ready_s, commands=list(run.commands),
-        output_tok_per_s=round(sum(r.tokens for r in good) / ((window[1] - window[0]) / 1e9), 2) if window and window[1] > window[0] else None,
-        server_log=run.server_log, first_error=next((r.error for r in records if r.error), None),
-        ttft_histogram=histogram(ttft), itl_histogram=histogram(itl),
+        mode=run.mode,
+        port=run.port,
+        window_s=(window[1] - window[0]) / 1e9 if window else 0.0,
+        requests=len(records),
+        failed_requests=len(records) - len(good),
+        output_tokens=sum(r.tokens for r in good),
+        ttft_ms_p50=_pct(ttft, 50),
+        ttft_ms_p90=_pct(ttft, 90),
+        itl_ms_p50=itl_p50,
+        itl_ms_p90=_pct(itl, 90),
+        tokens_per_s=(1e3 / itl_p50) if itl_p50 else None,
+        time_to_ready_s=run.time_to_ready_s,
+        commands=list(run.commands),
+        output_tok_per_s=round(sum(r.tokens for r in good) / ((window[1] - window[0]) / 1e9), 2)
+        if window and window[1] > window[0]
+        else None,
+        server_log=run.server_log,
+        first_error=next((r.error for r in records if r.error), None),
+        ttft_histogram=histogram(ttft),
+        itl_histogram=histogram(itl),
     )

@@ -47,8 +47,16 @@ def analyze_launch(launch: NcuLaunch, th: Thresholds | None = None) -> KernelAna
     m = launch.metrics
     sections = launch.sections
     compute = _first(m, "Compute (SM) Throughput", "sm__throughput.avg.pct_of_peak_sustained_elapsed")
-    memory = sections.get("GPU Speed Of Light Throughput/Memory Throughput", _first(m, "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"))
-    dram_pct = _first(m, "DRAM Throughput", "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "dram__throughput.avg.pct_of_peak_sustained_elapsed")
+    memory = sections.get(
+        "GPU Speed Of Light Throughput/Memory Throughput",
+        _first(m, "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"),
+    )
+    dram_pct = _first(
+        m,
+        "DRAM Throughput",
+        "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+        "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    )
     dram_bps = sections.get("Memory Workload Analysis/Memory Throughput", _first(m, "dram__bytes.sum.per_second"))
     limits = {
         "registers": _first(m, "Block Limit Registers", "launch__occupancy_limit_registers"),
@@ -63,7 +71,11 @@ def analyze_launch(launch: NcuLaunch, th: Thresholds | None = None) -> KernelAna
     for name, value in m.items():
         mm = re.fullmatch(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio", name)
         if mm and mm.group(1) != "selected" and value > 0:
-            stalls.append(StallReason(reason=mm.group(1), cycles_per_instruction=value, meaning=STALL_MEANINGS.get(mm.group(1), "")))
+            stalls.append(
+                StallReason(
+                    reason=mm.group(1), cycles_per_instruction=value, meaning=STALL_MEANINGS.get(mm.group(1), "")
+                )
+            )
     stalls.sort(key=lambda s: -s.cycles_per_instruction)
     flops = achieved_flops(m)
     return KernelAnalysis(
@@ -83,8 +95,13 @@ def analyze_launch(launch: NcuLaunch, th: Thresholds | None = None) -> KernelAna
         stalls=stalls[:6],
         achieved_flop_per_s=flops,
         arithmetic_intensity=flops / dram_bps if flops is not None and dram_bps else None,
-        bound=bound_of(compute, memory, (th or Thresholds()).ncu_latency_bound_pct, (th or Thresholds()).ncu_balanced_gap_pct,
-                       (th or Thresholds()).ncu_balanced_min_pct),
+        bound=bound_of(
+            compute,
+            memory,
+            (th or Thresholds()).ncu_latency_bound_pct,
+            (th or Thresholds()).ncu_balanced_gap_pct,
+            (th or Thresholds()).ncu_balanced_min_pct,
+        ),
         ncu_rules=list(launch.rules)[:12],
         metrics={k: v for k, v in m.items() if " " in k or k.startswith(("gpu__", "dram__", "sm__"))},
         device=launch.device,
@@ -117,9 +134,15 @@ def achieved_flops(m: dict[str, float]) -> float | None:
     return flops if found else None
 
 
-def bound_of(compute: float | None, memory: float | None, latency_bound_pct: float = Thresholds.ncu_latency_bound_pct,
-             balanced_gap_pct: float = Thresholds.ncu_balanced_gap_pct, balanced_min_pct: float = Thresholds.ncu_balanced_min_pct) -> str | None:
-    """``latency`` / ``balanced`` / ``memory`` / ``compute`` from the Speed Of Light percentages (``Thresholds.ncu_*``)."""
+def bound_of(
+    compute: float | None,
+    memory: float | None,
+    latency_bound_pct: float = Thresholds.ncu_latency_bound_pct,
+    balanced_gap_pct: float = Thresholds.ncu_balanced_gap_pct,
+    balanced_min_pct: float = Thresholds.ncu_balanced_min_pct,
+) -> str | None:
+    """``latency`` / ``balanced`` / ``memory`` / ``compute`` from the Speed Of Light percentages
+    (``Thresholds.ncu_*``)."""
     if compute is None and memory is None:
         return None
     c, mem = compute or 0.0, memory or 0.0

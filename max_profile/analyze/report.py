@@ -4,7 +4,7 @@ Every source goes through it (in-process, nsys run and import, rocprofv3 / rocpd
 CSVs, ``max serve`` in every mode, Nsight Compute): steps are chosen once
 (:mod:`~max_profile.analyze.timeline`), kernels attributed once
 (:mod:`~max_profile.analyze.breakdown`), rules evaluated once (:mod:`~max_profile.analyze.rules`)
-and the next measurement planned once (:mod:`~max_profile.analyze.plan`). Pure: no I/O.
+and the next measurement planned once (:func:`~max_profile.analyze.commands.next_command`). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -13,18 +13,27 @@ import msgspec
 import numpy as np
 
 from max_profile.analyze.breakdown import breakdown_from_totals, build_breakdown
-from max_profile.analyze.commands import say
+from max_profile.analyze.commands import next_command, say
 from max_profile.analyze.ledger import build_ledger, server_ledger, with_load
 from max_profile.analyze.load import load_level, summarize_serve, tracer_cost, tracing_cost_statement
 from max_profile.analyze.ncu import analyze_launch
-from max_profile.analyze.plan import next_command
+from max_profile.analyze.ops import op_breakdown
 from max_profile.analyze.roofline import decode_roofline
 from max_profile.analyze.rules import RULES, RuleSpec, evaluate_rules, nvml_window_long_enough
 from max_profile.analyze.steps import summarize_steps
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.analyze.timeline import capture_timeline, valid_host_steps
 from max_profile.analyze.utilization import summarize_gpus, window_samples
-from max_profile.model import DecodeCost, KernelBreakdown, RawCapture, Report, Step, StepLedger, Unavailable, UtilizationSection
+from max_profile.model import (
+    DecodeCost,
+    KernelBreakdown,
+    RawCapture,
+    Report,
+    Step,
+    StepLedger,
+    Unavailable,
+    UtilizationSection,
+)
 
 
 def tracer_overhead_pct(callback_s: float | None, window: tuple[int, int] | None) -> float | None:
@@ -64,21 +73,37 @@ def decode_cost_of(report: Report) -> DecodeCost | None:
         d = next((p for p in k.phases if p.phase == "decode"), None)
         if d is not None and d.steps:
             per_step = {r.family: r.total_ms / d.steps for r in d.families}
-    return decode_roofline(cfg, weights, gpu, batch=int(np.median([s.batch_size for s in steps])),
-                           context_tokens=float(np.median([s.context_tokens or 0 for s in steps])),
-                           step_ms=float(np.median([s.duration_ns / 1e6 for s in steps])), family_ms_per_step=per_step)
+    return decode_roofline(
+        cfg,
+        weights,
+        gpu,
+        batch=int(np.median([s.batch_size for s in steps])),
+        context_tokens=float(np.median([s.context_tokens or 0 for s in steps])),
+        step_ms=float(np.median([s.duration_ns / 1e6 for s in steps])),
+        family_ms_per_step=per_step,
+    )
 
 
-def ledger_of(raw: RawCapture, report: Report, steps: list[Step], host_window: tuple[int, int] | None, th: Thresholds) -> StepLedger | Unavailable:
+def ledger_of(
+    raw: RawCapture, report: Report, steps: list[Step], host_window: tuple[int, int] | None, th: Thresholds
+) -> StepLedger | Unavailable:
     """The step ledger: from the kernel timeline where kernels and steps share a clock, else from the server's metrics
     (attach), else why there is none."""
     k = report.kernels
     gpu = report.environment.gpus[0].name if report.environment.gpus else None
     if isinstance(k, KernelBreakdown) and len(raw.kernels) and steps and not k.unreliable:
         host = raw.kernel_clock == "host"
-        ledger = build_ledger(raw.kernels, steps, window=host_window if host else raw.trace_window_ns,
-                              recorded=raw.recorded_spans if host else (), model_config=raw.capture.model_config,
-                              weights=raw.capture.model_weights, gpu=gpu, th=th, host_ops=k.source.startswith("nvtx-log"))
+        ledger = build_ledger(
+            raw.kernels,
+            steps,
+            window=host_window if host else raw.trace_window_ns,
+            recorded=raw.recorded_spans if host else (),
+            model_config=raw.capture.model_config,
+            weights=raw.capture.model_weights,
+            gpu=gpu,
+            th=th,
+            host_ops=k.source.startswith("nvtx-log"),
+        )
         if ledger is not None:
             return with_load(ledger, raw.load_windows)
     windows = [w for w in raw.load_windows if not w.reference]
@@ -89,13 +114,22 @@ def ledger_of(raw: RawCapture, report: Report, steps: list[Step], host_window: t
     if isinstance(k, KernelBreakdown) and k.unreliable:
         return Unavailable("device graphs hid the kernels: no per-step account of their time")
     if not steps:
-        return Unavailable("no steps: the capture has no pipeline steps, phase ranges or scheduler ranges to account" if isinstance(k, KernelBreakdown)
-                           else "no steps and no kernel timeline")
-    return Unavailable("no kernel timeline to account the steps with" + (f" ({k.reason})" if isinstance(k, Unavailable) else ""))
+        return Unavailable(
+            "no steps: the capture has no pipeline steps, phase ranges or scheduler ranges to account"
+            if isinstance(k, KernelBreakdown)
+            else "no steps and no kernel timeline"
+        )
+    return Unavailable(
+        "no kernel timeline to account the steps with" + (f" ({k.reason})" if isinstance(k, Unavailable) else "")
+    )
 
 
 def build_report(
-    raw: RawCapture, *, tool_version: str = "", thresholds: Thresholds | None = None, rules: tuple[RuleSpec, ...] = RULES
+    raw: RawCapture,
+    *,
+    tool_version: str = "",
+    thresholds: Thresholds | None = None,
+    rules: tuple[RuleSpec, ...] = RULES,
 ) -> Report:
     """Everything a report says, from one raw capture (pure): sections, steps, kernel breakdown, decode cost model,
     Nsight Compute analyses, then the ``rules`` judged against ``thresholds`` and the next command to run."""
@@ -103,65 +137,106 @@ def build_report(
     notes = list(raw.notes)
     host_steps = valid_host_steps(raw)
     if len(host_steps) < len(raw.steps):
-        notes.append(f"{len(raw.steps) - len(host_steps)} host step(s) with invalid timestamps (negative, or ending before they start) were left out")
+        notes.append(
+            f"{len(raw.steps) - len(host_steps)} host step(s) with invalid timestamps (negative, or ending before they "
+            "start) were left out"
+        )
     timeline = capture_timeline(raw)
     notes += timeline.notes
-    report = Report(environment=raw.environment, capture=raw.capture, preflight=list(raw.preflight), artifacts=list(raw.artifacts),
-                    tool_version=tool_version, startup=raw.startup)
+    report = Report(
+        environment=raw.environment,
+        capture=raw.capture,
+        preflight=list(raw.preflight),
+        artifacts=list(raw.artifacts),
+        tool_version=tool_version,
+        startup=raw.startup,
+    )
 
     host_work = [s for s in host_steps if s.batch_size > 0]
     if host_work:
         report.steps = host_steps
-        report.step_summary = summarize_steps(host_steps, source="model worker steps" if raw.serve is not None else "host steps")
+        report.step_summary = summarize_steps(
+            host_steps, source="model worker steps" if raw.serve is not None else "host steps"
+        )
     elif timeline.steps:
         report.steps = list(timeline.steps)
         report.step_summary = summarize_steps(timeline.steps, source=timeline.source)
     elif host_steps:
         report.steps = host_steps
         report.step_summary = Unavailable("no pipeline step ran inside the profiled block")
-    host_window = raw.window_ns or ((min(s.start_ns for s in host_work), max(s.end_ns for s in host_work)) if host_work else None)
+    host_window = raw.window_ns or (
+        (min(s.start_ns for s in host_work), max(s.end_ns for s in host_work)) if host_work else None
+    )
 
     if raw.utilization_unavailable is not None:
         report.utilization = raw.utilization_unavailable
     elif raw.samples:
         inside = window_samples(raw.samples, host_window, int(raw.sample_interval_s * 1e9))
-        report.utilization = UtilizationSection(source=raw.sample_source, interval_s=raw.sample_interval_s, gpus=summarize_gpus(inside),
-                                                samples=list(raw.samples), window_ns=host_window)
+        report.utilization = UtilizationSection(
+            source=raw.sample_source,
+            interval_s=raw.sample_interval_s,
+            gpus=summarize_gpus(inside),
+            samples=list(raw.samples),
+            window_ns=host_window,
+        )
         if not nvml_window_long_enough(report.utilization, th):
             span = (host_window[1] - host_window[0]) / 1e9 if host_window else 0.0
-            notes.append(f"GPU utilization over a {span:.2f} s window ({len(inside)} samples): NVML averages over up to 1 s, so its reading "
-                         "says nothing about a window this short (no verdict is drawn from it); generate more tokens for one")
+            notes.append(
+                f"GPU utilization over a {span:.2f} s window ({len(inside)} samples): NVML averages over up to 1 s, so "
+                "its reading "
+                "says nothing about a window this short (no verdict is drawn from it); generate more tokens for one"
+            )
 
     kernels: KernelBreakdown | Unavailable | None = None
     if raw.kernels_unavailable is not None:
         kernels = raw.kernels_unavailable
     elif len(raw.kernels):
         source = raw.kernel_source or "kernels"
-        kernels = build_breakdown(raw.kernels, source=source, steps=timeline.steps, step_source=timeline.source,
-                                  window=host_window if raw.kernel_clock == "host" else raw.trace_window_ns,
-                                  device_graph_capture=raw.capture.device_graph_capture, graph_launches=raw.graph_launches,
-                                  wait_gap_ns=(int(th.gpu_wait_min_us * 1e3), int(th.gpu_wait_max_ms * 1e6)),
-                                  recorded=raw.recorded_spans if raw.kernel_clock == "host" else ())
+        kernels = build_breakdown(
+            raw.kernels,
+            source=source,
+            steps=timeline.steps,
+            step_source=timeline.source,
+            window=host_window if raw.kernel_clock == "host" else raw.trace_window_ns,
+            device_graph_capture=raw.capture.device_graph_capture,
+            graph_launches=raw.graph_launches,
+            wait_gap_ns=(int(th.gpu_wait_min_us * 1e3), int(th.gpu_wait_max_ms * 1e6)),
+            recorded=raw.recorded_spans if raw.kernel_clock == "host" else (),
+        )
         overhead = tracer_overhead_pct(raw.tracer_callback_s, host_window)
         if overhead is not None:
             kernels = msgspec.structs.replace(kernels, tracer_overhead_pct=overhead)
         if kernels.recorded_ms is not None and kernels.window_ms:
-            notes.append(f"kernels were recorded in slices: {kernels.recorded_ms / 1e3:.1f} s of the {kernels.window_ms / 1e3:.1f} s window "
-                         f"({100 * kernels.recorded_ms / kernels.window_ms:.0f} %; the recorder paused in between, to keep its cost "
-                         "low): kernel families, durations and per-step figures come from those slices, busy and wait shares are of their time")
+            notes.append(
+                f"kernels were recorded in slices: {kernels.recorded_ms / 1e3:.1f} s of the "
+                f"{kernels.window_ms / 1e3:.1f} s window "
+                f"({100 * kernels.recorded_ms / kernels.window_ms:.0f} %; the recorder paused in between, to keep its "
+                "cost "
+                "low): kernel families, durations and per-step figures come from those slices, busy and wait shares "
+                "are of their time"
+            )
         if kernels.graph_kernels:
-            notes.append(f"{kernels.graph_kernels} of {kernels.kernels} kernels ran inside device graphs: each recorded, "
-                         "tied to the step that launched its graph")
+            notes.append(
+                f"{kernels.graph_kernels} of {kernels.kernels} kernels ran inside device graphs: each recorded, "
+                "tied to the step that launched its graph"
+            )
         if kernels.paused_kernels:
-            notes.append(f"{kernels.paused_kernels} kernel record(s) of the sampled recording ended past the middle of the pause after "
-                         "their slice (CUPTI stamps a kernel still running at a pause with the time recording resumed): left out")
+            notes.append(
+                f"{kernels.paused_kernels} kernel record(s) of the sampled recording ended past the middle of the "
+                "pause after "
+                "their slice (CUPTI stamps a kernel still running at a pause with the time recording resumed): left out"
+            )
         if kernels.invalid_kernels:
-            notes.append(f"{kernels.invalid_kernels} of {kernels.invalid_kernels + kernels.kernels} kernel records had invalid "
-                         "timestamps (negative, or ending before they start) and were dropped")
+            notes.append(
+                f"{kernels.invalid_kernels} of {kernels.invalid_kernels + kernels.kernels} kernel records had invalid "
+                "timestamps (negative, or ending before they start) and were dropped"
+            )
     elif raw.kernel_totals:
         kernels = breakdown_from_totals(raw.kernel_totals, source=raw.kernel_source or "kernel totals")
 
-    measured_windows = [w for w in raw.load_windows if not w.reference]  # the reference window is the tracer's yardstick only
+    measured_windows = [
+        w for w in raw.load_windows if not w.reference
+    ]  # the reference window is the tracer's yardstick only
     if measured_windows:
         levels = [load_level(w, raw.slo_ms, raw.samples) for w in measured_windows]
         report.server_metrics = levels[-1].server
@@ -173,15 +248,20 @@ def build_report(
     if raw.serve is not None:
         report.serve = summarize_serve(raw.serve, raw.requests, raw.window_ns)
         if report.serve.requests and report.serve.requests == report.serve.failed_requests and kernels is None:
-            kernels = Unavailable(f"no request completed in the window: {report.serve.first_error or 'no request completed'}")
+            kernels = Unavailable(
+                f"no request completed in the window: {report.serve.first_error or 'no request completed'}"
+            )
     report.kernels = kernels
     observed, why = observed_device_graphs(raw, kernels, th.graphs_off_min_kernels)
     if observed is not None and observed != raw.capture.device_graph_capture:
         said = {True: "on", False: "off", None: "left to MAX"}[raw.capture.device_graph_capture]
-        notes.append(f"device graphs {'on' if observed else 'off'}, from what ran ({why}); the capture's settings said {said}")
+        notes.append(
+            f"device graphs {'on' if observed else 'off'}, from what ran ({why}); the capture's settings said {said}"
+        )
         report.capture = msgspec.structs.replace(raw.capture, device_graph_capture=observed)
     report.decode_cost = decode_cost_of(report)
     report.ledger = ledger_of(raw, report, timeline.steps, host_window, th)
+    report.ops = op_breakdown(raw)
     report.kernel_analyses = [analyze_launch(launch, th) for launch in raw.ncu_launches]
     cost = tracing_cost_statement(report)
     if cost:
@@ -189,5 +269,7 @@ def build_report(
     report.notes = notes
     report.findings, report.rules_skipped = evaluate_rules(report, th, rules)
     report.next_command = next_command(report, th)
-    report.next_measurement = say(report.next_command, report.capture.interface) if report.next_command is not None else None
+    report.next_measurement = (
+        say(report.next_command, report.capture.interface) if report.next_command is not None else None
+    )
     return report

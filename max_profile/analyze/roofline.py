@@ -8,7 +8,8 @@ reads the KV cache of every request; it computes 2 FLOPs per weight element per 
 activation dtype. The context tokens of a step are already summed over its requests.
 
 ``bytes / time`` and ``FLOPs / time`` against the GPU's datasheet peaks say how close each part runs to
-its roofline. Equivalent manual check: ``ncu --metrics dram__bytes.sum.per_second,sm__throughput.avg.pct_of_peak_sustained_elapsed``.
+its roofline. Equivalent manual check: ``ncu --metrics
+dram__bytes.sum.per_second,sm__throughput.avg.pct_of_peak_sustained_elapsed``.
 """
 
 from __future__ import annotations
@@ -59,8 +60,17 @@ PEAK_DENSE_FLOPS: dict[str, dict[str, float]] = {
 """Datasheet dense tensor-core peaks (FLOP/s) by GPU name fragment and operand type (leads: an H200 here
 measured 769-798 TFLOP/s on an 8192^3 bf16 product, 78-81 % of its 989)."""
 
-ELEMENT_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0, "float8_e4m3fn": 1.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "nvfp4": 0.5,
-                 "mxfp4": 0.5}
+ELEMENT_BYTES = {
+    "float32": 4.0,
+    "bfloat16": 2.0,
+    "float16": 2.0,
+    "float8_e4m3fn": 1.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
+    "nvfp4": 0.5,
+    "mxfp4": 0.5,
+}
 MATMUL_FAMILIES = ("gemv", "gemm", "grouped_matmul")
 """Families whose kernels read the weights (their time is what the weight bytes are measured against)."""
 
@@ -101,18 +111,24 @@ def _quant(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def weight_operand(cfg: dict[str, Any], weights: ModelWeights | None) -> str:
-    """``fp8`` when the matmul weights are stored as FP8 (safetensors ``F8_*`` or an FP8 quantization config), else ``bf16``."""
+    """``fp8`` when the matmul weights are stored as FP8 (safetensors ``F8_*`` or an FP8 quantization config), else
+    ``bf16``."""
     if weights is not None and weights.dtypes:
         fp8 = sum(b for d, b in weights.dtypes.items() if d.startswith("F8"))
         if fp8 >= 0.5 * sum(weights.dtypes.values()):
             return "fp8"
         return "bf16"
     q = _quant(cfg)
-    return "fp8" if "fp8" in str(q.get("quant_method", "")).lower() or "fp8" in str(q.get("quant_algo", "")).lower() else "bf16"
+    return (
+        "fp8"
+        if "fp8" in str(q.get("quant_method", "")).lower() or "fp8" in str(q.get("quant_algo", "")).lower()
+        else "bf16"
+    )
 
 
 def activation_bytes(cfg: dict[str, Any]) -> float:
-    """Bytes per element of activations and the KV cache: the model's torch dtype (bf16 when it names a low-bit type)."""
+    """Bytes per element of activations and the KV cache: the model's torch dtype (bf16 when it names a low-bit
+    type)."""
     name = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     size = ELEMENT_BYTES.get(name, 2.0)
     return size if size >= 2 else 2.0
@@ -135,7 +151,10 @@ def experts_active_fraction(cfg: dict[str, Any], batch: int) -> tuple[float, str
     if not experts or not k:
         return 1.0, "routed experts counted whole (config.json gives no num_experts / num_experts_per_tok)"
     fraction = 1.0 - (1.0 - min(k, experts) / experts) ** max(batch, 1)
-    return fraction, f"{k} of {experts} routed experts per token: {fraction:.1%} of expert weights read at batch {batch}"
+    return (
+        fraction,
+        f"{k} of {experts} routed experts per token: {fraction:.1%} of expert weights read at batch {batch}",
+    )
 
 
 def kv_bytes_per_token(cfg: dict[str, Any]) -> float | None:
@@ -167,7 +186,11 @@ def _config_weights(cfg: dict[str, Any]) -> tuple[float, float, float, float, fl
     act = activation_bytes(cfg)
     if "fp8" in method:
         block = q.get("weight_block_size")
-        scale = 4.0 / (block[0] * block[1]) if isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block) else 0.0
+        scale = (
+            4.0 / (block[0] * block[1])
+            if isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)
+            else 0.0
+        )
         wbytes, basis = 1.0 + scale, f"config.json estimate: FP8 weights ({method}), 1 byte + scales"
     elif "fp4" in method or "mxfp4" in method:
         wbytes, basis = 0.5 + 1.0 / 16, f"config.json estimate: FP4 weights ({method}), half a byte + scales"
@@ -184,16 +207,24 @@ def _expert_share_per_token(cfg: dict[str, Any]) -> float:
     return min(k, experts) / experts if experts and k else 1.0
 
 
-def decode_step_cost(cfg: dict[str, Any], weights: ModelWeights | None, batch: int, context_tokens: float) -> dict[str, Any] | None:
+def decode_step_cost(
+    cfg: dict[str, Any], weights: ModelWeights | None, batch: int, context_tokens: float
+) -> dict[str, Any] | None:
     """Bytes and FLOPs of one decode step of ``batch`` requests whose cached contexts sum to ``context_tokens``
     (:func:`step_cost` with one new token per request)."""
     return step_cost(cfg, weights, batch=batch, context_tokens=context_tokens)
 
 
-def step_cost(cfg: dict[str, Any], weights: ModelWeights | None, *, batch: int, context_tokens: float,
-              new_tokens: float | None = None) -> dict[str, Any] | None:
-    """Bytes and FLOPs of one step of ``batch`` requests that feed ``new_tokens`` tokens (default: one each, a decode step)
-    over cached contexts summing to ``context_tokens``.
+def step_cost(
+    cfg: dict[str, Any],
+    weights: ModelWeights | None,
+    *,
+    batch: int,
+    context_tokens: float,
+    new_tokens: float | None = None,
+) -> dict[str, Any] | None:
+    """Bytes and FLOPs of one step of ``batch`` requests that feed ``new_tokens`` tokens (default: one each, a decode
+    step) over cached contexts summing to ``context_tokens``.
 
     A prefill step (``new_tokens`` > ``batch``) reads the weights once, multiplies every new token through the layers,
     computes logits for each request's last token only, attends causally (each new token over the cached context and
@@ -233,8 +264,12 @@ def step_cost(cfg: dict[str, Any], weights: ModelWeights | None, *, batch: int, 
     context = max(context_tokens, 0.0)
     per_request_new, per_request_cached = new / batch, context / batch
     # each new token attends over its request's cached context and the new tokens up to itself
-    attended = new * per_request_cached + batch * per_request_new * (per_request_new + 1) / 2 if new > batch else context
-    kv_tokens = context + (new if new > batch else 0.0)  # a prefill writes the new tokens' K/V; a decode's one token is noise
+    attended = (
+        new * per_request_cached + batch * per_request_new * (per_request_new + 1) / 2 if new > batch else context
+    )
+    kv_tokens = context + (
+        new if new > batch else 0.0
+    )  # a prefill writes the new tokens' K/V; a decode's one token is noise
     return {
         "weight_bytes": dense_b + out_b + expert_b * fraction,
         "kv_bytes": (kv_bytes_per_token(cfg) or 0.0) * kv_tokens,
@@ -245,13 +280,22 @@ def step_cost(cfg: dict[str, Any], weights: ModelWeights | None, *, batch: int, 
     }
 
 
-def _family_row(family: str, ms_per_step: float, bytes_per_step: float, flops_per_step: float, peak_bw: float | None,
-                peak_fl: float | None) -> FamilyRoofline:
+def _family_row(
+    family: str,
+    ms_per_step: float,
+    bytes_per_step: float,
+    flops_per_step: float,
+    peak_bw: float | None,
+    peak_fl: float | None,
+) -> FamilyRoofline:
     s = ms_per_step / 1e3
     bw = bytes_per_step / s if s > 0 else None
     fl = flops_per_step / s if s > 0 else None
     return FamilyRoofline(
-        family=family, ms_per_step=round(ms_per_step, 6), bytes_per_step=round(bytes_per_step), flops_per_step=round(flops_per_step),
+        family=family,
+        ms_per_step=round(ms_per_step, 6),
+        bytes_per_step=round(bytes_per_step),
+        flops_per_step=round(flops_per_step),
         achieved_GBps=round(bw / 1e9, 1) if bw is not None else None,
         pct_of_peak_bandwidth=round(100.0 * bw / peak_bw, 1) if bw is not None and peak_bw else None,
         achieved_TFLOPs=round(fl / 1e12, 2) if fl is not None else None,
@@ -259,8 +303,16 @@ def _family_row(family: str, ms_per_step: float, bytes_per_step: float, flops_pe
     )
 
 
-def decode_roofline(cfg: dict[str, Any], weights: ModelWeights | None, gpu_name: str | None, *, batch: int, context_tokens: float,
-                    step_ms: float, family_ms_per_step: dict[str, float] | None) -> DecodeCost | None:
+def decode_roofline(
+    cfg: dict[str, Any],
+    weights: ModelWeights | None,
+    gpu_name: str | None,
+    *,
+    batch: int,
+    context_tokens: float,
+    step_ms: float,
+    family_ms_per_step: dict[str, float] | None,
+) -> DecodeCost | None:
     """The decode step's cost model against the GPU: the whole step (host step time and, with kernels, kernel
     time) and the families the model prices (matmuls: the weights; attention: the KV cache)."""
     cost = decode_step_cost(cfg, weights, batch, context_tokens)
@@ -276,16 +328,38 @@ def decode_roofline(cfg: dict[str, Any], weights: ModelWeights | None, gpu_name:
         kernel_ms = sum(family_ms_per_step.values())
         matmul_ms = sum(family_ms_per_step.get(f, 0.0) for f in MATMUL_FAMILIES)
         if matmul_ms > 0:
-            rows.append(_family_row("matmul (" + "+".join(f for f in MATMUL_FAMILIES if family_ms_per_step.get(f)) + ")", matmul_ms,
-                                    cost["weight_bytes"], cost["matmul_flops"], peak_bw, peak_fl))
+            rows.append(
+                _family_row(
+                    "matmul (" + "+".join(f for f in MATMUL_FAMILIES if family_ms_per_step.get(f)) + ")",
+                    matmul_ms,
+                    cost["weight_bytes"],
+                    cost["matmul_flops"],
+                    peak_bw,
+                    peak_fl,
+                )
+            )
         attention_ms = family_ms_per_step.get("attention", 0.0)
         if attention_ms > 0:
-            rows.append(_family_row("attention", attention_ms, cost["kv_bytes"], cost["attention_flops"], peak_bw, peak_fl))
+            rows.append(
+                _family_row("attention", attention_ms, cost["kv_bytes"], cost["attention_flops"], peak_bw, peak_fl)
+            )
     whole = _family_row("step (host time)", step_ms, total_bytes, total_flops, peak_bw, peak_fl)
-    kernels = _family_row("step (kernel time)", kernel_ms, total_bytes, total_flops, peak_bw, peak_fl) if kernel_ms else None
+    kernels = (
+        _family_row("step (kernel time)", kernel_ms, total_bytes, total_flops, peak_bw, peak_fl) if kernel_ms else None
+    )
     return DecodeCost(
-        batch=batch, context_tokens=round(context_tokens, 1), weight_bytes=float(round(cost["weight_bytes"])), kv_bytes=float(round(cost["kv_bytes"])),
-        embedding_bytes=float(round(cost["embedding_bytes"])), flops=float(round(total_flops)), weights_basis=cost["basis"], operand=operand,
-        gpu=gpu_name, peak_bandwidth_GBps=round(peak_bw / 1e9, 1) if peak_bw else None,
-        peak_TFLOPs=round(peak_fl / 1e12, 1) if peak_fl else None, step=whole, kernels=kernels, families=rows,
+        batch=batch,
+        context_tokens=round(context_tokens, 1),
+        weight_bytes=float(round(cost["weight_bytes"])),
+        kv_bytes=float(round(cost["kv_bytes"])),
+        embedding_bytes=float(round(cost["embedding_bytes"])),
+        flops=float(round(total_flops)),
+        weights_basis=cost["basis"],
+        operand=operand,
+        gpu=gpu_name,
+        peak_bandwidth_GBps=round(peak_bw / 1e9, 1) if peak_bw else None,
+        peak_TFLOPs=round(peak_fl / 1e12, 1) if peak_fl else None,
+        step=whole,
+        kernels=kernels,
+        families=rows,
     )

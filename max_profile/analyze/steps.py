@@ -77,7 +77,8 @@ def summarize_steps(steps: Sequence[Step], source: str = "host steps") -> StepSu
 
 
 def by_batch(steps: Sequence[Step]) -> list[BatchStats]:
-    """Step-time percentiles per phase and batch size (a server runs many sizes: decode steps at 1, 2, 3... requests)."""
+    """Step-time percentiles per phase and batch size (a server runs many sizes: decode steps at 1, 2, 3...
+    requests)."""
     groups: dict[tuple[Phase, int], list[Step]] = {}
     for s in steps:
         groups.setdefault((s.phase, s.batch_size), []).append(s)
@@ -86,7 +87,16 @@ def by_batch(steps: Sequence[Step]) -> list[BatchStats]:
     for (phase, size), sel in sorted(groups.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1])):
         ms = np.array([s.duration_ns / 1e6 for s in sel])
         tokens = float(np.mean([s.batch_size if phase == "decode" else s.input_tokens for s in sel]))
-        out.append(BatchStats(phase=phase, batch_size=size, steps=len(sel), p50_ms=_pct(ms, 50), p90_ms=_pct(ms, 90), tokens_per_step=round(tokens, 2)))
+        out.append(
+            BatchStats(
+                phase=phase,
+                batch_size=size,
+                steps=len(sel),
+                p50_ms=_pct(ms, 50),
+                p90_ms=_pct(ms, 90),
+                tokens_per_step=round(tokens, 2),
+            )
+        )
     return out
 
 

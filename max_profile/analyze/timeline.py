@@ -106,7 +106,8 @@ class Timeline:
 
     steps: list[Step]
     source: str
-    """``max_profile ranges + host steps``, ``max_profile ranges``, ``MAX scheduler ranges``, ``host steps`` or ``none``."""
+    """``max_profile ranges + host steps``, ``max_profile ranges``, ``MAX scheduler ranges``, ``host steps`` or
+    ``none``."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -121,8 +122,17 @@ def _steps_from_ranges(ranges: Sequence[PhaseRange]) -> list[Step]:
         if phase is None:
             continue
         batch = batch_of_range(r.name)
-        out.append(Step(index=len(out), phase=phase, batch_size=batch, input_tokens=batch if phase == "decode" else 0,
-                        context_tokens=None, start_ns=r.start_ns, end_ns=max(r.end_ns, r.start_ns)))
+        out.append(
+            Step(
+                index=len(out),
+                phase=phase,
+                batch_size=batch,
+                input_tokens=batch if phase == "decode" else 0,
+                context_tokens=None,
+                start_ns=r.start_ns,
+                end_ns=max(r.end_ns, r.start_ns),
+            )
+        )
     return out
 
 
@@ -131,7 +141,10 @@ def step_timeline(host_steps: Sequence[Step], ranges: Sequence[PhaseRange], *, h
     notes: list[str] = []
     usable = [r for r in ranges if 0 <= r.start_ns <= r.end_ns]
     if len(usable) < len(ranges):
-        notes.append(f"{len(ranges) - len(usable)} range(s) with invalid timestamps (negative, or ending before they start) were left out")
+        notes.append(
+            f"{len(ranges) - len(usable)} range(s) with invalid timestamps (negative, or ending before they start) "
+            "were left out"
+        )
         ranges = usable
     ours, dropped_ours = drop_nested([r for r in ranges if is_our_range(r)])
     scheduler, dropped_sched = drop_nested([r for r in ranges if is_scheduler_range(r)])
@@ -139,13 +152,18 @@ def step_timeline(host_steps: Sequence[Step], ranges: Sequence[PhaseRange], *, h
         if dropped_ours:
             notes.append(f"{dropped_ours} nested or duplicate max_profile range(s) counted once")
         if scheduler:
-            notes.append(f"{len(scheduler)} MAX scheduler range(s) describe the same steps as the max_profile ranges: not counted again")
+            notes.append(
+                f"{len(scheduler)} MAX scheduler range(s) describe the same steps as the max_profile ranges: not "
+                "counted again"
+            )
         aligned = align_steps_to_ranges(host_steps, ours) if host_steps else None
         if aligned is not None:
             return Timeline([s for s in aligned if s.batch_size > 0], "max_profile ranges + host steps", notes)
         if host_steps:
-            notes.append(f"{len(ours)} max_profile ranges do not match the {len(host_steps)} host steps one to one: "
-                         "steps taken from the ranges (no token counts)")
+            notes.append(
+                f"{len(ours)} max_profile ranges do not match the {len(host_steps)} host steps one to one: "
+                "steps taken from the ranges (no token counts)"
+            )
         return Timeline(_steps_from_ranges(ours), "max_profile ranges", notes)
     if scheduler:
         if dropped_sched:
@@ -155,7 +173,10 @@ def step_timeline(host_steps: Sequence[Step], ranges: Sequence[PhaseRange], *, h
     if work and host_clock:
         return Timeline(sorted(work, key=lambda s: s.start_ns), "host steps", notes)
     if work:
-        notes.append("host steps are on another clock than the trace and no range of ours aligns them: kernels are not split by step")
+        notes.append(
+            "host steps are on another clock than the trace and no range of ours aligns them: kernels are not split by "
+            "step"
+        )
     return Timeline([], "none", notes)
 
 
@@ -165,5 +186,6 @@ def valid_host_steps(raw: RawCapture) -> list[Step]:
 
 
 def capture_timeline(raw: RawCapture) -> Timeline:
-    """The steps a raw capture's kernels are attributed to: what the report's breakdown and the Perfetto trace both use."""
+    """The steps a raw capture's kernels are attributed to: what the report's breakdown and the Perfetto trace both
+    use."""
     return step_timeline(valid_host_steps(raw), raw.ranges, host_clock=raw.kernel_clock == "host")

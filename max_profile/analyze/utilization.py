@@ -7,9 +7,17 @@ from collections.abc import Sequence
 import numpy as np
 
 HARDWARE_THROTTLE_REASONS: frozenset[str] = frozenset(
-    {"sw_power_cap", "hw_slowdown", "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
+    {
+        "sw_power_cap",
+        "hw_slowdown",
+        "sync_boost",
+        "sw_thermal_slowdown",
+        "hw_thermal_slowdown",
+        "hw_power_brake_slowdown",
+    }
 )
-"""Same set as ``max.profiler.gpu.HARDWARE_THROTTLE_REASONS`` (kept here so analysis needs no MAX; a test holds them equal)."""
+"""Same set as ``max.profiler.gpu.HARDWARE_THROTTLE_REASONS`` (kept here so analysis needs no MAX; a test holds them
+equal)."""
 
 from max_profile.model import GpuUtilization, UtilizationSample  # noqa: E402
 

@@ -1,4 +1,5 @@
-"""What collectors record: the machine, the model, the capture's settings, steps, samples, requests, windows, preflight."""
+"""What collectors record: the machine, the model, the capture's settings, steps, samples, requests, windows,
+preflight."""
 
 from __future__ import annotations
 
@@ -117,12 +118,14 @@ class StartupPhase(msgspec.Struct, frozen=True):
 
 class StartupProfile(msgspec.Struct, frozen=True, tag=True):
     """Where the time before the first token went: imports, config, custom-architecture import, per-graph build /
-    compile / initialize with cache hit or miss, weights, KV-cache allocation, device-graph capture, warm-up, first token.
+    compile / initialize with cache hit or miss, weights, KV-cache allocation, device-graph capture, warm-up, first
+    token.
 
     ``cache``: ``hit`` (every graph came from MAX's compile cache), ``miss`` (every graph compiled), ``partial``, or
     ``unknown``; ``cache_reason`` says why a compile happened (what in the compile key is new). Sources: MAX's own
-    ``CompilationTimer`` log lines and engine compile / init timings, MAX's cache log (``MODULAR_ENABLE_CACHE_LOGGING``),
-    the cache folder before and after, and max_profile's marks around each step of the load."""
+    ``CompilationTimer`` log lines and engine compile / init timings, MAX's cache log
+    (``MODULAR_ENABLE_CACHE_LOGGING``), the cache folder before and after, and max_profile's marks around each step of
+    the load."""
 
     total_s: float
     phases: list[StartupPhase]
@@ -135,7 +138,8 @@ class StartupProfile(msgspec.Struct, frozen=True, tag=True):
     max_logged_compile_s: float | None = None
     """The sum of MAX's own ``Compiling <graph> took X seconds`` lines."""
     engine_compile_s: float | None = None
-    """The engine's compile time over the whole load (``collect_compilation_stats``), graphs MAX did not name included."""
+    """The engine's compile time over the whole load (``collect_compilation_stats``), graphs MAX did not name
+    included."""
     warm_cache_command: str | None = None
     """The command that fills the cache for this exact compile key (for an image, before serving)."""
     failure: str | None = None
@@ -186,9 +190,11 @@ class Capture(msgspec.Struct):
     host_load: HostLoad | None = None
     """The host's CPU load over the capture window (None: not recorded)."""
     interface: str = ""
-    """How the capture was asked for: ``cli`` (max-profile) or ``python`` (profile() / Profiler); next steps are said the same way."""
+    """How the capture was asked for: ``cli`` (max-profile) or ``python`` (profile() / Profiler); next steps are said
+    the same way."""
     workload: Workload | None = None
-    """What the generation asked for (batch, prompt, new tokens, custom architectures...): next commands reproduce it."""
+    """What the generation asked for (batch, prompt, new tokens, custom architectures...): next commands reproduce
+    it."""
     unix_minus_perf_counter_ns: int | None = None
     """Unix time minus the step clock (``time.perf_counter_ns``) in the profiled process: step times plus
     this are Unix nanoseconds (spans). None for imported traces, whose clock is the trace's own."""
@@ -218,7 +224,8 @@ class Step(msgspec.Struct, frozen=True):
     its model something else (e.g. re-encodes the whole sequence behind the scheduler's back)."""
     cpu_ns: int | None = None
     """CPU time the profiled process (all its threads) used during the step (``time.process_time_ns()``): on a CPU
-    device the step's work without the wait for cores other processes held (wall time grows under load, this does not)."""
+    device the step's work without the wait for cores other processes held (wall time grows under load, this does
+    not)."""
 
     @property
     def duration_ns(self) -> int:

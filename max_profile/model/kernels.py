@@ -151,13 +151,18 @@ class KernelTable(msgspec.Struct):
             correlation_id=col(lambda k: k.correlation_id, 0),
             graph_id=col(lambda k: k.graph_id, 0),
             graph_node_id=col(lambda k: k.graph_node_id, 0),
-            grid=None if all(g is None for g in grids) else np.array([g or (0, 0, 0) for g in grids], dtype=np.int32).reshape(-1, 3),
-            block=None if all(b is None for b in blocks) else np.array([b or (0, 0, 0) for b in blocks], dtype=np.int32).reshape(-1, 3),
+            grid=None
+            if all(g is None for g in grids)
+            else np.array([g or (0, 0, 0) for g in grids], dtype=np.int32).reshape(-1, 3),
+            block=None
+            if all(b is None for b in blocks)
+            else np.array([b or (0, 0, 0) for b in blocks], dtype=np.int32).reshape(-1, 3),
             registers=None if all(r is None for r in regs) else np.array([r or 0 for r in regs], dtype=np.int32),
         )
 
     def records(self) -> list[KernelRecord]:
         """Per-kernel records (slow for millions of kernels: analysis works on the columns)."""
+
         def opt(col: np.ndarray | None, i: int, missing: int = -1) -> int | None:
             if col is None or int(col[i]) == missing:
                 return None
@@ -165,16 +170,23 @@ class KernelTable(msgspec.Struct):
 
         out = []
         for i in range(len(self)):
-            out.append(KernelRecord(
-                name=self.names[int(self.name_idx[i])], start_ns=int(self.start_ns[i]), end_ns=int(self.end_ns[i]), device=int(self.device[i]),
-                stream=int(self.stream[i]) if self.stream is not None else 0,
-                correlation_id=int(self.correlation_id[i]) if self.correlation_id is not None else 0,
-                grid=tuple(int(x) for x in self.grid[i]) if self.grid is not None else None,  # type: ignore[arg-type]
-                block=tuple(int(x) for x in self.block[i]) if self.block is not None else None,  # type: ignore[arg-type]
-                registers=int(self.registers[i]) if self.registers is not None else None,
-                graph_id=opt(self.graph_id, i, 0), launch_tid=opt(self.launch_tid, i), launch_ns=opt(self.launch_ns, i),
-                graph_node_id=opt(self.graph_node_id, i, 0),
-            ))
+            out.append(
+                KernelRecord(
+                    name=self.names[int(self.name_idx[i])],
+                    start_ns=int(self.start_ns[i]),
+                    end_ns=int(self.end_ns[i]),
+                    device=int(self.device[i]),
+                    stream=int(self.stream[i]) if self.stream is not None else 0,
+                    correlation_id=int(self.correlation_id[i]) if self.correlation_id is not None else 0,
+                    grid=tuple(int(x) for x in self.grid[i]) if self.grid is not None else None,  # type: ignore[arg-type]
+                    block=tuple(int(x) for x in self.block[i]) if self.block is not None else None,  # type: ignore[arg-type]
+                    registers=int(self.registers[i]) if self.registers is not None else None,
+                    graph_id=opt(self.graph_id, i, 0),
+                    launch_tid=opt(self.launch_tid, i),
+                    launch_ns=opt(self.launch_ns, i),
+                    graph_node_id=opt(self.graph_node_id, i, 0),
+                )
+            )
         return out
 
     def name_of(self, i: int) -> str:
@@ -188,11 +200,11 @@ class KernelTable(msgspec.Struct):
 
     def across_pauses(self, slices: Sequence[tuple[int, int]], until: int | None = None) -> np.ndarray:
         """Mask of the kernels of a sampled recording whose end lies past the middle of the pause after the slice they
-        started in; ``until``: when the recording stopped (or the window closed), the end of a pause after the last slice.
-        CUPTI stamps a kernel still running when the recording paused with the time it resumed (or stopped): on the H200
-        graph kernels launched as the recorder paused came back 1.5 s long, ending ~0.4 ms before the next slice's first
-        timestamp, and 0.6 s long after the last slice, ending at the stop (459 of 191,348 in one window). A served
-        model's kernel does not outlast half a pause."""
+        started in; ``until``: when the recording stopped (or the window closed), the end of a pause after the last
+        slice. CUPTI stamps a kernel still running when the recording paused with the time it resumed (or stopped): on
+        the H200 graph kernels launched as the recorder paused came back 1.5 s long, ending ~0.4 ms before the next
+        slice's first timestamp, and 0.6 s long after the last slice, ending at the stop (459 of 191,348 in one
+        window). A served model's kernel does not outlast half a pause."""
         ordered = merged_spans(slices)  # several recording processes: their slices overlap
         if len(ordered) < 2 or not len(self):
             return np.zeros(len(self), dtype=bool)
@@ -215,9 +227,19 @@ class KernelTable(msgspec.Struct):
             return None if col is None else col[mask]
 
         return KernelTable(
-            names=self.names, name_idx=self.name_idx[mask], start_ns=self.start_ns[mask], end_ns=self.end_ns[mask], device=self.device[mask],
-            launch_ns=pick(self.launch_ns), launch_tid=pick(self.launch_tid), stream=pick(self.stream), correlation_id=pick(self.correlation_id),
-            graph_id=pick(self.graph_id), graph_node_id=pick(self.graph_node_id), grid=pick(self.grid), block=pick(self.block),
+            names=self.names,
+            name_idx=self.name_idx[mask],
+            start_ns=self.start_ns[mask],
+            end_ns=self.end_ns[mask],
+            device=self.device[mask],
+            launch_ns=pick(self.launch_ns),
+            launch_tid=pick(self.launch_tid),
+            stream=pick(self.stream),
+            correlation_id=pick(self.correlation_id),
+            graph_id=pick(self.graph_id),
+            graph_node_id=pick(self.graph_node_id),
+            grid=pick(self.grid),
+            block=pick(self.block),
             registers=pick(self.registers),
         )
 
@@ -252,14 +274,26 @@ class KernelTable(msgspec.Struct):
             cols = [getattr(t, col) for t in parts]
             if all(c is None for c in cols):
                 return None
-            filled = [c if c is not None else np.full((len(t), width) if width else len(t), missing) for c, t in zip(cols, parts, strict=True)]
+            filled = [
+                c if c is not None else np.full((len(t), width) if width else len(t), missing)
+                for c, t in zip(cols, parts, strict=True)
+            ]
             return np.concatenate(filled)
 
         return cls(
-            names=list(names), name_idx=np.concatenate(idx), start_ns=np.concatenate([t.start_ns for t in parts]),
-            end_ns=np.concatenate([t.end_ns for t in parts]), device=np.concatenate([t.device for t in parts]),
-            launch_ns=cat("launch_ns", -1), launch_tid=cat("launch_tid", -1), stream=cat("stream", 0), correlation_id=cat("correlation_id", 0),
-            graph_id=cat("graph_id", 0), graph_node_id=cat("graph_node_id", 0), grid=cat("grid", 0, 3), block=cat("block", 0, 3),
+            names=list(names),
+            name_idx=np.concatenate(idx),
+            start_ns=np.concatenate([t.start_ns for t in parts]),
+            end_ns=np.concatenate([t.end_ns for t in parts]),
+            device=np.concatenate([t.device for t in parts]),
+            launch_ns=cat("launch_ns", -1),
+            launch_tid=cat("launch_tid", -1),
+            stream=cat("stream", 0),
+            correlation_id=cat("correlation_id", 0),
+            graph_id=cat("graph_id", 0),
+            graph_node_id=cat("graph_node_id", 0),
+            grid=cat("grid", 0, 3),
+            block=cat("block", 0, 3),
             registers=cat("registers", 0),
         )
 

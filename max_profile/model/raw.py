@@ -39,6 +39,9 @@ class RawCapture(msgspec.Struct):
     """``host``: kernel times are host ``perf_counter_ns`` (in-process CUPTI, NVTX log, the serve worker),
     comparable with steps, samples and the window. ``trace``: the trace's own clock (nsys, rocprofv3,
     Kineto imports); only its ranges share it."""
+    op_ranges: KernelTable = msgspec.field(default_factory=KernelTable.empty)
+    """MAX's op ranges recorded beside the kernels (``--kernels ops``): innermost ranges, host clock, ``launch_tid`` the
+    host thread (Linux tid); joined to the kernels they launched by the analysis."""
     kernel_totals: list[KernelTotal] = []
     """Summary-only sources (no timeline): totals per kernel name."""
     ranges: list[PhaseRange] = []
@@ -95,8 +98,10 @@ class RawCapture(msgspec.Struct):
         doc = _decode_doc(data, path) if doc is None else doc
         version = doc.get("schema_version")
         if version not in READABLE_RAW_VERSIONS:
-            raise TraceFormatError(f"{path}: raw capture schema version {version!r} is not supported "
-                                   f"(this max_profile reads {', '.join(map(str, READABLE_RAW_VERSIONS))})")
+            raise TraceFormatError(
+                f"{path}: raw capture schema version {version!r} is not supported "
+                f"(this max_profile reads {', '.join(map(str, READABLE_RAW_VERSIONS))})"
+            )
         if "capture" not in doc or "environment" not in doc:
             raise TraceFormatError(f"{path}: not a max_profile raw capture (no capture / environment)")
         if "findings" in doc:
@@ -148,13 +153,25 @@ class _RawCaptureV1(msgspec.Struct):
         callback_s = None
         work = [s for s in self.steps if s.batch_size > 0] or self.steps
         if self.tracer_overhead_pct is not None and work:
-            callback_s = self.tracer_overhead_pct / 100.0 * (max(s.end_ns for s in work) - min(s.start_ns for s in work)) / 1e9
+            callback_s = (
+                self.tracer_overhead_pct / 100.0 * (max(s.end_ns for s in work) - min(s.start_ns for s in work)) / 1e9
+            )
         return RawCapture(
-            environment=self.environment, capture=self.capture, steps=self.steps, kernels=KernelTable.from_records(self.kernels),
-            ranges=self.ranges, samples=self.samples, sample_interval_s=self.sample_interval_s,
-            utilization_unavailable=Unavailable(self.utilization_unavailable) if self.utilization_unavailable is not None else None,
+            environment=self.environment,
+            capture=self.capture,
+            steps=self.steps,
+            kernels=KernelTable.from_records(self.kernels),
+            ranges=self.ranges,
+            samples=self.samples,
+            sample_interval_s=self.sample_interval_s,
+            utilization_unavailable=Unavailable(self.utilization_unavailable)
+            if self.utilization_unavailable is not None
+            else None,
             kernels_unavailable=Unavailable(self.kernels_unavailable) if self.kernels_unavailable is not None else None,
-            kernel_source=self.kernel_source, graph_launches=self.graph_launches, notes=list(self.notes), tracer_callback_s=callback_s,
+            kernel_source=self.kernel_source,
+            graph_launches=self.graph_launches,
+            notes=list(self.notes),
+            tracer_callback_s=callback_s,
         )
 
 

@@ -1,4 +1,5 @@
-"""What an analysis makes of a capture: summaries, the kernel breakdown, the step ledger, findings, the report itself."""
+"""What an analysis makes of a capture: summaries, the kernel breakdown, the step ledger, findings, the report
+itself."""
 
 from __future__ import annotations
 
@@ -8,8 +9,24 @@ from typing import Any, Literal
 import msgspec
 
 from max_profile.errors import TraceFormatError
-from max_profile.model.capture import Capture, Environment, PreflightResult, StartupProfile, Step, Unavailable, UtilizationSample
-from max_profile.model.serialization import READABLE_REPORT_VERSIONS, SCHEMA_VERSION, Phase, Severity, _decode_doc, _encode, _validated
+from max_profile.model.capture import (
+    Capture,
+    Environment,
+    PreflightResult,
+    StartupProfile,
+    Step,
+    Unavailable,
+    UtilizationSample,
+)
+from max_profile.model.serialization import (
+    READABLE_REPORT_VERSIONS,
+    SCHEMA_VERSION,
+    Phase,
+    Severity,
+    _decode_doc,
+    _encode,
+    _validated,
+)
 from max_profile.util.files import read_input, write_output
 
 
@@ -99,7 +116,8 @@ class KernelRow(msgspec.Struct, frozen=True):
     """In a phase's table: launches the row's name filter (``ncu -k regex:``) matched, in the capture's launch order,
     before this phase's first launch of it: a deep dive's ``--launch-skip`` that lands in the phase."""
     launch_shape: str | None = None
-    """In a phase's table: the most common launch shape of its launches there, ``grid XxYxZ block XxYxZ`` (when recorded)."""
+    """In a phase's table: the most common launch shape of its launches there, ``grid XxYxZ block XxYxZ`` (when
+    recorded)."""
 
 
 class PhaseBreakdown(msgspec.Struct, frozen=True):
@@ -273,8 +291,9 @@ class LedgerRow(msgspec.Struct, frozen=True):
 
 
 class PhaseLedger(msgspec.Struct, frozen=True):
-    """One phase's step, accounted: its kernels' time on the GPU (launch-time attribution) plus the GPU's idle time inside its
-    steps; the rows sum to ``step_ms``. Equivalent: the CUDA GPU trace row of ``nsys`` over the phase's NVTX ranges."""
+    """One phase's step, accounted: its kernels' time on the GPU (launch-time attribution) plus the GPU's idle time
+    inside its steps; the rows sum to ``step_ms``. Equivalent: the CUDA GPU trace row of ``nsys`` over the phase's NVTX
+    ranges."""
 
     phase: Phase
     steps: int
@@ -294,12 +313,59 @@ class PhaseLedger(msgspec.Struct, frozen=True):
     recoverable_ms_per_step: float = 0.0
 
 
+class OpRow(msgspec.Struct, frozen=True):
+    """One MAX op in one phase: its calls (host ranges), the kernels launched inside them and their GPU time."""
+
+    op: str
+    phase: Phase
+    calls: int
+    """Op ranges of this name in the phase (each a host-side range around the op's launch)."""
+    kernels: int
+    gpu_ms: float
+    """GPU time of the kernels launched inside its ranges (the op's share of the GPU)."""
+    share_pct: float
+    """Of the phase's kernel time."""
+    host_ms: float
+    """Host time inside its ranges (launching, not running)."""
+    top_kernels: list[str] = []
+    """Base names of the kernels it launched, most GPU time first (three at most)."""
+
+
+class OpCoverage(msgspec.Struct, frozen=True):
+    """How much of a phase's kernel time was launched inside a named op's range."""
+
+    phase: Phase
+    steps: int
+    kernels: int
+    kernel_ms: float
+    attributed_ms: float
+    attributed_pct: float
+    calls: int
+    calls_without_kernels: int
+    """Op ranges that launched no kernel (host-only ops, or kernels not recorded)."""
+
+
+class OpBreakdown(msgspec.Struct, frozen=True, tag=True):
+    """MAX's graph ops joined to the GPU kernels they launched (``--kernels ops``): per op and phase, the kernels and
+    their GPU time. Equivalent tool: ``nsys stats --report nvtx_kern_sum`` on a capture with MODULAR_ENABLE_PROFILING=on
+    and device graphs off."""
+
+    source: str
+    join: str
+    """How kernels were tied to ops (the launch call inside the op's range on the launching thread)."""
+    coverage: list[OpCoverage]
+    rows: list[OpRow]
+    ops_without_kernels: list[str] = []
+    """Op names whose every call launched no kernel."""
+
+
 class StepLedger(msgspec.Struct, frozen=True, tag=True):
     """One account of the capture's time: each phase's step split into kernel families and GPU idle, the time outside
     steps apart, each part against its roofline. Every verdict about where time goes reads it."""
 
     source: str
-    """``kernel timeline`` (kernels on the GPU, or MAX's op ranges on the host), or ``server metrics`` (batch times only)."""
+    """``kernel timeline`` (kernels on the GPU, or MAX's op ranges on the host), or ``server metrics`` (batch times
+    only)."""
     window_ms: float
     """The observed time (the capture window; the recorded slices of a sampled recording)."""
     phases: list[PhaseLedger]
@@ -523,6 +589,8 @@ class Report(msgspec.Struct):
     """The decode step's bytes-and-FLOPs model against the GPU's peaks (needs the model's config or weights)."""
     ledger: StepLedger | Unavailable | None = None
     """One account of each phase's step: kernel time by family, GPU idle, time outside steps, against the roofline."""
+    ops: OpBreakdown | Unavailable | None = None
+    """MAX's ops joined to the kernels they launched (``--kernels ops``, a GPU with CUPTI)."""
     rules_skipped: list[SkippedRule] = []
     """Rules not run, each with what it needed."""
     kernel_analyses: list[KernelAnalysis] = []
@@ -536,12 +604,14 @@ class Report(msgspec.Struct):
     load_levels: list[LoadLevel] = []
     """A concurrency sweep, one entry per level (``--concurrency 1,4,16``)."""
     window_load: LoadLevel | None = None
-    """The (last) load window of a serve / attach capture: requests, throughput, how much of it had requests in flight."""
+    """The (last) load window of a serve / attach capture: requests, throughput, how much of it had requests in
+    flight."""
     tracer_cost: TracerCost | None = None
     """``serve --mode kernels``: the recorder's cost on this server, against its untraced reference window."""
     slo_ms: dict[str, float] = {}
     next_measurement: str | None = None
-    """The next, costlier measurement the escalation plan proposes (exact command, in the capture's interface), if any."""
+    """The next, costlier measurement the escalation plan proposes (exact command, in the capture's interface), if
+    any."""
     next_command: Command | None = None
     """The same as data."""
     artifacts: list[str] = []
@@ -562,9 +632,15 @@ class Report(msgspec.Struct):
         if version not in READABLE_REPORT_VERSIONS:
             raise TraceFormatError(
                 f"{path}: report schema version {version!r} is not supported (this max_profile reads "
-                f"{', '.join(map(str, READABLE_REPORT_VERSIONS))}); re-analyse its raw capture with `max-profile report RAW.json.gz`"
+                f"{', '.join(map(str, READABLE_REPORT_VERSIONS))}); re-analyse its raw capture with `max-profile "
+                "report RAW.json.gz`"
             )
-        if "findings" not in doc and "kernels" in doc and isinstance(doc.get("kernels"), dict) and "names" in doc["kernels"]:
+        if (
+            "findings" not in doc
+            and "kernels" in doc
+            and isinstance(doc.get("kernels"), dict)
+            and "names" in doc["kernels"]
+        ):
             raise TraceFormatError(f"{path}: this is a raw capture, not a report: load it with RawCapture.load")
         return _validated(raw, cls, path)  # type: ignore[no-any-return]
 

@@ -62,8 +62,23 @@ def _dec_hook(tp: type, obj: object) -> object:
     raise NotImplementedError(f"cannot decode {tp}")
 
 
-NON_NEGATIVE_SUFFIXES = ("_ms", "_ns", "_us", "_s", "_pct", "bytes", "kernels", "steps", "count", "tokens", "requests", "samples", "_mhz",
-                         "batch_size", "index")
+NON_NEGATIVE_SUFFIXES = (
+    "_ms",
+    "_ns",
+    "_us",
+    "_s",
+    "_pct",
+    "bytes",
+    "kernels",
+    "steps",
+    "count",
+    "tokens",
+    "requests",
+    "samples",
+    "_mhz",
+    "batch_size",
+    "index",
+)
 
 
 """Numbers under keys ending like these are times, shares or counts: never negative in a valid capture or report."""
@@ -72,14 +87,16 @@ NON_NEGATIVE_SUFFIXES = ("_ms", "_ns", "_us", "_s", "_pct", "bytes", "kernels", 
 SIGNED_KEYS = ("growth", "correlation", "delta", "slope", "change", "gain")
 
 
-"""Keys that may be negative: trends, and changes between two measurements (a step that got faster, a throughput that fell)."""
+"""Keys that may be negative: trends, and changes between two measurements (a step that got faster, a throughput that
+fell)."""
 
 
 def find_impossible_number(doc: object, key: str = "") -> str | None:
     """The first NaN, infinity or negative time / count in a decoded document (``key = value``), or None."""
     if isinstance(doc, dict):
         if "name_idx" in doc and "start_ns" in doc:
-            return None  # a kernel table: -1 marks unknown launches, and invalid records are the analysis's to drop and count
+            # a kernel table: -1 marks unknown launches, and invalid records are the analysis's to drop and count
+            return None
         for k, v in doc.items():
             if k == "kernels" and isinstance(v, list) and v and isinstance(v[0], list):
                 continue  # a version-1 kernel table (rows as arrays): the same holds as for the columns above

@@ -20,9 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from max_profile.collect.probes.environment import max_version
 from max_profile.errors import InputError
 from max_profile.model import PreflightCheck, PreflightResult, Severity
-from max_profile.util.procs import die_with_parent, kill_group
+from max_profile.util.files import cache_dir, write_output
+from max_profile.util.procs import clean_child_env, die_with_parent, kill_group
 
 PASS_THROUGH_CHAT_TEMPLATE = '{% for m in messages %}{{ m["content"] }}{% endfor %}'
 """A chat template that sends the messages' text unchanged (for base models without one)."""
@@ -31,7 +33,9 @@ DEFAULT_TIMEOUT_S = 60.0
 _CHILD = Path(__file__).with_name("_child.py")
 
 
-def _check(cid: str, ok: bool, severity: Severity, message: str, fix: str | None = None, where: str | None = None) -> PreflightCheck:
+def _check(
+    cid: str, ok: bool, severity: Severity, message: str, fix: str | None = None, where: str | None = None
+) -> PreflightCheck:
     return PreflightCheck(id=cid, ok=ok, severity=severity, message=message, fix=fix, where=where)
 
 
@@ -40,15 +44,30 @@ def parse_spec(spec: str) -> tuple[str, str, list[PreflightCheck]]:
     problems: list[PreflightCheck] = []
     parts = spec.split(":")
     if len(parts) > 2:
-        problems.append(_check("spec-form", False, "error", f"spec {spec!r} has more than one ':' (MAX: 'Custom module spec contains too many colons')",
-                               fix="use either a package folder path (/x/pkg) or IMPORT_PATH:MODULE (/x:pkg)"))
+        problems.append(
+            _check(
+                "spec-form",
+                False,
+                "error",
+                f"spec {spec!r} has more than one ':' (MAX: 'Custom module spec contains too many colons')",
+                fix="use either a package folder path (/x/pkg) or IMPORT_PATH:MODULE (/x:pkg)",
+            )
+        )
         return "", "", problems
     if len(parts) == 2 and not (len(parts[0]) == 1 and parts[0].isalpha()):
         return parts[0], parts[1], problems
     path, name = os.path.dirname(spec), os.path.basename(spec)
     if spec.endswith(("/", os.sep)):
-        problems.append(_check("trailing-slash", False, "error", f"spec {spec!r} ends with a slash: MAX takes the empty last part as the module name ('Empty module name')",
-                               fix=f"--custom-architectures {spec.rstrip('/' + os.sep)}"))
+        problems.append(
+            _check(
+                "trailing-slash",
+                False,
+                "error",
+                f"spec {spec!r} ends with a slash: MAX takes the empty last part as the module name ('Empty module "
+                "name')",
+                fix=f"--custom-architectures {spec.rstrip('/' + os.sep)}",
+            )
+        )
     return path, name, problems
 
 
@@ -60,14 +79,38 @@ def _static_checks(spec: str, serve: bool) -> tuple[list[PreflightCheck], Path |
         return checks, None, name
     pkg = Path(import_path or ".") / name
     if name.endswith(".py") or (pkg.is_file() and pkg.suffix == ".py"):
-        checks.append(_check("spec-is-file", False, "error", f"{spec!r} is a .py file: MAX imports a package (a folder with __init__.py); relative imports then fail",
-                             fix=f"--custom-architectures {os.path.dirname(os.path.abspath(spec))}"))
+        checks.append(
+            _check(
+                "spec-is-file",
+                False,
+                "error",
+                f"{spec!r} is a .py file: MAX imports a package (a folder with __init__.py); relative imports then "
+                "fail",
+                fix=f"--custom-architectures {os.path.dirname(os.path.abspath(spec))}",
+            )
+        )
         return checks, None, name
     if not pkg.exists():
-        checks.append(_check("spec-exists", False, "error", f"{pkg} does not exist", fix="pass the folder of the architecture package"))
+        checks.append(
+            _check(
+                "spec-exists",
+                False,
+                "error",
+                f"{pkg} does not exist",
+                fix="pass the folder of the architecture package",
+            )
+        )
         return checks, None, name
     if not pkg.is_dir() or not (pkg / "__init__.py").is_file():
-        checks.append(_check("spec-package", False, "error", f"{pkg} is not a Python package (no __init__.py)", fix="add __init__.py that defines ARCHITECTURES = [...]"))
+        checks.append(
+            _check(
+                "spec-package",
+                False,
+                "error",
+                f"{pkg} is not a Python package (no __init__.py)",
+                fix="add __init__.py that defines ARCHITECTURES = [...]",
+            )
+        )
         return checks, None, name
     checks.append(_check("spec", True, "info", f"package {name!r} from {os.path.abspath(import_path or '.')}"))
     # A package named like an installed module loses: MAX *appends* its parent to sys.path.
@@ -77,22 +120,48 @@ def _static_checks(spec: str, serve: bool) -> tuple[list[PreflightCheck], Path |
         installed = find_spec(name)
     except (ImportError, ValueError):
         installed = None
-    if installed is not None and installed.origin and not os.path.abspath(installed.origin).startswith(os.path.abspath(pkg)):
-        checks.append(_check("shadowed-name", False, "error",
-                             f"package name {name!r} is already importable here ({installed.origin}); MAX appends the package's parent to sys.path, "
-                             f"so `import {name}` gets the installed module ('module {name!r} has no attribute ARCHITECTURES')",
-                             fix=f"rename the package folder (e.g. {name}_arch) and its references"))
+    if (
+        installed is not None
+        and installed.origin
+        and not os.path.abspath(installed.origin).startswith(os.path.abspath(pkg))
+    ):
+        checks.append(
+            _check(
+                "shadowed-name",
+                False,
+                "error",
+                f"package name {name!r} is already importable here ({installed.origin}); MAX appends the package's "
+                "parent to sys.path, "
+                f"so `import {name}` gets the installed module ('module {name!r} has no attribute ARCHITECTURES')",
+                fix=f"rename the package folder (e.g. {name}_arch) and its references",
+            )
+        )
     for entry in filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)):
         if os.path.abspath(entry) == os.path.abspath(pkg):
-            checks.append(_check("pythonpath-trap", False, "warning",
-                                 f"PYTHONPATH contains the architecture folder itself ({entry}): its modules (e.g. arch, model) become top-level "
-                                 "names that can shadow other packages, and a bare-name spec fails with 'No module named'",
-                                 fix=f"remove it from PYTHONPATH; pass --custom-architectures {os.path.abspath(pkg)} (MAX adds the parent itself)"))
+            checks.append(
+                _check(
+                    "pythonpath-trap",
+                    False,
+                    "warning",
+                    f"PYTHONPATH contains the architecture folder itself ({entry}): its modules (e.g. arch, model) "
+                    "become top-level "
+                    "names that can shadow other packages, and a bare-name spec fails with 'No module named'",
+                    fix=f"remove it from PYTHONPATH; pass --custom-architectures {os.path.abspath(pkg)} (MAX adds the "
+                    "parent itself)",
+                )
+            )
     return checks, pkg, name
 
 
-def _model_checks(model_path: str | None, serve: bool, max_length: int | None, registered: list[str], builtins: list[str],
-                  tasks: dict[str, str], prompt_tokens: int | None) -> list[PreflightCheck]:
+def _model_checks(
+    model_path: str | None,
+    serve: bool,
+    max_length: int | None,
+    registered: list[str],
+    builtins: list[str],
+    tasks: dict[str, str],
+    prompt_tokens: int | None,
+) -> list[PreflightCheck]:
     checks: list[PreflightCheck] = []
     if not model_path:
         return checks
@@ -100,52 +169,133 @@ def _model_checks(model_path: str | None, serve: bool, max_length: int | None, r
     try:
         cfg = json.loads(cfg_path.read_text())
     except (OSError, ValueError) as exc:
-        return [_check("model-config", False, "error", f"{cfg_path}: cannot read config.json ({exc})", fix="pass a local HF model folder")]
+        return [
+            _check(
+                "model-config",
+                False,
+                "error",
+                f"{cfg_path}: cannot read config.json ({exc})",
+                fix="pass a local HF model folder",
+            )
+        ]
     archs = cfg.get("architectures") or []
     arch = archs[0] if archs else None
     if arch is None:
-        checks.append(_check("model-arch", False, "error", f"{cfg_path} has no architectures[0]", fix='add "architectures": ["YourArchForCausalLM"]'))
+        checks.append(
+            _check(
+                "model-arch",
+                False,
+                "error",
+                f"{cfg_path} has no architectures[0]",
+                fix='add "architectures": ["YourArchForCausalLM"]',
+            )
+        )
     elif arch in registered:
-        checks.append(_check("model-arch", True, "info", f"config.json architectures[0] = {arch!r} is registered by the custom package"))
+        checks.append(
+            _check(
+                "model-arch",
+                True,
+                "info",
+                f"config.json architectures[0] = {arch!r} is registered by the custom package",
+            )
+        )
         if serve and tasks.get(arch, "").endswith("EMBEDDINGS_GENERATION"):
-            checks.append(_check("serve-embeddings", False, "error",
-                                 f"{arch!r} is an embeddings architecture: `max serve --custom-architectures` 26.7 detects the task before importing "
-                                 "custom packages, so it fails with \"Architecture not found in registry\"",
-                                 fix="profile it in-process (max-profile run / profile()) or use the utilization check around the load you can drive"))
+            checks.append(
+                _check(
+                    "serve-embeddings",
+                    False,
+                    "error",
+                    f"{arch!r} is an embeddings architecture: `max serve --custom-architectures` 26.7 detects the task "
+                    "before importing "
+                    'custom packages, so it fails with "Architecture not found in registry"',
+                    fix="profile it in-process (max-profile run / profile()) or use the utilization check around the "
+                    "load you can drive",
+                )
+            )
     elif arch in builtins and registered:
-        checks.append(_check("model-arch-not-custom", False, "warning",
-                             f"config.json architectures[0] = {arch!r} is a built-in MAX architecture, and the custom package registers "
-                             f"{', '.join(repr(a) for a in registered)} instead: MAX will run the built-in {arch!r}, and the custom code is never used",
-                             fix=f"set architectures[0] in {cfg_path} to {registered[0]!r} (the name the package registers), or register "
-                             f"{arch!r} in the package's ARCHITECTURES (it then replaces the built-in)"))
+        checks.append(
+            _check(
+                "model-arch-not-custom",
+                False,
+                "warning",
+                f"config.json architectures[0] = {arch!r} is a built-in MAX architecture, and the custom package "
+                "registers "
+                f"{', '.join(repr(a) for a in registered)} instead: MAX will run the built-in {arch!r}, and the custom "
+                "code is never used",
+                fix=f"set architectures[0] in {cfg_path} to {registered[0]!r} (the name the package registers), or "
+                "register "
+                f"{arch!r} in the package's ARCHITECTURES (it then replaces the built-in)",
+            )
+        )
     elif arch in builtins:
-        checks.append(_check("model-arch", True, "info", f"config.json architectures[0] = {arch!r} is a built-in MAX architecture (the custom package does not register it)"))
+        checks.append(
+            _check(
+                "model-arch",
+                True,
+                "info",
+                f"config.json architectures[0] = {arch!r} is a built-in MAX architecture (the custom package does not "
+                "register it)",
+            )
+        )
     else:
-        checks.append(_check("model-arch", False, "error", f"config.json architectures[0] = {arch!r} is registered neither by the package nor by MAX ('No architecture found for {arch}')",
-                             fix=f"register {arch!r} in ARCHITECTURES or fix config.json"))
+        checks.append(
+            _check(
+                "model-arch",
+                False,
+                "error",
+                f"config.json architectures[0] = {arch!r} is registered neither by the package nor by MAX ('No "
+                f"architecture found for {arch}')",
+                fix=f"register {arch!r} in ARCHITECTURES or fix config.json",
+            )
+        )
     if cfg.get("auto_map"):
-        checks.append(_check("trust-remote-code", False, "warning", "config.json has auto_map (custom modeling code on the hub side)", fix="add --trust-remote-code"))
+        checks.append(
+            _check(
+                "trust-remote-code",
+                False,
+                "warning",
+                "config.json has auto_map (custom modeling code on the hub side)",
+                fix="add --trust-remote-code",
+            )
+        )
     has_template = (Path(model_path) / "chat_template.jinja").exists() or _tokenizer_config_has_template(model_path)
     if has_template:
         checks.append(_check("chat-template", True, "info", "tokenizer has a chat template"))
     else:
         tmpl = passthrough_template()
-        checks.append(_check("chat-template", not serve, "warning" if serve else "info",
-                             "no chat template: `max generate` sends the raw prompt, but chat endpoints fail ('tokenizer.chat_template is not set'; serve answers HTTP 400)",
-                             fix=f"--chat-template {tmpl}  (a pass-through template, written there)"))
+        checks.append(
+            _check(
+                "chat-template",
+                not serve,
+                "warning" if serve else "info",
+                "no chat template: `max generate` sends the raw prompt, but chat endpoints fail "
+                "('tokenizer.chat_template is not set'; serve answers HTTP 400)",
+                fix=f"--chat-template {tmpl}  (a pass-through template, written there)",
+            )
+        )
     if max_length is not None and prompt_tokens is not None and prompt_tokens > max_length:
-        checks.append(_check("max-length", False, "error", f"the chat-templated prompt is {prompt_tokens} tokens but --max-length is {max_length}: MAX raises PromptTooLongError",
-                             fix=f"--max-length {prompt_tokens + 64} or a shorter prompt"))
+        checks.append(
+            _check(
+                "max-length",
+                False,
+                "error",
+                f"the chat-templated prompt is {prompt_tokens} tokens but --max-length is {max_length}: MAX raises "
+                "PromptTooLongError",
+                fix=f"--max-length {prompt_tokens + 64} or a shorter prompt",
+            )
+        )
     return checks
 
 
 def passthrough_template() -> Path:
-    """The pass-through chat template as a file of this user's (max_profile's cache folder), written once per content."""
+    """The pass-through chat template as a file of this user's (max_profile's cache folder), written once per
+    content."""
     import hashlib
 
-    from max_profile.util.files import cache_dir, write_output
-
-    path = cache_dir("templates") / f"passthrough-{hashlib.sha1(PASS_THROUGH_CHAT_TEMPLATE.encode()).hexdigest()[:8]}.jinja"
+    path = (
+        cache_dir("templates")
+        / f"passthrough-{hashlib.sha1(PASS_THROUGH_CHAT_TEMPLATE.encode()).hexdigest()[:8]}.jinja"
+    )
     if not path.exists():
         write_output(path, PASS_THROUGH_CHAT_TEMPLATE.encode())
     return path
@@ -158,10 +308,16 @@ def _tokenizer_config_has_template(model_path: str) -> bool:
         return False
 
 
-def check_architecture(spec: str, model_path: str | None = None, serve: bool = False, *, max_length: int | None = None,
-                       prompt: str = "I believe the meaning of life is", timeout_s: float = DEFAULT_TIMEOUT_S) -> PreflightResult:
+def check_architecture(
+    spec: str,
+    model_path: str | None = None,
+    serve: bool = False,
+    *,
+    max_length: int | None = None,
+    prompt: str = "I believe the meaning of life is",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> PreflightResult:
     """Run every preflight check for one ``--custom-architectures`` spec; never imports user code here."""
-    from max_profile.collect.probes.environment import max_version
 
     t0 = time.perf_counter()
     checks, pkg, name = _static_checks(spec, serve)
@@ -172,23 +328,47 @@ def check_architecture(spec: str, model_path: str | None = None, serve: bool = F
     registered = list(child.get("architectures", []))
     builtins = list(child.get("builtins", []))
     for clash in sorted(set(registered) & set(builtins)):
-        checks.append(_check("builtin-clash", False, "warning",
-                             f"{clash!r} is also a built-in MAX architecture: MAX 26.7 lets the custom one replace it silently (only a DEBUG log line)",
-                             fix=f"profile the built-in {clash!r} instead (drop --custom-architectures), or give the custom architecture its own name"))
+        checks.append(
+            _check(
+                "builtin-clash",
+                False,
+                "warning",
+                f"{clash!r} is also a built-in MAX architecture: MAX 26.7 lets the custom one replace it silently "
+                "(only a DEBUG log line)",
+                fix=f"profile the built-in {clash!r} instead (drop --custom-architectures), or give the custom "
+                "architecture its own name",
+            )
+        )
     if child.get("architectures") is None:
-        # the package could not be imported (a mistyped path, an import error): what it registers is unknown, so the model's
-        # architecture is not judged against it (its error above is the only one); the tokenizer and length checks still run
-        model_checks = [c for c in _model_checks(model_path, serve, max_length, registered, builtins, child.get("tasks", {}), child.get("prompt_tokens"))
-                        if not c.id.startswith("model-arch")]
+        # the package could not be imported (a mistyped path, an import error): what it registers is unknown, so the
+        # model's
+        # architecture is not judged against it (its error above is the only one); the tokenizer and length checks
+        # still run
+        model_checks = [
+            c
+            for c in _model_checks(
+                model_path, serve, max_length, registered, builtins, child.get("tasks", {}), child.get("prompt_tokens")
+            )
+            if not c.id.startswith("model-arch")
+        ]
     else:
-        model_checks = _model_checks(model_path, serve, max_length, registered, builtins, child.get("tasks", {}), child.get("prompt_tokens"))
+        model_checks = _model_checks(
+            model_path, serve, max_length, registered, builtins, child.get("tasks", {}), child.get("prompt_tokens")
+        )
     checks += model_checks
-    return PreflightResult(spec=spec, max_version=max_version(), checks=checks, architectures=registered, duration_s=time.perf_counter() - t0,
-                           package_import_s=child.get("import_s"))
+    return PreflightResult(
+        spec=spec,
+        max_version=max_version(),
+        checks=checks,
+        architectures=registered,
+        duration_s=time.perf_counter() - t0,
+        package_import_s=child.get("import_s"),
+    )
 
 
-def _run_child(pkg: Path, name: str, model_path: str | None, prompt: str, timeout_s: float) -> tuple[dict[str, Any], list[PreflightCheck]]:
-    from max_profile.util.procs import clean_child_env
+def _run_child(
+    pkg: Path, name: str, model_path: str | None, prompt: str, timeout_s: float
+) -> tuple[dict[str, Any], list[PreflightCheck]]:
 
     with tempfile.TemporaryDirectory(prefix="max-profile-preflight-") as tmp:
         out = Path(tmp) / "result.jsonl"
@@ -196,8 +376,15 @@ def _run_child(pkg: Path, name: str, model_path: str | None, prompt: str, timeou
         args = [sys.executable, str(_CHILD), str(pkg.parent.resolve()), name, str(out), model_path or "", prompt]
         env = clean_child_env({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"})
         with open(log, "wb") as log_fh:
-            proc = subprocess.Popen(args, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                    preexec_fn=die_with_parent())
+            proc = subprocess.Popen(
+                args,
+                stdout=log_fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent(),
+            )
             timed_out = False
             try:
                 proc.wait(timeout=timeout_s)
@@ -217,33 +404,85 @@ def _run_child(pkg: Path, name: str, model_path: str | None, prompt: str, timeou
         kind = ev.get("kind")
         if kind == "drift":
             for item in ev["missing"]:
-                checks.append(_check("import-drift", False, "error", f"{item['what']} not found in the installed MAX", where=item["where"],
-                                     fix="update the import to the installed MAX's layout (see `max list` / the MAX changelog), or install the MAX version it was written for"))
+                checks.append(
+                    _check(
+                        "import-drift",
+                        False,
+                        "error",
+                        f"{item['what']} not found in the installed MAX",
+                        where=item["where"],
+                        fix="update the import to the installed MAX's layout (see `max list` / the MAX changelog), or "
+                        "install the MAX version it was written for",
+                    )
+                )
             if not ev["missing"]:
-                checks.append(_check("import-drift", True, "info", f"all {ev['checked']} `max` imports and module attributes resolve against the installed MAX"))
+                checks.append(
+                    _check(
+                        "import-drift",
+                        True,
+                        "info",
+                        f"all {ev['checked']} `max` imports and module attributes resolve against the installed MAX",
+                    )
+                )
         elif kind == "builtins":
             result["builtins"] = ev["names"]
         elif kind == "imported":
             result["import_s"] = ev.get("import_s")
             result["architectures"] = ev["architectures"]
             result["tasks"] = ev.get("tasks", {})
-            checks.append(_check("import", True, "info", f"imports cleanly; ARCHITECTURES registers {', '.join(ev['architectures'])}"))
+            checks.append(
+                _check(
+                    "import", True, "info", f"imports cleanly; ARCHITECTURES registers {', '.join(ev['architectures'])}"
+                )
+            )
         elif kind == "import-error":
             result["import_s"] = ev.get("import_s")
-            checks.append(_check("import", False, "error", f"import failed: {ev['error']}", where=ev.get("where"),
-                                 fix="fix the error above; MAX would fail the same way ('Failed to import custom model from ...')"))
+            checks.append(
+                _check(
+                    "import",
+                    False,
+                    "error",
+                    f"import failed: {ev['error']}",
+                    where=ev.get("where"),
+                    fix="fix the error above; MAX would fail the same way ('Failed to import custom model from ...')",
+                )
+            )
         elif kind == "no-architectures":
-            checks.append(_check("architectures-list", False, "error", ev["error"], fix="define ARCHITECTURES = [your SupportedArchitecture, ...] in the package's __init__.py"))
+            checks.append(
+                _check(
+                    "architectures-list",
+                    False,
+                    "error",
+                    ev["error"],
+                    fix="define ARCHITECTURES = [your SupportedArchitecture, ...] in the package's __init__.py",
+                )
+            )
         elif kind == "prompt":
             result["prompt_tokens"] = ev["tokens"]
     finished = any(ev.get("kind") == "done" for ev in events)
     if timed_out:
-        checks.append(_check("import-timeout", False, "error", f"importing the package did not finish within {timeout_s:.0f} s (stopped; an endless loop or a blocking call at import time?)",
-                             fix="make the package's import side-effect free"))
+        checks.append(
+            _check(
+                "import-timeout",
+                False,
+                "error",
+                f"importing the package did not finish within {timeout_s:.0f} s (stopped; an endless loop or a "
+                "blocking call at import time?)",
+                fix="make the package's import side-effect free",
+            )
+        )
     elif not finished:
         code = proc.returncode
-        checks.append(_check("import-exit", False, "error", f"the package's import ended the process (exit code {code}) before it finished" + (f"; last output: {tail}" if tail else ""),
-                             fix="remove sys.exit / os._exit / crashing code from import time"))
+        checks.append(
+            _check(
+                "import-exit",
+                False,
+                "error",
+                f"the package's import ended the process (exit code {code}) before it finished"
+                + (f"; last output: {tail}" if tail else ""),
+                fix="remove sys.exit / os._exit / crashing code from import time",
+            )
+        )
     return result, checks
 
 
@@ -273,7 +512,9 @@ def _tail(path: Path, limit: int = 300) -> str:
     return (lines[-1] if lines else "")[:limit]
 
 
-def preflight_gate(specs: list[str], model_path: str | None, *, serve: bool = False, progress: Any = lambda m: None) -> list[PreflightResult]:
+def preflight_gate(
+    specs: list[str], model_path: str | None, *, serve: bool = False, progress: Any = lambda m: None
+) -> list[PreflightResult]:
     """Preflight every custom-architecture spec before a load; :class:`InputError` on the first that fails.
 
     The one gate in front of ``run`` / ``demo`` / ``serve``: the long load never starts on a package that cannot work.
@@ -293,5 +534,8 @@ class PreflightFailed(InputError):
 
     def __init__(self, result: PreflightResult) -> None:
         first = next(c for c in result.checks if not c.ok and c.severity == "error")
-        super().__init__(f"custom architecture {result.spec} fails preflight: {first.message}" + (f" — fix: {first.fix}" if first.fix else ""))
+        super().__init__(
+            f"custom architecture {result.spec} fails preflight: {first.message}"
+            + (f" — fix: {first.fix}" if first.fix else "")
+        )
         self.result = result

@@ -62,7 +62,9 @@ def drift_scan(pkg: Path) -> None:
         try:
             tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
         except SyntaxError as exc:
-            missing.append({"what": f"syntax error: {exc.msg}", "where": f"{path.relative_to(pkg.parent)}:{exc.lineno}"})
+            missing.append(
+                {"what": f"syntax error: {exc.msg}", "where": f"{path.relative_to(pkg.parent)}:{exc.lineno}"}
+            )
             continue
         module_aliases: dict[str, str] = {}  # local name -> the MAX module it names
         for node in ast.walk(tree):
@@ -98,10 +100,20 @@ def drift_scan(pkg: Path) -> None:
                     elif isinstance(getattr(mod, alias.name), types.ModuleType):
                         module_aliases[alias.asname or alias.name] = getattr(mod, alias.name).__name__
         rebound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
-        rebound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in (*n.posonlyargs, *n.args, *n.kwonlyargs)}
+        rebound |= {
+            a.arg
+            for n in ast.walk(tree)
+            if isinstance(n, ast.arguments)
+            for a in (*n.posonlyargs, *n.args, *n.kwonlyargs)
+        }
         inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
         # annotations are not evaluated at run time under `from __future__ import annotations`: not drift that breaks
-        annotations = [a for n in ast.walk(tree) for a in (getattr(n, "annotation", None), getattr(n, "returns", None)) if isinstance(a, ast.AST)]
+        annotations = [
+            a
+            for n in ast.walk(tree)
+            for a in (getattr(n, "annotation", None), getattr(n, "returns", None))
+            if isinstance(a, ast.AST)
+        ]
         inner |= {id(n) for a in annotations for n in ast.walk(a)}
         resolved: dict[tuple[str, str], str | None] = {}  # (module, attr) -> the submodule it names, None: chain ends
         for node in ast.walk(tree):
@@ -125,8 +137,12 @@ def drift_scan(pkg: Path) -> None:
                         resolved[key] = f"{target}.{attr}"
                     elif (mod := load(target)) is not None:
                         if not hasattr(mod, attr):
-                            missing.append({"what": f"name {attr!r} in {target!r} (used as {ast.unparse(node)})",
-                                            "where": f"{path.relative_to(pkg.parent)}:{node.lineno}"})
+                            missing.append(
+                                {
+                                    "what": f"name {attr!r} in {target!r} (used as {ast.unparse(node)})",
+                                    "where": f"{path.relative_to(pkg.parent)}:{node.lineno}",
+                                }
+                            )
                         elif isinstance(getattr(mod, attr), types.ModuleType):
                             resolved[key] = getattr(mod, attr).__name__
                 target = resolved[key]
@@ -138,7 +154,9 @@ def drift_scan(pkg: Path) -> None:
 def builtin_names() -> list[str]:
     from max.pipelines.lib.registry import PIPELINE_REGISTRY
 
-    names = set(getattr(PIPELINE_REGISTRY, "_lazy_architectures", {}) or {}) | set(getattr(PIPELINE_REGISTRY, "architectures", {}) or {})
+    names = set(getattr(PIPELINE_REGISTRY, "_lazy_architectures", {}) or {}) | set(
+        getattr(PIPELINE_REGISTRY, "architectures", {}) or {}
+    )
     return sorted(names)
 
 
@@ -159,8 +177,11 @@ def real_import(parent: str, name: str) -> None:
     archs = getattr(module, "ARCHITECTURES", None)
     if not archs or not isinstance(archs, list):
         origin = getattr(module, "__file__", "?")
-        emit(kind="no-architectures", error=f"module {name!r} ({origin}) does not expose a non-empty ARCHITECTURES list "
-             "(MAX: 'Custom model imported, but did not expose an `ARCHITECTURES` list')")
+        emit(
+            kind="no-architectures",
+            error=f"module {name!r} ({origin}) does not expose a non-empty ARCHITECTURES list "
+            "(MAX: 'Custom model imported, but did not expose an `ARCHITECTURES` list')",
+        )
         return
     names = [str(getattr(a, "name", a)) for a in archs]
     tasks = {str(getattr(a, "name", a)): str(getattr(a, "task", "")) for a in archs}
@@ -173,7 +194,9 @@ def prompt_tokens(model_path: str, prompt: str) -> None:
 
         tok = AutoTokenizer.from_pretrained(model_path)
         if getattr(tok, "chat_template", None):
-            ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
+            ids = tok.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+            )
             if hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding
                 ids = ids["input_ids"]
             n = len(ids[0]) if ids and isinstance(ids[0], list) else len(ids)

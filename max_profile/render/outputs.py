@@ -20,6 +20,10 @@ from pathlib import Path
 
 from max_profile.errors import InputError, ToolMissingError
 from max_profile.model import RawCapture, Report, RequestRecord, ToolStatus
+from max_profile.render.html import render_html
+from max_profile.render.perfetto import write_perfetto
+from max_profile.render.telemetry import export_otel, otlp_providers_from_env, otlp_settings, prometheus_text
+from max_profile.render.text import render_text
 from max_profile.util.files import write_output
 
 
@@ -45,13 +49,9 @@ def _requests(raw: RawCapture | None) -> Sequence[RequestRecord]:
 
 
 def _text(report: Report, raw: RawCapture | None, path: str) -> str:
-    from max_profile.render.text import render_text
 
     write_output(path, render_text(report).encode())  # the terminal's width, as the CLI prints it (COLUMNS=N sets it)
     return f"text report written to {path}"
-
-
-
 
 
 def _json(report: Report, raw: RawCapture | None, path: str) -> str:
@@ -66,14 +66,12 @@ def _raw(report: Report, raw: RawCapture | None, path: str) -> str:
 
 
 def _html(report: Report, raw: RawCapture | None, path: str) -> str:
-    from max_profile.render.html import render_html
 
     write_output(path, render_html(report).encode())
     return f"HTML report written to {path} (open it in a browser: file://{os.path.abspath(path)})"
 
 
 def _perfetto(report: Report, raw: RawCapture | None, path: str) -> str:
-    from max_profile.render.perfetto import write_perfetto
 
     assert raw is not None
     write_perfetto(raw, path)
@@ -81,35 +79,64 @@ def _perfetto(report: Report, raw: RawCapture | None, path: str) -> str:
 
 
 def _prometheus(report: Report, raw: RawCapture | None, path: str) -> str:
-    from max_profile.render.telemetry import prometheus_text
 
     write_output(path, prometheus_text(report, requests=_requests(raw)).encode())
     return f"Prometheus metrics written to {path} (text exposition format)"
 
 
 def _otel(report: Report, raw: RawCapture | None, path: str) -> str:
-    from max_profile.render.telemetry import export_otel, otlp_providers_from_env
 
     export = otlp_providers_from_env()
-    export_otel(report, meter_provider=export.meter_provider, tracer_provider=export.tracer_provider, requests=_requests(raw))
+    export_otel(
+        report, meter_provider=export.meter_provider, tracer_provider=export.tracer_provider, requests=_requests(raw)
+    )
     export.finish()
     return f"OpenTelemetry metrics and spans exported to {export.endpoint}"
 
 
 _BASE = "pip install 'max-profile'   (a dependency of max-profile is missing: reinstall it)"
 OUTPUTS: tuple[Output, ...] = (
-    Output("raw", "also write the raw capture (.gz to compress); `max-profile report PATH` rebuilds the report", _raw, ("msgspec",), _BASE, needs_raw=True),
+    Output(
+        "raw",
+        "also write the raw capture (.gz to compress); `max-profile report PATH` rebuilds the report",
+        _raw,
+        ("msgspec",),
+        _BASE,
+        needs_raw=True,
+    ),
     Output("text", "also write the text report (what is printed, without colour) to a file", _text, ("rich",), _BASE),
     Output("json", "write the analysed report as JSON", _json, ("msgspec",), _BASE),
-    Output("html", "write the report as one self-contained HTML page (plots inlined, works offline)", _html, ("bokeh",), "pip install 'bokeh>=3.4'"),
-    Output("perfetto", "write a Perfetto trace (steps, every kernel per stream, launches, GPU counters)", _perfetto, ("perfetto.protos.perfetto.trace.perfetto_trace_pb2",),
-           "pip install 'perfetto>=0.11'", needs_raw=True),
-    Output("prometheus", "write the figures as Prometheus exposition text (node_exporter textfile collector)", _prometheus, ("prometheus_client",),
-           "pip install 'prometheus-client>=0.20'"),
-    Output("otel", "export the figures and spans over OTLP to OTEL_EXPORTER_OTLP_ENDPOINT (OTEL_* variables as usual)", _otel,
-           ("opentelemetry.sdk.metrics", "opentelemetry.exporter.otlp.proto.http.metric_exporter"),
-           "pip install 'opentelemetry-sdk>=1.30' 'opentelemetry-exporter-otlp-proto-http>=1.30' 'opentelemetry-exporter-otlp-proto-grpc>=1.30'",
-           takes_path=False),
+    Output(
+        "html",
+        "write the report as one self-contained HTML page (plots inlined, works offline)",
+        _html,
+        ("bokeh",),
+        "pip install 'bokeh>=3.4'",
+    ),
+    Output(
+        "perfetto",
+        "write a Perfetto trace (steps, every kernel per stream, launches, GPU counters)",
+        _perfetto,
+        ("perfetto.protos.perfetto.trace.perfetto_trace_pb2",),
+        "pip install 'perfetto>=0.11'",
+        needs_raw=True,
+    ),
+    Output(
+        "prometheus",
+        "write the figures as Prometheus exposition text (node_exporter textfile collector)",
+        _prometheus,
+        ("prometheus_client",),
+        "pip install 'prometheus-client>=0.20'",
+    ),
+    Output(
+        "otel",
+        "export the figures and spans over OTLP to OTEL_EXPORTER_OTLP_ENDPOINT (OTEL_* variables as usual)",
+        _otel,
+        ("opentelemetry.sdk.metrics", "opentelemetry.exporter.otlp.proto.http.metric_exporter"),
+        "pip install 'opentelemetry-sdk>=1.30' 'opentelemetry-exporter-otlp-proto-http>=1.30' "
+        "'opentelemetry-exporter-otlp-proto-grpc>=1.30'",
+        takes_path=False,
+    ),
 )
 """Written in this order; OTel last, so an export failure comes after every file is on disk."""
 BY_NAME = {o.name: o for o in OUTPUTS}
@@ -153,18 +180,24 @@ def check_outputs(requested: dict[str, str | bool | None]) -> None:
         output = BY_NAME[name]
         missing = missing_modules(output)
         if missing:
-            raise ToolMissingError(f"--{name} needs {', '.join(missing)}, which does not import here. Install: {output.install}")
+            raise ToolMissingError(
+                f"--{name} needs {', '.join(missing)}, which does not import here. Install: {output.install}"
+            )
         if output.takes_path and isinstance(target, str):
             probe_writable(target, f"--{name}")
         if name == "otel":
-            from max_profile.render.telemetry import otlp_settings
-
             otlp_settings()  # a missing endpoint is said now, not after a capture of minutes
 
 
-def write_outputs(report: Report, capture: RawCapture | None = None, *, progress: Callable[[str], None] = lambda line: None,
-                  **targets: str | bool | None) -> list[str]:
-    """Write every requested output (``text="r.txt"``, ``json="r.json"``, ``html=...``, ``perfetto=...``, ``raw=...``, ``prometheus=...``,
+def write_outputs(
+    report: Report,
+    capture: RawCapture | None = None,
+    *,
+    progress: Callable[[str], None] = lambda line: None,
+    **targets: str | bool | None,
+) -> list[str]:
+    """Write every requested output (``text="r.txt"``, ``json="r.json"``, ``html=...``, ``perfetto=...``, ``raw=...``,
+    ``prometheus=...``,
     ``otel=True``) in registry order; returns the lines saying where each went."""
     unknown = set(targets) - set(BY_NAME)
     if unknown:
@@ -175,7 +208,9 @@ def write_outputs(report: Report, capture: RawCapture | None = None, *, progress
         if not target:
             continue
         if output.needs_raw and capture is None:
-            raise InputError(f"{output.name} needs the raw capture the report was built from (pass capture=, or --raw of the run)")
+            raise InputError(
+                f"{output.name} needs the raw capture the report was built from (pass capture=, or --raw of the run)"
+            )
         line = output.write(report, capture, target if isinstance(target, str) else "")
         progress(line)
         lines.append(line)
@@ -187,6 +222,12 @@ def output_checks() -> list[ToolStatus]:
     checks = []
     for output in OUTPUTS:
         missing = missing_modules(output)
-        checks.append(ToolStatus(name=f"--{output.name}", path=None if missing else "ready",
-                                 problem=f"needs {', '.join(missing)}" if missing else None, install_hint=output.install if missing else None))
+        checks.append(
+            ToolStatus(
+                name=f"--{output.name}",
+                path=None if missing else "ready",
+                problem=f"needs {', '.join(missing)}" if missing else None,
+                install_hint=output.install if missing else None,
+            )
+        )
     return checks

@@ -24,6 +24,7 @@ from max_profile.analyze.breakdown import valid_kernels
 from max_profile.analyze.families import FAMILIES, classify_kernel
 from max_profile.analyze.timeline import capture_timeline
 from max_profile.model import KernelTable, LoadWindow, RawCapture, RequestRecord
+from max_profile.util.files import write_output
 
 SEQUENCE_ID = 7
 STEPS_TRACK = 10
@@ -32,6 +33,7 @@ REQUEST_TRACK_BASE = 4_000_000
 GPU_TRACK_BASE = 1_000_000
 THREAD_TRACK_BASE = 2_000_000
 COUNTER_TRACK_BASE = 3_000_000
+OP_TRACK_BASE = 5_000_000
 SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
 SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE = 1, 2
 
@@ -44,6 +46,7 @@ def _window_label(w: LoadWindow) -> str:
 
 
 # --- protobuf wire format, vectorized -------------------------------------------------------
+
 
 def _varint(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each value as a protobuf varint: (bytes [n, 10], lengths [n])."""
@@ -63,7 +66,8 @@ def _varint(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Col:
-    """One field's bytes for every row: a constant (a tag) or per-row bytes (bytes [n, w], lengths [n]); ``mask`` drops it from rows."""
+    """One field's bytes for every row: a constant (a tag) or per-row bytes (bytes [n, w], lengths [n]); ``mask`` drops
+    it from rows."""
 
     def __init__(self, data: bytes | tuple[np.ndarray, np.ndarray], mask: np.ndarray | None = None) -> None:
         self.const: bytes | None = data if isinstance(data, bytes) else None
@@ -152,6 +156,12 @@ def build_perfetto(raw: RawCapture) -> bytes:
         for tid in np.unique(table.launch_tid[table.launch_tid >= 0]):
             threads[int(tid)] = THREAD_TRACK_BASE + len(threads)
             descriptor(threads[int(tid)], f"launch thread {int(tid)}")
+    ops = raw.op_ranges if raw.kernel_clock == "host" else raw.op_ranges.select(np.zeros(len(raw.op_ranges), bool))
+    op_tracks: dict[int, int] = {}
+    if len(ops) and ops.launch_tid is not None:  # --kernels ops: MAX's op ranges, one lane per host thread
+        for tid in np.unique(ops.launch_tid):
+            op_tracks[int(tid)] = OP_TRACK_BASE + len(op_tracks)
+            descriptor(op_tracks[int(tid)], f"MAX ops, thread {int(tid)} (host: each op's launch)")
     counters: dict[tuple[str, str], int] = {}
     if raw.kernel_clock == "host" or not len(table):
         for sample in raw.samples:
@@ -179,14 +189,27 @@ def build_perfetto(raw: RawCapture) -> bytes:
     steps = capture_timeline(raw).steps  # the steps the report's breakdown attributes kernels to
     for s in steps:
         names(f"{s.phase} step")
-    for key in ("grid", "block", "phase", "batch", "fed tokens", "model tokens", "context tokens", "step", "tokens", "TTFT ms", "error",
-                "requests"):
+    for key in (
+        "grid",
+        "block",
+        "phase",
+        "batch",
+        "fed tokens",
+        "model tokens",
+        "context tokens",
+        "step",
+        "tokens",
+        "TTFT ms",
+        "error",
+        "requests",
+    ):
         arg_names(key)
     for w in raw.load_windows if host_clock else []:
         names(_window_label(w))
     for text in ("request", "request (failed)"):
         names(text)
     launch_name = names("launch")
+    op_iid = np.array([names(n) for n in ops.names] or [0], dtype=np.int64)
 
     first = builder.add_packet()
     first.trusted_packet_sequence_id = SEQUENCE_ID
@@ -212,8 +235,13 @@ def build_perfetto(raw: RawCapture) -> bytes:
     for i, s in enumerate(steps):
         begin = event(s.start_ns, SLICE_BEGIN, STEPS_TRACK)
         begin.name_iid = names.ids[f"{s.phase} step"]
-        for key, value in (("step", i), ("batch", s.batch_size), ("fed tokens", s.input_tokens), ("context tokens", s.context_tokens),
-                           ("model tokens", s.model_input_tokens)):
+        for key, value in (
+            ("step", i),
+            ("batch", s.batch_size),
+            ("fed tokens", s.input_tokens),
+            ("context tokens", s.context_tokens),
+            ("model tokens", s.model_input_tokens),
+        ):
             if value is not None:
                 begin.debug_annotations.add(name_iid=arg_names.ids[key], int_value=int(value))
         begin.debug_annotations.add(name_iid=arg_names.ids["phase"], string_value=s.phase)
@@ -234,15 +262,25 @@ def build_perfetto(raw: RawCapture) -> bytes:
         event(max(r.ended_ns, r.started_ns), SLICE_END, REQUEST_TRACK_BASE + lane)
     for sample in raw.samples if counters else []:
         memory = None if sample.memory_used_bytes is None else sample.memory_used_bytes / 2**30
-        readings: tuple[tuple[str, float | int | None], ...] = (("utilization %", sample.utilization_pct), ("memory GiB", memory),
-                                                                ("SM clock MHz", sample.sm_clock_mhz))
+        readings: tuple[tuple[str, float | int | None], ...] = (
+            ("utilization %", sample.utilization_pct),
+            ("memory GiB", memory),
+            ("SM clock MHz", sample.sm_clock_mhz),
+        )
         for what, reading in readings:
             if reading is not None:
                 event(sample.t_ns, COUNTER, counters[(sample.gpu, what)]).double_counter_value = float(reading)
+    if op_tracks and ops.launch_tid is not None:
+        for i in np.argsort(ops.start_ns, kind="stable"):
+            track = op_tracks[int(ops.launch_tid[i])]
+            event(int(ops.start_ns[i]), SLICE_BEGIN, track).name_iid = int(op_iid[ops.name_idx[i]])
+            event(max(int(ops.end_ns[i]), int(ops.start_ns[i])), SLICE_END, track)
     head = builder.serialize()
     if not len(table):
         return bytes(head)
-    return bytes(head) + _kernel_packets(table, streams, threads, kernel_iid, family_iid, grid_key, block_key, arg_names.ids, launch_name)
+    return bytes(head) + _kernel_packets(
+        table, streams, threads, kernel_iid, family_iid, grid_key, block_key, arg_names.ids, launch_name
+    )
 
 
 def request_lanes(requests: Sequence[RequestRecord]) -> list[int]:
@@ -262,7 +300,9 @@ def request_lanes(requests: Sequence[RequestRecord]) -> list[int]:
 
 def _distinct_dims(dims: np.ndarray) -> list[tuple[int, int, int]]:
     """The distinct (x, y, z) triples in the order :func:`_dims_index` numbers them."""
-    key = np.unique(dims[:, 0].astype(np.int64) | (dims[:, 1].astype(np.int64) << 21) | (dims[:, 2].astype(np.int64) << 42))
+    key = np.unique(
+        dims[:, 0].astype(np.int64) | (dims[:, 1].astype(np.int64) << 21) | (dims[:, 2].astype(np.int64) << 42)
+    )
     mask = (1 << 21) - 1
     return [(int(x & mask), int((x >> 21) & mask), int(x >> 42)) for x in key]
 
@@ -275,9 +315,19 @@ def _stream_tracks(table: KernelTable) -> dict[tuple[int, int], int]:
     return {(int(k >> 32), int(k & 0xFFFFFFFF)): GPU_TRACK_BASE + i for i, k in enumerate(keys)}
 
 
-def _kernel_packets(table: KernelTable, streams: dict[tuple[int, int], int], threads: dict[int, int], kernel_iid: np.ndarray, family_iid: np.ndarray,
-                    grid_key: np.ndarray | None, block_key: np.ndarray | None, arg_ids: dict[str, int], launch_name: int) -> bytes:
-    """Every kernel as a slice begin / end on its stream's track, and an instant with a flow at its launch call, in time order.
+def _kernel_packets(
+    table: KernelTable,
+    streams: dict[tuple[int, int], int],
+    threads: dict[int, int],
+    kernel_iid: np.ndarray,
+    family_iid: np.ndarray,
+    grid_key: np.ndarray | None,
+    block_key: np.ndarray | None,
+    arg_ids: dict[str, int],
+    launch_name: int,
+) -> bytes:
+    """Every kernel as a slice begin / end on its stream's track, and an instant with a flow at its launch call, in
+    time order.
 
     All packets are one table of rows sorted by time; each row's fields (present or masked out) are written with
     numpy, the nested lengths (TrackEvent inside TracePacket inside Trace) computed from the fields' lengths.
@@ -285,8 +335,11 @@ def _kernel_packets(table: KernelTable, streams: dict[tuple[int, int], int], thr
     n = len(table)
     stream = table.stream if table.stream is not None else np.zeros(n, dtype=np.int64)
     track = _track_ids(table.device.astype(np.int64), stream, streams)
-    has_launch = (table.launch_ns >= 0) & (table.launch_tid >= 0) if table.launch_ns is not None and table.launch_tid is not None and threads \
+    has_launch = (
+        (table.launch_ns >= 0) & (table.launch_tid >= 0)
+        if table.launch_ns is not None and table.launch_tid is not None and threads
         else np.zeros(n, dtype=bool)
+    )
     kinds = [np.full(n, SLICE_BEGIN), np.full(n, SLICE_END)]
     times = [table.start_ns, table.end_ns]
     index = [np.arange(n), np.arange(n)]
@@ -313,20 +366,47 @@ def _kernel_packets(table: KernelTable, streams: dict[tuple[int, int], int], thr
     flow = (k + 1).astype(np.uint64)
     name = np.where(instant, launch_name, kernel_iid[table.name_idx[k]])
     named = begin | instant
-    ev = [Col(_tag(9, 0)), Col(_varint(kind)), Col(_tag(11, 0)), Col(_varint(track_col)),
-          Col(_tag(3, 0), begin), Col(_varint(family_iid[table.name_idx[k]]), begin), Col(_tag(10, 0), named), Col(_varint(name), named)]
+    ev = [
+        Col(_tag(9, 0)),
+        Col(_varint(kind)),
+        Col(_tag(11, 0)),
+        Col(_varint(track_col)),
+        Col(_tag(3, 0), begin),
+        Col(_varint(family_iid[table.name_idx[k]]), begin),
+        Col(_tag(10, 0), named),
+        Col(_varint(name), named),
+    ]
     for key, dims, values in (("grid", table.grid, grid_key), ("block", table.block, block_key)):
         if dims is None or values is None:
             continue
-        ann = [Col(_tag(1, 0)), Col(_varint(np.full(rows, arg_ids[key]))), Col(_tag(17, 0)), Col(_varint(values[_dims_index(dims)[k]]))]
-        ev += [Col(_tag(4, 2), begin), Col(_varint(_total(ann, rows)), begin), *[Col((c.data, c.lengths) if c.const is None else c.const, begin)  # type: ignore[arg-type]
-                                                                                   for c in ann]]
+        ann = [
+            Col(_tag(1, 0)),
+            Col(_varint(np.full(rows, arg_ids[key]))),
+            Col(_tag(17, 0)),
+            Col(_varint(values[_dims_index(dims)[k]])),
+        ]
+        ev += [
+            Col(_tag(4, 2), begin),
+            Col(_varint(_total(ann, rows)), begin),
+            *[
+                Col((c.data, c.lengths) if c.const is None else c.const, begin)  # type: ignore[arg-type]
+                for c in ann
+            ],
+        ]
     fixed = (np.ascontiguousarray(flow, dtype="<u8").view(np.uint8).reshape(-1, 8), np.full(rows, 8, dtype=np.int64))
     ends_flow = begin & has_launch[k]
     ev += [Col(_tag(48, 1), ends_flow), Col(fixed, ends_flow), Col(_tag(47, 1), instant), Col(fixed, instant)]
     te_len = _total(ev, rows)
-    head = [Col(_tag(8, 0)), Col(_varint(ts)), Col(_tag(10, 0)), Col(_varint(np.full(rows, SEQUENCE_ID))), Col(_tag(13, 0)),
-            Col(_varint(np.full(rows, SEQ_NEEDS_INCREMENTAL_STATE))), Col(_tag(11, 2)), Col(_varint(te_len))]
+    head = [
+        Col(_tag(8, 0)),
+        Col(_varint(ts)),
+        Col(_tag(10, 0)),
+        Col(_varint(np.full(rows, SEQUENCE_ID))),
+        Col(_tag(13, 0)),
+        Col(_varint(np.full(rows, SEQ_NEEDS_INCREMENTAL_STATE))),
+        Col(_tag(11, 2)),
+        Col(_varint(te_len)),
+    ]
     packet_len = te_len + _total(head, rows)
     return _rows([Col(_tag(1, 2)), Col(_varint(packet_len)), *head, *ev], rows).tobytes()
 
@@ -346,7 +426,6 @@ def _track_ids(device: np.ndarray, stream: np.ndarray, lookup: dict[tuple[int, i
 
 
 def write_perfetto(raw: RawCapture, path: str) -> None:
-    from max_profile.util.files import write_output
 
     write_output(path, build_perfetto(raw))
 

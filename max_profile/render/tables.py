@@ -7,6 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.table import Table
+from rich.text import Text
+
+INNER = 4
+"""Columns a panel's border and padding take from the width its tables get."""
 
 PAD = 2
 """Space between columns (rich's default cell padding of one on each side)."""
@@ -41,7 +45,9 @@ def _header(col: Col, width: int) -> str:
     return "\n".join(lines)
 
 
-def fitted_tables(columns: Sequence[Col], rows: Sequence[Sequence[str]], width: int, title: str | None = None, key_columns: int = 1) -> list[Table]:
+def fitted_tables(
+    columns: Sequence[Col], rows: Sequence[Sequence[str]], width: int, title: str | None = None, key_columns: int = 1
+) -> list[Table]:
     """One or more rich tables holding ``rows`` within ``width`` characters without cutting any number.
 
     Columns are laid out greedily; when the next one would overflow, a new table starts with the first
@@ -66,9 +72,26 @@ def fitted_tables(columns: Sequence[Col], rows: Sequence[Sequence[str]], width: 
         t = Table(box=None, title=title if n == 0 else None, title_justify="left", pad_edge=False, padding=(0, 1))
         for i in group:
             col = columns[i]
-            t.add_column(_header(col, widths[i]), justify="right" if col.numeric else "left", no_wrap=not col.wrap,
-                         min_width=widths[i], overflow="fold")
+            t.add_column(
+                _header(col, widths[i]),
+                justify="right" if col.numeric else "left",
+                no_wrap=not col.wrap,
+                min_width=widths[i],
+                overflow="fold",
+            )
         for r in rows:
             t.add_row(*(r[i] for i in group))
         tables.append(t)
     return tables
+
+
+def na_text(reason: str) -> Text:
+    """A section's place when its data is missing: ``not available: <why>``, dimmed."""
+    return Text(f"not available: {reason}", style="dim")
+
+
+def figure(v: float | int | None, fmt: str = ".2f", unit: str = "") -> str:
+    """A number as the tables print it (``n/a`` when unknown)."""
+    if v is None:
+        return "n/a"
+    return f"{v:{fmt}}{unit}"

@@ -27,10 +27,46 @@ TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.
 """Bucket boundaries the OTel GenAI conventions give for ``gen_ai.server.time_to_first_token``."""
 TPOT_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 """... and for ``gen_ai.server.time_per_output_token``."""
-LATENCY_BUCKETS_MS = (0.0, 1.0, 1.49, 2.22, 3.31, 4.94, 7.37, 11.0, 16.4, 24.4, 36.4, 54.3, 80.9, 121.0, 180.0, 268.0, 400.0, 596.0,
-                      889.0, 1330.0, 1980.0, 2950.0, 4400.0, 6550.0, 9770.0, 14600.0, 21700.0, 32400.0, 48300.0, 72000.0)
+LATENCY_BUCKETS_MS = (
+    0.0,
+    1.0,
+    1.49,
+    2.22,
+    3.31,
+    4.94,
+    7.37,
+    11.0,
+    16.4,
+    24.4,
+    36.4,
+    54.3,
+    80.9,
+    121.0,
+    180.0,
+    268.0,
+    400.0,
+    596.0,
+    889.0,
+    1330.0,
+    1980.0,
+    2950.0,
+    4400.0,
+    6550.0,
+    9770.0,
+    14600.0,
+    21700.0,
+    32400.0,
+    48300.0,
+    72000.0,
+)
 """MAX serve's latency buckets (``max.support._telemetry.LATENCY_BUCKETS_MS``, first 30), so the histograms line up."""
-PROM_UNIT_SUFFIX = {"s": "seconds", "ms": "milliseconds", "%": "percent", "By": "bytes", "{token}/s": "tokens_per_second"}
+PROM_UNIT_SUFFIX = {
+    "s": "seconds",
+    "ms": "milliseconds",
+    "%": "percent",
+    "By": "bytes",
+    "{token}/s": "tokens_per_second",
+}
 SOURCE_ATTRIBUTE = {"max_profile.source": "max_profile"}
 MAX_STEP_SPANS = 2000
 """Steps beyond this many get no span of their own (the capture span says how many were left out)."""
@@ -63,7 +99,9 @@ def _batch_type(phase: str) -> str:
     return "TG" if phase == "decode" else "CE"
 
 
-def report_metrics(report: Report, *, requests: Sequence[RequestRecord] = (), model: str | None = None) -> list[MetricSeries]:
+def report_metrics(
+    report: Report, *, requests: Sequence[RequestRecord] = (), model: str | None = None
+) -> list[MetricSeries]:
     """Every series a report yields (empty series are left out). ``model`` becomes ``gen_ai.request.model``.
 
     ``requests``: a serve capture's per-request records (``RawCapture.requests``), for exact TTFT / TPOT
@@ -71,41 +109,74 @@ def report_metrics(report: Report, *, requests: Sequence[RequestRecord] = (), mo
     """
     model = model or (os.path.basename(report.capture.model_path.rstrip("/")) if report.capture.model_path else None)
     common = {"gen_ai.request.model": model} if model else {}
-    ttft = MetricSeries("gen_ai.server.time_to_first_token", "histogram", "s", "Time to generate the first token", TTFT_BUCKETS_S)
-    tpot = MetricSeries("gen_ai.server.time_per_output_token", "histogram", "s", "Time per output token after the first", TPOT_BUCKETS_S)
-    batch = MetricSeries("maxserve.batch_execution_time", "histogram", "ms", "Pipeline step (batch) execution time, per phase", LATENCY_BUCKETS_MS)
+    ttft = MetricSeries(
+        "gen_ai.server.time_to_first_token", "histogram", "s", "Time to generate the first token", TTFT_BUCKETS_S
+    )
+    tpot = MetricSeries(
+        "gen_ai.server.time_per_output_token", "histogram", "s", "Time per output token after the first", TPOT_BUCKETS_S
+    )
+    batch = MetricSeries(
+        "maxserve.batch_execution_time",
+        "histogram",
+        "ms",
+        "Pipeline step (batch) execution time, per phase",
+        LATENCY_BUCKETS_MS,
+    )
 
     ok = [r for r in requests if r.ok]
     series: list[MetricSeries] = []
     if report.serve is not None and not ok:
-        quantiles = MetricSeries("maxserve.client.latency", "gauge", "ms", "Client-side TTFT and inter-token latency quantiles of a serve capture")
-        for what, p50, p90 in (("time_to_first_token", report.serve.ttft_ms_p50, report.serve.ttft_ms_p90),
-                               ("inter_token_latency", report.serve.itl_ms_p50, report.serve.itl_ms_p90)):
+        quantiles = MetricSeries(
+            "maxserve.client.latency",
+            "gauge",
+            "ms",
+            "Client-side TTFT and inter-token latency quantiles of a serve capture",
+        )
+        for what, p50, p90 in (
+            ("time_to_first_token", report.serve.ttft_ms_p50, report.serve.ttft_ms_p90),
+            ("inter_token_latency", report.serve.itl_ms_p50, report.serve.itl_ms_p90),
+        ):
             for q, v in (("0.5", p50), ("0.9", p90)):
                 if v is not None:
                     quantiles.add({**common, "latency": what, "quantile": q}, [v])
         series.append(quantiles)
     if ok:  # served requests: client-side per-request figures
         ttft.add({**common, "max_profile.measured": "request"}, [r.ttft_ms / 1e3 for r in ok if r.ttft_ms is not None])
-        per_token = [((r.ended_ns - r.started_ns) / 1e6 - r.ttft_ms) / (r.tokens - 1) / 1e3 for r in ok if r.ttft_ms is not None and r.tokens > 1]
+        per_token = [
+            ((r.ended_ns - r.started_ns) / 1e6 - r.ttft_ms) / (r.tokens - 1) / 1e3
+            for r in ok
+            if r.ttft_ms is not None and r.tokens > 1
+        ]
         tpot.add({**common, "max_profile.measured": "request"}, [max(v, 0.0) for v in per_token])
     else:  # in-process: a prefill step is the model's share of TTFT, a decode step one token per sequence
-        ttft.add({**common, "max_profile.measured": "prefill step"}, [(s.end_ns - s.start_ns) / 1e9 for s in report.steps if s.phase == "prefill" and s.batch_size])
-        tpot.add({**common, "max_profile.measured": "decode step"}, [(s.end_ns - s.start_ns) / 1e9 for s in report.steps if s.phase == "decode" and s.batch_size])
+        ttft.add(
+            {**common, "max_profile.measured": "prefill step"},
+            [(s.end_ns - s.start_ns) / 1e9 for s in report.steps if s.phase == "prefill" and s.batch_size],
+        )
+        tpot.add(
+            {**common, "max_profile.measured": "decode step"},
+            [(s.end_ns - s.start_ns) / 1e9 for s in report.steps if s.phase == "decode" and s.batch_size],
+        )
     for phase in ("prefill", "decode", "mixed"):
-        batch.add({**common, "batch_type": _batch_type(phase), "phase": phase},
-                  [(s.end_ns - s.start_ns) / 1e6 for s in report.steps if s.phase == phase and s.batch_size])
+        batch.add(
+            {**common, "batch_type": _batch_type(phase), "phase": phase},
+            [(s.end_ns - s.start_ns) / 1e6 for s in report.steps if s.phase == phase and s.batch_size],
+        )
     series += [ttft, tpot, batch]
 
     if isinstance(report.step_summary, StepSummary) and report.step_summary.decode_tokens_per_s is not None:
-        rate = MetricSeries("maxserve.decode.tokens_per_second", "gauge", "{token}/s", "Decode tokens per second over the capture")
+        rate = MetricSeries(
+            "maxserve.decode.tokens_per_second", "gauge", "{token}/s", "Decode tokens per second over the capture"
+        )
         rate.add(common, [report.step_summary.decode_tokens_per_s])
         series.append(rate)
     if isinstance(report.kernels, KernelBreakdown):
         series += _kernel_series(report.kernels, common)
     if isinstance(report.utilization, UtilizationSection):
         series += _gpu_series(report.utilization, common)
-    findings = MetricSeries("maxserve.profile.finding", "gauge", "1", "A finding of the profile (value: its confidence, 0-1)")
+    findings = MetricSeries(
+        "maxserve.profile.finding", "gauge", "1", "A finding of the profile (value: its confidence, 0-1)"
+    )
     for f in report.findings:
         findings.add({**common, "finding.id": f.id, "finding.severity": f.severity}, [f.confidence])
     series.append(findings)
@@ -113,7 +184,9 @@ def report_metrics(report: Report, *, requests: Sequence[RequestRecord] = (), mo
 
 
 def _kernel_series(k: KernelBreakdown, common: dict[str, str]) -> list[MetricSeries]:
-    busy = MetricSeries("maxserve.gpu.busy", "gauge", "%", "Share of the window some kernel ran (union of kernel intervals)")
+    busy = MetricSeries(
+        "maxserve.gpu.busy", "gauge", "%", "Share of the window some kernel ran (union of kernel intervals)"
+    )
     share = MetricSeries("maxserve.kernel.family_share", "gauge", "%", "Share of kernel time per kernel family")
     per_step = MetricSeries("maxserve.kernel.time_per_step", "gauge", "ms", "Kernel time per step")
     if k.gpu_busy_pct is not None:
@@ -133,7 +206,9 @@ def _kernel_series(k: KernelBreakdown, common: dict[str, str]) -> list[MetricSer
 def _gpu_series(u: UtilizationSection, common: dict[str, str]) -> list[MetricSeries]:
     util = MetricSeries("maxserve.gpu.utilization", "gauge", "%", "Mean NVML / SMI utilization (time some kernel ran)")
     memory = MetricSeries("maxserve.gpu.memory.peak", "gauge", "By", "Peak GPU memory used")
-    throttle = MetricSeries("maxserve.gpu.throttled", "gauge", "1", "1 for each hardware throttle reason seen in the window")
+    throttle = MetricSeries(
+        "maxserve.gpu.throttled", "gauge", "1", "1 for each hardware throttle reason seen in the window"
+    )
     for g in u.gpus:
         if g.mean_utilization_pct is not None:
             util.add({**common, "gpu": g.gpu}, [g.mean_utilization_pct])
@@ -187,8 +262,15 @@ def _bound(b: float) -> str:
 
 
 # --- OpenTelemetry --------------------------------------------------------------------------
-def export_otel(report: Report, *, meter_provider: Any, tracer_provider: Any | None = None, requests: Sequence[RequestRecord] = (),
-                model: str | None = None, max_step_spans: int = MAX_STEP_SPANS) -> None:
+def export_otel(
+    report: Report,
+    *,
+    meter_provider: Any,
+    tracer_provider: Any | None = None,
+    requests: Sequence[RequestRecord] = (),
+    model: str | None = None,
+    max_step_spans: int = MAX_STEP_SPANS,
+) -> None:
     """Record the report's series on ``meter_provider`` and (when given) its spans on ``tracer_provider``.
 
     Providers are OpenTelemetry SDK ``MeterProvider`` / ``TracerProvider`` objects (from
@@ -198,7 +280,9 @@ def export_otel(report: Report, *, meter_provider: Any, tracer_provider: Any | N
     meter = meter_provider.get_meter("max_profile", version)
     for s in report_metrics(report, requests=requests, model=model):
         if s.kind == "histogram":
-            instrument = meter.create_histogram(s.name, unit=s.unit, description=s.description, explicit_bucket_boundaries_advisory=list(s.buckets))
+            instrument = meter.create_histogram(
+                s.name, unit=s.unit, description=s.description, explicit_bucket_boundaries_advisory=list(s.buckets)
+            )
             for attrs, values in s.points:
                 for v in values:
                     instrument.record(v, attributes=attrs)
@@ -219,7 +303,11 @@ def _export_spans(report: Report, tracer: Any, model: str | None, max_step_spans
     if steps:  # the span covers its steps, whatever the capture's own bounds were
         start_ns = min(start_ns, steps[0].start_ns + offset)  # type: ignore[operator]
         end_ns = max(end_ns, steps[-1].end_ns + offset)  # type: ignore[operator]
-    attrs: dict[str, Any] = {**SOURCE_ATTRIBUTE, "max_profile.target": c.target, "max_profile.collectors": ",".join(c.collectors)}
+    attrs: dict[str, Any] = {
+        **SOURCE_ATTRIBUTE,
+        "max_profile.target": c.target,
+        "max_profile.collectors": ",".join(c.collectors),
+    }
     if model or c.model_path:
         attrs["gen_ai.request.model"] = model or os.path.basename((c.model_path or "").rstrip("/"))
     if isinstance(report.kernels, KernelBreakdown) and report.kernels.gpu_busy_pct is not None:
@@ -228,17 +316,37 @@ def _export_spans(report: Report, tracer: Any, model: str | None, max_step_spans
         attrs["max_profile.steps_without_span"] = len(steps) - max_step_spans
     root = tracer.start_span("max_profile.capture", start_time=start_ns, attributes=attrs)
     for f in report.findings:
-        root.add_event(f"finding {f.id}", attributes={"finding.id": f.id, "finding.severity": f.severity, "finding.title": f.title,
-                                                     "finding.confidence": f.confidence}, timestamp=end_ns)
+        root.add_event(
+            f"finding {f.id}",
+            attributes={
+                "finding.id": f.id,
+                "finding.severity": f.severity,
+                "finding.title": f.title,
+                "finding.confidence": f.confidence,
+            },
+            timestamp=end_ns,
+        )
     from opentelemetry import trace
 
     parent = trace.set_span_in_context(root)
     for step in steps[:max_step_spans]:
-        span = tracer.start_span(f"max_profile.step {step.phase}", context=parent, start_time=step.start_ns + offset,  # type: ignore[operator]
-                                 attributes={"max_profile.step.index": step.index, "max_profile.step.phase": step.phase,
-                                             "batch_type": _batch_type(step.phase), "max_profile.step.batch_size": step.batch_size,
-                                             "max_profile.step.input_tokens": step.input_tokens,
-                                             **({"max_profile.step.model_input_tokens": step.model_input_tokens} if step.model_input_tokens is not None else {})})
+        span = tracer.start_span(
+            f"max_profile.step {step.phase}",
+            context=parent,
+            start_time=step.start_ns + offset,  # type: ignore[operator]
+            attributes={
+                "max_profile.step.index": step.index,
+                "max_profile.step.phase": step.phase,
+                "batch_type": _batch_type(step.phase),
+                "max_profile.step.batch_size": step.batch_size,
+                "max_profile.step.input_tokens": step.input_tokens,
+                **(
+                    {"max_profile.step.model_input_tokens": step.model_input_tokens}
+                    if step.model_input_tokens is not None
+                    else {}
+                ),
+            },
+        )
         span.end(end_time=step.end_ns + offset)  # type: ignore[operator]
     root.end(end_time=end_ns)
 
@@ -287,7 +395,9 @@ class OtlpExport:
             quiet.setLevel(level)
         problems = [e.problem for e in self.exporters if e.problem]
         if problems:
-            raise CaptureError(f"OpenTelemetry export to {self.endpoint} failed ({problems[0]}); the other outputs were written")
+            raise CaptureError(
+                f"OpenTelemetry export to {self.endpoint} failed ({problems[0]}); the other outputs were written"
+            )
 
 
 def otlp_settings() -> tuple[str, str]:
@@ -298,10 +408,15 @@ def otlp_settings() -> tuple[str, str]:
     """
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     if not endpoint:
-        raise InputError("--otel needs an OTLP endpoint: set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://localhost:4318 for an OpenTelemetry "
-                         "Collector; OTEL_EXPORTER_OTLP_PROTOCOL=grpc for port 4317)")
+        raise InputError(
+            "--otel needs an OTLP endpoint: set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://localhost:4318 for an "
+            "OpenTelemetry "
+            "Collector; OTEL_EXPORTER_OTLP_PROTOCOL=grpc for port 4317)"
+        )
     if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
-        raise InputError("--otel was given but OTEL_SDK_DISABLED=true turns the OpenTelemetry SDK off; unset it to export")
+        raise InputError(
+            "--otel was given but OTEL_SDK_DISABLED=true turns the OpenTelemetry SDK off; unset it to export"
+        )
     protocol = os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
     if protocol not in ("grpc", "http/protobuf", "http"):
         raise InputError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: max_profile exports with http/protobuf or grpc")

@@ -48,5 +48,7 @@ def resolve_devices(requested: str | None, vendor: str) -> str:
         return "gpu" if vendor in ("nvidia", "amd") else "cpu"
     choice = parse_devices(requested)
     if choice.kind == "gpu" and vendor not in ("nvidia", "amd"):
-        raise InputError(f"unsupported device {requested!r}: no GPU is visible here (NVML / ROCm SMI found none); use --devices cpu")
+        raise InputError(
+            f"unsupported device {requested!r}: no GPU is visible here (NVML / ROCm SMI found none); use --devices cpu"
+        )
     return choice.text

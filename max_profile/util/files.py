@@ -94,7 +94,9 @@ def read_input(path: str | os.PathLike[str], *, limit_bytes: int | None = None) 
     if not is_gzip(p):
         size = p.stat().st_size
         if size > limit:
-            raise TraceFormatError(f"{p}: {_size(size)} is more than the {_size(limit)} max_profile reads into memory{hint}")
+            raise TraceFormatError(
+                f"{p}: {_size(size)} is more than the {_size(limit)} max_profile reads into memory{hint}"
+            )
         return p.read_bytes()
     out = bytearray()
     try:
@@ -105,7 +107,10 @@ def read_input(path: str | os.PathLike[str], *, limit_bytes: int | None = None) 
                     break
                 out += chunk
                 if len(out) > limit:
-                    raise TraceFormatError(f"{p}: decompresses to more than {_size(limit)} (a gzip bomb, or a capture too big to read whole){hint}")
+                    raise TraceFormatError(
+                        f"{p}: decompresses to more than {_size(limit)} (a gzip bomb, or a capture too big to read "
+                        f"whole){hint}"
+                    )
     except (OSError, EOFError, zlib.error) as exc:
         raise TraceFormatError(f"{p}: truncated or corrupt gzip file ({exc})") from exc
     return out  # type: ignore[return-value]  # a bytearray reads like bytes everywhere it is used
@@ -150,7 +155,8 @@ def write_output(path: str | os.PathLike[str], data: bytes) -> None:
 
 
 def _remove_quietly(path: Path) -> None:
-    """Remove a temporary file on an error path; a failure here (a read-only folder refuses even that) must not mask the first error."""
+    """Remove a temporary file on an error path; a failure here (a read-only folder refuses even that) must not mask
+    the first error."""
     try:
         path.unlink(missing_ok=True)
     except OSError:

@@ -18,7 +18,10 @@ def model_folder_problem(path: str | os.PathLike[str]) -> str | None:
     if not p.exists():
         if _HUB_ID.fullmatch(str(path)):
             local = str(path).split("/")[1]
-            return f"model path {str(path)!r} does not exist here (a hub id? a local folder is needed: hf download {path} --local-dir {local})"
+            return (
+                f"model path {str(path)!r} does not exist here (a hub id? a local folder is needed: hf download "
+                f"{path} --local-dir {local})"
+            )
         return f"model path {str(p)!r} does not exist"
     if not p.is_dir():
         return f"model path {str(p)!r} is a file, not a model folder (expected config.json and weights)"

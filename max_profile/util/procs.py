@@ -8,8 +8,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import IO
+from typing import IO, Any
+
+from max_profile.errors import Terminated
 
 
 def kill_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
@@ -52,7 +55,9 @@ def die_with_parent() -> Callable[[], None] | None:
     return arm
 
 
-def run_bounded(cmd: Sequence[str], env: dict[str, str] | None = None, timeout_s: float = 300.0, stdout: IO[bytes] | None = None) -> tuple[int, str]:
+def run_bounded(
+    cmd: Sequence[str], env: dict[str, str] | None = None, timeout_s: float = 300.0, stdout: IO[bytes] | None = None
+) -> tuple[int, str]:
     """Run one tool call (argument list, never a shell string) in its own process group; (exit code, output).
 
     124 on timeout; the group is ended on timeout, error or Ctrl-C. With ``stdout`` (an open file) the
@@ -60,9 +65,17 @@ def run_bounded(cmd: Sequence[str], env: dict[str, str] | None = None, timeout_s
     """
     out_to = subprocess.PIPE if stdout is None else stdout
     err_to = subprocess.STDOUT if stdout is None else subprocess.PIPE
-    proc = subprocess.Popen(list(cmd), stdout=out_to, stderr=err_to, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                            preexec_fn=die_with_parent())
+    proc = subprocess.Popen(
+        list(cmd),
+        stdout=out_to,
+        stderr=err_to,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+        preexec_fn=die_with_parent(),
+    )
     try:
+        raise_pending_signal()
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         kill_group(proc)
@@ -117,3 +130,43 @@ def clean_child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         env.pop("PYTHONPATH", None)
     env.update(extra or {})
     return env
+
+
+_PENDING: list[str] = []
+"""Signals the CLI's handlers saw (``SIGINT``, ``SIGTERM``): kept because the exception a handler raises can be lost.
+A signal that lands while Python runs a fork hook (``logging``'s, inside ``subprocess.Popen``) raises there, and the
+interpreter prints "Exception ignored" and goes on: a Ctrl-C at that moment let a serve capture run to its end."""
+
+
+def raise_on_signals() -> tuple[Any, Any] | None:
+    """In the main thread: SIGINT raises KeyboardInterrupt and SIGTERM :class:`Terminated` (the cleanup of Ctrl-C runs
+    for both), and each is remembered for :func:`raise_pending_signal`. Returns the old handlers (None elsewhere)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    _PENDING.clear()
+
+    def on_int(signum: int, frame: object) -> None:
+        _PENDING.append("SIGINT")
+        raise KeyboardInterrupt
+
+    def on_term(signum: int, frame: object) -> None:
+        _PENDING.append("SIGTERM")
+        raise Terminated()
+
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # started to ignore Ctrl-C (a background job): kept
+    return (signal.SIG_IGN if ignored else signal.signal(signal.SIGINT, on_int)), signal.signal(signal.SIGTERM, on_term)
+
+
+def restore_signals(previous: tuple[Any, Any] | None) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+
+
+def raise_pending_signal() -> None:
+    """Raise again a Ctrl-C or SIGTERM whose exception was lost (see ``_PENDING``); called after starting a process and
+    in the waits of a capture."""
+    if _PENDING:
+        if _PENDING[-1] == "SIGTERM":
+            raise Terminated()
+        raise KeyboardInterrupt

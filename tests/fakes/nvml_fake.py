@@ -83,5 +83,16 @@ class FakeNvml:
 
 
 def h200_like(utilization: list[int] | None = None, reasons: int = 0x1) -> FakeNvml:
-    return FakeNvml([{"name": "NVIDIA H200 (FAKE)", "total": 150754820096, "used": 80 << 30, "utilization": utilization or [100, 98, 100],
-                      "sm_mhz": 1980, "mem_mhz": 3201, "reasons": reasons}])
+    return FakeNvml(
+        [
+            {
+                "name": "NVIDIA H200 (FAKE)",
+                "total": 150754820096,
+                "used": 80 << 30,
+                "utilization": utilization or [100, 98, 100],
+                "sm_mhz": 1980,
+                "mem_mhz": 3201,
+                "reasons": reasons,
+            }
+        ]
+    )

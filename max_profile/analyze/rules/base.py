@@ -1,5 +1,6 @@
-"""What every rule shares: the :class:`RuleSpec` a rule is registered with, the named requirements (``needs``) the engine
-checks before running a rule (and gives as the reason when it skips one), and the report accessors rules read with."""
+"""What every rule shares: the :class:`RuleSpec` a rule is registered with, the named requirements (``needs``) the
+engine checks before running a rule (and gives as the reason when it skips one), and the report accessors rules read
+with."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from max_profile.model import (
     Unavailable,
     UtilizationSection,
 )
+from max_profile.model.serialization import Severity
 
 Rule = Callable[[Report, Thresholds], list[Finding]]
 
@@ -78,22 +80,29 @@ def timeline_ledger(report: Report) -> StepLedger | None:
 
 def nvml_window_long_enough(u: UtilizationSection, th: Thresholds) -> bool:
     """Whether NVML's utilization can speak for the window: NVML averages "some kernel ran" over its own sample period
-    (1/6 s to 1 s, by GPU), so a window shorter than a few of those reads the idle time before the work (an H200 read 0 %
-    for a 0.19 s GPU-bound decode that ran at 77 % of peak bandwidth, and 90 % once the same decode ran 3 s)."""
+    (1/6 s to 1 s, by GPU), so a window shorter than a few of those reads the idle time before the work (an H200 read 0
+    % for a 0.19 s GPU-bound decode that ran at 77 % of peak bandwidth, and 90 % once the same decode ran 3 s)."""
     if u.window_ns is None:
         return max((g.samples for g in u.gpus), default=0) >= th.nvml_min_samples
-    return (u.window_ns[1] - u.window_ns[0]) / 1e9 >= th.nvml_min_window_s and max((g.samples for g in u.gpus), default=0) >= th.nvml_min_samples
+    return (u.window_ns[1] - u.window_ns[0]) / 1e9 >= th.nvml_min_window_s and max(
+        (g.samples for g in u.gpus), default=0
+    ) >= th.nvml_min_samples
 
 
 def host_contended(report: Report, th: Thresholds) -> bool:
-    """Whether other processes held enough of the host's cores during the capture that its timing figures are not reliable."""
+    """Whether other processes held enough of the host's cores during the capture that its timing figures are not
+    reliable."""
     load = report.capture.host_load
-    return load is not None and load.other_cores >= th.host_load_other_cores and (load.own_cores + load.other_cores) >= th.host_load_busy_fraction * load.cores
+    return (
+        load is not None
+        and load.other_cores >= th.host_load_other_cores
+        and (load.own_cores + load.other_cores) >= th.host_load_busy_fraction * load.cores
+    )
 
 
 def load_share(report: Report) -> tuple[float | None, str]:
-    """How loaded the window was, in % (None: not known), and what it measures: requests in flight (serve, attach), else the
-    share of the window inside steps (run)."""
+    """How loaded the window was, in % (None: not known), and what it measures: requests in flight (serve, attach),
+    else the share of the window inside steps (run)."""
     lg = ledger(report)
     if lg is not None and lg.requests_in_flight_pct is not None:
         return lg.requests_in_flight_pct, "requests in flight"
@@ -109,9 +118,9 @@ def lightly_loaded(report: Report, th: Thresholds) -> bool:
     return share is not None and share < th.light_load_pct
 
 
-def lever_severity(pct_of_step: float, steps: int, th: Thresholds) -> str | None:
-    """``warning`` for a lever of ``lever_warning_pct`` of the step or more (over ``lever_min_steps`` steps at least: one
-    step is a one-off, not a pattern), ``info`` from ``lever_info_pct``, None below."""
+def lever_severity(pct_of_step: float, steps: int, th: Thresholds) -> Severity | None:
+    """``warning`` for a lever of ``lever_warning_pct`` of the step or more (over ``lever_min_steps`` steps at least:
+    one step is a one-off, not a pattern), ``info`` from ``lever_info_pct``, None below."""
     if pct_of_step >= th.lever_warning_pct and steps >= th.lever_min_steps:
         return "warning"
     if pct_of_step >= th.lever_info_pct:
@@ -120,8 +129,13 @@ def lever_severity(pct_of_step: float, steps: int, th: Thresholds) -> str | None
 
 
 def phase_lever(p: PhaseLedger, part: str, ms_per_step: float) -> Lever:
-    return Lever(phase=p.phase, part=part, ms_per_step=round(ms_per_step, 4), pct_of_step=round(100 * ms_per_step / p.step_ms, 1) if p.step_ms else 0.0,
-                 total_ms=round(ms_per_step * p.steps, 4))
+    return Lever(
+        phase=p.phase,
+        part=part,
+        ms_per_step=round(ms_per_step, 4),
+        pct_of_step=round(100 * ms_per_step / p.step_ms, 1) if p.step_ms else 0.0,
+        total_ms=round(ms_per_step * p.steps, 4),
+    )
 
 
 def worst_lever_pct(p: PhaseLedger) -> float:
@@ -136,22 +150,41 @@ def _unavailable_reason(value: object, what: str) -> str:
 
 
 NEEDS: dict[str, Callable[[Report], str | None]] = {
-    "kernels": lambda r: None if isinstance(r.kernels, KernelBreakdown) else _unavailable_reason(r.kernels, "kernel breakdown"),
-    "gpu_kernels": lambda r: None if isinstance(r.kernels, KernelBreakdown) and gpu_kernels(r.kernels)
-    else "no GPU kernels (MAX's op ranges on the host, or no kernel trace)",
+    "kernels": lambda r: (
+        None if isinstance(r.kernels, KernelBreakdown) else _unavailable_reason(r.kernels, "kernel breakdown")
+    ),
+    "gpu_kernels": lambda r: (
+        None
+        if isinstance(r.kernels, KernelBreakdown) and gpu_kernels(r.kernels)
+        else "no GPU kernels (MAX's op ranges on the host, or no kernel trace)"
+    ),
     "ledger": lambda r: None if isinstance(r.ledger, StepLedger) else _unavailable_reason(r.ledger, "step ledger"),
-    "utilization": lambda r: None if isinstance(r.utilization, UtilizationSection) else _unavailable_reason(r.utilization, "GPU utilization"),
+    "utilization": lambda r: (
+        None if isinstance(r.utilization, UtilizationSection) else _unavailable_reason(r.utilization, "GPU utilization")
+    ),
     "steps": lambda r: None if r.steps else "no pipeline steps",
-    "step_summary": lambda r: None if isinstance(r.step_summary, StepSummary) else _unavailable_reason(r.step_summary, "step summary"),
-    "decode_cost": lambda r: None if r.decode_cost is not None else "no decode cost model (needs decode steps and the model's config.json or weights)",
+    "step_summary": lambda r: (
+        None if isinstance(r.step_summary, StepSummary) else _unavailable_reason(r.step_summary, "step summary")
+    ),
+    "decode_cost": lambda r: (
+        None
+        if r.decode_cost is not None
+        else "no decode cost model (needs decode steps and the model's config.json or weights)"
+    ),
     "load_levels": lambda r: None if len(r.load_levels) >= 2 else "no load sweep (one concurrency level or none)",
-    "load": lambda r: None if r.window_load is not None or isinstance(r.ledger, StepLedger) else "no load window and no step ledger",
-    "startup": lambda r: None if r.startup is not None else "no start-up profile (run, demo, startup, serve record one)",
+    "load": lambda r: (
+        None if r.window_load is not None or isinstance(r.ledger, StepLedger) else "no load window and no step ledger"
+    ),
+    "startup": lambda r: (
+        None if r.startup is not None else "no start-up profile (run, demo, startup, serve record one)"
+    ),
     "kernel_analyses": lambda r: None if r.kernel_analyses else "no Nsight Compute analysis (max-profile kernel)",
     "tracer_cost": lambda r: None if r.tracer_cost is not None else "no untraced reference window",
     "host_load": lambda r: None if r.capture.host_load is not None else "the host's load was not recorded",
     "gpu": lambda r: None if r.environment.vendor != "none" else "no GPU on this machine",
-    "multi_device": lambda r: None if isinstance(r.kernels, KernelBreakdown) and len(r.kernels.per_device) >= 2 else "one device",
+    "multi_device": lambda r: (
+        None if isinstance(r.kernels, KernelBreakdown) and len(r.kernels.per_device) >= 2 else "one device"
+    ),
 }
 """Each named requirement: None when the report meets it, else the reason a rule that needs it is skipped."""
 

@@ -1,12 +1,14 @@
-"""The kernel mix: fused attention and norms present, MoE routing against the experts, low-bit quantization prep against the
-matmuls, collectives across GPUs. Judged by which kernels ran and their shares, not by their time against a roofline."""
+"""The kernel mix: fused attention and norms present, MoE routing against the experts, low-bit quantization prep
+against the matmuls, collectives across GPUs. Judged by which kernels ran and their shares, not by their time against a
+roofline."""
 
 from __future__ import annotations
 
 from max_profile.analyze.commands import kernel_command
+from max_profile.analyze.ops import attention_stand_ins, op_label
 from max_profile.analyze.rules.base import fam_ms, gpu_kernels, kern, ledger_phase, phase_of, worst_lever_pct
 from max_profile.analyze.thresholds import Thresholds
-from max_profile.model import Command, Finding, KernelBreakdown, Report
+from max_profile.model import Command, Finding, KernelBreakdown, OpBreakdown, Report
 
 
 def _top_kernel_command(report: Report, families: tuple[str, ...]) -> Command | None:
@@ -39,7 +41,9 @@ def rule_unfused(report: Report, th: Thresholds) -> list[Finding]:
         total = sum(r.total_ms for r in rows) or 1.0
         ev: dict[str, float | int | str | None] = {
             "attention_kernels": count,
-            "attention_kernels_per_decode_step" if scope == "decode" else "attention_kernels_in_capture": round(per_step, 2),
+            "attention_kernels_per_decode_step" if scope == "decode" else "attention_kernels_in_capture": round(
+                per_step, 2
+            ),
             "attention_share_pct": round(100.0 * fam_ms(rows, "attention") / total, 3),
             "matmul_ms": round(fam_ms(rows, "gemm") + fam_ms(rows, "gemv"), 3),
             "elementwise_ms": round(fam_ms(rows, "elementwise") + fam_ms(rows, "activation"), 3),
@@ -47,14 +51,29 @@ def rule_unfused(report: Report, th: Thresholds) -> list[Finding]:
             "source": k.source,
             "threshold_per_step": th.min_attention_kernels_per_step,
         }
+        title = "No fused attention kernel: attention runs as generic matmul / softmax / elementwise ops"
+        if isinstance(report.ops, OpBreakdown):
+            phase, parts = attention_stand_ins(report.ops)
+            if parts:
+                steps = next((c.steps for c in report.ops.coverage if c.phase == phase), 0) or 1
+                share = sum(r.share_pct for r in parts)
+                ev["attention_ops"] = "; ".join(f"{op_label(r.op)} {r.share_pct:.1f} %" for r in parts)
+                ev["attention_ops_share_pct"] = round(share, 1)
+                ev["attention_ops_ms_per_step"] = round(sum(r.gpu_ms for r in parts) / steps, 4)
+                title = (
+                    "No fused attention kernel: attention runs as separate MAX ops ("
+                    + ", ".join(op_label(r.op) for r in parts)
+                    + f"): {share:.1f} % of {phase} kernel time"
+                )
         out.append(
             Finding(
                 id="unfused-attention",
                 severity="warning",
-                title="No fused attention kernel: attention runs as generic matmul / softmax / elementwise ops",
+                title=title,
                 evidence=ev,
                 confidence=0.75 if scope == "decode" else round(0.75 * th.no_phase_confidence_scale, 2),
-                next_step="Wire the architecture's attention to MAX's fused attention (e.g. the KV-cache-aware attention "
+                next_step="Wire the architecture's attention to MAX's fused attention (e.g. the KV-cache-aware "
+                "attention "
                 "layers in max.nn that launch *_mha_* kernels) and compare this breakdown again.",
             )
         )
@@ -67,9 +86,14 @@ def rule_unfused(report: Report, th: Thresholds) -> list[Finding]:
                     id=f"unfused-{family}",
                     severity="info",
                     title=f"No fused {what} kernel in the trace",
-                    evidence={"family": family, "kernels": k.kernels, "top_families": ",".join(r.family for r in rows[:5])},
+                    evidence={
+                        "family": family,
+                        "kernels": k.kernels,
+                        "top_families": ",".join(r.family for r in rows[:5]),
+                    },
                     confidence=0.5,
-                    next_step=f"If the architecture uses {what}, check it is built from MAX's fused op rather than elementwise pieces.",
+                    next_step=f"If the architecture uses {what}, check it is built from MAX's fused op rather than "
+                    "elementwise pieces.",
                 )
             )
     return out
@@ -98,15 +122,37 @@ def rule_moe(report: Report, th: Thresholds) -> list[Finding]:
     if grouped <= 0 or fam_ms(rows, "moe_routing") <= 0:
         return []
     ratio = routing / grouped
-    ev: dict[str, float | int | str | None] = {"grouped_matmul_ms": round(grouped, 3), "routing_and_gather_ms": round(routing, 3), "ratio": round(ratio, 2), "threshold": th.routing_vs_matmul_ratio}
+    ev: dict[str, float | int | str | None] = {
+        "grouped_matmul_ms": round(grouped, 3),
+        "routing_and_gather_ms": round(routing, 3),
+        "ratio": round(ratio, 2),
+        "threshold": th.routing_vs_matmul_ratio,
+    }
     if ratio >= th.routing_vs_matmul_ratio:
-        return [Finding(id="moe-routing-heavy", severity="warning", title="MoE routing and gather/scatter rival the expert matmuls", evidence=ev, confidence=0.7,
-                        next_step="Look at the top routing/gather kernels in the table; a single-kernel deep dive shows whether they are latency-bound.",
-                        command=_top_kernel_command(report, ("moe_routing", "gather_scatter")))]
+        return [
+            Finding(
+                id="moe-routing-heavy",
+                severity="warning",
+                title="MoE routing and gather/scatter rival the expert matmuls",
+                evidence=ev,
+                confidence=0.7,
+                next_step="Look at the top routing/gather kernels in the table; a single-kernel deep dive shows "
+                "whether they are latency-bound.",
+                command=_top_kernel_command(report, ("moe_routing", "gather_scatter")),
+            )
+        ]
     dl = ledger_phase(report, "decode")
     if dl is not None and worst_lever_pct(dl) >= th.lever_warning_pct:
         return []  # a lever at warning size remains in decode: not healthy (the lever's finding says which)
-    return [Finding(id="healthy-moe", severity="info", title="Healthy MoE: grouped expert matmuls dominate; routing cost is expected", evidence=ev, confidence=0.7)]
+    return [
+        Finding(
+            id="healthy-moe",
+            severity="info",
+            title="Healthy MoE: grouped expert matmuls dominate; routing cost is expected",
+            evidence=ev,
+            confidence=0.7,
+        )
+    ]
 
 
 def rule_quant_prep(report: Report, th: Thresholds) -> list[Finding]:
@@ -119,12 +165,32 @@ def rule_quant_prep(report: Report, th: Thresholds) -> list[Finding]:
     if quant <= 0 or matmul <= 0:
         return []
     ratio = quant / matmul
-    ev: dict[str, float | int | str | None] = {"quantize_ms": round(quant, 3), "matmul_ms": round(matmul, 3), "ratio": round(ratio, 4)}
+    ev: dict[str, float | int | str | None] = {
+        "quantize_ms": round(quant, 3),
+        "matmul_ms": round(matmul, 3),
+        "ratio": round(ratio, 4),
+    }
     if ratio > th.quant_vs_matmul_ratio:
-        return [Finding(id="quant-prep-heavy", severity="warning", title="Low-bit quantization prep takes longer than the matmuls it feeds", evidence=ev, confidence=0.7,
-                        next_step="Deep-dive the top quantize kernel and check the scale layout matches the matmul's.",
-                        command=_top_kernel_command(report, ("quantize",)))]
-    return [Finding(id="low-bit-normal", severity="info", title="Low-bit weights: activation quantization and scale layout present at normal cost", evidence=ev, confidence=0.6)]
+        return [
+            Finding(
+                id="quant-prep-heavy",
+                severity="warning",
+                title="Low-bit quantization prep takes longer than the matmuls it feeds",
+                evidence=ev,
+                confidence=0.7,
+                next_step="Deep-dive the top quantize kernel and check the scale layout matches the matmul's.",
+                command=_top_kernel_command(report, ("quantize",)),
+            )
+        ]
+    return [
+        Finding(
+            id="low-bit-normal",
+            severity="info",
+            title="Low-bit weights: activation quantization and scale layout present at normal cost",
+            evidence=ev,
+            confidence=0.6,
+        )
+    ]
 
 
 def rule_communication(report: Report, th: Thresholds) -> list[Finding]:
@@ -144,7 +210,24 @@ def rule_communication(report: Report, th: Thresholds) -> list[Finding]:
         "threshold_pct": th.communication_share_pct,
     }
     if (worst.collective_share_of_decode_pct or 0.0) >= th.communication_share_pct:
-        return [Finding(id="communication-dominates", severity="warning", confidence=0.7, evidence=ev,
-                        title="Collectives take a large share of each decode step: communication, not compute, limits tensor/expert parallelism",
-                        next_step="Try fewer GPUs per replica (or data parallelism), check NVLink/P2P is used (nvidia-smi topo -m), and compare allreduce time per step against its size.")]
-    return [Finding(id="communication-share", severity="info", confidence=0.6, evidence=ev, title="Collective share of decode kernel time per GPU is moderate")]
+        return [
+            Finding(
+                id="communication-dominates",
+                severity="warning",
+                confidence=0.7,
+                evidence=ev,
+                title="Collectives take a large share of each decode step: communication, not compute, limits "
+                "tensor/expert parallelism",
+                next_step="Try fewer GPUs per replica (or data parallelism), check NVLink/P2P is used (nvidia-smi topo "
+                "-m), and compare allreduce time per step against its size.",
+            )
+        ]
+    return [
+        Finding(
+            id="communication-share",
+            severity="info",
+            confidence=0.6,
+            evidence=ev,
+            title="Collective share of decode kernel time per GPU is moderate",
+        )
+    ]

@@ -1,4 +1,5 @@
-"""The KV-cache rule: decode work growing with the sequence at every step (a missing or unused KV cache, O(n²) re-prefill)."""
+"""The KV-cache rule: decode work growing with the sequence at every step (a missing or unused KV cache, O(n²)
+re-prefill)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,10 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
 
     A prefill-like kernel mix in decode is reported as evidence.
     """
-    steps = sorted((s for s in report.steps if s.phase == "decode" and s.batch_size > 0 and s.sequence_tokens is not None), key=lambda s: s.start_ns)
+    steps = sorted(
+        (s for s in report.steps if s.phase == "decode" and s.batch_size > 0 and s.sequence_tokens is not None),
+        key=lambda s: s.start_ns,
+    )
     s = step_summary(report)
     if len(steps) < th.kv_min_decode_steps or not s:
         return []
@@ -30,7 +34,8 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
 
     seq = np.array([st.sequence_tokens for st in steps], dtype=float)
     # on a CPU device the step's own CPU time, not its wall time: another process taking cores mid-run slows the later
-    # steps' wall time (a trend with the sequence) but not the work they do; on a GPU the step's wall time is the measure
+    # steps' wall time (a trend with the sequence) but not the work they do; on a GPU the step's wall time is the
+    # measure
     on_cpu = report.environment.vendor == "none" and all(st.cpu_ns is not None for st in steps)
     ms = np.array([(st.cpu_ns if on_cpu else st.duration_ns) / 1e6 for st in steps])  # type: ignore[operator]
     fed = np.array([st.input_tokens / st.batch_size for st in steps])
@@ -65,7 +70,11 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
         mf_first, mf_last = float(np.median(mf[:third])), float(np.median(mf[-third:]))
         evidence["model_input_tokens_per_request_first"] = round(mf_first, 1)
         evidence["model_input_tokens_per_request_last"] = round(mf_last, 1)
-        model_refeeds = bool((mf >= 2).mean() >= th.kv_refeed_steps_share) and mf_last >= mf_first + th.kv_min_context_growth / 2 and _corr(seq, mf) >= th.kv_model_refeed_corr
+        model_refeeds = (
+            bool((mf >= 2).mean() >= th.kv_refeed_steps_share)
+            and mf_last >= mf_first + th.kv_min_context_growth / 2
+            and _corr(seq, mf) >= th.kv_model_refeed_corr
+        )
     evidence.update(_decode_vs_prefill_mix(report))
     time_grows = ratio >= th.kv_growth_ratio and corr >= th.kv_trend_corr
     if time_grows:
@@ -76,12 +85,20 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
         if min(halves) < th.kv_gradual_share * whole:
             # one level shift (another process taking cores partway, a clock change), not growth at every step
             time_grows = False
-            evidence["step_time_not_judged"] = ("the step time rose in one jump, not step by step with the sequence "
-                                                f"(robust slope per half {halves[0]:.4f} / {halves[1]:.4f} ms per token against {whole:.4f} overall)")
+            evidence["step_time_not_judged"] = (
+                "the step time rose in one jump, not step by step with the sequence "
+                f"(robust slope per half {halves[0]:.4f} / {halves[1]:.4f} ms per token against {whole:.4f} overall)"
+            )
     # MAX's op ranges on a CPU are host wall time (load-dependent): evidence there, a trigger only for GPU kernels
-    kernels_grow = (kernel_growth is not None and kernel_growth >= th.kv_growth_ratio and kernel_corr >= th.kv_trend_corr
-                    and not (on_cpu and not _gpu_kernels_of(report)))
-    refeeds = bool((fed >= 2).mean() >= th.kv_refeed_steps_share) and fed_last >= fed_first + th.kv_min_context_growth / 2
+    kernels_grow = (
+        kernel_growth is not None
+        and kernel_growth >= th.kv_growth_ratio
+        and kernel_corr >= th.kv_trend_corr
+        and not (on_cpu and not _gpu_kernels_of(report))
+    )
+    refeeds = (
+        bool((fed >= 2).mean() >= th.kv_refeed_steps_share) and fed_last >= fed_first + th.kv_min_context_growth / 2
+    )
     if time_grows and host_contended(report, th):
         # other processes held the cores: a step time rising through the run says more about them than about the cache
         # (host-contention says so); token counts and GPU kernel times still judge
@@ -89,14 +106,24 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
         evidence["step_time_not_judged"] = "other processes held the host's cores during the capture"
     if not (time_grows or kernels_grow or refeeds or model_refeeds):
         return []
-    signals = [name for name, on in (("step time", time_grows), ("kernel time", kernels_grow), ("re-fed tokens", refeeds),
-                                     ("model re-encodes the sequence", model_refeeds)) if on]
+    signals = [
+        name
+        for name, on in (
+            ("step time", time_grows),
+            ("kernel time", kernels_grow),
+            ("re-fed tokens", refeeds),
+            ("model re-encodes the sequence", model_refeeds),
+        )
+        if on
+    ]
     evidence["signals"] = ", ".join(signals)
     confidence = 0.95 if refeeds or model_refeeds else 0.85 if kernels_grow or kernel_growth is not None else 0.7
     title = "Decode work grows with the sequence at every step: the KV cache is missing or not used (O(n²) re-prefill)"
     if model_refeeds and not refeeds:
-        title = ("The model re-encodes the whole sequence at every decode step while the scheduler feeds one token: "
-                 "the KV cache is not used (O(n²) re-prefill)")
+        title = (
+            "The model re-encodes the whole sequence at every decode step while the scheduler feeds one token: "
+            "the KV cache is not used (O(n²) re-prefill)"
+        )
     return [
         Finding(
             id="kv-cache-broken",

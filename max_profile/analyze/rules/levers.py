@@ -47,13 +47,17 @@ def _launch_shape(k: KernelBreakdown | None, phase: str, name: str | None) -> st
 
 
 def _host_command(report: Report) -> Command:
-    """py-spy on the capture's own run (a server: the same serve capture, its worker followed) with the kernel tracer off:
-    where the host's time goes per step."""
+    """py-spy on the capture's own run (a server: the same serve capture, its worker followed) with the kernel tracer
+    off: where the host's time goes per step."""
     if report.serve is not None:
-        line = "pip install py-spy && py-spy record --native --subprocesses -o host.svg -- " + cli(for_model(report, "serve", mode="utilization", yes=True))
+        line = "pip install py-spy && py-spy record --native --subprocesses -o host.svg -- " + cli(
+            for_model(report, "serve", mode="utilization", yes=True)
+        )
         return shell(line, comment="where the server's host time goes per step")
-    return shell("pip install py-spy && py-spy record --native -o host.svg -- " + cli(for_model(report, "run", kernels="off")),
-                 comment="where the host's time goes per step")
+    return shell(
+        "pip install py-spy && py-spy record --native -o host.svg -- " + cli(for_model(report, "run", kernels="off")),
+        comment="where the host's time goes per step",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -70,32 +74,64 @@ def _idle_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | N
     before = sum(r.ms_per_step for r in idle_rows if r.part == IDLE_BEFORE_GRAPH)
     kernel_ms = p.step_ms - idle
     ev: dict[str, float | int | str | None] = {
-        "phase": p.phase, "steps": p.steps, "step_ms": round(p.step_ms, 4), "kernel_ms_per_step": round(kernel_ms, 4),
-        "idle_ms_per_step": round(idle, 4), "idle_pct_of_step": round(pct, 1), "idle_before_graph_launch_ms_per_step": round(before, 4),
-        "gpu_busy_pct": p.busy_pct, "host_step_p50_ms": round(p.host_step_p50_ms, 4) if p.host_step_p50_ms is not None else None,
-        "batch": p.batch, "threshold_busy_pct": th.host_bound_busy_pct,
+        "phase": p.phase,
+        "steps": p.steps,
+        "step_ms": round(p.step_ms, 4),
+        "kernel_ms_per_step": round(kernel_ms, 4),
+        "idle_ms_per_step": round(idle, 4),
+        "idle_pct_of_step": round(pct, 1),
+        "idle_before_graph_launch_ms_per_step": round(before, 4),
+        "gpu_busy_pct": p.busy_pct,
+        "host_step_p50_ms": round(p.host_step_p50_ms, 4) if p.host_step_p50_ms is not None else None,
+        "batch": p.batch,
+        "threshold_busy_pct": th.host_bound_busy_pct,
     }
     lever = phase_lever(p, "GPU idle inside the step", idle)
     where = f"each {p.phase} step" if p.steps > 1 else f"the {p.phase} step"
     if p.busy_pct < th.host_bound_busy_pct:
         return Finding(
-            id="host-bound", severity=severity, confidence=0.9, evidence=ev, lever=lever,  # type: ignore[arg-type]
-            title=f"Host-bound: the GPU idles {idle:.2f} of {p.step_ms:.2f} ms of {where} ({pct:.0f} %; its kernels take {kernel_ms:.2f} ms)",
-            next_step="The GPU is not the bottleneck: a kernel deep dive adds nothing until it is busy. Raise the batch size / concurrency "
+            id="host-bound",
+            severity=severity,
+            confidence=0.9,
+            evidence=ev,
+            lever=lever,  # type: ignore[arg-type]
+            title=f"Host-bound: the GPU idles {idle:.2f} of {p.step_ms:.2f} ms of {where} ({pct:.0f} %; its kernels "
+            f"take {kernel_ms:.2f} ms)",
+            next_step="The GPU is not the bottleneck: a kernel deep dive adds nothing until it is busy. Raise the "
+            "batch size / concurrency "
             "(more work per launch), or find where the host's time goes per step:",
-            command=_host_command(report))
+            command=_host_command(report),
+        )
     graphs = before >= th.graph_launch_late_share * idle
     if graphs:
-        title = (f"The GPU waits {idle:.2f} ms of {where} ({pct:.0f} % of {p.step_ms:.2f} ms) for the host, "
-                 f"{before:.2f} ms of it before the step's device graph is launched")
-        advice = ("The kernels run at their speed; the host launches the step's graph late (Python, scheduling, sampling between "
-                  "steps). Check the host-load line of this report, then where the host's time goes per step:")
+        title = (
+            f"The GPU waits {idle:.2f} ms of {where} ({pct:.0f} % of {p.step_ms:.2f} ms) for the host, "
+            f"{before:.2f} ms of it before the step's device graph is launched"
+        )
+        advice = (
+            "The kernels run at their speed; the host launches the step's graph late (Python, scheduling, sampling "
+            "between "
+            "steps). Check the host-load line of this report, then where the host's time goes per step:"
+        )
     else:
-        title = f"The GPU waits for the host {idle:.2f} ms of {where} ({pct:.0f} % of {p.step_ms:.2f} ms) between kernel launches"
-        advice = ("Between eager launches the GPU runs dry: device graphs (on by default on GPUs) launch a step at once; "
-                  "otherwise see where the host's time goes per step:")
-    return Finding(id="graph-launch-late" if graphs else "gpu-idle", severity=severity, confidence=0.8, evidence=ev, lever=lever,  # type: ignore[arg-type]
-                   title=title, next_step=advice, command=_host_command(report))
+        title = (
+            f"The GPU waits for the host {idle:.2f} ms of {where} ({pct:.0f} % of {p.step_ms:.2f} ms) between "
+            "kernel launches"
+        )
+        advice = (
+            "Between eager launches the GPU runs dry: device graphs (on by default on GPUs) launch a step at once; "
+            "otherwise see where the host's time goes per step:"
+        )
+    return Finding(
+        id="graph-launch-late" if graphs else "gpu-idle",
+        severity=severity,
+        confidence=0.8,
+        evidence=ev,
+        lever=lever,  # type: ignore[arg-type]
+        title=title,
+        next_step=advice,
+        command=_host_command(report),
+    )
 
 
 def _host_ops_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | None:
@@ -105,12 +141,22 @@ def _host_ops_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding
     if 100 - pct >= th.host_bound_busy_pct:
         return None
     return Finding(
-        id="host-time-between-ops", severity="info", confidence=0.7, lever=phase_lever(p, "host time between ops", between),
-        title=f"MAX's ops ran {100 - pct:.0f} % of each {p.phase} step: the other {pct:.0f} % ({between:.2f} of {p.step_ms:.2f} ms) is host "
+        id="host-time-between-ops",
+        severity="info",
+        confidence=0.7,
+        lever=phase_lever(p, "host time between ops", between),
+        title=f"MAX's ops ran {100 - pct:.0f} % of each {p.phase} step: the other {pct:.0f} % ({between:.2f} of "
+        f"{p.step_ms:.2f} ms) is host "
         "work between ops (Python, scheduling, sampling)",
-        evidence={"phase": p.phase, "ops_cover_pct": round(100 - pct, 1), "between_ops_ms_per_step": round(between, 4), "step_ms": round(p.step_ms, 4),
-                  "threshold_pct": th.host_bound_busy_pct},
-        next_step="At this model size the framework's per-step cost sets the speed, not the model's math: see where the host time goes "
+        evidence={
+            "phase": p.phase,
+            "ops_cover_pct": round(100 - pct, 1),
+            "between_ops_ms_per_step": round(between, 4),
+            "step_ms": round(p.step_ms, 4),
+            "threshold_pct": th.host_bound_busy_pct,
+        },
+        next_step="At this model size the framework's per-step cost sets the speed, not the model's math: see where "
+        "the host time goes "
         "with py-spy, or profile a larger model.",
         command=_host_command(report),
     )
@@ -125,16 +171,29 @@ def _nvml_host_bound(report: Report, th: Thresholds) -> list[Finding]:
         g: GpuUtilization = max(u.gpus, key=lambda g: g.mean_utilization_pct or 0)
         if g.mean_utilization_pct is not None and g.mean_utilization_pct < th.host_bound_util_pct:
             low_util = True
-            evidence.update({"gpu": g.gpu, "mean_utilization_pct": round(g.mean_utilization_pct, 1), "peak_utilization_pct": g.peak_utilization_pct,
-                             "samples": g.samples})
+            evidence.update(
+                {
+                    "gpu": g.gpu,
+                    "mean_utilization_pct": round(g.mean_utilization_pct, 1),
+                    "peak_utilization_pct": g.peak_utilization_pct,
+                    "samples": g.samples,
+                }
+            )
     busy = None
     if k is not None and gpu_kernels(k) and not k.unreliable and not k.phases and k.gpu_busy_pct is not None:
         busy = k.gpu_busy_pct  # a trace without phases: the whole capture window
         if busy >= th.host_bound_busy_pct:
             return []
-        evidence.update({"gpu_busy_pct": round(busy, 1), "kernels": k.kernels, "window_ms": round(k.window_ms or 0, 3),
-                         "busy_scope": "whole capture window (no phase ranges)" if k.recorded_ms is None
-                         else f"the recorded slices of the capture window ({k.recorded_ms:.1f} ms; no phase ranges)"})
+        evidence.update(
+            {
+                "gpu_busy_pct": round(busy, 1),
+                "kernels": k.kernels,
+                "window_ms": round(k.window_ms or 0, 3),
+                "busy_scope": "whole capture window (no phase ranges)"
+                if k.recorded_ms is None
+                else f"the recorded slices of the capture window ({k.recorded_ms:.1f} ms; no phase ranges)",
+            }
+        )
     if not (low_util or busy is not None):
         return []
     s = step_summary(report)
@@ -143,45 +202,86 @@ def _nvml_host_bound(report: Report, th: Thresholds) -> list[Finding]:
     if dec is not None:
         evidence["decode_step_p50_ms"] = round(dec.p50_ms, 3)
         idle_share = 1 - (busy if busy is not None else float(evidence["mean_utilization_pct"] or 0)) / 100  # type: ignore[arg-type]
-        lever = Lever(phase="decode", part="GPU idle (estimated from " + ("the kernel timeline" if busy is not None else "NVML") + ")",
-                      ms_per_step=round(idle_share * dec.p50_ms, 4), pct_of_step=round(100 * idle_share, 1), total_ms=round(idle_share * dec.total_ms, 3))
+        lever = Lever(
+            phase="decode",
+            part="GPU idle (estimated from " + ("the kernel timeline" if busy is not None else "NVML") + ")",
+            ms_per_step=round(idle_share * dec.p50_ms, 4),
+            pct_of_step=round(100 * idle_share, 1),
+            total_ms=round(idle_share * dec.total_ms, 3),
+        )
     evidence["threshold_pct"] = th.host_bound_util_pct
-    confidence = (0.9 if (low_util and busy is not None) else 0.7) * (th.no_phase_confidence_scale if busy is not None else 1.0)
-    title = ("Host-bound: the GPU idles while steps run (launch/sync overhead, Python, or a batch too small)" if busy is None
-             else f"Host-bound: the GPU ran kernels {busy:.0f}% of the capture window (no phase ranges: whole capture)")
-    return [Finding(id="host-bound", severity="warning", title=title, evidence=evidence, confidence=round(confidence, 2), lever=lever,
-                    next_step="Stop here: a kernel trace adds nothing until the GPU is busy. Raise the batch size / concurrency, "
-                    "or profile the host (py-spy record --native, or `max generate --profile` for its cProfile table).")]
+    confidence = (0.9 if (low_util and busy is not None) else 0.7) * (
+        th.no_phase_confidence_scale if busy is not None else 1.0
+    )
+    title = (
+        "Host-bound: the GPU idles while steps run (launch/sync overhead, Python, or a batch too small)"
+        if busy is None
+        else f"Host-bound: the GPU ran kernels {busy:.0f}% of the capture window (no phase ranges: whole capture)"
+    )
+    return [
+        Finding(
+            id="host-bound",
+            severity="warning",
+            title=title,
+            evidence=evidence,
+            confidence=round(confidence, 2),
+            lever=lever,
+            next_step="Stop here: a kernel trace adds nothing until the GPU is busy. Raise the batch size / "
+            "concurrency, "
+            "or profile the host (py-spy record --native, or `max generate --profile` for its cProfile table).",
+        )
+    ]
 
 
 def _capture_graph_waits(report: Report, th: Thresholds) -> list[Finding]:
     """No steps to account: the capture's waits before device-graph kernels (a serve window without phase ranges)."""
     k = kern(report)
     w = k.gpu_waits if k and gpu_kernels(k) else None
-    if w is None or w.before_graph_pct < th.graph_launch_late_pct or w.before_graph_gaps < th.graph_launch_late_min_gaps:
+    if (
+        w is None
+        or w.before_graph_pct < th.graph_launch_late_pct
+        or w.before_graph_gaps < th.graph_launch_late_min_gaps
+    ):
         return []
     median = f", median {w.gap_p50_us / 1e3:.2f} ms" if w.gap_p50_us is not None else ""
-    return [Finding(
-        id="graph-launch-late", severity="info", confidence=0.7,
-        title=f"The GPU waited for the host before {w.before_graph_gaps} device-graph launches: {w.before_graph_pct:.1f} % of the window "
-        f"in gaps of {w.min_gap_us / 1e3:g}-{w.max_gap_ms:g} ms{median}",
-        evidence={"before_graph_gaps": w.before_graph_gaps, "before_graph_ms": round(w.before_graph_ms, 1), "before_graph_pct": round(w.before_graph_pct, 2),
-                  "all_waits": w.gaps, "all_waits_pct": round(w.waited_pct, 2), "gap_p50_us": round(w.gap_p50_us, 1) if w.gap_p50_us is not None else None,
-                  "longer_gaps": w.longer_gaps, "threshold_pct": th.graph_launch_late_pct, "min_gaps": th.graph_launch_late_min_gaps},
-        next_step="The kernels ran at their speed; the thread that launches the step's graph came late. Check the host load line of "
-        "this report (other processes on the cores), then where the host's time goes per step: py-spy on the process "
-        "(`py-spy record --native --pid PID`). Under an in-process tracer, compare with an untraced run first.",
-        detail="Counted: gaps between one kernel's end and the next kernel's start (overlaps merged, the busiest device) at least "
-        f"{w.min_gap_us:g} µs and under {w.max_gap_ms:g} ms that end at a kernel inside a device graph; longer gaps "
-        f"({w.longer_gaps} here, {w.longer_ms:.0f} ms) are waits for requests or pauses between steps.",
-    )]
+    return [
+        Finding(
+            id="graph-launch-late",
+            severity="info",
+            confidence=0.7,
+            title=f"The GPU waited for the host before {w.before_graph_gaps} device-graph launches: "
+            f"{w.before_graph_pct:.1f} % of the window "
+            f"in gaps of {w.min_gap_us / 1e3:g}-{w.max_gap_ms:g} ms{median}",
+            evidence={
+                "before_graph_gaps": w.before_graph_gaps,
+                "before_graph_ms": round(w.before_graph_ms, 1),
+                "before_graph_pct": round(w.before_graph_pct, 2),
+                "all_waits": w.gaps,
+                "all_waits_pct": round(w.waited_pct, 2),
+                "gap_p50_us": round(w.gap_p50_us, 1) if w.gap_p50_us is not None else None,
+                "longer_gaps": w.longer_gaps,
+                "threshold_pct": th.graph_launch_late_pct,
+                "min_gaps": th.graph_launch_late_min_gaps,
+            },
+            next_step="The kernels ran at their speed; the thread that launches the step's graph came late. Check the "
+            "host load line of "
+            "this report (other processes on the cores), then where the host's time goes per step: py-spy on the "
+            "process "
+            "(`py-spy record --native --pid PID`). Under an in-process tracer, compare with an untraced run first.",
+            detail="Counted: gaps between one kernel's end and the next kernel's start (overlaps merged, the busiest "
+            "device) at least "
+            f"{w.min_gap_us:g} µs and under {w.max_gap_ms:g} ms that end at a kernel inside a device graph; longer "
+            "gaps "
+            f"({w.longer_gaps} here, {w.longer_ms:.0f} ms) are waits for requests or pauses between steps.",
+        )
+    ]
 
 
 def rule_gpu_idle(report: Report, th: Thresholds) -> list[Finding]:
-    """The GPU idle inside each phase's steps, from the ledger: host-bound (busy under ``host_bound_busy_pct``), the step's
-    device graph launched late (most of the idle before graph kernels), or idle between launches. No ledger: NVML's
-    utilization or the whole capture's busy share, and the capture's waits before device graphs. Needs load: a lightly
-    loaded window says so instead (lightly-loaded)."""
+    """The GPU idle inside each phase's steps, from the ledger: host-bound (busy under ``host_bound_busy_pct``), the
+    step's device graph launched late (most of the idle before graph kernels), or idle between launches. No ledger:
+    NVML's utilization or the whole capture's busy share, and the capture's waits before device graphs. Needs load: a
+    lightly loaded window says so instead (lightly-loaded)."""
     if lightly_loaded(report, th):
         return []
     lg = ledger(report)
@@ -208,12 +308,23 @@ def _part(p: PhaseLedger, part: str) -> LedgerRow | None:
 
 
 def _roof_evidence(p: PhaseLedger, row: LedgerRow) -> dict[str, float | int | str | None]:
-    return {"phase": p.phase, "steps": p.steps, "batch": p.batch, "step_ms": round(p.step_ms, 4), "part_ms_per_step": round(row.ms_per_step, 4),
-            "ideal_ms_per_step": round(row.ideal_ms_per_step, 4) if row.ideal_ms_per_step is not None else None,
-            "recoverable_ms_per_step": round(row.recoverable_ms_per_step, 4) if row.recoverable_ms_per_step is not None else None,
-            "share_of_kernel_time_pct": round(100 * row.ms_per_step / _kernel_ms(p), 1) if _kernel_ms(p) else None,
-            "pct_of_attainable_roofline": round(100 * row.ideal_ms_per_step / row.ms_per_step, 1) if row.ideal_ms_per_step and row.ms_per_step else None,
-            "kernels_per_step": row.kernels_per_step, "priced": row.basis}
+    return {
+        "phase": p.phase,
+        "steps": p.steps,
+        "batch": p.batch,
+        "step_ms": round(p.step_ms, 4),
+        "part_ms_per_step": round(row.ms_per_step, 4),
+        "ideal_ms_per_step": round(row.ideal_ms_per_step, 4) if row.ideal_ms_per_step is not None else None,
+        "recoverable_ms_per_step": round(row.recoverable_ms_per_step, 4)
+        if row.recoverable_ms_per_step is not None
+        else None,
+        "share_of_kernel_time_pct": round(100 * row.ms_per_step / _kernel_ms(p), 1) if _kernel_ms(p) else None,
+        "pct_of_attainable_roofline": round(100 * row.ideal_ms_per_step / row.ms_per_step, 1)
+        if row.ideal_ms_per_step and row.ms_per_step
+        else None,
+        "kernels_per_step": row.kernels_per_step,
+        "priced": row.basis,
+    }
 
 
 def _matmul_finding(report: Report, p: PhaseLedger, row: LedgerRow, th: Thresholds) -> Finding | None:
@@ -228,10 +339,14 @@ def _matmul_finding(report: Report, p: PhaseLedger, row: LedgerRow, th: Threshol
     if shape:
         ev["top_matmul_launch_shape"] = shape
     if row.ideal_ms_per_step is None:
-        # not priced (no model config): a dominant matmul path whose kernel names itself a fallback is named by that evidence
+        # not priced (no model config): a dominant matmul path whose kernel names itself a fallback is named by that
+        # evidence
         if named is None or share < th.slow_matmul_share_pct:
             return None
-        recoverable, basis = row.ms_per_step, "the slow path's own time (not priced: no model config or weights; an upper bound)"
+        recoverable, basis = (
+            row.ms_per_step,
+            "the slow path's own time (not priced: no model config or weights; an upper bound)",
+        )
         ev["lever_basis"] = basis
     else:
         recoverable = row.recoverable_ms_per_step or 0.0
@@ -244,20 +359,48 @@ def _matmul_finding(report: Report, p: PhaseLedger, row: LedgerRow, th: Threshol
     lever = phase_lever(p, row.part, recoverable)
     command = kernel_command(report, top, p.phase) if top else None
     if slow and (named is not None or roof_pct is not None):
-        what, advice = named if named is not None else ("a matmul path far below its roofline", "Another weight encoding or batch size may reach a "
-                                                       "tuned kernel; report the shape and GPU to Modular")
+        what, advice = (
+            named
+            if named is not None
+            else (
+                "a matmul path far below its roofline",
+                "Another weight encoding or batch size may reach a tuned kernel; report the shape and GPU to Modular",
+            )
+        )
         if named is not None:
             ev["kernel_names_it"] = what
-        at = f" at {roof_pct:.0f} % of its attainable roofline" if roof_pct is not None else " (not priced: no model config)"
-        return Finding(id="matmul-slow-path", severity=severity, confidence=0.85 if named else 0.7, evidence=ev, lever=lever,  # type: ignore[arg-type]
-                       title=f"{p.phase.capitalize()} matmuls run through {what}: {share:.0f} % of its kernel time{at}; fixing it buys "
-                       f"{recoverable:.2f} ms of each {p.step_ms:.2f} ms step ({pct:.0f} %)",
-                       next_step=advice + ". A deep dive of the slow kernel in this phase shows why:", command=command)
-    return Finding(id="matmul-below-roofline", severity=severity, confidence=0.75, evidence=ev, lever=lever,  # type: ignore[arg-type]
-                   title=f"{p.phase.capitalize()} matmuls ({row.part.removeprefix('matmul: ')}) take {row.ms_per_step:.2f} ms per step where the roofline "
-                   f"allows {row.ideal_ms_per_step or 0:.2f} ms: {recoverable:.2f} ms of each {p.step_ms:.2f} ms step ({pct:.0f} %) to gain",
-                   next_step="Deep-dive the phase's top matmul kernel (the command keeps this run's batch and lengths and skips into the "
-                   "phase's launches); other batch sizes or weight encodings may reach tuned kernels.", command=command)
+        at = (
+            f" at {roof_pct:.0f} % of its attainable roofline"
+            if roof_pct is not None
+            else " (not priced: no model config)"
+        )
+        return Finding(
+            id="matmul-slow-path",
+            severity=severity,
+            confidence=0.85 if named else 0.7,
+            evidence=ev,
+            lever=lever,  # type: ignore[arg-type]
+            title=f"{p.phase.capitalize()} matmuls run through {what}: {share:.0f} % of its kernel time{at}; fixing it "
+            "buys "
+            f"{recoverable:.2f} ms of each {p.step_ms:.2f} ms step ({pct:.0f} %)",
+            next_step=advice + ". A deep dive of the slow kernel in this phase shows why:",
+            command=command,
+        )
+    return Finding(
+        id="matmul-below-roofline",
+        severity=severity,
+        confidence=0.75,
+        evidence=ev,
+        lever=lever,  # type: ignore[arg-type]
+        title=f"{p.phase.capitalize()} matmuls ({row.part.removeprefix('matmul: ')}) take {row.ms_per_step:.2f} ms per "
+        "step where the roofline "
+        f"allows {row.ideal_ms_per_step or 0:.2f} ms: {recoverable:.2f} ms of each {p.step_ms:.2f} ms step ({pct:.0f} "
+        "%) to gain",
+        next_step="Deep-dive the phase's top matmul kernel (the command keeps this run's batch and lengths and skips "
+        "into the "
+        "phase's launches); other batch sizes or weight encodings may reach tuned kernels.",
+        command=command,
+    )
 
 
 def rule_matmul(report: Report, th: Thresholds) -> list[Finding]:
@@ -274,7 +417,8 @@ def rule_matmul(report: Report, th: Thresholds) -> list[Finding]:
 
 
 def rule_attention(report: Report, th: Thresholds) -> list[Finding]:
-    """Each phase's attention kernels against their roofline (the KV cache once, 4 FLOPs per head dim per cached token)."""
+    """Each phase's attention kernels against their roofline (the KV cache once, 4 FLOPs per head dim per cached
+    token)."""
     lg = timeline_ledger(report)
     out = []
     for p in lg.phases if lg else []:
@@ -286,13 +430,22 @@ def rule_attention(report: Report, th: Thresholds) -> list[Finding]:
         if severity is None:
             continue
         top = _top_kernel(kern(report), p.phase, ["attention"])
-        out.append(Finding(
-            id="attention-below-roofline", severity=severity, confidence=0.65, evidence=_roof_evidence(p, row),  # type: ignore[arg-type]
-            lever=phase_lever(p, "attention", row.recoverable_ms_per_step),
-            title=f"{p.phase.capitalize()} attention takes {row.ms_per_step:.2f} ms per step where the KV cache's bytes allow "
-            f"{row.ideal_ms_per_step or 0:.2f} ms: {row.recoverable_ms_per_step:.2f} ms of each {p.step_ms:.2f} ms step ({pct:.0f} %) to gain",
-            next_step="Deep-dive the phase's top attention kernel (occupancy and stalls at this batch and context):",
-            command=kernel_command(report, top, p.phase) if top else None))
+        out.append(
+            Finding(
+                id="attention-below-roofline",
+                severity=severity,
+                confidence=0.65,
+                evidence=_roof_evidence(p, row),  # type: ignore[arg-type]
+                lever=phase_lever(p, "attention", row.recoverable_ms_per_step),
+                title=f"{p.phase.capitalize()} attention takes {row.ms_per_step:.2f} ms per step where the KV cache's "
+                "bytes allow "
+                f"{row.ideal_ms_per_step or 0:.2f} ms: {row.recoverable_ms_per_step:.2f} ms of each {p.step_ms:.2f} ms "
+                f"step ({pct:.0f} %) to gain",
+                next_step="Deep-dive the phase's top attention kernel (occupancy and stalls at this batch and "
+                "context):",
+                command=kernel_command(report, top, p.phase) if top else None,
+            )
+        )
     return out
 
 
@@ -301,13 +454,24 @@ def rule_attention(report: Report, th: Thresholds) -> list[Finding]:
 
 
 def rule_outside_steps(report: Report, th: Thresholds) -> list[Finding]:
-    """The window's load first: requests in flight (serve, attach) or steps running (run) under ``light_load_pct`` → lightly
-    loaded, and no host-bound / idle verdict is drawn. Otherwise the time outside every step is a lever of its own."""
+    """The window's load first: requests in flight (serve, attach) or steps running (run) under ``light_load_pct`` →
+    lightly loaded, and no host-bound / idle verdict is drawn. Otherwise the time outside every step is a lever of its
+    own."""
     share, what = load_share(report)
     lg = ledger(report)
     if share is not None and share < th.light_load_pct:
-        ev: dict[str, float | int | str | None] = {"loaded_pct": round(share, 1), "measured_as": what, "threshold_pct": th.light_load_pct}
-        rate = lg.request_rate_rps if lg is not None and lg.request_rate_rps is not None else report.window_load.request_rate_rps if report.window_load else None
+        ev: dict[str, float | int | str | None] = {
+            "loaded_pct": round(share, 1),
+            "measured_as": what,
+            "threshold_pct": th.light_load_pct,
+        }
+        rate = (
+            lg.request_rate_rps
+            if lg is not None and lg.request_rate_rps is not None
+            else report.window_load.request_rate_rps
+            if report.window_load
+            else None
+        )
         if rate is not None:
             ev["requests_per_s"] = rate
         if report.window_load is not None:
@@ -318,13 +482,23 @@ def rule_outside_steps(report: Report, th: Thresholds) -> list[Finding]:
         if u and u.gpus:
             ev["mean_gpu_utilization_pct"] = round(max(g.mean_utilization_pct or 0.0 for g in u.gpus), 1)
         rate_text = f", {rate:.2f} requests/s" if rate is not None else ""
-        return [Finding(
-            id="lightly-loaded", severity="info", confidence=0.8, evidence=ev,
-            title=f"Lightly loaded: {what} only {share:.0f} % of the window{rate_text}: GPU utilization and idle time here say "
-            "nothing about the model (no host-bound verdict without load)",
-            next_step="Measure under load: `max-profile attach URL --concurrency 1,4,16` (a sweep of our own), or `serve` with "
-            "--concurrency; for a generation, profile it while it runs (more steps, less in between).",
-            command=Command(verb="attach", args={"concurrency": "1,4,16"}, positional=["URL"]) if report.capture.target.startswith("attach") else None)]
+        return [
+            Finding(
+                id="lightly-loaded",
+                severity="info",
+                confidence=0.8,
+                evidence=ev,
+                title=f"Lightly loaded: {what} only {share:.0f} % of the window{rate_text}: GPU utilization and idle "
+                "time here say "
+                "nothing about the model (no host-bound verdict without load)",
+                next_step="Measure under load: `max-profile attach URL --concurrency 1,4,16` (a sweep of our own), or "
+                "`serve` with "
+                "--concurrency; for a generation, profile it while it runs (more steps, less in between).",
+                command=Command(verb="attach", args={"concurrency": "1,4,16"}, positional=["URL"])
+                if report.capture.target.startswith("attach")
+                else None,
+            )
+        ]
     if lg is None or lg.source == "server metrics":
         return []
     steps = sum(p.steps for p in lg.phases)
@@ -335,15 +509,33 @@ def rule_outside_steps(report: Report, th: Thresholds) -> list[Finding]:
     severity = lever_severity(pct, steps, th)
     if severity is None:
         return []
-    return [Finding(
-        id="time-outside-steps", severity=severity, confidence=0.7,  # type: ignore[arg-type]
-        lever=Lever(phase="outside steps", part="time between steps", ms_per_step=round(per_step, 4), pct_of_step=round(pct, 1),
-                    total_ms=round(lg.outside_steps_ms, 3)),
-        evidence={"outside_steps_ms": lg.outside_steps_ms, "outside_steps_pct": pct, "kernels_launched_outside_ms": lg.outside_kernels_ms,
-                  "steps": steps, "window_ms": lg.window_ms},
-        title=f"{pct:.0f} % of the window ({lg.outside_steps_ms:.1f} ms, {per_step:.2f} ms per step) passed between steps, where no step ran",
-        next_step="Between two executes the host runs the generation loop (scheduling, detokenization, streaming) or waits for work: "
-        "see where with py-spy:", command=_host_command(report))]
+    return [
+        Finding(
+            id="time-outside-steps",
+            severity=severity,
+            confidence=0.7,  # type: ignore[arg-type]
+            lever=Lever(
+                phase="outside steps",
+                part="time between steps",
+                ms_per_step=round(per_step, 4),
+                pct_of_step=round(pct, 1),
+                total_ms=round(lg.outside_steps_ms, 3),
+            ),
+            evidence={
+                "outside_steps_ms": lg.outside_steps_ms,
+                "outside_steps_pct": pct,
+                "kernels_launched_outside_ms": lg.outside_kernels_ms,
+                "steps": steps,
+                "window_ms": lg.window_ms,
+            },
+            title=f"{pct:.0f} % of the window ({lg.outside_steps_ms:.1f} ms, {per_step:.2f} ms per step) passed "
+            "between steps, where no step ran",
+            next_step="Between two executes the host runs the generation loop (scheduling, detokenization, streaming) "
+            "or waits for work: "
+            "see where with py-spy:",
+            command=_host_command(report),
+        )
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,23 +558,40 @@ def rule_healthy_decode(report: Report, th: Thresholds) -> list[Finding]:
     top = families[0]
     lg = timeline_ledger(report)
     dl = next((p for p in lg.phases if p.phase == "decode"), None) if lg else None
-    ev: dict[str, float | int | str | None] = {"top_family": top.family, "top_family_share_pct": round(top.share_pct, 1),
-                                               "top_families": ",".join(r.family for r in families[:4])}
+    ev: dict[str, float | int | str | None] = {
+        "top_family": top.family,
+        "top_family_share_pct": round(top.share_pct, 1),
+        "top_families": ",".join(r.family for r in families[:4]),
+    }
     if dl is not None:
         worst = worst_lever_pct(dl)
         if worst >= th.lever_warning_pct:
             return []
-        ev.update({"largest_lever_pct_of_step": round(worst, 1), "decode_step_ms": round(dl.step_ms, 4),
-                   "recoverable_ms_per_step": round(dl.recoverable_ms_per_step, 4), "batch": dl.batch})
+        ev.update(
+            {
+                "largest_lever_pct_of_step": round(worst, 1),
+                "decode_step_ms": round(dl.step_ms, 4),
+                "recoverable_ms_per_step": round(dl.recoverable_ms_per_step, 4),
+                "batch": dl.batch,
+            }
+        )
         if dl.ideal_ms_per_step:
             ev["pct_of_ideal_step"] = round(100 * dl.ideal_ms_per_step / dl.step_ms, 1)
     batch = dl.batch if dl is not None else (report.decode_cost.batch if report.decode_cost else 1)
     if batch is not None and batch >= th.batched_decode_min_batch:
         if dl is None or top.family not in ("gemm", "gemv", "grouped_matmul"):
             return []
-        return [Finding(id="healthy-batched-decode", severity="info", confidence=0.75, evidence=ev,
-                        title=f"Healthy batched decode: {batch} requests per step, matrix products ({top.family}) dominate and every part is "
-                        f"within {th.lever_warning_pct:g} % of the step of its roofline")]
+        return [
+            Finding(
+                id="healthy-batched-decode",
+                severity="info",
+                confidence=0.75,
+                evidence=ev,
+                title=f"Healthy batched decode: {batch} requests per step, matrix products ({top.family}) dominate and "
+                "every part is "
+                f"within {th.lever_warning_pct:g} % of the step of its roofline",
+            )
+        ]
     gemv = next((r for r in families if r.family == "gemv"), None)
     if top.family != "gemv" or gemv is None or gemv.share_pct < th.healthy_gemv_share_pct:
         return []
@@ -394,10 +603,14 @@ def rule_healthy_decode(report: Report, th: Thresholds) -> list[Finding]:
         confidence = 0.8
     else:
         ev["scope"] = "whole capture (no phase ranges)"
-        title = ("Matrix-vector products dominate the capture: a memory-bound dense decode (no phase ranges: whole capture), then "
-                 + ", ".join(names[1:3]))
+        title = (
+            "Matrix-vector products dominate the capture: a memory-bound dense decode (no phase ranges: whole "
+            "capture), then " + ", ".join(names[1:3])
+        )
         confidence = 0.8 * th.no_phase_confidence_scale
-    return [Finding(id="healthy-dense-decode", severity="info", title=title, evidence=ev, confidence=round(confidence, 2))]
+    return [
+        Finding(id="healthy-dense-decode", severity="info", title=title, evidence=ev, confidence=round(confidence, 2))
+    ]
 
 
 def rule_gpu_bound(report: Report, th: Thresholds) -> list[Finding]:
@@ -412,16 +625,26 @@ def rule_gpu_bound(report: Report, th: Thresholds) -> list[Finding]:
         busy, scope = dl.busy_pct, "decode"
     else:
         d = phase_of(k, "decode")
-        busy, scope = (d.gpu_busy_pct, "decode") if d is not None else (k.gpu_busy_pct if not k.phases else None, "capture")
+        busy, scope = (
+            (d.gpu_busy_pct, "decode") if d is not None else (k.gpu_busy_pct if not k.phases else None, "capture")
+        )
     if busy is None or busy < th.gpu_bound_busy_pct:
         return []
     where = "decode steps" if scope == "decode" else "capture window (no phase ranges: whole capture)"
-    return [Finding(
-        id="gpu-bound", severity="info",
-        title=f"GPU-bound: kernels ran {busy:.0f}% of the {where}; the kernel mix is where the time goes",
-        evidence={"gpu_busy_pct": round(busy, 1), "scope": scope, "top_family": k.families[0].family if k.families else None,
-                  "threshold_pct": th.gpu_bound_busy_pct},
-        confidence=round(0.8 * (th.no_phase_confidence_scale if scope == "capture" else 1.0), 2))]
+    return [
+        Finding(
+            id="gpu-bound",
+            severity="info",
+            title=f"GPU-bound: kernels ran {busy:.0f}% of the {where}; the kernel mix is where the time goes",
+            evidence={
+                "gpu_busy_pct": round(busy, 1),
+                "scope": scope,
+                "top_family": k.families[0].family if k.families else None,
+                "threshold_pct": th.gpu_bound_busy_pct,
+            },
+            confidence=round(0.8 * (th.no_phase_confidence_scale if scope == "capture" else 1.0), 2),
+        )
+    ]
 
 
 def rule_decode_bandwidth(report: Report, th: Thresholds) -> list[Finding]:
@@ -431,11 +654,27 @@ def rule_decode_bandwidth(report: Report, th: Thresholds) -> list[Finding]:
     if c is None or report.environment.vendor == "none" or c.step.pct_of_peak_bandwidth is None:
         return []
     ev: dict[str, float | int | str | None] = {
-        "batch": c.batch, "context_tokens": c.context_tokens, "weight_bytes_per_step": round(c.weight_bytes), "kv_bytes_per_step": round(c.kv_bytes),
-        "bytes_per_step": round(c.weight_bytes + c.kv_bytes + c.embedding_bytes), "decode_step_p50_ms": c.step.ms_per_step,
-        "achieved_GBps": c.step.achieved_GBps, "peak_GBps": c.peak_bandwidth_GBps, "pct_of_peak": c.step.pct_of_peak_bandwidth, "gpu": c.gpu,
-        "weights": c.weights_basis}
+        "batch": c.batch,
+        "context_tokens": c.context_tokens,
+        "weight_bytes_per_step": round(c.weight_bytes),
+        "kv_bytes_per_step": round(c.kv_bytes),
+        "bytes_per_step": round(c.weight_bytes + c.kv_bytes + c.embedding_bytes),
+        "decode_step_p50_ms": c.step.ms_per_step,
+        "achieved_GBps": c.step.achieved_GBps,
+        "peak_GBps": c.peak_bandwidth_GBps,
+        "pct_of_peak": c.step.pct_of_peak_bandwidth,
+        "gpu": c.gpu,
+        "weights": c.weights_basis,
+    }
     if c.kernels is not None:
         ev["pct_of_peak_kernel_time"] = c.kernels.pct_of_peak_bandwidth
-    return [Finding(id="decode-bandwidth", severity="info", evidence=ev, confidence=0.6,
-                    title=f"Decode reads memory at {c.step.pct_of_peak_bandwidth:.0f}% of the GPU's peak bandwidth (weights + KV cache per step)")]
+    return [
+        Finding(
+            id="decode-bandwidth",
+            severity="info",
+            evidence=ev,
+            confidence=0.6,
+            title=f"Decode reads memory at {c.step.pct_of_peak_bandwidth:.0f}% of the GPU's peak bandwidth (weights + "
+            "KV cache per step)",
+        )
+    ]

@@ -21,13 +21,45 @@ import numpy as np
 from max_profile.errors import TraceFormatError
 from max_profile.model import KernelTable
 
-KERNEL_FIELDS = ("size", "kind", "start", "end", "deviceId", "streamId", "correlationId", "gridX", "blockX", "registersPerThread", "name",
-                 "graphNodeId", "graphId")
+KERNEL_FIELDS = (
+    "size",
+    "kind",
+    "start",
+    "end",
+    "deviceId",
+    "streamId",
+    "correlationId",
+    "gridX",
+    "blockX",
+    "registersPerThread",
+    "name",
+    "graphNodeId",
+    "graphId",
+)
 API_FIELDS = ("size", "kind", "cbid", "start", "end", "threadId", "correlationId")
 KIND_FIELDS = ("CONCURRENT_KERNEL", "KERNEL", "DRIVER", "RUNTIME", "cupti_api_version")
-_KERNEL_TYPES: dict[str, Any] = {"kind": "<u4", "start": "<u8", "end": "<u8", "deviceId": "<u4", "streamId": "<u4", "correlationId": "<u4", "gridX": ("<i4", (3,)),
-                 "blockX": ("<i4", (3,)), "registersPerThread": "<u2", "name": "<u8", "graphNodeId": "<u8", "graphId": "<u4"}
-_API_TYPES: dict[str, Any] = {"kind": "<u4", "cbid": "<u4", "start": "<u8", "end": "<u8", "threadId": "<u4", "correlationId": "<u4"}
+_KERNEL_TYPES: dict[str, Any] = {
+    "kind": "<u4",
+    "start": "<u8",
+    "end": "<u8",
+    "deviceId": "<u4",
+    "streamId": "<u4",
+    "correlationId": "<u4",
+    "gridX": ("<i4", (3,)),
+    "blockX": ("<i4", (3,)),
+    "registersPerThread": "<u2",
+    "name": "<u8",
+    "graphNodeId": "<u8",
+    "graphId": "<u4",
+}
+_API_TYPES: dict[str, Any] = {
+    "kind": "<u4",
+    "cbid": "<u4",
+    "start": "<u8",
+    "end": "<u8",
+    "threadId": "<u4",
+    "correlationId": "<u4",
+}
 
 CUPTI_13_LAYOUT = (216, 0, 16, 24, 40, 48, 92, 52, 64, 6, 104, 144, 156, 40, 0, 4, 8, 16, 28, 32, 10, 3, 4, 5, 130001)
 """``mp_layout()`` of cupti_ring.c compiled against CUDA 13.0's CUPTI headers (CUpti_ActivityKernel10, API 130001)."""
@@ -45,14 +77,23 @@ class RecordLayout:
     def from_values(cls, values: Sequence[int]) -> RecordLayout:
         nk, na = len(KERNEL_FIELDS), len(API_FIELDS)
         if len(values) < nk + na + len(KIND_FIELDS):
-            raise TraceFormatError(f"CUPTI record layout has {len(values)} values, expected {nk + na + len(KIND_FIELDS)}")
-        layout = cls(kernel=dict(zip(KERNEL_FIELDS, values[:nk], strict=True)), api=dict(zip(API_FIELDS, values[nk : nk + na], strict=True)),
-                     kinds=dict(zip(KIND_FIELDS, values[nk + na : nk + na + len(KIND_FIELDS)], strict=True)))
+            raise TraceFormatError(
+                f"CUPTI record layout has {len(values)} values, expected {nk + na + len(KIND_FIELDS)}"
+            )
+        layout = cls(
+            kernel=dict(zip(KERNEL_FIELDS, values[:nk], strict=True)),
+            api=dict(zip(API_FIELDS, values[nk : nk + na], strict=True)),
+            kinds=dict(zip(KIND_FIELDS, values[nk + na : nk + na + len(KIND_FIELDS)], strict=True)),
+        )
         layout.check()
         return layout
 
     def values(self) -> list[int]:
-        return [*(self.kernel[f] for f in KERNEL_FIELDS), *(self.api[f] for f in API_FIELDS), *(self.kinds[f] for f in KIND_FIELDS)]
+        return [
+            *(self.kernel[f] for f in KERNEL_FIELDS),
+            *(self.api[f] for f in API_FIELDS),
+            *(self.kinds[f] for f in KIND_FIELDS),
+        ]
 
     def check(self) -> None:
         """Offsets inside their record and records 8-byte aligned (as CUPTI writes them)."""
@@ -63,7 +104,9 @@ class RecordLayout:
             for name in types:
                 width = _dtype({"size": 64, name: 0}, {name: types[name]}).fields[name][0].itemsize  # type: ignore[index]
                 if not 0 <= fields[name] <= size - width:
-                    raise TraceFormatError(f"CUPTI {what} record field {name} at offset {fields[name]} lies outside the {size}-byte record")
+                    raise TraceFormatError(
+                        f"CUPTI {what} record field {name} at offset {fields[name]} lies outside the {size}-byte record"
+                    )
 
     def kernel_dtype(self) -> np.dtype:
         return _dtype(self.kernel, _KERNEL_TYPES)
@@ -73,7 +116,12 @@ class RecordLayout:
 
 
 def _dtype(fields: Mapping[str, int], types: Mapping[str, object]) -> np.dtype:
-    spec: dict[str, Any] = {"names": list(types), "formats": list(types.values()), "offsets": [fields[n] for n in types], "itemsize": fields["size"]}
+    spec: dict[str, Any] = {
+        "names": list(types),
+        "formats": list(types.values()),
+        "offsets": [fields[n] for n in types],
+        "itemsize": fields["size"],
+    }
     return np.dtype(spec)  # type: ignore[call-overload]
 
 
@@ -99,8 +147,16 @@ def unfinished_records(kernel_bytes: bytes, layout: RecordLayout) -> int:
     return int(((k["start"] == 0) | (k["end"] == 0)).sum())
 
 
-def decode(kernel_bytes: bytes, api_bytes: bytes, layout: RecordLayout, names: Mapping[int, str], clock_pairs: Sequence[tuple[int, int]],
-           *, graph_cbids: frozenset[int] = frozenset(), launch_cbids: frozenset[int] | None = None) -> DecodedKernels:
+def decode(
+    kernel_bytes: bytes,
+    api_bytes: bytes,
+    layout: RecordLayout,
+    names: Mapping[int, str],
+    clock_pairs: Sequence[tuple[int, int]],
+    *,
+    graph_cbids: frozenset[int] = frozenset(),
+    launch_cbids: frozenset[int] | None = None,
+) -> DecodedKernels:
     """The kernels of a recording, on the host clock, joined to their launch calls.
 
     ``names`` maps the kernel-name addresses in the records to their text; ``launch_cbids`` (when given)
@@ -108,8 +164,10 @@ def decode(kernel_bytes: bytes, api_bytes: bytes, layout: RecordLayout, names: M
     """
     kdt, adt = layout.kernel_dtype(), layout.api_dtype()
     if len(kernel_bytes) % kdt.itemsize or len(api_bytes) % adt.itemsize:
-        raise TraceFormatError(f"CUPTI records are cut short: {len(kernel_bytes)} kernel bytes / {kdt.itemsize}, "
-                               f"{len(api_bytes)} API bytes / {adt.itemsize}")
+        raise TraceFormatError(
+            f"CUPTI records are cut short: {len(kernel_bytes)} kernel bytes / {kdt.itemsize}, "
+            f"{len(api_bytes)} API bytes / {adt.itemsize}"
+        )
     k = np.frombuffer(kernel_bytes, dtype=kdt)
     a = np.frombuffer(api_bytes, dtype=adt)
     kinds = (layout.kinds["CONCURRENT_KERNEL"], layout.kinds["KERNEL"])
@@ -138,11 +196,25 @@ def decode(kernel_bytes: bytes, api_bytes: bytes, layout: RecordLayout, names: M
         launch = np.where(hit, to_host(a["start"][rows]), -1)
         tid = np.where(hit, a["threadId"][rows].astype(np.int64), -1)
     table = KernelTable(
-        names=text, name_idx=name_idx.astype(np.int32), start_ns=to_host(k["start"]), end_ns=to_host(k["end"]),
-        device=k["deviceId"].astype(np.int32), stream=k["streamId"].astype(np.int64), correlation_id=corr, launch_ns=launch, launch_tid=tid,
-        grid=np.ascontiguousarray(k["gridX"]), block=np.ascontiguousarray(k["blockX"]), registers=k["registersPerThread"].astype(np.int32),
-        graph_id=k["graphId"].astype(np.int64), graph_node_id=k["graphNodeId"].astype(np.int64),
+        names=text,
+        name_idx=name_idx.astype(np.int32),
+        start_ns=to_host(k["start"]),
+        end_ns=to_host(k["end"]),
+        device=k["deviceId"].astype(np.int32),
+        stream=k["streamId"].astype(np.int64),
+        correlation_id=corr,
+        launch_ns=launch,
+        launch_tid=tid,
+        grid=np.ascontiguousarray(k["gridX"]),
+        block=np.ascontiguousarray(k["blockX"]),
+        registers=k["registersPerThread"].astype(np.int32),
+        graph_id=k["graphId"].astype(np.int64),
+        graph_node_id=k["graphNodeId"].astype(np.int64),
     )
-    graph_launches = int(np.isin(a["cbid"], np.fromiter(graph_cbids, dtype=np.uint32)).sum()) if graph_cbids and a.size else 0
+    graph_launches = (
+        int(np.isin(a["cbid"], np.fromiter(graph_cbids, dtype=np.uint32)).sum()) if graph_cbids and a.size else 0
+    )
     order = np.argsort(table.start_ns, kind="stable")
-    return DecodedKernels(table=table.select(order), api_records=int(a.size), graph_launches=graph_launches, unnamed=unnamed)
+    return DecodedKernels(
+        table=table.select(order), api_records=int(a.size), graph_launches=graph_launches, unnamed=unnamed
+    )

@@ -50,8 +50,10 @@ def _launch_switch_table(cupti: Any, max_cbid: int = 4096) -> list[tuple[Any, in
     built when the collector is made, not when recording starts.
     """
     domains = cupti.CallbackDomain
-    switches = [(domains.DRIVER_API, getattr(cupti, "activity_enable_driver_api", None)),
-                (domains.RUNTIME_API, getattr(cupti, "activity_enable_runtime_api", None))]
+    switches = [
+        (domains.DRIVER_API, getattr(cupti, "activity_enable_driver_api", None)),
+        (domains.RUNTIME_API, getattr(cupti, "activity_enable_runtime_api", None)),
+    ]
     if any(switch is None for _, switch in switches):
         return None
     calls: list[tuple[Any, int, bool]] = []
@@ -116,6 +118,8 @@ class CuptiKernelCollector:
         self.callback_s_before_stop = 0.0
         """Callback time while recording (the flush at ``stop`` runs after the profiled work)."""
         self.api_filter = "all API records (this CUPTI cannot filter by call)"
+        self.unfinished = 0  # cupti-python hands over finished records only
+        self.stop_s = 0.0
 
     def _pair(self) -> tuple[int, int]:
         h0 = time.perf_counter_ns()
@@ -141,6 +145,12 @@ class CuptiKernelCollector:
         else:
             self.api_filter = "no API records (kernels only)"
         self._sync.append(self._pair())
+
+    def pause(self) -> None:
+        """cupti-python cannot pause cheaply: it records every step (``native`` False tells the recorder)."""
+
+    def resume(self) -> None:
+        """See :meth:`pause`."""
 
     def stop(self) -> KernelTable:
         global _ACTIVE
@@ -232,11 +242,17 @@ class CuptiKernelCollector:
         launch_raw = np.array([self._launches.get(int(c), (0, 0, -1))[0] for c in corr], dtype=np.int64)
         tid = np.array([self._launches.get(int(c), (0, 0, -1))[2] for c in corr], dtype=np.int64)
         table = KernelTable(
-            names=list(names), name_idx=name_idx, start_ns=start, end_ns=end,
+            names=list(names),
+            name_idx=name_idx,
+            start_ns=start,
+            end_ns=end,
             device=np.fromiter((r[3] for r in rows), dtype=np.int32, count=n),
-            stream=np.fromiter((r[4] for r in rows), dtype=np.int64, count=n), correlation_id=corr,
-            launch_ns=host(launch_raw) if self._record_launches else None, launch_tid=tid if self._record_launches else None,
-            grid=np.array([r[6] for r in rows], dtype=np.int32).reshape(-1, 3), block=np.array([r[7] for r in rows], dtype=np.int32).reshape(-1, 3),
+            stream=np.fromiter((r[4] for r in rows), dtype=np.int64, count=n),
+            correlation_id=corr,
+            launch_ns=host(launch_raw) if self._record_launches else None,
+            launch_tid=tid if self._record_launches else None,
+            grid=np.array([r[6] for r in rows], dtype=np.int32).reshape(-1, 3),
+            block=np.array([r[7] for r in rows], dtype=np.int32).reshape(-1, 3),
             registers=np.fromiter((r[8] for r in rows), dtype=np.int32, count=n),
             graph_id=np.fromiter((r[9] for r in rows), dtype=np.int64, count=n),
             graph_node_id=np.fromiter((r[10] for r in rows), dtype=np.int64, count=n),

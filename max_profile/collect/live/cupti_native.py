@@ -23,9 +23,16 @@ import subprocess
 import sysconfig
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from max_profile.collect.live.cupti_decode import CUPTI_13_LAYOUT, DecodedKernels, RecordLayout, decode, unfinished_records
+from max_profile.collect.live.cupti_decode import (
+    CUPTI_13_LAYOUT,
+    DecodedKernels,
+    RecordLayout,
+    decode,
+    unfinished_records,
+)
+from max_profile.collect.live.cupti_kernels import CuptiKernelCollector
 from max_profile.errors import CaptureError, MaxProfileError, ToolMissingError
 from max_profile.model import KernelTable
 from max_profile.util.files import cache_dir
@@ -53,12 +60,18 @@ class CuptiBusy(CaptureError):
 
 def cupti_include_dirs() -> list[str]:
     """Folders holding ``cupti.h``: $CUDA_HOME, the CUDA toolkits, pip's nvidia packages."""
-    roots = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", "")] + sorted(glob.glob("/usr/local/cuda*"), reverse=True) + ["/opt/cuda", "/usr"]
+    roots = (
+        [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", "")]
+        + sorted(glob.glob("/usr/local/cuda*"), reverse=True)
+        + ["/opt/cuda", "/usr"]
+    )
     cands = []
     for root in filter(None, roots):
         cands += [os.path.join(root, "include"), os.path.join(root, "extras", "CUPTI", "include")]
     purelib = sysconfig.get_paths()["purelib"]
-    cands += glob.glob(os.path.join(purelib, "nvidia", "*", "include")) + glob.glob(os.path.join(purelib, "nvidia", "*", "*", "include"))
+    cands += glob.glob(os.path.join(purelib, "nvidia", "*", "include")) + glob.glob(
+        os.path.join(purelib, "nvidia", "*", "*", "include")
+    )
     seen: list[str] = []
     for c in cands:
         if os.path.isfile(os.path.join(c, "cupti.h")) and os.path.isfile(os.path.join(c, "cuda.h")) and c not in seen:
@@ -75,9 +88,15 @@ def find_libcupti() -> str | None:
     if explicit:
         return explicit if os.path.exists(explicit) else None
     purelib = sysconfig.get_paths()["purelib"]
-    patterns = ["/usr/local/cuda*/extras/CUPTI/lib64/libcupti.so*", "/usr/local/cuda*/lib64/libcupti.so*", "/usr/local/cuda*/lib/libcupti.so*",
-                "/usr/local/cuda*/targets/*/lib/libcupti.so*", os.path.join(purelib, "nvidia", "*", "lib", "libcupti.so*"),
-                os.path.join(purelib, "nvidia", "*", "*", "lib", "libcupti.so*"), os.path.join(purelib, "cupti", "*", "libcupti.so*")]
+    patterns = [
+        "/usr/local/cuda*/extras/CUPTI/lib64/libcupti.so*",
+        "/usr/local/cuda*/lib64/libcupti.so*",
+        "/usr/local/cuda*/lib/libcupti.so*",
+        "/usr/local/cuda*/targets/*/lib/libcupti.so*",
+        os.path.join(purelib, "nvidia", "*", "lib", "libcupti.so*"),
+        os.path.join(purelib, "nvidia", "*", "*", "lib", "libcupti.so*"),
+        os.path.join(purelib, "cupti", "*", "libcupti.so*"),
+    ]
     for pattern in patterns:
         hits = sorted(glob.glob(pattern), reverse=True)
         if hits:
@@ -93,8 +112,10 @@ def build_cupti_library(out_dir: str | os.PathLike[str] | None = None) -> str:
         return prebuilt
     include = cupti_include_dirs()
     if not include:
-        raise ToolMissingError("CUPTI headers (cupti.h) not found: install the CUDA toolkit (it ships them in <cuda>/include or "
-                               "<cuda>/extras/CUPTI/include) or `pip install nvidia-cuda-cupti-cu12`; or set CUDA_HOME")
+        raise ToolMissingError(
+            "CUPTI headers (cupti.h) not found: install the CUDA toolkit (it ships them in <cuda>/include or "
+            "<cuda>/extras/CUPTI/include) or `pip install nvidia-cuda-cupti-cu12`; or set CUDA_HOME"
+        )
     cc = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
     if not cc:
         raise ToolMissingError("no C compiler found for the CUPTI recorder (gcc / cc): apt-get install gcc")
@@ -107,7 +128,19 @@ def build_cupti_library(out_dir: str | os.PathLike[str] | None = None) -> str:
             return str(lib)
         tmp = lib.with_suffix(f".{os.getpid()}.tmp")
         flags = [f"-I{d}" for d in include]
-        cmd = [cc, "-shared", "-fPIC", "-O2", f"-DMP_KERNEL_RECORD={struct}", *flags, "-o", str(tmp), str(_SOURCE), "-ldl", "-lpthread"]
+        cmd = [
+            cc,
+            "-shared",
+            "-fPIC",
+            "-O2",
+            f"-DMP_KERNEL_RECORD={struct}",
+            *flags,
+            "-o",
+            str(tmp),
+            str(_SOURCE),
+            "-ldl",
+            "-lpthread",
+        ]
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if res.returncode == 0:
             os.replace(tmp, lib)
@@ -147,19 +180,28 @@ class NativeCuptiCollector:
     native = True
     """The C recorder (nothing per record in Python); cupti-python's collector says False."""
 
-    def __init__(self, buffer_bytes: int = DEFAULT_BUFFER_BYTES, launches: bool = True, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self, buffer_bytes: int = DEFAULT_BUFFER_BYTES, launches: bool = True, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> None:
         libcupti = find_libcupti()
         if libcupti is None:
-            raise ToolMissingError("libcupti not found: install the CUDA toolkit, or `pip install nvidia-cuda-cupti-cu12` "
-                                   "(or set MAX_PROFILE_LIBCUPTI=/path/to/libcupti.so)")
+            raise ToolMissingError(
+                "libcupti not found: install the CUDA toolkit, or `pip install nvidia-cuda-cupti-cu12` "
+                "(or set MAX_PROFILE_LIBCUPTI=/path/to/libcupti.so)"
+            )
         self._lib = _bind(build_cupti_library())
         if self._lib.mp_open(libcupti.encode()) != 0:
-            raise ToolMissingError(f"the CUPTI recorder cannot use {libcupti}: {self._lib.mp_error().decode(errors='replace')}")
+            raise ToolMissingError(
+                f"the CUPTI recorder cannot use {libcupti}: {self._lib.mp_error().decode(errors='replace')}"
+            )
         runtime, compiled = ctypes.c_uint32(), ctypes.c_uint32()
         self._lib.mp_versions(ctypes.byref(runtime), ctypes.byref(compiled))
         if runtime.value and runtime.value // 10000 != compiled.value // 10000:
-            raise ToolMissingError(f"{libcupti} is CUPTI API {runtime.value} but the recorder was built against headers of API {compiled.value}: "
-                                   "their record layouts differ; point CUDA_HOME at the toolkit of the same version")
+            raise ToolMissingError(
+                f"{libcupti} is CUPTI API {runtime.value} but the recorder was built against headers of API "
+                f"{compiled.value}: "
+                "their record layouts differ; point CUDA_HOME at the toolkit of the same version"
+            )
         self.layout = layout_of(self._lib)
         self.cupti_version = runtime.value
         self.libcupti = libcupti
@@ -189,11 +231,13 @@ class NativeCuptiCollector:
         return (h0 + h1) // 2, c
 
     def reserve(self, arena_bytes: int = RESERVE_ARENA_BYTES, buffers: int = RESERVE_BUFFERS) -> None:
-        """Fault in the record arrays and a few activity buffers now (``serve``'s worker does it before its first window):
-        otherwise the first recording grows its arrays and touches fresh pages inside CUPTI's callbacks (the H200's
-        first serve window spent ~6x the callback time of later ones)."""
+        """Fault in the record arrays and a few activity buffers now (``serve``'s worker does it before its first
+        window): otherwise the first recording grows its arrays and touches fresh pages inside CUPTI's callbacks (the
+        H200's first serve window spent ~6x the callback time of later ones)."""
         if self._lib.mp_reserve(arena_bytes, buffers, self._buffer_bytes) != 0:
-            raise CaptureError(f"could not set aside {arena_bytes >> 20} MB for kernel records and {buffers} CUPTI buffers")
+            raise CaptureError(
+                f"could not set aside {arena_bytes >> 20} MB for kernel records and {buffers} CUPTI buffers"
+            )
 
     def held(self) -> tuple[int, int]:
         """The kernel array's capacity (bytes) and the free activity buffers kept between recordings."""
@@ -205,21 +249,30 @@ class NativeCuptiCollector:
         self._lib.mp_clear()
         unknown = [o for o in self.options if o not in RECORDING_OPTIONS]
         if unknown:
-            raise CaptureError(f"unknown CUPTI recording option(s) {', '.join(unknown)}: known are {', '.join(RECORDING_OPTIONS)}")
+            raise CaptureError(
+                f"unknown CUPTI recording option(s) {', '.join(unknown)}: known are {', '.join(RECORDING_OPTIONS)}"
+            )
         self._lib.mp_set_options(sum(RECORDING_OPTIONS[o] for o in set(self.options)))
         rc = self._lib.mp_start(self._buffer_bytes, 1 if self._launches else 0, self._max_bytes)
         if rc == 1:
             holder = self._lib.mp_holder().decode(errors="replace")
             if "<not provided>" in holder or not holder.strip():
                 holder = f"another CUPTI client (Nsight Systems, Nsight Compute, kineto...; it names itself {holder!r})"
-            raise CuptiBusy(f"CUPTI in this process is already held by {holder}: kernel recording backs off rather than garble both traces "
-                            "(run without nsys / ncu / kineto around it, or read that tool's trace with `max-profile report`)")
+            raise CuptiBusy(
+                f"CUPTI in this process is already held by {holder}: kernel recording backs off rather than garble "
+                "both traces "
+                "(run without nsys / ncu / kineto around it, or read that tool's trace with `max-profile report`)"
+            )
         if rc != 0:
             raise CaptureError(f"CUPTI recording could not start: {self._lib.mp_error().decode(errors='replace')}")
         stats = (ctypes.c_uint64 * 5)()
         self._lib.mp_stats(stats)
         if self._launches:
-            self.api_filter = f"launch calls only ({stats[4]} kept)" if stats[4] else "all API records (this CUPTI cannot filter by call)"
+            self.api_filter = (
+                f"launch calls only ({stats[4]} kept)"
+                if stats[4]
+                else "all API records (this CUPTI cannot filter by call)"
+            )
         self._sync = [self._pair()]
 
     def pause(self) -> None:
@@ -286,7 +339,34 @@ def static_layout_matches(layout: RecordLayout) -> bool:
     return layout.values() == list(CUPTI_13_LAYOUT)
 
 
-def make_cupti_collector(notes: list[str], launches: bool = True) -> Any:
+class KernelCollector(Protocol):
+    """An in-process CUPTI kernel recorder: the C one (:class:`NativeCuptiCollector`) or cupti-python's
+    (:class:`~max_profile.collect.live.cupti_kernels.CuptiKernelCollector`). Counters are read after :meth:`stop`."""
+
+    native: bool
+    """Whether records are handled in C (False: a Python object per record, and no cheap pause)."""
+    dropped: int
+    unfinished: int
+    """Kernels with no start or end time: still running when recording stopped."""
+    api_records: int
+    api_filter: str
+    """Which driver / runtime API records were kept (launch calls only, where CUPTI can filter)."""
+    graph_launches: int
+    callback_s: float
+    """Seconds spent in CUPTI's buffer callbacks (the recorder's own cost)."""
+    callback_s_before_stop: float
+    stop_s: float
+
+    def start(self) -> None: ...
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def stop(self) -> KernelTable: ...
+
+
+def make_cupti_collector(notes: list[str], launches: bool = True) -> KernelCollector:
     """The C recorder (nothing per record in Python); cupti-python's per-record callbacks only where it cannot be built.
 
     The fallback is said in ``notes``: it holds the profiled process's GIL per record (the
@@ -295,11 +375,12 @@ def make_cupti_collector(notes: list[str], launches: bool = True) -> Any:
     try:
         return NativeCuptiCollector(launches=launches)
     except MaxProfileError as native_problem:
-        from max_profile.collect.live.cupti_kernels import CuptiKernelCollector
-
         try:
             collector = CuptiKernelCollector(launches=launches)
         except MaxProfileError:
             raise native_problem from None
-        notes.append(f"CUPTI through cupti-python (a Python object per record, slower): the C recorder is unavailable ({native_problem})")
+        notes.append(
+            "CUPTI through cupti-python (a Python object per record, slower): the C recorder is unavailable "
+            f"({native_problem})"
+        )
         return collector

@@ -117,9 +117,14 @@ class NvmlReader:
         out = []
         for i, h in enumerate(self.handles):
             name = self.nvml.nvmlDeviceGetName(h)
-            out.append(GpuInfo(key=f"nv{i}", name=name.decode() if isinstance(name, bytes) else str(name),
-                               memory_total_bytes=int(self.nvml.nvmlDeviceGetMemoryInfo(h).total),
-                               max_sm_clock_mhz=int(self.nvml.nvmlDeviceGetMaxClockInfo(h, self.nvml.NVML_CLOCK_SM))))
+            out.append(
+                GpuInfo(
+                    key=f"nv{i}",
+                    name=name.decode() if isinstance(name, bytes) else str(name),
+                    memory_total_bytes=int(self.nvml.nvmlDeviceGetMemoryInfo(h).total),
+                    max_sm_clock_mhz=int(self.nvml.nvmlDeviceGetMaxClockInfo(h, self.nvml.NVML_CLOCK_SM)),
+                )
+            )
         return out
 
     def _reasons(self, h: Any) -> list[str]:
@@ -133,14 +138,19 @@ class NvmlReader:
         out = []
         for i, h in enumerate(self.handles):
             mem = nv.nvmlDeviceGetMemoryInfo(h)
-            out.append(UtilizationSample(
-                t_ns=t_ns, gpu=f"nv{i}", utilization_pct=float(nv.nvmlDeviceGetUtilizationRates(h).gpu),
-                memory_used_bytes=int(mem.used), memory_total_bytes=int(mem.total),
-                sm_clock_mhz=int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
-                max_sm_clock_mhz=int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
-                memory_clock_mhz=int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
-                throttle_reasons=self._reasons(h),
-            ))
+            out.append(
+                UtilizationSample(
+                    t_ns=t_ns,
+                    gpu=f"nv{i}",
+                    utilization_pct=float(nv.nvmlDeviceGetUtilizationRates(h).gpu),
+                    memory_used_bytes=int(mem.used),
+                    memory_total_bytes=int(mem.total),
+                    sm_clock_mhz=int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+                    max_sm_clock_mhz=int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
+                    memory_clock_mhz=int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
+                    throttle_reasons=self._reasons(h),
+                )
+            )
         return out
 
     def close(self) -> None:
@@ -187,8 +197,14 @@ class AmdSmiReader:
             vram = self.smi.amdsmi_get_gpu_vram_usage(h)
             total = _number(vram.get("vram_total"))
             max_clk = _number(self._gfx_clock(h).get("max_clk"))
-            out.append(GpuInfo(key=f"amd{i}", name=name, memory_total_bytes=int(total * 2**20) if total is not None else None,
-                               max_sm_clock_mhz=int(max_clk) if max_clk is not None else None))
+            out.append(
+                GpuInfo(
+                    key=f"amd{i}",
+                    name=name,
+                    memory_total_bytes=int(total * 2**20) if total is not None else None,
+                    max_sm_clock_mhz=int(max_clk) if max_clk is not None else None,
+                )
+            )
         return out
 
     def read(self, t_ns: int) -> list[UtilizationSample]:
@@ -202,15 +218,24 @@ class AmdSmiReader:
             except Exception:  # noqa: BLE001 - older GPUs have no metrics table
                 metrics = {}
             used, total = _number(vram.get("vram_used")), _number(vram.get("vram_total"))
-            gfx, clk, max_clk = _number(activity.get("gfx_activity")), _number(clock.get("clk")), _number(clock.get("max_clk"))
-            out.append(UtilizationSample(
-                t_ns=t_ns, gpu=f"amd{i}", utilization_pct=gfx,
-                memory_used_bytes=int(used * 2**20) if used is not None else None,
-                memory_total_bytes=int(total * 2**20) if total is not None else None,
-                sm_clock_mhz=int(clk) if clk is not None else None, max_sm_clock_mhz=int(max_clk) if max_clk is not None else None,
-                throttle_reasons=amd_throttle_reasons(metrics.get("indep_throttle_status")),
-                partition_activity_pct=partition_activity(metrics),
-            ))
+            gfx, clk, max_clk = (
+                _number(activity.get("gfx_activity")),
+                _number(clock.get("clk")),
+                _number(clock.get("max_clk")),
+            )
+            out.append(
+                UtilizationSample(
+                    t_ns=t_ns,
+                    gpu=f"amd{i}",
+                    utilization_pct=gfx,
+                    memory_used_bytes=int(used * 2**20) if used is not None else None,
+                    memory_total_bytes=int(total * 2**20) if total is not None else None,
+                    sm_clock_mhz=int(clk) if clk is not None else None,
+                    max_sm_clock_mhz=int(max_clk) if max_clk is not None else None,
+                    throttle_reasons=amd_throttle_reasons(metrics.get("indep_throttle_status")),
+                    partition_activity_pct=partition_activity(metrics),
+                )
+            )
         return out
 
     def close(self) -> None:
@@ -232,7 +257,9 @@ def partition_activity(metrics: dict[str, Any]) -> list[float]:
         return []
     out = []
     for row in rows[: int(count)]:
-        values = [v for v in (_number(x) for x in (row if isinstance(row, list) else [])) if v is not None and 0 <= v <= 100]
+        values = [
+            v for v in (_number(x) for x in (row if isinstance(row, list) else [])) if v is not None and 0 <= v <= 100
+        ]
         if values:
             out.append(sum(values) / len(values))
     return out

@@ -22,7 +22,14 @@ from typing import Any
 
 import msgspec
 
-from max_profile.collect.live.gpu_backends import MAX_GPU_UPGRADE, AmdSmiReader, GpuReader, NvmlReader, max_gpu_module, open_direct_reader
+from max_profile.collect.live.gpu_backends import (
+    MAX_GPU_UPGRADE,
+    AmdSmiReader,
+    GpuReader,
+    NvmlReader,
+    max_gpu_module,
+    open_direct_reader,
+)
 from max_profile.model import Unavailable, UtilizationSample
 from max_profile.util.procs import child_python_env
 
@@ -119,7 +126,9 @@ class GpuSampler:
             if failed:
                 self.unavailable = Unavailable("the profiled block raised before sampling finished")
                 return
-            self.samples = [msgspec.structs.replace(s, sm_activity_pct=gpm.get(s.gpu)) if s.gpu in gpm else s for s in samples]
+            self.samples = [
+                msgspec.structs.replace(s, sm_activity_pct=gpm.get(s.gpu)) if s.gpu in gpm else s for s in samples
+            ]
             if not self.samples:
                 self.unavailable = Unavailable(thread.problem or f"{self.source}: no reading in the window")
             return

@@ -86,7 +86,9 @@ class HostLoadProbe:
         others: list[BusyProcess] = []
         for pid, (name, secs) in after.items():
             prev = self._before.get(pid)
-            used = max(secs - prev[1], 0.0) if prev is not None else secs  # started inside the window: all its time is in it
+            used = (
+                max(secs - prev[1], 0.0) if prev is not None else secs
+            )  # started inside the window: all its time is in it
             if pid in own:
                 own_s += used
             else:
@@ -95,8 +97,11 @@ class HostLoadProbe:
                     others.append(BusyProcess(pid=pid, name=name[:60], cores=round(used / window, 3)))
         others.sort(key=lambda p: -p.cores)
         return HostLoad(
-            window_s=round(window, 3), cores=cores,
+            window_s=round(window, 3),
+            cores=cores,
             cpu_busy_pct=round(100.0 * (total - idle) / total, 1) if total > 0 else None,
-            own_cores=round(own_s / window, 3), other_cores=round(other_s / window, 3), load_avg_1m=load1,
+            own_cores=round(own_s / window, 3),
+            other_cores=round(other_s / window, 3),
+            load_avg_1m=load1,
             busiest_others=others[:TOP_OTHERS],
         )

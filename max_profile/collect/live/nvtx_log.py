@@ -20,6 +20,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import sysconfig
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -66,7 +67,9 @@ def nvtx_include_dirs() -> list[str]:
     """Folders holding ``nvtx3/nvToolsExt.h``: CUDA toolkits, then pip's nvidia / nvtx packages."""
     cands = sorted(glob.glob("/usr/local/cuda*/include")) + ["/usr/include", "/opt/cuda/include"]
     purelib = sysconfig.get_paths()["purelib"]
-    cands += glob.glob(os.path.join(purelib, "nvidia", "*", "include")) + glob.glob(os.path.join(purelib, "nvtx", "**", "include"), recursive=True)
+    cands += glob.glob(os.path.join(purelib, "nvidia", "*", "include")) + glob.glob(
+        os.path.join(purelib, "nvtx", "**", "include"), recursive=True
+    )
     return [c for c in cands if os.path.isfile(os.path.join(c, "nvtx3", "nvToolsExt.h"))]
 
 
@@ -230,7 +233,16 @@ class NvtxLog:
                 nxt = rs[i + 1] if i + 1 < len(rs) else None
                 if nxt is not None and nxt.start_ns < r.end_ns:
                     continue  # has a child: keep the innermost
-                out.append(KernelRecord(name=r.name, start_ns=r.start_ns, end_ns=r.end_ns, device=-1, launch_tid=tid, launch_ns=r.start_ns))
+                out.append(
+                    KernelRecord(
+                        name=r.name,
+                        start_ns=r.start_ns,
+                        end_ns=r.end_ns,
+                        device=-1,
+                        launch_tid=tid,
+                        launch_ns=r.start_ns,
+                    )
+                )
         out.sort(key=lambda k: k.start_ns)
         return out
 
@@ -256,13 +268,19 @@ def read_nvtx_log(path: str | os.PathLike[str]) -> NvtxLog:
             parts = head.split(" ")
             try:
                 t, tid, kind, rid, domain = int(parts[0]), int(parts[1]), parts[2], int(parts[3]), parts[4]
-                if len(parts) != 5 or kind not in _KINDS or not (0 <= t < _INT62 and 0 <= tid < _INT62 and 0 <= rid < _INT62):
+                if (
+                    len(parts) != 5
+                    or kind not in _KINDS
+                    or not (0 <= t < _INT62 and 0 <= tid < _INT62 and 0 <= rid < _INT62)
+                ):
                     raise ValueError
             except (ValueError, IndexError):
                 if line.strip():
                     log.malformed += 1
                     if log.malformed > 100 and log.malformed > lineno // 10:
-                        raise TraceFormatError(f"{path}:{lineno}: not a max_profile NVTX log (e.g. {line[:80]!r})") from None
+                        raise TraceFormatError(
+                            f"{path}:{lineno}: not a max_profile NVTX log (e.g. {line[:80]!r})"
+                        ) from None
                 continue
             if kind == "PUSH":
                 stacks[(tid, domain)].append((t, message))
@@ -293,7 +311,9 @@ NVTX_V2_WHEEL = "nvidia-nvtx-cu12==12.1.105"
 """The pip package that ships CUDA 12's NVTX v2 library (``nvidia/nvtx/lib/libnvToolsExt.so.1``; its 12.9 release ships
 only ``libnvtx3interop.so.1``). On the H200 (CUDA 13, MAX 26.7) MAX's profiling mode ran with it on LD_LIBRARY_PATH
 (tests/data/h200/session13/ops_probe). In the ``nvidia`` extra."""
-NVTX_V2_FIX = f"pip install '{NVTX_V2_WHEEL}' (CUDA 12's libnvToolsExt.so.1: max_profile puts it on the model's library path)"
+NVTX_V2_FIX = (
+    f"pip install '{NVTX_V2_WHEEL}' (CUDA 12's libnvToolsExt.so.1: max_profile puts it on the model's library path)"
+)
 
 
 @functools.cache
@@ -313,9 +333,10 @@ def _system_nvtx_v2() -> bool:
 
 
 def nvtx_v2_library() -> Path | None:
-    """CUDA 12's ``libnvToolsExt.so.1`` from the ``nvidia-nvtx-cu12`` wheel, when it is installed."""
-    roots = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    for root in sorted(roots):
+    """CUDA 12's ``libnvToolsExt.so.1`` from the ``nvidia-nvtx-cu12`` wheel, when it is installed (site-packages, or any
+    folder on ``sys.path``: a ``pip install --target`` / PYTHONPATH install)."""
+    roots = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *[p for p in sys.path if p]]
+    for root in dict.fromkeys(roots):
         lib = Path(root) / "nvidia" / "nvtx" / "lib" / "libnvToolsExt.so.1"
         if lib.is_file():
             return lib
@@ -342,7 +363,8 @@ def nvtx_v2_folder() -> Path | None:
 
 def profiling_library_env(devices: str) -> dict[str, str]:
     """What a process running MAX with profiling on needs in its environment on these devices: on a GPU without a
-    system NVTX v2 library, the wheel's folder first on LD_LIBRARY_PATH (nothing on a CPU, or where the loader finds one)."""
+    system NVTX v2 library, the wheel's folder first on LD_LIBRARY_PATH (nothing on a CPU, or where the loader finds
+    one)."""
     if devices.strip().lower().startswith("cpu") or _system_nvtx_v2():
         return {}
     folder = nvtx_v2_folder()
@@ -353,8 +375,8 @@ def profiling_library_env(devices: str) -> dict[str, str]:
 
 
 def max_profiling_usable(devices: str) -> bool:
-    """Whether MAX can run with MODULAR_ENABLE_PROFILING=on on these devices (see MAX_GPU_NVTX_PROBLEM): on a CPU always;
-    on a GPU when the loader finds an NVTX v2 library or the ``nvidia-nvtx-cu12`` wheel provides one.
+    """Whether MAX can run with MODULAR_ENABLE_PROFILING=on on these devices (see MAX_GPU_NVTX_PROBLEM): on a CPU
+    always; on a GPU when the loader finds an NVTX v2 library or the ``nvidia-nvtx-cu12`` wheel provides one.
     """
     if devices.strip().lower().startswith("cpu"):
         return True
@@ -373,7 +395,13 @@ def restart_with_nvtx_log(argv: list[str], devices: str, gated: bool = False) ->
     if "libmax_profile_nvtx" in os.environ.get("NVTX_INJECTION64_PATH", "") and os.environ.get("MAX_PROFILE_NVTX_LOG"):
         return
     if not max_profiling_usable(devices):
-        raise ToolMissingError(f"MAX op ranges on {devices}: {MAX_GPU_NVTX_PROBLEM}; fix: {NVTX_V2_FIX}, or use kernels='cupti' "
-                               "on NVIDIA GPUs")
-    env = {**os.environ, **injection_env(str(cache_dir() / "nvtx-%p.log"), gated=gated), **profiling_library_env(devices)}
+        raise ToolMissingError(
+            f"MAX op ranges on {devices}: {MAX_GPU_NVTX_PROBLEM}; fix: {NVTX_V2_FIX}, or use kernels='cupti' "
+            "on NVIDIA GPUs"
+        )
+    env = {
+        **os.environ,
+        **injection_env(str(cache_dir() / "nvtx-%p.log"), gated=gated),
+        **profiling_library_env(devices),
+    }
     os.execve(argv[0], argv, env)

@@ -66,22 +66,28 @@ def looks_like_pipeline(obj: Any) -> bool:
 
 def _looks_like_pipeline(obj: Any) -> bool:
     cls_names = {c.__name__ for c in type(obj).__mro__}
-    return bool(cls_names & {"TextGenerationPipeline", "OverlapTextGenerationPipeline", "TextGenerationPipelineInterface"})
+    return bool(
+        cls_names & {"TextGenerationPipeline", "OverlapTextGenerationPipeline", "TextGenerationPipelineInterface"}
+    )
 
 
 def pipeline_accelerators(pipeline: Any) -> list[Any]:
-    """The accelerators a MAX pipeline runs on: its ``_devices`` (both text pipelines) or its model's ``devices``, hosts left out."""
+    """The accelerators a MAX pipeline runs on: its ``_devices`` (both text pipelines) or its model's ``devices``,
+    hosts left out."""
     holders = (pipeline, getattr(pipeline, "_pipeline_model", None))
     for holder in holders:
         for attr in ("_devices", "devices"):
             devices = getattr(holder, attr, None) if holder is not None else None
             if isinstance(devices, (list, tuple)) and devices:
-                return [d for d in devices if callable(getattr(d, "synchronize", None)) and not getattr(d, "is_host", True)]
+                return [
+                    d for d in devices if callable(getattr(d, "synchronize", None)) and not getattr(d, "is_host", True)
+                ]
     return []
 
 
 def synchronize_accelerators(pipeline: Any) -> int:
-    """Wait until the GPU work the pipeline queued has finished (``Device.synchronize()``); returns the devices waited on.
+    """Wait until the GPU work the pipeline queued has finished (``Device.synchronize()``); returns the devices waited
+    on.
 
     A generation returns while work it queued may still run (the overlap pipeline launches the next
     step before it reads the last token): a tracer stopped before that work ends gets kernels without
@@ -119,20 +125,40 @@ def classify(inputs: Any) -> tuple[Phase, int, int, int | None]:
     return "unknown", batch_size, input_tokens, context_tokens
 
 
-def make_step(index: int, kind: tuple[Phase, int, int, int | None], outputs: Any, start_ns: int, end_ns: int, *,
-              model_input_tokens: int | None = None, cpu_ns: int | None = None) -> Step:
-    """One :class:`Step` from an ``execute`` call: its kind (:func:`classify` of the inputs), the tokens it returned, its times."""
+def make_step(
+    index: int,
+    kind: tuple[Phase, int, int, int | None],
+    outputs: Any,
+    start_ns: int,
+    end_ns: int,
+    *,
+    model_input_tokens: int | None = None,
+    cpu_ns: int | None = None,
+) -> Step:
+    """One :class:`Step` from an ``execute`` call: its kind (:func:`classify` of the inputs), the tokens it returned,
+    its times."""
     phase, batch_size, input_tokens, context_tokens = kind
     produced = 0
     if isinstance(outputs, dict):
         for out in outputs.values():
             produced += len(getattr(out, "tokens", ()) or ())
-    return Step(index=index, phase=phase, batch_size=batch_size, input_tokens=input_tokens, context_tokens=context_tokens, start_ns=start_ns,
-                end_ns=end_ns, output_tokens=produced, model_input_tokens=model_input_tokens, cpu_ns=cpu_ns)
+    return Step(
+        index=index,
+        phase=phase,
+        batch_size=batch_size,
+        input_tokens=input_tokens,
+        context_tokens=context_tokens,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        output_tokens=produced,
+        model_input_tokens=model_input_tokens,
+        cpu_ns=cpu_ns,
+    )
 
 
 def pipeline_classes() -> list[type]:
-    """Every text-generation pipeline class loaded in this process that defines its own ``execute`` (MAX's, subclasses)."""
+    """Every text-generation pipeline class loaded in this process that defines its own ``execute`` (MAX's,
+    subclasses)."""
     import sys
 
     module = sys.modules.get("max.pipelines.lib.pipeline_variants.text_generation")
@@ -151,9 +177,9 @@ def pipeline_classes() -> list[type]:
 
 
 class ClassStepHook:
-    """Steps of every pipeline of the given classes, by wrapping their ``execute`` on the class (a process whose objects the
-    hook cannot reach: ``max serve``'s model worker freezes its heap with ``gc.freeze()``). Installed for a window and
-    removed after it; a subclass calling ``super().execute`` makes one step, not two."""
+    """Steps of every pipeline of the given classes, by wrapping their ``execute`` on the class (a process whose
+    objects the hook cannot reach: ``max serve``'s model worker freezes its heap with ``gc.freeze()``). Installed for a
+    window and removed after it; a subclass calling ``super().execute`` makes one step, not two."""
 
     def __init__(self, classes: list[type], clock: Callable[[], int] = time.perf_counter_ns) -> None:
         self.classes = classes
@@ -350,8 +376,15 @@ class PipelineHook:
             end, cpu_end = self._clock(), time.process_time_ns()
             self._in_step = False
             self.marker.pop()
-        step = make_step(len(self.steps), (phase, batch_size, input_tokens, context_tokens), outputs, start, end,
-                         model_input_tokens=self._model_tokens, cpu_ns=cpu_end - cpu_start)
+        step = make_step(
+            len(self.steps),
+            (phase, batch_size, input_tokens, context_tokens),
+            outputs,
+            start,
+            end,
+            model_input_tokens=self._model_tokens,
+            cpu_ns=cpu_end - cpu_start,
+        )
         with self._lock:
             self.steps.append(step)
         if self._on_step is not None:

@@ -1,10 +1,11 @@
-"""Live collectors of an in-process capture behind one :class:`Recorder` interface: started before the first step, stopped
-after the last, then asked to put what they recorded into the :class:`~max_profile.model.RawCapture`.
+"""Live collectors of an in-process capture behind one :class:`Recorder` interface: started before the first step,
+stopped after the last, then asked to put what they recorded into the :class:`~max_profile.model.RawCapture`.
 
 * :class:`GpuSamplerRecorder` — GPU utilization, memory, clocks (:mod:`gpu_sampling`);
 * :class:`HostLoadRecorder` — the host's CPU load over the window (:mod:`host_load`);
 * :class:`CuptiRecorder` — every kernel through CUPTI (the C recorder, else cupti-python; :mod:`cupti_native`);
-* :class:`NvtxLogRecorder` — MAX's op ranges and the phase ranges from the NVTX injection library's log (:mod:`nvtx_log`).
+* :class:`NvtxLogRecorder` — MAX's op ranges and the phase ranges from the NVTX injection library's log
+(:mod:`nvtx_log`).
 
 ``profile()`` / :class:`~max_profile.session.Profiler` run a list of them; the serve lifecycle has its own per-mode
 recorders (:mod:`serve_recorders`) and shares the fills below (:func:`fill_samples`, :func:`ops_in_window`).
@@ -14,16 +15,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
+from max_profile.collect.live.cupti_native import KernelCollector, make_cupti_collector
 from max_profile.collect.live.gpu_sampling import GpuSampler
 from max_profile.collect.live.host_load import HostLoadProbe
 from max_profile.collect.live.nvtx_log import (
     LOG_CAP_ENV,
     dropped_in_process,
     gated_in_process,
+    read_nvtx_log,
     set_recording_in_process,
     truncate_in_process,
 )
@@ -31,11 +34,13 @@ from max_profile.errors import InputError, MaxProfileError
 from max_profile.model import HostLoad, KernelTable, PhaseRange, RawCapture, Unavailable, ranges_within
 
 CUPTI_WITHOUT_GRAPHS_NOTE = (
-    "CUPTI instruments every kernel launch: without device graphs decode ran 2-12 % slower under it on an H200 (24-layer "
+    "CUPTI instruments every kernel launch: without device graphs decode ran 2-12 % slower under it on an H200 "
+    "(24-layer "
     "bf16 Llama, interleaved with untraced runs), with them under 2 %; for step times as untraced, record with "
     "--device-graph-capture (MAX serve's default) or compare against `--kernels off`"
 )
-"""Said with every CUPTI recording made with device graphs off (benchmarks/tracer_overhead.py, tests/data/h200/README.md)."""
+"""Said with every CUPTI recording made with device graphs off (benchmarks/tracer_overhead.py,
+tests/data/h200/README.md)."""
 
 
 class Recorder(Protocol):
@@ -61,9 +66,11 @@ def fill_samples(raw: RawCapture, sampler: GpuSampler, label: str = "") -> None:
     raw.sample_source = sampler.source + (f" ({label})" if label else "")
 
 
-def ops_in_window(logs: Iterable[str], window: tuple[int, int] | None) -> tuple[KernelTable, list[PhaseRange], list[str]]:
-    """MAX's op ranges and the phase ranges of NVTX logs, clipped to ``window``; the logs that could not be read, said why."""
-    from max_profile.collect.live.nvtx_log import read_nvtx_log
+def ops_in_window(
+    logs: Iterable[str], window: tuple[int, int] | None
+) -> tuple[KernelTable, list[PhaseRange], list[str]]:
+    """MAX's op ranges and the phase ranges of NVTX logs, clipped to ``window``; the logs that could not be read, said
+    why."""
 
     tables: list[KernelTable] = []
     ranges: list[PhaseRange] = []
@@ -80,10 +87,14 @@ def ops_in_window(logs: Iterable[str], window: tuple[int, int] | None) -> tuple[
 
 
 class GpuSamplerRecorder:
+    """GPU samples (utilization, memory, clocks, throttling) every ``interval_s``; ``label`` says where (a serve
+    window)."""
+
     name = "gpu-sampler"
 
-    def __init__(self, interval_s: float) -> None:
+    def __init__(self, interval_s: float, label: str = "") -> None:
         self.sampler = GpuSampler(interval_s)
+        self.label = label
 
     def start(self) -> None:
         self.sampler.start()
@@ -93,10 +104,12 @@ class GpuSamplerRecorder:
             self.sampler.stop(failed=failed)
 
     def fill(self, raw: RawCapture, window: tuple[int, int] | None) -> None:
-        fill_samples(raw, self.sampler)
+        fill_samples(raw, self.sampler, self.label)
 
 
 class HostLoadRecorder:
+    """This machine's CPU load while recording: our process's cores and the other processes' (a noisy neighbour)."""
+
     name = "host-load"
 
     def __init__(self) -> None:
@@ -120,19 +133,25 @@ DEFAULT_KERNEL_SHARE = 0.25
 one from the start: prefill and the first decode steps), then a pause of three times as many."""
 
 
-def check_kernel_sampling(share: float, slice_steps: int = DEFAULT_SLICE_STEPS, share_name: str = "kernel_share") -> None:
-    """Refuse a share of steps outside (0, 1] or slices under one step (``share_name``: how the caller spells the share)."""
+def check_kernel_sampling(
+    share: float, slice_steps: int = DEFAULT_SLICE_STEPS, share_name: str = "kernel_share"
+) -> None:
+    """Refuse a share of steps outside (0, 1] or slices under one step (``share_name``: how the caller spells the
+    share)."""
     if not 0 < share <= 1:
-        raise InputError(f"{share_name} must be above 0 and at most 1 (the share of steps CUPTI records), not {share:g}")
+        raise InputError(
+            f"{share_name} must be above 0 and at most 1 (the share of steps CUPTI records), not {share:g}"
+        )
     if slice_steps < 1:
         raise InputError(f"kernel_slice_steps must be at least 1, not {slice_steps}")
 
 
 class StepSlices:
-    """Which steps a sampled kernel recording records: the first ``slice_steps`` work steps, then a pause of as many steps
-    as makes ``share`` of them recorded, then the next slice... The pause call comes one step late: the GPU runs up to a
-    step behind the host, and CUPTI stamps a kernel still running at a pause with the time recording resumes, so the
-    slice's last step must have finished on the GPU first (the extra step's kernels are dropped, it counts as paused).
+    """Which steps a sampled kernel recording records: the first ``slice_steps`` work steps, then a pause of as many
+    steps as makes ``share`` of them recorded, then the next slice... The pause call comes one step late: the GPU runs
+    up to a step behind the host, and CUPTI stamps a kernel still running at a pause with the time recording resumes,
+    so the slice's last step must have finished on the GPU first (the extra step's kernels are dropped, it counts as
+    paused).
     ``spans`` (host perf_counter ns, from the resume to the end of the slice's last step) are the launch times kept; the
     time the pause / resume calls took is kept too."""
 
@@ -157,7 +176,8 @@ class StepSlices:
         self._open, self._count = now_ns, 0
 
     def step_done(self, now_ns: int) -> str | None:
-        """Count one work step that ended at ``now_ns``; ``"pause"`` / ``"resume"`` when the recording switches after it."""
+        """Count one work step that ended at ``now_ns``; ``"pause"`` / ``"resume"`` when the recording switches after
+        it."""
         self._count += 1
         if self._open is None:
             self.steps_paused += 1
@@ -187,9 +207,13 @@ class StepSlices:
 
     def describe(self) -> str:
         total = self.steps_recorded + self.steps_paused
-        return (f"CUPTI recorded {self.steps_recorded} of {total} steps ({100 * self.steps_recorded / max(total, 1):.0f} %: slices of "
-                f"{self.slice_steps} steps, kernel_share={self.share:g}, to keep tracing cost low; kernel_share=1 records every step); "
-                f"{self.toggles} pause / resume calls took {self.toggle_ns / 1e6:.2f} ms")
+        return (
+            f"CUPTI recorded {self.steps_recorded} of {total} steps ({100 * self.steps_recorded / max(total, 1):.0f} "
+            "%: slices of "
+            f"{self.slice_steps} steps, kernel_share={self.share:g}, to keep tracing cost low; kernel_share=1 records "
+            "every step); "
+            f"{self.toggles} pause / resume calls took {self.toggle_ns / 1e6:.2f} ms"
+        )
 
 
 def launched_within(table: KernelTable, spans: list[tuple[int, int]]) -> KernelTable:
@@ -201,12 +225,15 @@ def launched_within(table: KernelTable, spans: list[tuple[int, int]]) -> KernelT
     return table.select(keep)
 
 
-def spans_of_recorded_work(table: KernelTable, host_spans: list[tuple[int, int]], until: int | None) -> list[tuple[int, int]]:
-    """The recorded slices as the analysis reads them: each from the first kernel launched in it (the first slice: from the
-    recording's start) to the last end of those kernels (the GPU runs up to a step behind the host: a slice's last steps
-    end after the pause call), never into the next slice. Kernels CUPTI stamped across a pause (:meth:`KernelTable.across_pauses`)
-    do not stretch a slice. Without this, a sampled ledger lost 7 % of its decode matmul time at the slices' ends and
-    counted the previous step's kernels, unrecorded, as idle at their starts (the H200 3B-shape batch-64 run)."""
+def spans_of_recorded_work(
+    table: KernelTable, host_spans: list[tuple[int, int]], until: int | None
+) -> list[tuple[int, int]]:
+    """The recorded slices as the analysis reads them: each from the first kernel launched in it (the first slice: from
+    the recording's start) to the last end of those kernels (the GPU runs up to a step behind the host: a slice's last
+    steps end after the pause call), never into the next slice. Kernels CUPTI stamped across a pause
+    (:meth:`KernelTable.across_pauses`) do not stretch a slice. Without this, a sampled ledger lost 7 % of its decode
+    matmul time at the slices' ends and counted the previous step's kernels, unrecorded, as idle at their starts (the
+    H200 3B-shape batch-64 run)."""
     if len(host_spans) < 2 or not len(table):
         return host_spans
     launched = table.attribution_time()
@@ -231,18 +258,22 @@ class CuptiRecorder:
 
     name = "cupti"
 
-    def __init__(self, notes: list[str], before_stop: Callable[[], object] | None = None, share: float = 1.0,
-                 slice_steps: int = DEFAULT_SLICE_STEPS) -> None:
+    def __init__(
+        self,
+        notes: list[str],
+        before_stop: Callable[[], object] | None = None,
+        share: float = 1.0,
+        slice_steps: int = DEFAULT_SLICE_STEPS,
+    ) -> None:
         check_kernel_sampling(share, slice_steps)
         self.notes = notes
         self.before_stop = before_stop
-        self.collector: Any = None
+        self.collector: KernelCollector | None = None
         self.kernels = KernelTable.empty()
         self.problem: str | None = None
         self.slices = StepSlices(share, slice_steps)
 
     def start(self) -> None:
-        from max_profile.collect.live.cupti_native import make_cupti_collector
 
         try:
             self.collector = make_cupti_collector(self.notes)
@@ -254,7 +285,7 @@ class CuptiRecorder:
 
     def step_done(self) -> None:
         """After each work step (the pipeline's thread): pause after a slice of steps, resume after the pause."""
-        if self.collector is None or not getattr(self.collector, "native", False):  # cupti-python cannot pause: every step
+        if self.collector is None or not self.collector.native:  # cupti-python cannot pause: every step
             return
         t0 = time.perf_counter_ns()
         toggle = self.slices.step_done(t0)
@@ -274,7 +305,9 @@ class CuptiRecorder:
             try:
                 self.before_stop()
             except Exception as err:  # noqa: BLE001 - the flush still runs; kernels without an end time are counted
-                self.notes.append(f"waiting for the GPU before stopping CUPTI failed ({err}): kernels still running were cut")
+                self.notes.append(
+                    f"waiting for the GPU before stopping CUPTI failed ({err}): kernels still running were cut"
+                )
         try:
             self.kernels = self.collector.stop()
         except Exception as err:  # noqa: BLE001 - reported as the reason kernels are missing
@@ -286,7 +319,7 @@ class CuptiRecorder:
             raw.kernels_unavailable = Unavailable(self.problem)
             return
         raw.kernels = self.kernels
-        raw.kernel_source = "cupti" if getattr(c, "native", False) else "cupti (cupti-python)"
+        raw.kernel_source = "cupti" if c is None or c.native else "cupti (cupti-python)"
         if self.slices.sampled:
             spans = list(self.slices.spans)
             raw.kernels = launched_within(self.kernels, spans)
@@ -297,11 +330,13 @@ class CuptiRecorder:
             raw.graph_launches = int(c.graph_launches)
             if c.dropped:
                 raw.notes.append(f"CUPTI: {c.dropped} kernel records dropped")
-            if getattr(c, "unfinished", 0):
-                raw.notes.append(f"CUPTI: {c.unfinished} kernel(s) had no start or end time: still running when recording stopped")
+            if c.unfinished:
+                raw.notes.append(
+                    f"CUPTI: {c.unfinished} kernel(s) had no start or end time: still running when recording stopped"
+                )
             raw.notes.append(
                 f"CUPTI cost: {c.callback_s:.3f} s in buffer callbacks, {c.api_records} API records ({c.api_filter})"
-                + (f", {c.stop_s:.3f} s to stop and decode" if hasattr(c, "stop_s") else "")
+                + (f", {c.stop_s:.3f} s to stop and decode" if c.stop_s else "")
             )
             if raw.capture.device_graph_capture is False and len(self.kernels):
                 raw.notes.append(CUPTI_WITHOUT_GRAPHS_NOTE)
@@ -309,14 +344,24 @@ class CuptiRecorder:
             raw.kernels_unavailable = Unavailable("the kernel tracer recorded no kernel launches in the profiled block")
 
 
+OPS_MODE_NOTE = (
+    "--kernels ops changes what it measures: MODULAR_ENABLE_PROFILING=on is a compile key of its own (the first run "
+    "recompiles), device graphs are off (every op launched eagerly, with its NVTX range) and CUPTI records every step: "
+    "step times are those of this mode, not of MAX's default run (compare with --kernels auto for those)"
+)
+"""Said in every ``--kernels ops`` capture (issue 35: the mode's own cost)."""
+
+
 class NvtxLogRecorder:
     """MAX's op ranges (host clock) and the phase ranges from this process's NVTX log (written as the process runs)."""
 
     name = "nvtx-log"
 
-    def __init__(self, log_path: str | None) -> None:
+    def __init__(self, log_path: str | None, beside_kernels: bool = False) -> None:
         self.log_path = log_path
         self.gated = bool(log_path) and gated_in_process()
+        self.beside_kernels = beside_kernels
+        """``--kernels ops``: the op ranges go beside the kernels another recorder fills (``raw.op_ranges``)."""
 
     def start(self) -> None:
         if self.gated:
@@ -334,8 +379,10 @@ class NvtxLogRecorder:
             if self.gated:  # read: the log keeps nothing of this block (a long-running app's log stays bounded)
                 truncate_in_process()
             if dropped:
-                raw.notes.append(f"the op-range log reached its size cap ({LOG_CAP_ENV}): {dropped} later NVTX events were "
-                                 "not recorded, so the op breakdown covers the start of the block only")
+                raw.notes.append(
+                    f"the op-range log reached its size cap ({LOG_CAP_ENV}): {dropped} later NVTX events were "
+                    "not recorded, so the op breakdown covers the start of the block only"
+                )
 
     def _fill(self, raw: RawCapture, window: tuple[int, int] | None) -> None:
         if not self.log_path:
@@ -347,6 +394,15 @@ class NvtxLogRecorder:
         table, ranges, problems = ops_in_window([self.log_path], window)
         if problems:
             raw.kernels_unavailable = Unavailable(problems[0])
+            return
+        if self.beside_kernels:  # steps come from the pipeline hook, kernels from CUPTI: only the ops are added
+            raw.op_ranges = table
+            raw.notes.append(OPS_MODE_NOTE)
+            if not len(table):
+                raw.notes.append(
+                    "the NVTX log has no MAX op ranges in the profiled window: MAX emits them only with "
+                    "MODULAR_ENABLE_PROFILING=on set before the model is loaded"
+                )
             return
         raw.kernels, raw.ranges = table, ranges
         raw.kernel_source = "nvtx-log (MAX op ranges, host time)"

@@ -16,7 +16,9 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from max_profile.collect.live.cupti_native import NativeCuptiCollector
 from max_profile.collect.live.gpu_backends import MAX_GPU_UPGRADE, max_gpu_module, open_direct_reader
+from max_profile.collect.live.nvtx_log import MAX_GPU_NVTX_PROBLEM, NVTX_V2_FIX, max_profiling_usable
 from max_profile.errors import ToolMissingError
 from max_profile.model import Environment, GpuInfo, ToolStatus, Vendor
 
@@ -86,7 +88,9 @@ def tool_status(name: str, path: str | None = None) -> ToolStatus:
     """Locate one profiler and check its version; missing tools carry their install command."""
     path = path or find_tool(name)
     if path is None:
-        return ToolStatus(name=name, problem="not found on PATH or in the usual install folders", install_hint=INSTALL_HINTS[name])
+        return ToolStatus(
+            name=name, problem="not found on PATH or in the usual install folders", install_hint=INSTALL_HINTS[name]
+        )
     version = _version_of(path)
     problem = None
     if name == "nsys":
@@ -96,7 +100,9 @@ def tool_status(name: str, path: str | None = None) -> ToolStatus:
                 f"nsys {version} is older than {'.'.join(map(str, NSYS_MIN_VERSION))}, which has known problems "
                 "with MAX captures; install a newer Nsight Systems"
             )
-    return ToolStatus(name=name, path=path, version=version, problem=problem, install_hint=INSTALL_HINTS[name] if problem else None)
+    return ToolStatus(
+        name=name, path=path, version=version, problem=problem, install_hint=INSTALL_HINTS[name] if problem else None
+    )
 
 
 def require_tool(name: str, purpose: str) -> str:
@@ -129,15 +135,32 @@ def detect_vendor() -> tuple[Vendor, str, list[GpuInfo], str | None]:
         for key, st in sorted(stats.items()):
             clocks = getattr(st, "clocks", None)
             gpus.append(
-                GpuInfo(key=key, memory_total_bytes=int(st.memory.total_bytes), max_sm_clock_mhz=int(clocks.core_max_mhz) if clocks else None)
+                GpuInfo(
+                    key=key,
+                    memory_total_bytes=int(st.memory.total_bytes),
+                    max_sm_clock_mhz=int(clocks.core_max_mhz) if clocks else None,
+                )
             )
     except Exception:  # noqa: BLE001
         pass
     if gpus:
         vendor: Vendor = "nvidia" if gpus[0].key.startswith("nv") else "amd"
         names, driver = _nvml_names() if vendor == "nvidia" else ({}, None)
-        gpus = [GpuInfo(key=g.key, name=names.get(g.key), memory_total_bytes=g.memory_total_bytes, max_sm_clock_mhz=g.max_sm_clock_mhz) for g in gpus]
-        return vendor, f"{source} found {len(gpus)} GPU(s) ({'NVML' if vendor == 'nvidia' else 'ROCm SMI'})", gpus, driver
+        gpus = [
+            GpuInfo(
+                key=g.key,
+                name=names.get(g.key),
+                memory_total_bytes=g.memory_total_bytes,
+                max_sm_clock_mhz=g.max_sm_clock_mhz,
+            )
+            for g in gpus
+        ]
+        return (
+            vendor,
+            f"{source} found {len(gpus)} GPU(s) ({'NVML' if vendor == 'nvidia' else 'ROCm SMI'})",
+            gpus,
+            driver,
+        )
     reader, _ = open_direct_reader()
     if reader is not None:
         try:
@@ -146,7 +169,12 @@ def detect_vendor() -> tuple[Vendor, str, list[GpuInfo], str | None]:
             reader.close()
         if gpus:
             direct: Vendor = "nvidia" if gpus[0].key.startswith("nv") else "amd"
-            return direct, f"{reader.source.split()[0]} found {len(gpus)} GPU(s)", gpus, _nvml_names()[1] if direct == "nvidia" else None
+            return (
+                direct,
+                f"{reader.source.split()[0]} found {len(gpus)} GPU(s)",
+                gpus,
+                _nvml_names()[1] if direct == "nvidia" else None,
+            )
     if shutil.which("nvidia-smi"):
         try:
             out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False)
@@ -180,7 +208,13 @@ def detect_environment(check_tools: bool = True) -> Environment:
     tools: list[ToolStatus] = []
     warnings: list[str] = []
     if check_tools:
-        names = ["nsys", "ncu"] if vendor == "nvidia" else ["rocprofv3"] if vendor == "amd" else ["nsys", "ncu", "rocprofv3"]
+        names = (
+            ["nsys", "ncu"]
+            if vendor == "nvidia"
+            else ["rocprofv3"]
+            if vendor == "amd"
+            else ["nsys", "ncu", "rocprofv3"]
+        )
         tools = [tool_status(n) for n in names]
         if vendor == "nvidia":
             tools.append(_cupti_status())
@@ -191,11 +225,11 @@ def detect_environment(check_tools: bool = True) -> Environment:
                 warnings.append(t.problem)
     mode = os.environ.get("MODULAR_ENABLE_PROFILING")
     if mode and mode not in ("off", "on", "detailed"):
-        warnings.append(f"MODULAR_ENABLE_PROFILING={mode!r} is invalid: MAX accepts off, on or detailed and fails at load")
+        warnings.append(
+            f"MODULAR_ENABLE_PROFILING={mode!r} is invalid: MAX accepts off, on or detailed and fails at load"
+        )
     profiling_problem = None
     if vendor == "nvidia":
-        from max_profile.collect.live.nvtx_log import MAX_GPU_NVTX_PROBLEM, NVTX_V2_FIX, max_profiling_usable
-
         profiling_problem = None if max_profiling_usable("gpu") else f"{MAX_GPU_NVTX_PROBLEM}; fix: {NVTX_V2_FIX}"
     return Environment(
         vendor=vendor,
@@ -218,13 +252,20 @@ def gpu_sampler_status(vendor: Vendor) -> ToolStatus:
     if vendor == "amd" and importlib.util.find_spec("amdsmi") is not None:
         return ToolStatus(name="gpu-sampler", path="amdsmi (sampled in-process: throttle status, partitions)")
     if module is not None:
-        hint = ("`pip install amdsmi` (matching the ROCm install) adds throttle status and per-partition activity"
-                if vendor == "amd" else None)
+        hint = (
+            "`pip install amdsmi` (matching the ROCm install) adds throttle status and per-partition activity"
+            if vendor == "amd"
+            else None
+        )
         return ToolStatus(name="gpu-sampler", path=f"{detail}.BackgroundRecorder", install_hint=hint)
     fallback = "pynvml" if vendor == "nvidia" else "amdsmi"
-    return ToolStatus(name="gpu-sampler", path=f"{fallback} (sampled in-process)",
-                      problem=f"MAX {max_version() or '?'} has no max.profiler.gpu: utilization is read with {fallback} from a thread of the profiled process",
-                      install_hint=f"{MAX_GPU_UPGRADE} (its BackgroundRecorder samples in a child process)")
+    return ToolStatus(
+        name="gpu-sampler",
+        path=f"{fallback} (sampled in-process)",
+        problem=f"MAX {max_version() or '?'} has no max.profiler.gpu: utilization is read with {fallback} from a "
+        "thread of the profiled process",
+        install_hint=f"{MAX_GPU_UPGRADE} (its BackgroundRecorder samples in a child process)",
+    )
 
 
 def _cupti_status() -> ToolStatus:
@@ -235,36 +276,64 @@ def _cupti_status() -> ToolStatus:
 
         return ToolStatus(name="cupti", path="cupti-python", version=version("cupti-python"))
     except Exception as exc:  # noqa: BLE001
-        return ToolStatus(name="cupti", problem=f"cupti-python is not importable ({type(exc).__name__})", install_hint=INSTALL_HINTS["cupti"])
+        return ToolStatus(
+            name="cupti",
+            problem=f"cupti-python is not importable ({type(exc).__name__})",
+            install_hint=INSTALL_HINTS["cupti"],
+        )
 
 
 def doctor_checks(env: Environment) -> list[ToolStatus]:
     """What ``max-profile doctor`` adds to the environment: whether MAX's profiling mode works here, whether the CUPTI
-    recorder can subscribe, and the device-graph default (the outputs' libraries: :func:`max_profile.render.outputs.output_checks`)."""
+    recorder can subscribe, and the device-graph default (the outputs' libraries:
+    :func:`max_profile.render.outputs.output_checks`)."""
     checks: list[ToolStatus] = []
     mode = env.modular_enable_profiling or "off"
     if env.max_profiling_problem:
-        checks.append(ToolStatus(name="MAX profiling", path=f"MODULAR_ENABLE_PROFILING={mode}",
-                                 problem=f"MODULAR_ENABLE_PROFILING=on cannot work here: {env.max_profiling_problem}",
-                                 install_hint="install CUDA 12's libnvToolsExt.so.1 (e.g. `apt-get install cuda-nvtx-12-8`) for MAX's NVTX ranges; "
-                                 "max_profile marks phases itself in-process"))
+        checks.append(
+            ToolStatus(
+                name="MAX profiling",
+                path=f"MODULAR_ENABLE_PROFILING={mode}",
+                problem=f"MODULAR_ENABLE_PROFILING=on cannot work here: {env.max_profiling_problem}",
+                install_hint="install CUDA 12's libnvToolsExt.so.1 (e.g. `apt-get install cuda-nvtx-12-8`) for MAX's "
+                "NVTX ranges; "
+                "max_profile marks phases itself in-process",
+            )
+        )
     else:
-        checks.append(ToolStatus(name="MAX profiling", path=f"MODULAR_ENABLE_PROFILING={mode} (on / detailed usable: MAX's op and scheduler ranges)"))
+        checks.append(
+            ToolStatus(
+                name="MAX profiling",
+                path=f"MODULAR_ENABLE_PROFILING={mode} (on / detailed usable: MAX's op and scheduler ranges)",
+            )
+        )
     if env.vendor == "nvidia":
         checks.append(_cupti_subscribe_status())
-    checks.append(ToolStatus(name="device graphs", path="MAX decides: on for supported architectures on a GPU (max generate / serve default), off on the CPU"
-                             if env.vendor != "none" else "off on the CPU (MAX's default)"))
+    checks.append(
+        ToolStatus(
+            name="device graphs",
+            path="MAX decides: on for supported architectures on a GPU (max generate / serve default), off on the CPU"
+            if env.vendor != "none"
+            else "off on the CPU (MAX's default)",
+        )
+    )
     return checks
 
 
 def _cupti_subscribe_status() -> ToolStatus:
     """Start and stop the C CUPTI recorder once: it builds, loads libcupti and subscribes (or says what holds CUPTI)."""
     try:
-        from max_profile.collect.live.cupti_native import NativeCuptiCollector
-
         rec = NativeCuptiCollector(launches=False)
         rec.start()
         rec.stop()
-        return ToolStatus(name="cupti-recorder", path=f"C recorder subscribed and stopped ({rec.libcupti})", version=str(rec.cupti_version))
+        return ToolStatus(
+            name="cupti-recorder",
+            path=f"C recorder subscribed and stopped ({rec.libcupti})",
+            version=str(rec.cupti_version),
+        )
     except Exception as exc:  # noqa: BLE001 - the reason is the answer
-        return ToolStatus(name="cupti-recorder", problem=f"cannot record kernels in-process: {exc}", install_hint=INSTALL_HINTS["cupti"])
+        return ToolStatus(
+            name="cupti-recorder",
+            problem=f"cannot record kernels in-process: {exc}",
+            install_hint=INSTALL_HINTS["cupti"],
+        )

@@ -127,7 +127,12 @@ def read_model_weights(model_path: str) -> ModelWeights | None:
                 dtypes[dtype] = dtypes.get(dtype, 0) + size
                 names.add(name)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        return ModelWeights(source=f"unreadable safetensors header ({type(exc).__name__}: {exc})", groups={}, dtypes={}, tied_embeddings=False)
+        return ModelWeights(
+            source=f"unreadable safetensors header ({type(exc).__name__}: {exc})",
+            groups={},
+            dtypes={},
+            tied_embeddings=False,
+        )
     return ModelWeights(
         source=f"safetensors headers ({len(files)} file{'s' if len(files) > 1 else ''})",
         groups={role: WeightGroup(bytes=v[0], elements=v[1], tensors=v[2]) for role, v in groups.items()},

@@ -11,7 +11,8 @@ Four sources, all MAX's own or max_profile's marks:
 * MAX's compile-cache log (``MODULAR_ENABLE_CACHE_LOGGING=1``, on the process's native stderr, kept out of the
   terminal): ``findSyncImpl: cache hit`` / ``miss`` per compiled graph (``.max_cache/mof/mef``) and per kernel.
 
-Equivalent by hand: ``MODULAR_ENABLE_CACHE_LOGGING=1 max generate --model-path P ... 2>&1 | grep -E 'took|cache hit|miss'``.
+Equivalent by hand: ``MODULAR_ENABLE_CACHE_LOGGING=1 max generate --model-path P ... 2>&1 | grep -E 'took|cache
+hit|miss'``.
 """
 
 from __future__ import annotations
@@ -26,15 +27,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from max_profile.collect.probes.model_files import read_model_config
 from max_profile.model import StartupPhase, StartupProfile
+from max_profile.util.files import cache_dir
 
 CACHE_LOG_ENV = "MODULAR_ENABLE_CACHE_LOGGING"
 CACHE_PREFIX = "[modular-cache]"
 MAX_KEPT_LINES = 20_000
 
 WEIGHTS_INIT_MIN_S = 0.05
-"""An initialize shorter than this moved no weights (a CPU keeps them mapped in host memory): no bytes or GB/s for it."""
-_TIMER = re.compile(r"^(Building|Compiling|Initializing|Building, compiling, and initializing) (.+?)(?: graph)? took ([\d.]+) seconds$")
+"""An initialize shorter than this moved no weights (a CPU keeps them mapped in host memory): no bytes or GB/s for
+it."""
+_TIMER = re.compile(
+    r"^(Building|Compiling|Initializing|Building, compiling, and initializing) (.+?)(?: graph)? took ([\d.]+) seconds$"
+)
 _TIMER_START = re.compile(r"^Building, compiling, and initializing (.+)\.\.\.$")
 _KV = re.compile(r"KV manager: .*?= ([\d.]+) (KiB|MiB|GiB|TiB) \(per device\)")
 _HIT = re.compile(r"findSyncImpl: cache hit: (\d+) bytes from (\S+)")
@@ -82,8 +88,8 @@ def kv_bytes(text: str) -> int | None:
 
 
 class NativeStderr:
-    """Capture the process's file descriptor 2 (native code writes there: MAX's cache log, compiler errors) through a pipe,
-    keep its lines with their time, and pass every line through to the real stderr except MAX's cache chatter."""
+    """Capture the process's file descriptor 2 (native code writes there: MAX's cache log, compiler errors) through a
+    pipe, keep its lines with their time, and pass every line through to the real stderr except MAX's cache chatter."""
 
     def __init__(self) -> None:
         self.lines: list[TimedLine] = []
@@ -233,11 +239,11 @@ def cache_files(folder: Path | None) -> dict[str, tuple[int, float]]:
 class StartupRecorder:
     """Marks around a load; MAX's log, its cache log and the engine's compile stats while active.
 
-        rec = StartupRecorder()
-        with rec.capturing():
-            with rec.mark("import MAX"): import max.pipelines
-            ...
-        raw.startup = startup_profile(rec, key=...)   # in max_profile.collect.startup_profile
+    rec = StartupRecorder()
+    with rec.capturing():
+        with rec.mark("import MAX"): import max.pipelines
+        ...
+    raw.startup = startup_profile(rec, key=...)   # in max_profile.collect.startup_profile
     """
 
     process_start: float = field(default_factory=lambda: _process_start())
@@ -264,7 +270,8 @@ class StartupRecorder:
 
     @contextlib.contextmanager
     def capturing(self) -> Iterator[StartupRecorder]:
-        """MAX's log, its native stderr (with the cache log turned on) and the engine's compile totals, around a load."""
+        """MAX's log, its native stderr (with the cache log turned on) and the engine's compile totals, around a
+        load."""
         self.cache_dir = modular_cache_dir()
         self.cache_before = cache_files(self.cache_dir)
         had = os.environ.get(CACHE_LOG_ENV)
@@ -366,8 +373,16 @@ def _phase(name: str, seconds: float, **kw: object) -> StartupPhase:
     return StartupPhase(name=name, seconds=round(max(seconds, 0.0), 3), **kw)  # type: ignore[arg-type]
 
 
-def pipeline_phases(start: float, end: float, lines: list[TimedLine], events: list[CacheEvent], *, engine_compile_s: float | None,
-                    weight_bytes: int | None, devices: int) -> list[StartupPhase]:
+def pipeline_phases(
+    start: float,
+    end: float,
+    lines: list[TimedLine],
+    events: list[CacheEvent],
+    *,
+    engine_compile_s: float | None,
+    weight_bytes: int | None,
+    devices: int,
+) -> list[StartupPhase]:
     """The pipeline factory's time split by MAX's own log: setup before the first graph (weights), each graph's build,
     compile (hit / miss) and initialize, the KV-cache allocation, the rest."""
     graphs = graphs_from_log([x for x in lines if start <= x.t <= end])
@@ -385,23 +400,40 @@ def pipeline_phases(start: float, end: float, lines: list[TimedLine], events: li
             first = False
             hidden = min(unnamed, secs) if unnamed > 0.05 else 0.0
             if hidden:
-                state = _cache_state([e for e in events if not any(g.start <= e.t <= (g.end or g.start) for g in graphs)], start, end)
-                phases.append(_phase("graphs built outside MAX's named timers (engine time)", hidden, cache=state,
-                                     detail="MAX logs no 'Compiling ... took' line for these; the engine timed them"))
+                state = _cache_state(
+                    [e for e in events if not any(g.start <= e.t <= (g.end or g.start) for g in graphs)], start, end
+                )
+                phases.append(
+                    _phase(
+                        "graphs built outside MAX's named timers (engine time)",
+                        hidden,
+                        cache=state,
+                        detail="MAX logs no 'Compiling ... took' line for these; the engine timed them",
+                    )
+                )
             phases.append(_phase("model setup before the first graph (weights mapped, adapters)", secs - hidden))
         elif kv is not None:
             phases.append(_phase("KV cache allocation and pipeline setup", secs, bytes=kv * max(devices, 1)))
         elif secs > 0.001:
             phases.append(_phase(label, secs))
 
-    weights_at = max(graphs, key=lambda g: g.init).name if graphs else None  # the graph whose initialize moves the weights
+    weights_at = (
+        max(graphs, key=lambda g: g.init).name if graphs else None
+    )  # the graph whose initialize moves the weights
     for g in graphs:
         gap(g.start, "pipeline setup between graphs")
         state = _cache_state(events, g.start, g.end or g.start)
         phases.append(_phase(f"build {g.name} graph", g.build))
         phases.append(_phase(f"compile {g.name}", g.compile, cache=state))
         if g.name == weights_at and weight_bytes and g.init >= WEIGHTS_INIT_MIN_S:
-            phases.append(_phase(f"initialize {g.name} (weights to the device)", g.init, bytes=weight_bytes, gb_per_s=round(weight_bytes / g.init / 1e9, 3)))
+            phases.append(
+                _phase(
+                    f"initialize {g.name} (weights to the device)",
+                    g.init,
+                    bytes=weight_bytes,
+                    gb_per_s=round(weight_bytes / g.init / 1e9, 3),
+                )
+            )
         else:
             phases.append(_phase(f"initialize {g.name}", g.init))
         other = (g.end or g.start) - g.start - g.build - g.compile - g.init
@@ -426,14 +458,18 @@ def compile_failure(lines: list[str], gpu_name: str | None = None) -> str | None
     errors = [m for m in located if "error" in m.string] or located
     where = f"{errors[0].group(1).rsplit('/', 1)[-1]}:{errors[0].group(2)}" if errors else None
     message = errors[0].group(4).strip()[:200] if errors else ""
-    arch_m = _GPU_ARCH.search(re.sub(r"\S+\.mojo\S*", " ", text))  # not a folder of the kernel's path (".../gpu/sm90/matmul.mojo")
+    arch_m = _GPU_ARCH.search(
+        re.sub(r"\S+\.mojo\S*", " ", text)
+    )  # not a folder of the kernel's path (".../gpu/sm90/matmul.mojo")
     arch = arch_m.group(1) if arch_m else None
     target = arch or gpu_name or "this device"
     parts = [f"a MAX compiler failure on {target}, not a problem in your model"]
     if where:
         parts.append(f"MAX's kernel {where}" + (f": {message}" if message else ""))
-    parts.append("try another weight encoding (--quantization-encoding) or batch / length settings, another GPU, and report it "
-                 f"to Modular (https://github.com/modular/modular/issues) with this line, the MAX version and {target}")
+    parts.append(
+        "try another weight encoding (--quantization-encoding) or batch / length settings, another GPU, and report it "
+        f"to Modular (https://github.com/modular/modular/issues) with this line, the MAX version and {target}"
+    )
     return "; ".join(parts)
 
 
@@ -441,8 +477,14 @@ def compile_failure(lines: list[str], gpu_name: str | None = None) -> str | None
 # Why a compile happened: the compile key against the ones this cache saw before
 
 KEY_LABELS = {
-    "max_version": "the MAX version", "devices": "the devices", "profiling": "MODULAR_ENABLE_PROFILING", "device_graphs": "device graph capture",
-    "max_batch_size": "--max-batch-size", "max_length": "--max-length", "encoding": "the weight encoding", "custom_code": "the custom architecture's code",
+    "max_version": "the MAX version",
+    "devices": "the devices",
+    "profiling": "MODULAR_ENABLE_PROFILING",
+    "device_graphs": "device graph capture",
+    "max_batch_size": "--max-batch-size",
+    "max_length": "--max-length",
+    "encoding": "the weight encoding",
+    "custom_code": "the custom architecture's code",
 }
 
 
@@ -457,7 +499,6 @@ def _digest(*parts: str) -> str:
 
 def model_identity(model_path: str) -> str:
     """What of the model shapes its graphs: config.json's architecture fields (not the weights' values)."""
-    from max_profile.collect.probes.model_files import read_model_config
 
     cfg = read_model_config(model_path) or {}
     import json
@@ -476,18 +517,34 @@ def code_digest(specs: list[str]) -> str:
     return _digest(*parts) if parts else "none"
 
 
-def compile_key(*, model_path: str, devices: str, profiling: str, device_graphs: bool | None, max_batch_size: int | None,
-                max_length: int | None, encoding: str | None, custom_architectures: list[str], max_version: str | None) -> dict[str, str]:
-    """What max_profile knows to be part of MAX's compile key for a load (MAX hashes the graph; these decide the graph)."""
+def compile_key(
+    *,
+    model_path: str,
+    devices: str,
+    profiling: str,
+    device_graphs: bool | None,
+    max_batch_size: int | None,
+    max_length: int | None,
+    encoding: str | None,
+    custom_architectures: list[str],
+    max_version: str | None,
+) -> dict[str, str]:
+    """What max_profile knows to be part of MAX's compile key for a load (MAX hashes the graph; these decide the
+    graph)."""
     return {
-        "model": model_identity(model_path), "max_version": max_version or "?", "devices": devices, "profiling": profiling or "off",
-        "device_graphs": {True: "on", False: "off", None: "default"}[device_graphs], "max_batch_size": str(max_batch_size or "default"),
-        "max_length": str(max_length or "default"), "encoding": encoding or "default", "custom_code": code_digest(custom_architectures),
+        "model": model_identity(model_path),
+        "max_version": max_version or "?",
+        "devices": devices,
+        "profiling": profiling or "off",
+        "device_graphs": {True: "on", False: "off", None: "default"}[device_graphs],
+        "max_batch_size": str(max_batch_size or "default"),
+        "max_length": str(max_length or "default"),
+        "encoding": encoding or "default",
+        "custom_code": code_digest(custom_architectures),
     }
 
 
 def ledger_path(cache: Path | None) -> Path:
-    from max_profile.util.files import cache_dir
 
     return cache_dir("compile-ledger") / f"{_digest(str(cache.resolve() if cache else 'none'))}.jsonl"
 
@@ -512,8 +569,11 @@ def append_ledger(path: Path, key: dict[str, str], state: str) -> None:
         fh.write(json.dumps({"t": time.time(), "key": key, "cache": state}) + "\n")
 
 
-def explain_cache(state: str, key: dict[str, str], history: list[dict[str, object]], cache: Path | None, cache_was_empty: bool) -> str:
-    """Why the graphs compiled (or did not): the parts of the compile key no earlier load of this model into this cache had."""
+def explain_cache(
+    state: str, key: dict[str, str], history: list[dict[str, object]], cache: Path | None, cache_was_empty: bool
+) -> str:
+    """Why the graphs compiled (or did not): the parts of the compile key no earlier load of this model into this cache
+    had."""
     where = str(cache) if cache else "MAX's default cache folder"
     if state == "hit":
         return f"every graph came from MAX's compile cache ({where})"
@@ -531,18 +591,34 @@ def explain_cache(state: str, key: dict[str, str], history: list[dict[str, objec
     best = min(same_model, key=lambda k: sum(k.get(f) != v for f, v in key.items()))
     diffs = [f for f, v in key.items() if f != "model" and best.get(f) != v]
     if not diffs:
-        return f"this exact compile key was compiled into {where} before: its entries were removed, or MAX invalidated them"
+        return (
+            f"this exact compile key was compiled into {where} before: its entries were removed, or MAX "
+            "invalidated "
+            "them"
+        )
     said = []
     for f in diffs:
         if f == "profiling":
-            said.append(f"MODULAR_ENABLE_PROFILING={key[f]} is a new compile key (earlier loads of this model here used {best.get(f)})")
+            said.append(
+                f"MODULAR_ENABLE_PROFILING={key[f]} is a new compile key (earlier loads of this model here used "
+                f"{best.get(f)})"
+            )
         else:
             said.append(f"{KEY_LABELS.get(f, f)} {key[f]} is new (earlier: {best.get(f)})")
     return "; ".join(said)
 
 
-def warm_cache_command(*, model_path: str, devices: str, profiling: str, device_graphs: bool | None, max_batch_size: int | None,
-                       max_length: int | None, encoding: str | None, custom_architectures: list[str]) -> str:
+def warm_cache_command(
+    *,
+    model_path: str,
+    devices: str,
+    profiling: str,
+    device_graphs: bool | None,
+    max_batch_size: int | None,
+    max_length: int | None,
+    encoding: str | None,
+    custom_architectures: list[str],
+) -> str:
     """``max warm-cache`` with the same compile key (run it in the image, before serving or profiling)."""
     import shlex
 
@@ -561,8 +637,16 @@ def warm_cache_command(*, model_path: str, devices: str, profiling: str, device_
     return prefix + " ".join(shlex.quote(c) for c in cmd)
 
 
-def startup_profile(rec: StartupRecorder, *, key: dict[str, str], warm_command: str, weight_bytes: int | None, devices: int,
-                    failure: str | None = None, end: float | None = None) -> StartupProfile:
+def startup_profile(
+    rec: StartupRecorder,
+    *,
+    key: dict[str, str],
+    warm_command: str,
+    weight_bytes: int | None,
+    devices: int,
+    failure: str | None = None,
+    end: float | None = None,
+) -> StartupProfile:
     """The recorder's marks and MAX's lines as phases from process start to the first token (or ``end``), with the cache
     verdict and its reason (the ledger of compile keys this cache saw is read and appended)."""
     phases: list[StartupPhase] = []
@@ -574,7 +658,15 @@ def startup_profile(rec: StartupRecorder, *, key: dict[str, str], warm_command: 
         if m.start - last > 0.05:
             phases.append(_phase("max_profile's own work between steps", m.start - last))
         if m.name == "pipeline":
-            phases += pipeline_phases(m.start, m.end, rec.log, events, engine_compile_s=rec.engine_compile_s, weight_bytes=weight_bytes, devices=devices)
+            phases += pipeline_phases(
+                m.start,
+                m.end,
+                rec.log,
+                events,
+                engine_compile_s=rec.engine_compile_s,
+                weight_bytes=weight_bytes,
+                devices=devices,
+            )
         elif m.name == "warm-up" and rec.first_token is not None and m.start <= rec.first_token <= m.end:
             phases.append(_phase("first token (warm-up prefill)", rec.first_token - m.start))
             phases.append(_phase("rest of the warm-up generation", m.end - rec.first_token))
@@ -589,15 +681,23 @@ def startup_profile(rec: StartupRecorder, *, key: dict[str, str], warm_command: 
     else:
         state = "miss" if new_graphs else "unknown"
     ledger = ledger_path(rec.cache_dir)
-    reason = explain_cache(state, key, read_ledger(ledger), rec.cache_dir, not any("/.max_cache/" in p for p in rec.cache_before))
+    reason = explain_cache(
+        state, key, read_ledger(ledger), rec.cache_dir, not any("/.max_cache/" in p for p in rec.cache_before)
+    )
     append_ledger(ledger, key, state)
     finish = end if end is not None else (rec.first_token if rec.first_token and rec.first_token > last else last)
     logged = sum(g.compile for g in graphs_from_log(rec.log))
     return StartupProfile(
-        total_s=round(finish - rec.process_start, 3), phases=phases, cache=state, cache_reason=f"{state}: {reason}",
-        cache_dir=str(rec.cache_dir) if rec.cache_dir else None, compile_key=key, max_logged_compile_s=round(logged, 3),
+        total_s=round(finish - rec.process_start, 3),
+        phases=phases,
+        cache=state,
+        cache_reason=f"{state}: {reason}",
+        cache_dir=str(rec.cache_dir) if rec.cache_dir else None,
+        compile_key=key,
+        max_logged_compile_s=round(logged, 3),
         engine_compile_s=round(rec.engine_compile_s, 3) if rec.engine_compile_s is not None else None,
-        warm_cache_command=warm_command if state != "hit" else None, failure=failure,
+        warm_cache_command=warm_command if state != "hit" else None,
+        failure=failure,
     )
 
 
@@ -606,8 +706,8 @@ _WORKER_TOTALS = re.compile(r"Model pipeline initialized in [\d.]+s \(graph buil
 
 
 def timed_log_lines(text: str, launched_unix: float) -> list[TimedLine]:
-    """``max serve``'s log as timed lines: ``HH:MM:SS.mmm LEVEL: message`` in local time (the date is the launch's; a line
-    without a time, MAX's cache log among them, takes the time of the line before it)."""
+    """``max serve``'s log as timed lines: ``HH:MM:SS.mmm LEVEL: message`` in local time (the date is the launch's; a
+    line without a time, MAX's cache log among them, takes the time of the line before it)."""
     import datetime as dt
 
     day = dt.datetime.fromtimestamp(launched_unix)
@@ -617,7 +717,9 @@ def timed_log_lines(text: str, launched_unix: float) -> list[TimedLine]:
         m = _LOG_LINE.match(line)
         if m:
             sec = float(m.group(3))
-            stamp = day.replace(hour=int(m.group(1)), minute=int(m.group(2)), second=int(sec), microsecond=int((sec % 1) * 1e6)).timestamp()
+            stamp = day.replace(
+                hour=int(m.group(1)), minute=int(m.group(2)), second=int(sec), microsecond=int((sec % 1) * 1e6)
+            ).timestamp()
             if stamp < launched_unix - 43200:
                 stamp += 86400  # past midnight
             last = stamp
@@ -627,10 +729,21 @@ def timed_log_lines(text: str, launched_unix: float) -> list[TimedLine]:
     return out
 
 
-def serve_startup(text: str, *, launched_unix: float, ready_unix: float, key: dict[str, str], warm_command: str, weight_bytes: int | None,
-                  devices: int, cache: Path | None, cache_was_empty: bool) -> StartupProfile | None:
-    """``max serve``'s launch to /health 200 from its own log: the API server's start, the model worker's start (imports,
-    driver), each graph (compile with cache hit or miss: the server ran with MAX's cache log on), KV cache, warm-up."""
+def serve_startup(
+    text: str,
+    *,
+    launched_unix: float,
+    ready_unix: float,
+    key: dict[str, str],
+    warm_command: str,
+    weight_bytes: int | None,
+    devices: int,
+    cache: Path | None,
+    cache_was_empty: bool,
+) -> StartupProfile | None:
+    """``max serve``'s launch to /health 200 from its own log: the API server's start, the model worker's start
+    (imports, driver), each graph (compile with cache hit or miss: the server ran with MAX's cache log on), KV cache,
+    warm-up."""
     lines = timed_log_lines(text, launched_unix)
     timed = [x for x in lines if not x.text.startswith(CACHE_PREFIX)]
     if not timed:
@@ -640,13 +753,18 @@ def serve_startup(text: str, *, launched_unix: float, ready_unix: float, key: di
         return next((x.t for x in timed if pattern in x.text), None)
 
     phases: list[StartupPhase] = []
-    marks = [("server process start and imports (to MAX's first log line)", launched_unix),
-             ("API server setup (task detection, configuration)", timed[0].t),
-             ("model worker start (Python imports, driver)", when("Starting subprocess: Model Worker") or when("Starting worker")),
-             ("pipeline", when("Initializing model pipeline")),
-             ("warm-up and worker readiness", when("Model pipeline initialized in")),
-             ("server ready to /health 200", when("Model worker ready")),
-             ("end", ready_unix)]
+    marks = [
+        ("server process start and imports (to MAX's first log line)", launched_unix),
+        ("API server setup (task detection, configuration)", timed[0].t),
+        (
+            "model worker start (Python imports, driver)",
+            when("Starting subprocess: Model Worker") or when("Starting worker"),
+        ),
+        ("pipeline", when("Initializing model pipeline")),
+        ("warm-up and worker readiness", when("Model pipeline initialized in")),
+        ("server ready to /health 200", when("Model worker ready")),
+        ("end", ready_unix),
+    ]
     present = [(name, t) for name, t in marks if t is not None]
     events = cache_events(lines)
     engine = None
@@ -655,7 +773,9 @@ def serve_startup(text: str, *, launched_unix: float, ready_unix: float, key: di
             engine = float(m.group(1))
     for (name, start), (_next, end) in zip(present, present[1:], strict=False):
         if name == "pipeline":
-            phases += pipeline_phases(start, end, timed, events, engine_compile_s=engine, weight_bytes=weight_bytes, devices=devices)
+            phases += pipeline_phases(
+                start, end, timed, events, engine_compile_s=engine, weight_bytes=weight_bytes, devices=devices
+            )
         else:
             phases.append(_phase(name, end - start))
     graph = [e for e in events if e.graph and e.kind in ("hit", "miss")]
@@ -665,8 +785,15 @@ def serve_startup(text: str, *, launched_unix: float, ready_unix: float, key: di
     reason = explain_cache(state, key, read_ledger(ledger), cache, cache_was_empty)
     append_ledger(ledger, key, state)
     return StartupProfile(
-        total_s=round(ready_unix - launched_unix, 3), phases=phases, cache=state, cache_reason=f"{state}: {reason}",
-        cache_dir=str(cache) if cache else None, compile_key=key, max_logged_compile_s=round(sum(g.compile for g in graphs_from_log(timed)), 3),
-        engine_compile_s=engine, warm_cache_command=warm_command if state != "hit" else None, source="max serve log (launch to /health 200)",
+        total_s=round(ready_unix - launched_unix, 3),
+        phases=phases,
+        cache=state,
+        cache_reason=f"{state}: {reason}",
+        cache_dir=str(cache) if cache else None,
+        compile_key=key,
+        max_logged_compile_s=round(sum(g.compile for g in graphs_from_log(timed)), 3),
+        engine_compile_s=engine,
+        warm_cache_command=warm_command if state != "hit" else None,
+        source="max serve log (launch to /health 200)",
         failure=compile_failure([x.text for x in lines]),
     )

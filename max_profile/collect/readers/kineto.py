@@ -75,10 +75,22 @@ def _environment(doc: Any, path: str, launch_cats: set[str]) -> Environment:
         described.append((_small(p.get("id", i), i), name, memory if memory > 0 else None))
     reason = f"imported from {path}; GPUs from the trace's deviceProperties"
     if vendor == "none":
-        vendor = "amd" if launch_cats & {"hip_runtime", "hip_api"} else "nvidia" if launch_cats & {"cuda_runtime", "cuda_driver"} else "none"
-        reason = f"imported from {path}; " + ("vendor from the launch API events" if vendor != "none" else "environment of the capture unknown")
+        vendor = (
+            "amd"
+            if launch_cats & {"hip_runtime", "hip_api"}
+            else "nvidia"
+            if launch_cats & {"cuda_runtime", "cuda_driver"}
+            else "none"
+        )
+        reason = f"imported from {path}; " + (
+            "vendor from the launch API events" if vendor != "none" else "environment of the capture unknown"
+        )
     prefix = "amd" if vendor == "amd" else "nv"
-    gpus = [GpuInfo(key=f"{prefix}{dev}", name=name, memory_total_bytes=memory) for dev, name, memory in described] if vendor != "none" else []
+    gpus = (
+        [GpuInfo(key=f"{prefix}{dev}", name=name, memory_total_bytes=memory) for dev, name, memory in described]
+        if vendor != "none"
+        else []
+    )
     return Environment(vendor=vendor, vendor_reason=reason, gpus=gpus)
 
 
@@ -143,32 +155,64 @@ def kineto_capture(path: str) -> RawCapture:
             if c >= 0:
                 launches[c] = (ts, _int(e.get("tid", -1), -1))
         elif cat in _RANGE_CATS:
-            ranges.append(PhaseRange(name=name, start_ns=ts, end_ns=ts + dur, tid=_int(e.get("tid", -1), -1),
-                                     domain="max_profile" if name.startswith("max_profile") else None))
+            ranges.append(
+                PhaseRange(
+                    name=name,
+                    start_ns=ts,
+                    end_ns=ts + dur,
+                    tid=_int(e.get("tid", -1), -1),
+                    domain="max_profile" if name.startswith("max_profile") else None,
+                )
+            )
     if not idx:
         raise TraceFormatError(f"{path}: the trace has no GPU kernel events (cat: kernel)")
     corr_arr = np.array(corr, dtype=np.int64)
     launch = np.array([launches.get(c, (-1, -1))[0] if c > 0 else -1 for c in corr], dtype=np.int64)
     tid = np.array([launches.get(c, (-1, -1))[1] if c > 0 else -1 for c in corr], dtype=np.int64)
-    table = KernelTable(names=list(names), name_idx=np.array(idx, dtype=np.int32), start_ns=np.array(start, dtype=np.int64),
-                        end_ns=np.array(end, dtype=np.int64), device=np.array(dev, dtype=np.int32), stream=np.array(stream, dtype=np.int64),
-                        correlation_id=corr_arr, launch_ns=launch if (launch >= 0).any() else None,
-                        launch_tid=tid if (launch >= 0).any() else None, grid=np.array(grid, dtype=np.int32),
-                        block=np.array(block, dtype=np.int32), registers=np.array(regs, dtype=np.int32))
-    keep = [r for r in ranges if r.domain == "max_profile" or "_schedule(" in r.name or r.name.rsplit(":", 1)[-1] in ("prefill", "decode", "mixed")]
+    table = KernelTable(
+        names=list(names),
+        name_idx=np.array(idx, dtype=np.int32),
+        start_ns=np.array(start, dtype=np.int64),
+        end_ns=np.array(end, dtype=np.int64),
+        device=np.array(dev, dtype=np.int32),
+        stream=np.array(stream, dtype=np.int64),
+        correlation_id=corr_arr,
+        launch_ns=launch if (launch >= 0).any() else None,
+        launch_tid=tid if (launch >= 0).any() else None,
+        grid=np.array(grid, dtype=np.int32),
+        block=np.array(block, dtype=np.int32),
+        registers=np.array(regs, dtype=np.int32),
+    )
+    keep = [
+        r
+        for r in ranges
+        if r.domain == "max_profile"
+        or "_schedule(" in r.name
+        or r.name.rsplit(":", 1)[-1] in ("prefill", "decode", "mixed")
+    ]
     counts: dict[str, int] = {}
     for r in ranges:
         counts[r.name] = counts.get(r.name, 0) + 1
     env = _environment(doc, path, launch_cats)
-    raw = RawCapture(environment=env, capture=Capture(started_unix_s=time.time(), target="import:kineto-json", collectors=["kineto-json"]),
-                     kernels=table, kernel_clock="trace", ranges=keep, range_names=dict(sorted(counts.items(), key=lambda kv: -kv[1])[:200]),
-                     kernel_source="kineto json", artifacts=[os.path.abspath(path)])
+    raw = RawCapture(
+        environment=env,
+        capture=Capture(started_unix_s=time.time(), target="import:kineto-json", collectors=["kineto-json"]),
+        kernels=table,
+        kernel_clock="trace",
+        ranges=keep,
+        range_names=dict(sorted(counts.items(), key=lambda kv: -kv[1])[:200]),
+        kernel_source="kineto json",
+        artifacts=[os.path.abspath(path)],
+    )
     if lo is not None and hi is not None:
         raw.trace_window_ns = (lo, hi)
     if skipped:
         raw.notes.append(f"{skipped} trace event(s) without a usable ts / dur were skipped")
     if unterminated:
-        raw.notes.append(f"{path}: a JSON array without its closing ']' (the Chrome trace format allows it: the writer stopped); read as written")
+        raw.notes.append(
+            f"{path}: a JSON array without its closing ']' (the Chrome trace format allows it: the writer stopped); "
+            "read as written"
+        )
     return raw
 
 
@@ -183,5 +227,3 @@ def _unterminated_array(text: str) -> Any:
     except (json.JSONDecodeError, RecursionError):
         return None
     return doc if isinstance(doc, list) else None
-
-

@@ -17,9 +17,11 @@ import tempfile
 import time
 from typing import Any
 
+from max_profile.collect.probes.environment import require_tool
 from max_profile.errors import TraceFormatError
 from max_profile.model import Capture, Environment, NcuLaunch, RawCapture
-from max_profile.util.files import read_input
+from max_profile.util.files import check_input_path, read_input
+from max_profile.util.procs import run_bounded
 
 NO_KERNELS = "No kernels were profiled"
 PERMISSION_ERRORS = ("ERR_NVGPUCTRPERM", "does not have permission to access NVIDIA GPU Performance Counters")
@@ -30,14 +32,40 @@ PERMISSION_FIX = (
 )
 
 _UNIT_SCALE = {
-    "ns": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9, "nsecond": 1.0,
-    "byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
-    "byte/s": 1.0, "kbyte/s": 1e3, "mbyte/s": 1e6, "gbyte/s": 1e9, "tbyte/s": 1e12,
-    "hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9,
+    "ns": 1.0,
+    "us": 1e3,
+    "usecond": 1e3,
+    "ms": 1e6,
+    "msecond": 1e6,
+    "s": 1e9,
+    "second": 1e9,
+    "nsecond": 1.0,
+    "byte": 1.0,
+    "kbyte": 1e3,
+    "mbyte": 1e6,
+    "gbyte": 1e9,
+    "tbyte": 1e12,
+    "byte/s": 1.0,
+    "kbyte/s": 1e3,
+    "mbyte/s": 1e6,
+    "gbyte/s": 1e9,
+    "tbyte/s": 1e12,
+    "hz": 1.0,
+    "khz": 1e3,
+    "mhz": 1e6,
+    "ghz": 1e9,
     # without --print-units base (and in older ncu): spelled-out rates, frequencies as cycles per time
-    "byte/second": 1.0, "kbyte/second": 1e3, "mbyte/second": 1e6, "gbyte/second": 1e9, "tbyte/second": 1e12,
-    "cycle/second": 1.0, "cycle/usecond": 1e6, "cycle/nsecond": 1e9,
-    "byte/block": 1.0, "kbyte/block": 1e3, "mbyte/block": 1e6,
+    "byte/second": 1.0,
+    "kbyte/second": 1e3,
+    "mbyte/second": 1e6,
+    "gbyte/second": 1e9,
+    "tbyte/second": 1e12,
+    "cycle/second": 1.0,
+    "cycle/usecond": 1e6,
+    "cycle/nsecond": 1e9,
+    "byte/block": 1.0,
+    "kbyte/block": 1e3,
+    "mbyte/block": 1e6,
 }
 
 
@@ -75,13 +103,17 @@ def _csv_from_text(text: str, path: str) -> list[list[str]]:
             raise TraceFormatError(f"{path}: ncu profiled no kernel ('{NO_KERNELS}'): the -k regex matched nothing")
         if any(e in text for e in PERMISSION_ERRORS):
             raise TraceFormatError(f"{path}: {PERMISSION_FIX}")
-        raise TraceFormatError(f"{path}: not ncu CSV output (no header row starting with \"ID\"; make it with `ncu --csv --page details --print-units base`)")
+        raise TraceFormatError(
+            f'{path}: not ncu CSV output (no header row starting with "ID"; make it with `ncu --csv --page details '
+            "--print-units base`)"
+        )
     rows = list(csv.reader(io.StringIO("\n".join(ln for ln in lines[start:] if not ln.startswith("==")))))
     return rows
 
 
 def parse_ncu_csv(text: str, path: str = "<ncu output>") -> dict[str, dict[str, Any]]:
-    """Per profiled launch ID: ``name``, ``grid``, ``block``, ``device``, ``metrics`` {label or metric name: base value}, ``rules``."""
+    """Per profiled launch ID: ``name``, ``grid``, ``block``, ``device``, ``metrics`` {label or metric name: base
+    value}, ``rules``."""
     rows = _csv_from_text(text, path)
     header = rows[0]
     if "Metric Name" in header:
@@ -98,8 +130,18 @@ def _parse_details(header: list[str], rows: list[list[str]], path: str) -> dict[
         if not r or not r[0].strip():
             continue
         d = dict(zip(header, r, strict=False))  # ragged rows: metric rows are shorter than rule rows
-        k = out.setdefault(r[0].strip(), {"name": d.get("Kernel Name") or "?", "grid": d.get("Grid Size"), "block": d.get("Block Size"),
-                                     "device": d.get("Device"), "metrics": {}, "sections": {}, "rules": []})
+        k = out.setdefault(
+            r[0].strip(),
+            {
+                "name": d.get("Kernel Name") or "?",
+                "grid": d.get("Grid Size"),
+                "block": d.get("Block Size"),
+                "device": d.get("Device"),
+                "metrics": {},
+                "sections": {},
+                "rules": [],
+            },
+        )
         label = d.get("Metric Name") or ""
         if label:
             value = metric_value(d.get("Metric Value"), d.get("Metric Unit"))
@@ -133,13 +175,18 @@ def _parse_raw(header: list[str], rows: list[list[str]], path: str) -> dict[str,
                 v = metric_value(r[i], units[i] if i < len(units) else None)
                 if v is not None:
                     metrics[name] = v
-        out[r[0].strip()] = {"name": d.get("Kernel Name") or "?", "grid": d.get("Grid Size"), "block": d.get("Block Size"), "device": d.get("Device"),
-                        "metrics": metrics, "sections": {}, "rules": []}
+        out[r[0].strip()] = {
+            "name": d.get("Kernel Name") or "?",
+            "grid": d.get("Grid Size"),
+            "block": d.get("Block Size"),
+            "device": d.get("Device"),
+            "metrics": metrics,
+            "sections": {},
+            "rules": [],
+        }
     if not out:
         raise TraceFormatError(f"{path}: ncu raw CSV has no kernel rows")
     return out
-
-
 
 
 def read_ncu_files(details_path: str | None, raw_path: str | None = None) -> list[NcuLaunch]:
@@ -153,11 +200,22 @@ def read_ncu_files(details_path: str | None, raw_path: str | None = None) -> lis
         src = d or r
         metrics = dict(r.get("metrics", {}))
         metrics.update(d.get("metrics", {}))
-        # older ncu has no Grid / Block Size columns: Launch Statistics' totals stand in ("1024" threads, not "(1024, 1, 1)")
+        # older ncu has no Grid / Block Size columns: Launch Statistics' totals stand in ("1024" threads, not "(1024,
+        # 1, 1)")
         grid = src.get("grid") or _total(metrics, "Grid Size")
         block = src.get("block") or _total(metrics, "Block Size")
-        out.append(NcuLaunch(launch_id=i, name=str(src.get("name") or "?"), grid=grid, block=block, device=src.get("device"),
-                             metrics=metrics, sections=dict(d.get("sections", {})), rules=list(d.get("rules", []))))
+        out.append(
+            NcuLaunch(
+                launch_id=i,
+                name=str(src.get("name") or "?"),
+                grid=grid,
+                block=block,
+                device=src.get("device"),
+                metrics=metrics,
+                sections=dict(d.get("sections", {})),
+                rules=list(d.get("rules", [])),
+            )
+        )
     return out
 
 
@@ -170,8 +228,12 @@ def ncu_capture(details_path: str | None, raw_path: str | None = None, *, target
     """Nsight Compute pages as a :class:`RawCapture` (analysed by ``build_report``)."""
     launches = read_ncu_files(details_path, raw_path)
     env = Environment(vendor="nvidia", vendor_reason=f"Nsight Compute pages {details_path or raw_path}")
-    return RawCapture(environment=env, capture=Capture(started_unix_s=time.time(), target=target, collectors=["ncu"]),
-                      ncu_launches=launches, kernels_unavailable=None)
+    return RawCapture(
+        environment=env,
+        capture=Capture(started_unix_s=time.time(), target=target, collectors=["ncu"]),
+        ncu_launches=launches,
+        kernels_unavailable=None,
+    )
 
 
 def _read(path: str) -> str:
@@ -187,13 +249,16 @@ def export_ncu_pages(ncu: str, report: str, out_dir: str, *, timeout_s: float = 
     Each call runs in its own process group (ended on timeout or Ctrl-C); a failing call raises
     :class:`TraceFormatError` with ncu's own words.
     """
-    from max_profile.util.procs import run_bounded
 
     pages = {}
     for page in NCU_PAGES:
         out = os.path.join(out_dir, f"{os.path.basename(report).removesuffix('.ncu-rep')}_{page}.csv")
         with open(out, "wb") as fh:
-            rc, err = run_bounded([ncu, "--import", report, "--csv", "--page", page, "--print-units", "base"], timeout_s=timeout_s, stdout=fh)
+            rc, err = run_bounded(
+                [ncu, "--import", report, "--csv", "--page", page, "--print-units", "base"],
+                timeout_s=timeout_s,
+                stdout=fh,
+            )
         if rc != 0:
             why = err.strip()[-300:] or f"exit {rc}"
             raise TraceFormatError(f"{report}: `ncu --import ... --page {page}` failed: {why}")
@@ -203,11 +268,11 @@ def export_ncu_pages(ncu: str, report: str, out_dir: str, *, timeout_s: float = 
 
 def ncu_rep_capture(report: str, *, target: str = "ncu import") -> RawCapture:
     """An Nsight Compute report (``.ncu-rep``) read through ``ncu --import`` (needs ncu; says how to install it)."""
-    from max_profile.collect.probes.environment import require_tool
-    from max_profile.util.files import check_input_path
 
     check_input_path(report)
-    ncu = require_tool("ncu", f"reading {report} (a .ncu-rep is read through `ncu --import {report} --csv --page details`)")
+    ncu = require_tool(
+        "ncu", f"reading {report} (a .ncu-rep is read through `ncu --import {report} --csv --page details`)"
+    )
     with tempfile.TemporaryDirectory(prefix="max-profile-ncu-") as tmp:
         pages = export_ncu_pages(ncu, report, tmp)
         raw = ncu_capture(pages["details"], pages["raw"], target=target)

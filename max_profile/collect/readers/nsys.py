@@ -25,6 +25,7 @@ import numpy as np
 from max_profile.errors import TraceFormatError
 from max_profile.model import Capture, Environment, GpuInfo, KernelTable, PhaseRange, RawCapture, Unavailable
 from max_profile.util.files import ROW_LIMIT_ENV, SQLITE_ERRORS, check_input_path, open_sqlite_readonly, row_limit
+from max_profile.util.procs import run_bounded
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NVTX_RANGE_TYPES = (59, 60, 70, 71)
@@ -40,7 +41,8 @@ class NsysTrace:
     product_version: str | None = None
     graph_kernels: int = 0
     graph_replays: int = 0
-    """Device-graph executions recorded whole (``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``: ``--cuda-graph-trace=graph``, nsys's default)."""
+    """Device-graph executions recorded whole (``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``: ``--cuda-graph-trace=graph``,
+    nsys's default)."""
     graph_replay_ms: float = 0.0
 
 
@@ -57,7 +59,9 @@ def check_sqlite_file(path: str) -> None:
     with open(p, "rb") as fh:
         head = fh.read(16)
     if head != SQLITE_MAGIC:
-        raise TraceFormatError(f"{path}: not an SQLite database (an nsys export is made with `nsys export --type sqlite REPORT.nsys-rep`)")
+        raise TraceFormatError(
+            f"{path}: not an SQLite database (an nsys export is made with `nsys export --type sqlite REPORT.nsys-rep`)"
+        )
 
 
 def read_nsys_sqlite(path: str, *, pid: int | None = None) -> NsysTrace:
@@ -79,10 +83,16 @@ def read_nsys_sqlite(path: str, *, pid: int | None = None) -> NsysTrace:
 def nsys_capture(path: str, *, pid: int | None = None) -> RawCapture:
     """An nsys SQLite export as a :class:`RawCapture` (trace clock; ranges as phases)."""
     trace = read_nsys_sqlite(path, pid=pid)
-    env = Environment(vendor="nvidia", vendor_reason=f"imported from {path} (nsys {trace.product_version or '?'})",
-                      gpus=[GpuInfo(key=f"nv{i}", name=n) for i, n in enumerate(trace.gpu_names)])
-    raw = RawCapture(environment=env, capture=Capture(started_unix_s=time.time(), target="import:nsys", collectors=["nsys"]),
-                     artifacts=[os.path.abspath(path)])
+    env = Environment(
+        vendor="nvidia",
+        vendor_reason=f"imported from {path} (nsys {trace.product_version or '?'})",
+        gpus=[GpuInfo(key=f"nv{i}", name=n) for i, n in enumerate(trace.gpu_names)],
+    )
+    raw = RawCapture(
+        environment=env,
+        capture=Capture(started_unix_s=time.time(), target="import:nsys", collectors=["nsys"]),
+        artifacts=[os.path.abspath(path)],
+    )
     merge_trace(raw, trace, "nsys", path)
     return raw
 
@@ -100,11 +110,14 @@ def merge_trace(raw: RawCapture, trace: NsysTrace, source: str, path: str) -> No
         raw.kernels_unavailable = Unavailable(f"{path}: the capture holds no kernels")
 
 
-def export_sqlite(nsys: str, report: str, out: str, *, timeout_s: float = 600, env: dict[str, str] | None = None) -> str | None:
+def export_sqlite(
+    nsys: str, report: str, out: str, *, timeout_s: float = 600, env: dict[str, str] | None = None
+) -> str | None:
     """``nsys export --type sqlite`` of a ``.nsys-rep``; None on success, else why it failed."""
-    from max_profile.util.procs import run_bounded
 
-    rc, text = run_bounded([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", out, report], env, timeout_s=timeout_s)
+    rc, text = run_bounded(
+        [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", out, report], env, timeout_s=timeout_s
+    )
     if rc != 0:
         return f"`nsys export` failed (exit {rc}): {text.strip()[-300:]}"
     if not os.path.exists(out):
@@ -115,32 +128,51 @@ def export_sqlite(nsys: str, report: str, out: str, *, timeout_s: float = 600, e
 def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None) -> NsysTrace:
     if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
         if "StringIds" not in tables and "META_DATA_EXPORT" not in tables:
-            raise TraceFormatError(f"{path}: an SQLite file, but not an nsys export (no CUPTI_ACTIVITY_KIND_KERNEL / StringIds tables)")
+            raise TraceFormatError(
+                f"{path}: an SQLite file, but not an nsys export (no CUPTI_ACTIVITY_KIND_KERNEL / StringIds tables)"
+            )
         if GRAPH_TRACE_TABLE in tables:
-            raise TraceFormatError(f"{path}: the nsys export holds device-graph replays but no kernel: nsys recorded the graphs whole "
-                                   "(--cuda-graph-trace=graph, its default); capture with `nsys profile --trace=cuda,nvtx --cuda-graph-trace=node`")
-        raise TraceFormatError(f"{path}: the nsys export contains no CUDA kernel data (capture with `nsys profile --trace=cuda,nvtx`)")
+            raise TraceFormatError(
+                f"{path}: the nsys export holds device-graph replays but no kernel: nsys recorded the graphs whole "
+                "(--cuda-graph-trace=graph, its default); capture with `nsys profile --trace=cuda,nvtx "
+                "--cuda-graph-trace=node`"
+            )
+        raise TraceFormatError(
+            f"{path}: the nsys export contains no CUDA kernel data (capture with `nsys profile --trace=cuda,nvtx`)"
+        )
     if "StringIds" not in tables:
-        raise TraceFormatError(f"{path}: the nsys export has no StringIds table, so kernel names cannot be read "
-                               "(a partial or hand-edited export? export again with `nsys export --type sqlite REPORT.nsys-rep`)")
+        raise TraceFormatError(
+            f"{path}: the nsys export has no StringIds table, so kernel names cannot be read "
+            "(a partial or hand-edited export? export again with `nsys export --type sqlite REPORT.nsys-rep`)"
+        )
     kcols = _columns(con, "CUPTI_ACTIVITY_KIND_KERNEL")
     name_col = "demangledName" if "demangledName" in kcols else "shortName" if "shortName" in kcols else None
     if name_col is None or not {"start", "end", "correlationId"} <= kcols:
-        raise TraceFormatError(f"{path}: CUPTI_ACTIVITY_KIND_KERNEL lacks the expected columns (start, end, correlationId, demangledName)")
+        raise TraceFormatError(
+            f"{path}: CUPTI_ACTIVITY_KIND_KERNEL lacks the expected columns (start, end, correlationId, demangledName)"
+        )
     graph_col = "graphNodeId" if "graphNodeId" in kcols else "NULL"
     stream_col = "streamId" if "streamId" in kcols else "0"
     pid_col = "globalPid" if "globalPid" in kcols else "0"
     # String id, stream, device and "is a graph node" packed in SQL into one integer (string ids are row
     # numbers of StringIds, streams and devices small ordinals): one column to materialize instead of four.
-    packed_expr = f"({name_col} << 32) | (({stream_col} & 65535) << 16) | ((deviceId & 32767) << 1) | (coalesce({graph_col}, 0) != 0)"
+    packed_expr = (
+        f"({name_col} << 32) | (({stream_col} & 65535) << 16) | ((deviceId & 32767) << 1) | "
+        f"(coalesce({graph_col}, 0) != 0)"
+    )
     kernel_exprs = ["start", "end", packed_expr, "correlationId"] + ([pid_col] if pid is not None else [])
     reads = [TableRead("CUPTI_ACTIVITY_KIND_KERNEL", tuple(kernel_exprs))]
     launch_ids: list[int] = []
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables and "StringIds" in tables:
         # only launch calls (cuLaunchKernel*, cudaLaunch*, graph launches): MAX's traces hold 3.3 other API
         # rows per launch; a literal id list filters them faster than a subquery
-        launch_ids = [int(r[0]) for r in con.execute(
-            "SELECT id FROM StringIds WHERE value LIKE 'cu%Launch%' OR value LIKE 'cuda%Launch%' OR value LIKE 'hip%Launch%'")]
+        launch_ids = [
+            int(r[0])
+            for r in con.execute(
+                "SELECT id FROM StringIds WHERE value LIKE 'cu%Launch%' OR value LIKE 'cuda%Launch%' OR value LIKE "
+                "'hip%Launch%'"
+            )
+        ]
     if launch_ids:
         where = f"nameId IN ({', '.join(map(str, launch_ids))}) AND correlationId IS NOT NULL"
         reads.append(TableRead("CUPTI_ACTIVITY_KIND_RUNTIME", ("correlationId", "start", "globalTid"), where))
@@ -155,7 +187,15 @@ def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None)
     del packed, columns
     if gpid is not None and start.size:
         keep = ((gpid >> 24) & 0xFFFFFF) == pid
-        start, end, name, stream, dev, graph, corr = start[keep], end[keep], name[keep], stream[keep], dev[keep], graph[keep], corr[keep]
+        start, end, name, stream, dev, graph, corr = (
+            start[keep],
+            end[keep],
+            name[keep],
+            stream[keep],
+            dev[keep],
+            graph[keep],
+            corr[keep],
+        )
     if start.size and int(name.min()) < 0:
         raise TraceFormatError(f"{path}: CUPTI_ACTIVITY_KIND_KERNEL.{name_col} holds negative string ids")
     name_ids, name_idx = _dense_codes(name)
@@ -189,8 +229,16 @@ def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None)
     if "META_DATA_EXPORT" in tables:
         row = con.execute("SELECT value FROM META_DATA_EXPORT WHERE name='EXPORT_PRODUCT_VERSION'").fetchone()
         version = str(row[0]) if row else None
-    return NsysTrace(kernels=kernels, ranges=ranges, all_range_names=counts, gpu_names=gpus, product_version=version, graph_kernels=int(graph.sum()),
-                     graph_replays=replays, graph_replay_ms=replay_ms)
+    return NsysTrace(
+        kernels=kernels,
+        ranges=ranges,
+        all_range_names=counts,
+        gpu_names=gpus,
+        product_version=version,
+        graph_kernels=int(graph.sum()),
+        graph_replays=replays,
+        graph_replay_ms=replay_ms,
+    )
 
 
 GRAPH_TRACE_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
@@ -206,12 +254,15 @@ def _graph_replays(con: sqlite3.Connection, tables: set[str], pid: int | None) -
     where = "end > start"
     if pid is not None and "globalPid" in cols:
         where += f" AND ((globalPid >> 24) & 16777215) = {int(pid)}"
-    count, total = con.execute(f"SELECT count(*), coalesce(sum(end - start), 0) FROM {GRAPH_TRACE_TABLE} WHERE {where}").fetchone()
+    count, total = con.execute(
+        f"SELECT count(*), coalesce(sum(end - start), 0) FROM {GRAPH_TRACE_TABLE} WHERE {where}"
+    ).fetchone()
     return int(count), float(total) / 1e6
 
 
 def note_graph_replays(raw: RawCapture, trace: NsysTrace) -> None:
-    """Say that device graphs ran as opaque replays (and count them as graph launches, so the breakdown is marked unreliable)."""
+    """Say that device graphs ran as opaque replays (and count them as graph launches, so the breakdown is marked
+    unreliable)."""
     if not trace.graph_replays:
         return
     raw.graph_launches = max(raw.graph_launches, trace.graph_replays)
@@ -219,8 +270,11 @@ def note_graph_replays(raw: RawCapture, trace: NsysTrace) -> None:
         return
     raw.notes.append(
         f"{trace.graph_replays} device-graph replays ({trace.graph_replay_ms:.1f} ms of GPU time) were recorded whole "
-        "(nsys --cuda-graph-trace=graph, its default): the kernels inside them are not in this trace, so GPU busy, families and "
-        "per-step kernel numbers cover only the kernels launched outside graphs; record with `nsys profile --cuda-graph-trace=node`")
+        "(nsys --cuda-graph-trace=graph, its default): the kernels inside them are not in this trace, so GPU busy, "
+        "families and "
+        "per-step kernel numbers cover only the kernels launched outside graphs; record with `nsys profile "
+        "--cuda-graph-trace=node`"
+    )
 
 
 def _text(value: object, string_id: int) -> str:
@@ -283,8 +337,10 @@ def _check_row_count(con: sqlite3.Connection, path: str, read: TableRead, rowid_
     rows = int(con.execute(f"SELECT count(*) FROM {read.table}").fetchone()[0])
     if rows > limit:
         raise TraceFormatError(
-            f"{path}: {read.table} holds {rows:,} rows, more than the {limit:,} max_profile reads into memory (about 1 GB); "
-            f"capture fewer steps (a lower --max-new-tokens, or `nsys profile --capture-range=nvtx`) or set {ROW_LIMIT_ENV}=N to read it anyway"
+            f"{path}: {read.table} holds {rows:,} rows, more than the {limit:,} max_profile reads into memory (about 1 "
+            "GB); "
+            "capture fewer steps (a lower --max-new-tokens, or `nsys profile --capture-range=nvtx`) or set "
+            f"{ROW_LIMIT_ENV}=N to read it anyway"
         )
 
 
@@ -317,7 +373,13 @@ def _read_int64_columns(path: str, reads: list[TableRead], window: int = 500_000
                 jobs.append((index, f"SELECT {exprs} FROM {read.table} WHERE ({read.where}) ORDER BY rowid"))
                 continue
             for first in range(int(lo), int(hi) + 1, window):
-                jobs.append((index, f"SELECT {exprs} FROM {read.table} WHERE rowid >= {first} AND rowid < {first + window} AND ({read.where})"))
+                jobs.append(
+                    (
+                        index,
+                        f"SELECT {exprs} FROM {read.table} WHERE rowid >= {first} AND rowid < {first + window} AND "
+                        f"({read.where})",
+                    )
+                )
     local = threading.local()
     opened: list[Any] = []
 
@@ -338,8 +400,13 @@ def _read_int64_columns(path: str, reads: list[TableRead], window: int = 500_000
                 for i, column in enumerate(out):
                     child = batch.child(i)
                     if child.schema.type != nanoarrow.Type.INT64:
-                        raise TraceFormatError(f"{path}: {reads[index].table}.{reads[index].exprs[i]} holds {child.schema.type.name.lower()} values, not integers")
-                    column.append(np.frombuffer(child.buffer(1), dtype=np.int64)[child.offset : child.offset + len(child)].copy())
+                        raise TraceFormatError(
+                            f"{path}: {reads[index].table}.{reads[index].exprs[i]} holds "
+                            f"{child.schema.type.name.lower()} values, not integers"
+                        )
+                    column.append(
+                        np.frombuffer(child.buffer(1), dtype=np.int64)[child.offset : child.offset + len(child)].copy()
+                    )
             return [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in out]
 
     try:
@@ -388,12 +455,20 @@ def _ranges(con: sqlite3.Connection, tables: set[str]) -> tuple[list[PhaseRange]
     cols = _columns(con, "NVTX_EVENTS")
     domain_col = "e.domainId" if "domainId" in cols else "0"
     text = "coalesce(s.value, e.text, '')" if "StringIds" in tables and "textId" in cols else "coalesce(e.text, '')"
-    source = "NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId" if "StringIds" in tables and "textId" in cols else "NVTX_EVENTS e"
+    source = (
+        "NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId"
+        if "StringIds" in tables and "textId" in cols
+        else "NVTX_EVENTS e"
+    )
     ranges_only = f"e.eventType IN {NVTX_RANGE_TYPES}"
     domains: dict[tuple[int, int], str] = {}
-    domain_col = f"CAST({domain_col} AS INTEGER)"  # an edited file may hold text or reals: read as integers, never trusted
+    domain_col = (
+        f"CAST({domain_col} AS INTEGER)"  # an edited file may hold text or reals: read as integers, never trusted
+    )
     gtid_col = "CAST(e.globalTid AS INTEGER)"
-    for name, gtid, dom in con.execute(f"SELECT e.text, {gtid_col}, {domain_col} FROM NVTX_EVENTS e WHERE e.eventType = {NVTX_DOMAIN_CREATE}"):
+    for name, gtid, dom in con.execute(
+        f"SELECT e.text, {gtid_col}, {domain_col} FROM NVTX_EVENTS e WHERE e.eventType = {NVTX_DOMAIN_CREATE}"
+    ):
         domains[((gtid or 0) >> 24 & 0xFFFFFF, dom or 0)] = _text(name or "", -1)
 
     def domain_of(gtid: int | None, dom: int | None) -> str:
@@ -401,26 +476,38 @@ def _ranges(con: sqlite3.Connection, tables: set[str]) -> tuple[list[PhaseRange]
 
     counts: dict[str, int] = {}
     for pid, dom, name, n in con.execute(
-        f"SELECT (coalesce({gtid_col}, 0) >> 24) & 16777215, {domain_col}, {text}, count(*) FROM {source} WHERE {ranges_only} GROUP BY 1, 2, 3"
+        f"SELECT (coalesce({gtid_col}, 0) >> 24) & 16777215, {domain_col}, {text}, count(*) FROM {source} WHERE "
+        f"{ranges_only} GROUP BY 1, 2, 3"
     ):
         full = f"{domain_of(pid << 24, dom)}:{_text(name, -1)}"
         counts[full] = counts.get(full, 0) + n
-    last = con.execute(f"SELECT max(CAST(coalesce(e.end, e.start) AS INTEGER)) FROM NVTX_EVENTS e WHERE {ranges_only}").fetchone()[0] or 0
+    last = (
+        con.execute(
+            f"SELECT max(CAST(coalesce(e.end, e.start) AS INTEGER)) FROM NVTX_EVENTS e WHERE {ranges_only}"
+        ).fetchone()[0]
+        or 0
+    )
     ours = sorted({dom for (_, dom), name in domains.items() if name == "max_profile"})
     wanted = [f"{text} LIKE '\\_schedule(%' ESCAPE '\\'", f"{text} IN {PHASE_RANGE_TEXTS}"]
     if ours:
         wanted.append(f"{domain_col} IN ({', '.join(str(d) for d in ours)})")
     ranges: list[PhaseRange] = []
     for start, end, raw_name, gtid, dom in con.execute(
-        f"SELECT CAST(coalesce(e.start, -1) AS INTEGER), CAST(e.end AS INTEGER), {text}, {gtid_col}, {domain_col} FROM {source} WHERE {ranges_only} AND ({' OR '.join(wanted)})"
+        f"SELECT CAST(coalesce(e.start, -1) AS INTEGER), CAST(e.end AS INTEGER), {text}, {gtid_col}, {domain_col} FROM "
+        f"{source} WHERE {ranges_only} AND ({' OR '.join(wanted)})"
     ):
         # a missing start reads as -1: the step timeline leaves such ranges out and says how many
         name = _text(raw_name, -1)
         domain = domain_of(gtid, dom)
         if domain == "max_profile" or name.startswith("_schedule(") or name in PHASE_RANGE_TEXTS:
-            ranges.append(PhaseRange(name=f"{domain}:{name}" if domain else name, start_ns=int(start), end_ns=int(end if end is not None else last),
-                                     tid=int(gtid) if gtid is not None else None, domain=domain or None))
+            ranges.append(
+                PhaseRange(
+                    name=f"{domain}:{name}" if domain else name,
+                    start_ns=int(start),
+                    end_ns=int(end if end is not None else last),
+                    tid=int(gtid) if gtid is not None else None,
+                    domain=domain or None,
+                )
+            )
     ranges.sort(key=lambda r: r.start_ns)
     return ranges, counts
-
-

@@ -23,8 +23,12 @@ _DEVICE_ORDINAL = re.compile(r"\((\d+)\)\s*$")
 
 def _raw(source: str, path: str, vendor: str = "nvidia") -> RawCapture:
     env = Environment(vendor=vendor, vendor_reason=f"imported from {path}; environment of the capture unknown")  # type: ignore[arg-type]
-    return RawCapture(environment=env, capture=Capture(started_unix_s=time.time(), target=f"import:{source}", collectors=[source]),
-                      kernel_clock="trace", artifacts=[os.path.abspath(path)])
+    return RawCapture(
+        environment=env,
+        capture=Capture(started_unix_s=time.time(), target=f"import:{source}", collectors=[source]),
+        kernel_clock="trace",
+        artifacts=[os.path.abspath(path)],
+    )
 
 
 def gpu_trace_capture(path: str) -> RawCapture:
@@ -73,12 +77,23 @@ def gpu_trace_capture(path: str) -> RawCapture:
         regs.append(min(max(ns(cell(r, i_regs)) or 0, 0), 2**31 - 1))
     raw = _raw("nsys-stats-csv", path)
     if gpu_names:
-        raw.environment = Environment(vendor="nvidia", vendor_reason=f"imported from {path}; GPUs from its Device column",
-                                      gpus=[GpuInfo(key=f"nv{i}", name=name) for i, name in sorted(gpu_names.items())])
-    raw.kernels = KernelTable(names=list(names), name_idx=np.array(idx, dtype=np.int32), start_ns=np.array(start, dtype=np.int64),
-                              end_ns=np.array(end, dtype=np.int64), device=np.array(dev, dtype=np.int32), stream=np.array(stream, dtype=np.int64),
-                              correlation_id=np.array(corr, dtype=np.int64), grid=np.array(grid, dtype=np.int32).reshape(-1, 3),
-                              block=np.array(block, dtype=np.int32).reshape(-1, 3), registers=np.array(regs, dtype=np.int32))
+        raw.environment = Environment(
+            vendor="nvidia",
+            vendor_reason=f"imported from {path}; GPUs from its Device column",
+            gpus=[GpuInfo(key=f"nv{i}", name=name) for i, name in sorted(gpu_names.items())],
+        )
+    raw.kernels = KernelTable(
+        names=list(names),
+        name_idx=np.array(idx, dtype=np.int32),
+        start_ns=np.array(start, dtype=np.int64),
+        end_ns=np.array(end, dtype=np.int64),
+        device=np.array(dev, dtype=np.int32),
+        stream=np.array(stream, dtype=np.int64),
+        correlation_id=np.array(corr, dtype=np.int64),
+        grid=np.array(grid, dtype=np.int32).reshape(-1, 3),
+        block=np.array(block, dtype=np.int32).reshape(-1, 3),
+        registers=np.array(regs, dtype=np.int32),
+    )
     raw.kernel_source = "nsys stats cuda_gpu_trace"
     if skipped:
         raw.notes.append(f"{skipped} row(s) of {path} had no usable start / duration and were skipped")
@@ -131,7 +146,11 @@ def max_generate_capture(path: str) -> RawCapture:
         if in_table:
             m = _TOP_ROW.match(line)
             if m and len(m.group(4)) < 13 and float(m.group(2)) < 1e12:
-                totals.append(KernelTotal(name=m.group(5), count=int(m.group(4)), total_ns=int(float(m.group(2)) * _UNIT[m.group(3)])))
+                totals.append(
+                    KernelTotal(
+                        name=m.group(5), count=int(m.group(4)), total_ns=int(float(m.group(2)) * _UNIT[m.group(3)])
+                    )
+                )
             elif line.strip() and not line.lstrip().startswith("%"):
                 in_table = False
     if totals:
@@ -140,7 +159,8 @@ def max_generate_capture(path: str) -> RawCapture:
         raw.environment = Environment(vendor="nvidia", vendor_reason=raw.environment.vendor_reason)
     else:
         raw.kernels_unavailable = Unavailable(
-            f"{path}: `max generate --profile` output without nsys holds only a cProfile table (host functions), no kernels; "
+            f"{path}: `max generate --profile` output without nsys holds only a cProfile table (host functions), no "
+            "kernels; "
             "install Nsight Systems and re-run it, or use `max-profile kernels --model-path P`"
         )
     return raw

@@ -25,10 +25,26 @@ from max_profile.util.files import SQLITE_ERRORS, open_sqlite_readonly
 _AGENT_DIGITS = re.compile(r"\d+")
 
 
-def _raw(source: str, path: str, table: KernelTable, ranges: list[PhaseRange], skipped: int, gpus: list[GpuInfo] | None = None) -> RawCapture:
-    env = Environment(vendor="amd", vendor_reason=f"imported from {path}; environment of the capture unknown", gpus=gpus or [])
-    raw = RawCapture(environment=env, capture=Capture(started_unix_s=time.time(), target=f"import:{source}", collectors=[source]),
-                     kernels=table, kernel_clock="trace", ranges=ranges, kernel_source=source.replace("-", " "), artifacts=[os.path.abspath(path)])
+def _raw(
+    source: str,
+    path: str,
+    table: KernelTable,
+    ranges: list[PhaseRange],
+    skipped: int,
+    gpus: list[GpuInfo] | None = None,
+) -> RawCapture:
+    env = Environment(
+        vendor="amd", vendor_reason=f"imported from {path}; environment of the capture unknown", gpus=gpus or []
+    )
+    raw = RawCapture(
+        environment=env,
+        capture=Capture(started_unix_s=time.time(), target=f"import:{source}", collectors=[source]),
+        kernels=table,
+        kernel_clock="trace",
+        ranges=ranges,
+        kernel_source=source.replace("-", " "),
+        artifacts=[os.path.abspath(path)],
+    )
     if skipped:
         raw.notes.append(f"{skipped} row(s) of {path} had no usable name or timestamps and were skipped")
     if not len(table):
@@ -38,7 +54,13 @@ def _raw(source: str, path: str, table: KernelTable, ranges: list[PhaseRange], s
 
 def _roctx_range(name: str, start_ns: int, end_ns: int, tid: int | None) -> PhaseRange:
     """A roctx range; ours (``max_profile:prefill`` / ``decode``) carry the max_profile domain."""
-    return PhaseRange(name=name, start_ns=start_ns, end_ns=end_ns, tid=tid, domain="max_profile" if name.startswith("max_profile:") else None)
+    return PhaseRange(
+        name=name,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        tid=tid,
+        domain="max_profile" if name.startswith("max_profile:") else None,
+    )
 
 
 def _small(value: object, default: int) -> int:
@@ -91,12 +113,18 @@ def rocprof_csv_capture(path: str) -> RawCapture:
         corr.append(ns(r[i_corr]) or 0 if i_corr is not None and i_corr < len(r) else 0)
         grid.append(_dims(r, grid_cols))
         block.append(_dims(r, block_cols))
-    table = KernelTable(names=list(names), name_idx=np.array(idx, dtype=np.int32), start_ns=np.array(start, dtype=np.int64),
-                        end_ns=np.array(end, dtype=np.int64), device=np.array(dev, dtype=np.int32),
-                        launch_tid=np.array(tid, dtype=np.int64) if i_tid is not None else None,
-                        stream=np.array(stream, dtype=np.int64), correlation_id=np.array(corr, dtype=np.int64),
-                        grid=np.array(grid, dtype=np.int32).reshape(-1, 3) if any(c is not None for c in grid_cols) else None,
-                        block=np.array(block, dtype=np.int32).reshape(-1, 3) if any(c is not None for c in block_cols) else None)
+    table = KernelTable(
+        names=list(names),
+        name_idx=np.array(idx, dtype=np.int32),
+        start_ns=np.array(start, dtype=np.int64),
+        end_ns=np.array(end, dtype=np.int64),
+        device=np.array(dev, dtype=np.int32),
+        launch_tid=np.array(tid, dtype=np.int64) if i_tid is not None else None,
+        stream=np.array(stream, dtype=np.int64),
+        correlation_id=np.array(corr, dtype=np.int64),
+        grid=np.array(grid, dtype=np.int32).reshape(-1, 3) if any(c is not None for c in grid_cols) else None,
+        block=np.array(block, dtype=np.int32).reshape(-1, 3) if any(c is not None for c in block_cols) else None,
+    )
     ranges, bad = _markers(path)
     return _raw("rocprofv3-csv", path, table, ranges, skipped + bad)
 
@@ -131,8 +159,12 @@ _ROCPD_OPTIONAL = {
     "tid": ("tid", "thread_id"),
     "stream": ("stream_id", "queue_id"),
     "corr": ("corr_id", "correlation_id"),
-    "grid_x": ("grid_x",), "grid_y": ("grid_y",), "grid_z": ("grid_z",),
-    "block_x": ("workgroup_x",), "block_y": ("workgroup_y",), "block_z": ("workgroup_z",),
+    "grid_x": ("grid_x",),
+    "grid_y": ("grid_y",),
+    "grid_z": ("grid_z",),
+    "block_x": ("workgroup_x",),
+    "block_y": ("workgroup_y",),
+    "block_z": ("workgroup_z",),
 }
 """Columns of rocpd's ``kernels`` view read when present (their names differ between rocprofiler-sdk versions)."""
 
@@ -144,16 +176,21 @@ def rocpd_capture(path: str) -> RawCapture:
         try:
             have = {str(r[1]) for r in con.execute("PRAGMA table_info(kernels)")}
             if not have:
-                raise TraceFormatError(f"{path}: a rocpd database without a kernels view (was the kernel trace on? "
-                                       "`rocprofv3 --kernel-trace --output-format rocpd -- CMD`)")
+                raise TraceFormatError(
+                    f"{path}: a rocpd database without a kernels view (was the kernel trace on? "
+                    "`rocprofv3 --kernel-trace --output-format rocpd -- CMD`)"
+                )
             if not {"name", "start", "end"} <= have:
-                raise TraceFormatError(f"{path}: the rocpd kernels view lacks name / start / end (columns: {sorted(have)[:20]})")
+                raise TraceFormatError(
+                    f"{path}: the rocpd kernels view lacks name / start / end (columns: {sorted(have)[:20]})"
+                )
             picked = {key: next((c for c in options if c in have), None) for key, options in _ROCPD_OPTIONAL.items()}
             exprs = ", ".join(f'"{c}"' if c else "NULL" for c in picked.values())
             rows = con.execute(f"SELECT name, start, end, {exprs} FROM kernels").fetchall()
             try:
                 regions = con.execute(
-                    "SELECT coalesce(json_extract(extdata, '$.message'), name), start, end, tid FROM regions WHERE category LIKE 'MARKER%'"
+                    "SELECT coalesce(json_extract(extdata, '$.message'), name), start, end, tid FROM regions WHERE "
+                    "category LIKE 'MARKER%'"
                 ).fetchall()
             except SQLITE_ERRORS:
                 regions = []
@@ -180,11 +217,18 @@ def rocpd_capture(path: str) -> RawCapture:
         grid.append((_small(gx, 0), _small(gy, 1), _small(gz, 1)))
         block.append((_small(bx, 0), _small(by, 1), _small(bz, 1)))
     has_dims = picked["grid_x"] is not None
-    table = KernelTable(names=list(names), name_idx=np.array(idx, dtype=np.int32), start_ns=np.array(start, dtype=np.int64),
-                        end_ns=np.array(end, dtype=np.int64), device=np.array(dev, dtype=np.int32), launch_tid=np.array(tid, dtype=np.int64),
-                        stream=np.array(stream, dtype=np.int64), correlation_id=np.array(corr, dtype=np.int64),
-                        grid=np.array(grid, dtype=np.int32).reshape(-1, 3) if has_dims else None,
-                        block=np.array(block, dtype=np.int32).reshape(-1, 3) if picked["block_x"] is not None else None)
+    table = KernelTable(
+        names=list(names),
+        name_idx=np.array(idx, dtype=np.int32),
+        start_ns=np.array(start, dtype=np.int64),
+        end_ns=np.array(end, dtype=np.int64),
+        device=np.array(dev, dtype=np.int32),
+        launch_tid=np.array(tid, dtype=np.int64),
+        stream=np.array(stream, dtype=np.int64),
+        correlation_id=np.array(corr, dtype=np.int64),
+        grid=np.array(grid, dtype=np.int32).reshape(-1, 3) if has_dims else None,
+        block=np.array(block, dtype=np.int32).reshape(-1, 3) if picked["block_x"] is not None else None,
+    )
     ranges = []
     for name, s, e, t in regions:
         s_ns, e_ns = ns(s), ns(e)
@@ -217,7 +261,9 @@ def rocprof_json_capture(path: str) -> RawCapture:
     tool = doc.get(ROCPROF_JSON_KEY) if isinstance(doc, dict) else None
     processes = tool if isinstance(tool, list) else [tool] if isinstance(tool, dict) else None
     if not processes or not all(isinstance(p, dict) for p in processes):
-        raise TraceFormatError(f"{path}: JSON without a {ROCPROF_JSON_KEY!r} list of process objects (not rocprofv3 JSON output)")
+        raise TraceFormatError(
+            f"{path}: JSON without a {ROCPROF_JSON_KEY!r} list of process objects (not rocprofv3 JSON output)"
+        )
     names: dict[str, int] = {}
     cols: dict[str, list[int]] = {k: [] for k in ("idx", "start", "end", "dev", "tid", "stream", "corr")}
     grid: list[tuple[int, int, int]] = []
@@ -235,7 +281,11 @@ def rocprof_json_capture(path: str) -> RawCapture:
             raise TraceFormatError(f"{path}: buffer_records.kernel_dispatch is not a list")
         for rec in dispatches:
             info = rec.get("dispatch_info") if isinstance(rec, dict) else None
-            s, e = (ns(rec.get("start_timestamp")), ns(rec.get("end_timestamp"))) if isinstance(info, dict) else (None, None)
+            s, e = (
+                (ns(rec.get("start_timestamp")), ns(rec.get("end_timestamp")))
+                if isinstance(info, dict)
+                else (None, None)
+            )
             if s is None or e is None or not isinstance(info, dict):
                 skipped += 1
                 continue
@@ -252,12 +302,26 @@ def rocprof_json_capture(path: str) -> RawCapture:
             grid.append(_xyz(info.get("grid_size")))
             block.append(_xyz(info.get("workgroup_size")))
         ranges += _json_ranges(proc, buffers)
-    table = KernelTable(names=list(names), name_idx=np.array(cols["idx"], dtype=np.int32), start_ns=np.array(cols["start"], dtype=np.int64),
-                        end_ns=np.array(cols["end"], dtype=np.int64), device=np.array(cols["dev"], dtype=np.int32),
-                        launch_tid=np.array(cols["tid"], dtype=np.int64), stream=np.array(cols["stream"], dtype=np.int64),
-                        correlation_id=np.array(cols["corr"], dtype=np.int64), grid=np.array(grid, dtype=np.int32).reshape(-1, 3),
-                        block=np.array(block, dtype=np.int32).reshape(-1, 3))
-    return _raw("rocprofv3-json", path, table, ranges, skipped, gpus=[GpuInfo(key=f"amd{i}", name=gpu_names[i]) for i in sorted(gpu_names)])
+    table = KernelTable(
+        names=list(names),
+        name_idx=np.array(cols["idx"], dtype=np.int32),
+        start_ns=np.array(cols["start"], dtype=np.int64),
+        end_ns=np.array(cols["end"], dtype=np.int64),
+        device=np.array(cols["dev"], dtype=np.int32),
+        launch_tid=np.array(cols["tid"], dtype=np.int64),
+        stream=np.array(cols["stream"], dtype=np.int64),
+        correlation_id=np.array(cols["corr"], dtype=np.int64),
+        grid=np.array(grid, dtype=np.int32).reshape(-1, 3),
+        block=np.array(block, dtype=np.int32).reshape(-1, 3),
+    )
+    return _raw(
+        "rocprofv3-json",
+        path,
+        table,
+        ranges,
+        skipped,
+        gpus=[GpuInfo(key=f"amd{i}", name=gpu_names[i]) for i in sorted(gpu_names)],
+    )
 
 
 def _id(value: object) -> int:
@@ -267,7 +331,8 @@ def _id(value: object) -> int:
 
 
 def _handle(value: object, key: str = "handle") -> object:
-    """``{"handle": N}`` (agents, queues) or ``{"internal": N, "external": M}`` (correlation ids) as N; a bare number as is."""
+    """``{"handle": N}`` (agents, queues) or ``{"internal": N, "external": M}`` (correlation ids) as N; a bare number
+    as is."""
     return value.get(key) if isinstance(value, dict) else value
 
 
@@ -305,7 +370,8 @@ def _json_gpu_agents(agents: object, gpu_names: dict[int, str]) -> dict[int, int
 
 
 def _json_ranges(proc: dict[str, object], buffers: dict[str, object]) -> list[PhaseRange]:
-    """roctx ranges: ``marker_api`` records of a range kind, their text from ``strings.marker_api`` by correlation id."""
+    """roctx ranges: ``marker_api`` records of a range kind, their text from ``strings.marker_api`` by correlation
+    id."""
     strings = proc.get("strings")
     strings = strings if isinstance(strings, dict) else {}
     messages = {}

@@ -1,8 +1,8 @@
 """Every file format max_profile reads, as one registry of :class:`Source` entries: how to recognize a file from its
 head, and how to read it into a :class:`~max_profile.model.RawCapture`.
 
-A new format is one more :class:`Source` in :data:`SOURCES` (order matters: the first whose ``sniff`` accepts a file reads
-it); ``max-profile report FILE``, ``kernels --import FILE`` and :func:`max_profile.load` all go through it.
+A new format is one more :class:`Source` in :data:`SOURCES` (order matters: the first whose ``sniff`` accepts a file
+reads it); ``max-profile report FILE``, ``kernels --import FILE`` and :func:`max_profile.load` all go through it.
 """
 
 from __future__ import annotations
@@ -17,11 +17,17 @@ from pathlib import Path
 
 import msgspec
 
+from max_profile.collect.probes.environment import require_tool
 from max_profile.collect.readers.kineto import kineto_capture
 from max_profile.collect.readers.ncu import ncu_capture, ncu_rep_capture
 from max_profile.collect.readers.nsys import SQLITE_MAGIC, export_sqlite, nsys_capture
 from max_profile.collect.readers.nsys_stats import gpu_trace_capture, kern_sum_capture, max_generate_capture
-from max_profile.collect.readers.rocprof import ROCPROF_JSON_KEY, rocpd_capture, rocprof_csv_capture, rocprof_json_capture
+from max_profile.collect.readers.rocprof import (
+    ROCPROF_JSON_KEY,
+    rocpd_capture,
+    rocprof_csv_capture,
+    rocprof_json_capture,
+)
 from max_profile.collect.readers.tables import NOISE_PREFIXES
 from max_profile.errors import TraceFormatError
 from max_profile.model import RawCapture, Report, load_saved
@@ -85,20 +91,26 @@ def _json_object(h: Head) -> bool:
 def _read_ncu_csv(path: str) -> RawCapture:
     """One Nsight Compute page: the details page (sections, rules) or the raw page (every metric), by its columns."""
     head = read_input(path)[:4096].decode("utf-8", errors="replace").splitlines()[0]
-    return ncu_capture(path, target="import:ncu-csv") if '"Metric Name"' in head else ncu_capture(None, path, target="import:ncu-csv")
+    return (
+        ncu_capture(path, target="import:ncu-csv")
+        if '"Metric Name"' in head
+        else ncu_capture(None, path, target="import:ncu-csv")
+    )
 
 
 def _read_gzipped_sqlite(path: str) -> RawCapture:
-    """The export unpacked to a temporary file; what the capture says of its file names the user's file, not that one."""
+    """The export unpacked to a temporary file; what the capture says of its file names the user's file, not that
+    one."""
     with _gunzipped(path) as plain:
         raw = import_trace(plain)
     raw.artifacts = [os.path.abspath(path)]
-    raw.environment = msgspec.structs.replace(raw.environment, vendor_reason=raw.environment.vendor_reason.replace(plain, path))
+    raw.environment = msgspec.structs.replace(
+        raw.environment, vendor_reason=raw.environment.vendor_reason.replace(plain, path)
+    )
     return raw
 
 
 def _read_nsys_rep(path: str) -> RawCapture:
-    from max_profile.collect.probes.environment import require_tool
 
     nsys = require_tool("nsys", f"reading {path} (a .nsys-rep is exported to SQLite with `nsys export --type sqlite`)")
     out = str(Path(path).with_suffix(".sqlite"))
@@ -115,13 +127,20 @@ def _refuse_other_sqlite(path: str) -> RawCapture:
 def _read_saved(path: str) -> RawCapture:
     saved = load_saved(path)
     if isinstance(saved, Report):
-        raise TraceFormatError(f"{path}: an analysed report, not a trace or raw capture (render it with `max-profile report {path}`)")
+        raise TraceFormatError(
+            f"{path}: an analysed report, not a trace or raw capture (render it with `max-profile report {path}`)"
+        )
     return saved
 
 
 SOURCES: tuple[Source, ...] = (
     Source("gzipped-sqlite", "a gzipped SQLite export", lambda h: h.sqlite and h.gzip, _read_gzipped_sqlite),
-    Source("nsys-sqlite", "an nsys .sqlite export", lambda h: bool(h.tables & {"CUPTI_ACTIVITY_KIND_KERNEL", "StringIds"}), nsys_capture),
+    Source(
+        "nsys-sqlite",
+        "an nsys .sqlite export",
+        lambda h: bool(h.tables & {"CUPTI_ACTIVITY_KIND_KERNEL", "StringIds"}),
+        nsys_capture,
+    ),
     Source(
         "rocpd",
         "a rocprofv3 rocpd database",
@@ -129,12 +148,31 @@ SOURCES: tuple[Source, ...] = (
         rocpd_capture,
     ),
     Source("sqlite-unknown", "", lambda h: h.sqlite and not h.gzip, _refuse_other_sqlite),
-    Source("nsys-rep", "an nsys .nsys-rep", lambda h: h.path.endswith(".nsys-rep") or h.bytes[4:8] == b"QDST", _read_nsys_rep),
+    Source(
+        "nsys-rep",
+        "an nsys .nsys-rep",
+        lambda h: h.path.endswith(".nsys-rep") or h.bytes[4:8] == b"QDST",
+        _read_nsys_rep,
+    ),
     Source("ncu-rep", "an Nsight Compute .ncu-rep", lambda h: h.path.endswith(".ncu-rep"), ncu_rep_capture),
-    Source("ncu-csv", "an Nsight Compute CSV page (`ncu --csv --page details` or `--page raw`)",
-           lambda h: h.text.lstrip("\ufeff").startswith('"ID","Process ID"'), _read_ncu_csv),
-    Source("rocprof-json", "a rocprofv3 JSON", lambda h: _json_object(h) and f'"{ROCPROF_JSON_KEY}"' in h.text, rocprof_json_capture),
-    Source("kineto-json", "a Kineto / Chrome-trace JSON", lambda h: _json_object(h) and '"traceEvents"' in h.text, kineto_capture),
+    Source(
+        "ncu-csv",
+        "an Nsight Compute CSV page (`ncu --csv --page details` or `--page raw`)",
+        lambda h: h.text.lstrip("\ufeff").startswith('"ID","Process ID"'),
+        _read_ncu_csv,
+    ),
+    Source(
+        "rocprof-json",
+        "a rocprofv3 JSON",
+        lambda h: _json_object(h) and f'"{ROCPROF_JSON_KEY}"' in h.text,
+        rocprof_json_capture,
+    ),
+    Source(
+        "kineto-json",
+        "a Kineto / Chrome-trace JSON",
+        lambda h: _json_object(h) and '"traceEvents"' in h.text,
+        kineto_capture,
+    ),
     Source(
         "max-profile-json",
         "a max_profile raw capture or report",
@@ -166,7 +204,11 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "max-generate-profile",
         "`max generate --profile` output",
-        lambda h: ("GPU kernels" in h.text and "=== Top" in h.text) or "Python/CPU functions" in h.text or "Time to first token" in h.text,
+        lambda h: (
+            ("GPU kernels" in h.text and "=== Top" in h.text)
+            or "Python/CPU functions" in h.text
+            or "Time to first token" in h.text
+        ),
         max_generate_capture,
     ),
 )
@@ -185,12 +227,19 @@ def detect_format(path: str) -> Source:
     if own:
         raise TraceFormatError(f"{path}: {own}: pass the run's --raw capture (or its --json report)")
     first = head.first_row[:60].encode("ascii", "backslashreplace").decode()
-    raise TraceFormatError(f"{path}: unrecognized format (first bytes {first!r}); it reads raw captures, reports, nsys, rocprofv3, "
-                           "Kineto, ncu and `max generate --profile` output")
+    raise TraceFormatError(
+        f"{path}: unrecognized format (first bytes {first!r}); it reads raw captures, reports, nsys, rocprofv3, "
+        "Kineto, ncu and `max generate --profile` output"
+    )
 
 
-_OWN_OUTPUTS = ((".pftrace", "a Perfetto trace (--perfetto; open it in ui.perfetto.dev)"), (".html", "an HTML page (--html)"),
-                (".htm", "an HTML page (--html)"), (".prom", "Prometheus text (--prometheus)"), (".txt", "a text report (--text)"))
+_OWN_OUTPUTS = (
+    (".pftrace", "a Perfetto trace (--perfetto; open it in ui.perfetto.dev)"),
+    (".html", "an HTML page (--html)"),
+    (".htm", "an HTML page (--html)"),
+    (".prom", "Prometheus text (--prometheus)"),
+    (".txt", "a text report (--text)"),
+)
 
 
 def _own_output(path: str, head: Head) -> str | None:
@@ -211,7 +260,8 @@ def load_any(path: str) -> RawCapture | Report:
 
 
 def import_trace(path: str, fmt: str | None = None) -> RawCapture:
-    """Read a trace file into a :class:`RawCapture` (no analysis: ``build_report`` does that); ``fmt`` forces a source by name."""
+    """Read a trace file into a :class:`RawCapture` (no analysis: ``build_report`` does that); ``fmt`` forces a source
+    by name."""
     source = next((s for s in SOURCES if s.name == fmt), None) if fmt else detect_format(path)
     if source is None:
         raise TraceFormatError(f"{path}: unknown format {fmt!r} (known: {', '.join(FORMATS)})")

@@ -30,26 +30,54 @@ def split_url(url: str) -> tuple[str, int, str]:
     return parts.hostname, parts.port or 80, parts.path.rstrip("/")
 
 
-def stream_completion(host: str, port: int, model: str, prompt: str, max_tokens: int, *, stop: threading.Event | None = None,
-                      prefix: str = "", headers: dict[str, str] | None = None, timeout_s: float = REQUEST_TIMEOUT_S) -> RequestRecord:
+def stream_completion(
+    host: str,
+    port: int,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    *,
+    stop: threading.Event | None = None,
+    prefix: str = "",
+    headers: dict[str, str] | None = None,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+) -> RequestRecord:
     """One streamed completion; the record says what the client saw (never raises for a server's fault).
 
     Tokens are counted as the server counted them: a chunk can carry several (MAX skips chunks whose tokens decode to no
     visible text and sends them with the next), so each chunk's ``token_ids`` (MAX's ``return_token_ids``) split its gap
-    into per-token inter-token latencies, and the final ``usage`` chunk (``stream_options.include_usage``) gives the total.
+    into per-token inter-token latencies, and the final ``usage`` chunk (``stream_options.include_usage``) gives the
+    total.
     """
     t_sent = time.perf_counter_ns()
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True, "ignore_eos": True,
-                       "stream_options": {"include_usage": True}, "return_token_ids": True})
+    body = json.dumps(
+        {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": True,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True},
+            "return_token_ids": True,
+        }
+    )
     try:
         conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
         t0 = time.perf_counter()
-        conn.request("POST", f"{prefix}/v1/completions", body=body, headers={"Content-Type": "application/json", **(headers or {})})
+        conn.request(
+            "POST",
+            f"{prefix}/v1/completions",
+            body=body,
+            headers={"Content-Type": "application/json", **(headers or {})},
+        )
         resp = conn.getresponse()
         if resp.status != 200:
             text = resp.read(300).decode(errors="replace")
             conn.close()
-            return RequestRecord(started_ns=t_sent, ended_ns=time.perf_counter_ns(), ok=False, error=f"HTTP {resp.status}: {text}")
+            return RequestRecord(
+                started_ns=t_sent, ended_ns=time.perf_counter_ns(), ok=False, error=f"HTTP {resp.status}: {text}"
+            )
         first: float | None = None
         last = t0
         gaps: list[float] = []
@@ -78,15 +106,24 @@ def stream_completion(host: str, port: int, model: str, prompt: str, max_tokens:
         conn.close()
         if usage_tokens is not None and not truncated:
             tokens = usage_tokens
-        return RequestRecord(started_ns=t_sent, ended_ns=time.perf_counter_ns(), ok=True, tokens=tokens,
-                             ttft_ms=(first - t0) * 1e3 if first else None, itl_ms=gaps, truncated=truncated)
+        return RequestRecord(
+            started_ns=t_sent,
+            ended_ns=time.perf_counter_ns(),
+            ok=True,
+            tokens=tokens,
+            ttft_ms=(first - t0) * 1e3 if first else None,
+            itl_ms=gaps,
+            truncated=truncated,
+        )
     except (OSError, http.client.HTTPException) as exc:
-        return RequestRecord(started_ns=t_sent, ended_ns=time.perf_counter_ns(), ok=False, error=f"{type(exc).__name__}: {exc}")
+        return RequestRecord(
+            started_ns=t_sent, ended_ns=time.perf_counter_ns(), ok=False, error=f"{type(exc).__name__}: {exc}"
+        )
 
 
 def chunk_tokens(data: str) -> tuple[int, int | None]:
-    """(tokens the chunk carries, the usage's completion tokens when it is the usage chunk) of one SSE ``data:`` payload.
-    A chunk that is not JSON, or has no ``token_ids``, counts as one token."""
+    """(tokens the chunk carries, the usage's completion tokens when it is the usage chunk) of one SSE ``data:``
+    payload. A chunk that is not JSON, or has no ``token_ids``, counts as one token."""
     try:
         doc = json.loads(data)
     except ValueError:
@@ -106,25 +143,47 @@ def chunk_tokens(data: str) -> tuple[int, int | None]:
 class LoadGenerator:
     """``concurrency`` closed-loop streaming clients until :meth:`stop` (bounded by a deadline and ``max_requests``)."""
 
-    def __init__(self, host: str, port: int, model: str, prompt: str, max_tokens: int, *, concurrency: int = 1, deadline_s: float = 600.0,
-                 max_requests: int = 100_000, prefix: str = "") -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        model: str,
+        prompt: str,
+        max_tokens: int,
+        *,
+        concurrency: int = 1,
+        deadline_s: float = 600.0,
+        max_requests: int = 100_000,
+        prefix: str = "",
+    ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
-        self.host, self.port, self.model, self.prompt, self.max_tokens, self.prefix = host, port, model, prompt, max_tokens, prefix
+        self.host, self.port, self.model, self.prompt, self.max_tokens, self.prefix = (
+            host,
+            port,
+            model,
+            prompt,
+            max_tokens,
+            prefix,
+        )
         self.concurrency = concurrency
         self.deadline = time.monotonic() + deadline_s
         self.max_requests = max_requests
         self.stop_event = threading.Event()
         self.records: list[RequestRecord] = []
         self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._worker, daemon=True, name=f"max-profile-load-{i}") for i in range(concurrency)]
+        self._threads = [
+            threading.Thread(target=self._worker, daemon=True, name=f"max-profile-load-{i}") for i in range(concurrency)
+        ]
 
     def _worker(self) -> None:
         while not self.stop_event.is_set() and time.monotonic() < self.deadline:
             with self._lock:
                 if len(self.records) >= self.max_requests:
                     return
-            record = stream_completion(self.host, self.port, self.model, self.prompt, self.max_tokens, stop=self.stop_event, prefix=self.prefix)
+            record = stream_completion(
+                self.host, self.port, self.model, self.prompt, self.max_tokens, stop=self.stop_event, prefix=self.prefix
+            )
             with self._lock:
                 self.records.append(record)
             if not record.ok:

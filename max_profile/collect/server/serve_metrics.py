@@ -34,7 +34,8 @@ def parse_metrics(text: str) -> list[MetricPoint]:
 
 
 def scrape(url: str, timeout_s: float = 5.0) -> MetricsScrape:
-    """GET ``url`` (a /metrics endpoint); a scrape that fails says why in ``problem`` (never raises for the server's fault)."""
+    """GET ``url`` (a /metrics endpoint); a scrape that fails says why in ``problem`` (never raises for the server's
+    fault)."""
     t = time.perf_counter_ns()
     try:
         host, port, path = split_url(url)

@@ -21,6 +21,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from max_profile.collect.readers.nsys import SQLITE_MAGIC
 from max_profile.util.procs import run_bounded
 
 SESSION_PREFIX = "max-profile-"
@@ -28,6 +29,7 @@ NSYS_TIMEOUT_S = 300.0
 """nsys CLI calls can hang (a backgrounded ``nsys launch`` did for 10 min on the H200): every call is bounded."""
 ROCPROF_WINDOW_DELAY_S = 10.0
 """The rocprofv3 window opens this long after /health first answered in pass 2 (R2 + 10 s)."""
+
 
 def nsys_session_name(pid: int | None = None) -> str:
     """A session name no other run uses: our prefix, this process id, 8 random hex digits."""
@@ -69,7 +71,8 @@ def stale_sessions(sessions: Sequence[tuple[int, str, str]], alive: Callable[[in
 
 def nsys_launch_command(nsys: str, session: str, serve_cmd: Sequence[str]) -> list[str]:
     """``nsys launch``: with ``--cuda-graph-trace=node``, as `max serve` replays device graphs by default and nsys's own
-    default (``graph``) would record each replay whole, without its kernels (the switch is accepted by ``launch``: nsys 2025.3.1)."""
+    default (``graph``) would record each replay whole, without its kernels (the switch is accepted by ``launch``: nsys
+    2025.3.1)."""
     return [nsys, "launch", f"--session-new={session}", "--trace=cuda,nvtx", "--cuda-graph-trace=node", *serve_cmd]
 
 
@@ -96,10 +99,27 @@ def clean_stale_nsys_sessions(nsys: str, env: dict[str, str] | None = None) -> l
     return names
 
 
-def rocprof_command(rocprof: str, out_dir: str, delay_s: float, duration_s: float, serve_cmd: Sequence[str]) -> list[str]:
+def rocprof_command(
+    rocprof: str, out_dir: str, delay_s: float, duration_s: float, serve_cmd: Sequence[str]
+) -> list[str]:
     """rocprofv3 around ``max serve`` with a collection window ``delay_s`` after launch (seconds)."""
-    return [rocprof, "--kernel-trace", "--marker-trace", "--output-format", "csv", "-d", out_dir, "-o", "serve",
-            "--collection-period", f"{delay_s:.1f}:{duration_s:.1f}:1", "--collection-period-unit", "sec", "--", *serve_cmd]
+    return [
+        rocprof,
+        "--kernel-trace",
+        "--marker-trace",
+        "--output-format",
+        "csv",
+        "-d",
+        out_dir,
+        "-o",
+        "serve",
+        "--collection-period",
+        f"{delay_s:.1f}:{duration_s:.1f}:1",
+        "--collection-period-unit",
+        "sec",
+        "--",
+        *serve_cmd,
+    ]
 
 
 def verify_artifact(path: str | Path, kind: str, min_bytes: int = 1024) -> str | None:
@@ -110,7 +130,6 @@ def verify_artifact(path: str | Path, kind: str, min_bytes: int = 1024) -> str |
     size = p.stat().st_size
     if size < min_bytes:
         return f"{p} is only {size} bytes (an empty capture?)"
-    from max_profile.collect.readers.nsys import SQLITE_MAGIC
 
     with open(p, "rb") as fh:
         head = fh.read(4096)

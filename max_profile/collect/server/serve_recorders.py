@@ -21,7 +21,11 @@ from typing import Protocol
 
 import msgspec
 
+from max_profile.collect.live.cupti_native import build_cupti_library
+from max_profile.collect.live.nvtx_log import build_injection_library
 from max_profile.collect.live.recorders import ops_in_window
+from max_profile.collect.readers.nsys import export_sqlite, merge_trace, read_nsys_sqlite
+from max_profile.collect.readers.rocprof import rocprof_csv_capture
 from max_profile.collect.server import serve_profilers as sp
 from max_profile.collect.server.worker_protocol import WindowCoverage, WorkerHook
 from max_profile.errors import CaptureError, MaxProfileError, ToolMissingError, TraceFormatError
@@ -101,11 +105,21 @@ class WorkerKernelRecorder(UtilizationRecorder):
 
     mode = "kernels"
 
-    def __init__(self, tmp: Path, *, cupti: bool, profiling: str, progress: Progress, record_share: float = 1.0, slice_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        cupti: bool,
+        profiling: str,
+        progress: Progress,
+        record_share: float = 1.0,
+        slice_s: float = 0.5,
+    ) -> None:
         self.tmp = tmp
         self.record_share, self.slice_s = record_share, slice_s
         self.window_plans: dict[int, dict[str, object]] = {}
-        """Server window -> what the worker records in it, instead of the share above (``benchmarks/serve_ab.py``'s variants)."""
+        """Server window -> what the worker records in it, instead of the share above (``benchmarks/serve_ab.py``'s
+        variants)."""
         self._hook_window: dict[int, int] = {}
         """Server window -> the hook's window number (the hook counts only windows that were recorded)."""
         self.coverage: dict[int, WindowCoverage] = {}
@@ -115,28 +129,32 @@ class WorkerKernelRecorder(UtilizationRecorder):
         self.hook: WorkerHook | None = None
         self._alive: Callable[[], bool] = lambda: True
         if profiling != "off":
-            from max_profile.collect.live.nvtx_log import build_injection_library
-
             try:
                 self.nvtx_template = str(tmp / "nvtx-%p.log")
-                self.extra.update({"NVTX_INJECTION64_PATH": build_injection_library(), "MAX_PROFILE_NVTX_LOG": self.nvtx_template})
+                self.extra.update(
+                    {"NVTX_INJECTION64_PATH": build_injection_library(), "MAX_PROFILE_NVTX_LOG": self.nvtx_template}
+                )
             except ToolMissingError as exc:
                 self.nvtx_template = None
                 progress(f"no NVTX log ({exc})")
         library = None
         if cupti:
-            from max_profile.collect.live.cupti_native import build_cupti_library
-
             try:  # built here, once, so the worker's prepare step only loads it
                 library = build_cupti_library()
             except MaxProfileError as exc:
-                progress(f"the C CUPTI recorder is unavailable ({exc}); the worker falls back to cupti-python (slower, said in the report)")
-        # the hook stamps the model worker's steps (prefill / decode, size, tokens) on every device, and records its kernels with
+                progress(
+                    f"the C CUPTI recorder is unavailable ({exc}); the worker falls back to cupti-python (slower, said "
+                    "in the report)"
+                )
+        # the hook stamps the model worker's steps (prefill / decode, size, tokens) on every device, and records its
+        # kernels with
         # CUPTI on NVIDIA (launch records tie each kernel to the step that launched it)
         self.hook = WorkerHook(tmp / "cupti")
         self.extra.update(self.hook.env(library, launches=True, kernels=cupti))
         self.cupti = cupti
-        self.switched_per_window = cupti  # CUPTI in the worker, on and off per window: an untraced window measures its cost
+        self.switched_per_window = (
+            cupti  # CUPTI in the worker, on and off per window: an untraced window measures its cost
+        )
 
     def env(self) -> dict[str, str]:
         return dict(self.extra)
@@ -148,16 +166,23 @@ class WorkerKernelRecorder(UtilizationRecorder):
 
     settle_s = 0.5
     """Load under recording before the window opens, so CUPTI's enable and its first launches after it stay out of the
-    measured window (on the H200 the recorder's cost proved steady, not a start-up transient: tests/data/h200/session9)."""
+    measured window (on the H200 the recorder's cost proved steady, not a start-up transient:
+    tests/data/h200/session9)."""
 
     def start(self, window: int, progress: Progress) -> None:
-        """Start the worker's recording and return once it runs (plus ``settle_s``), so the window measures it steady."""
+        """Start the worker's recording and return once it runs (plus ``settle_s``), so the window measures it
+        steady."""
         if self.hook is not None:
             self._hook_window[window] = len(self._hook_window) + 1
-            plan = self.window_plans.get(window) or ({"share": self.record_share, "slice_s": self.slice_s} if self.record_share < 1 else {})
+            plan = self.window_plans.get(window) or (
+                {"share": self.record_share, "slice_s": self.slice_s} if self.record_share < 1 else {}
+            )
             self.hook.start(self._hook_window[window], plan)
             if not self.hook.wait_started(self._hook_window[window], self._alive):
-                progress("the model worker had not started recording after 10 s; the window opens anyway (its coverage says how much was recorded)")
+                progress(
+                    "the model worker had not started recording after 10 s; the window opens anyway (its coverage says "
+                    "how much was recorded)"
+                )
             time.sleep(self.settle_s)
 
     def stop(self, window: int, progress: Progress) -> None:
@@ -166,7 +191,9 @@ class WorkerKernelRecorder(UtilizationRecorder):
 
     def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None:
         """Kernels (or ops) the model worker ran in the window, with MAX's scheduler ranges as phases, into ``raw``."""
-        op_table, ranges, _unreadable = ops_in_window([str(p) for p in self.tmp.glob("nvtx-*.log")], span)  # a log cut mid-line is skipped
+        op_table, ranges, _unreadable = ops_in_window(
+            [str(p) for p in self.tmp.glob("nvtx-*.log")], span
+        )  # a log cut mid-line is skipped
         raw.ranges = [*raw.ranges, *ranges]
         if self.hook is not None and window in self._hook_window:
             steps = self.hook.read_steps(self._hook_window[window], span, server.alive)
@@ -194,7 +221,10 @@ class WorkerKernelRecorder(UtilizationRecorder):
         if self.nvtx_template is None and self.hook is None:
             return
         if not len(raw.kernels):
-            raw.kernels_unavailable = Unavailable("the model worker recorded no kernels or op ranges in the window (MODULAR_ENABLE_PROFILING must reach the worker)")
+            raw.kernels_unavailable = Unavailable(
+                "the model worker recorded no kernels or op ranges in the window (MODULAR_ENABLE_PROFILING must reach "
+                "the worker)"
+            )
 
     def close(self) -> None:
         if self.hook is not None:
@@ -202,8 +232,8 @@ class WorkerKernelRecorder(UtilizationRecorder):
 
 
 class NsysRecorder(UtilizationRecorder):
-    """``nsys launch --cuda-graph-trace=node`` around the server, ``nsys start`` / ``stop`` around the one window; the report
-    is verified and read back."""
+    """``nsys launch --cuda-graph-trace=node`` around the server, ``nsys start`` / ``stop`` around the one window; the
+    report is verified and read back."""
 
     mode = "nsys"
     reads_after_teardown = True
@@ -223,7 +253,9 @@ class NsysRecorder(UtilizationRecorder):
         return sp.nsys_launch_command(self.nsys, self.session, serve_cmd)
 
     def start(self, window: int, progress: Progress) -> None:
-        rc, out = run_bounded(sp.nsys_start_command(self.nsys, self.session, self.rep_base), self.tool_env, timeout_s=120)
+        rc, out = run_bounded(
+            sp.nsys_start_command(self.nsys, self.session, self.rep_base), self.tool_env, timeout_s=120
+        )
         if rc != 0:
             raise CaptureError(f"`nsys start --session={self.session}` failed (exit {rc}): {out.strip()[-300:]}")
         self.collecting = True
@@ -244,7 +276,6 @@ class NsysRecorder(UtilizationRecorder):
 
     def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None:
         """After close(): the report verified, exported to SQLite and read back."""
-        from max_profile.collect.readers.nsys import export_sqlite, merge_trace, read_nsys_sqlite
 
         rep = self.rep_base + ".nsys-rep"
         why = sp.verify_artifact(rep, "nsys-rep")
@@ -274,7 +305,9 @@ class RocprofRecorder(UtilizationRecorder):
     mode = "rocprof"
     reads_after_teardown = True
 
-    def __init__(self, rocprof: str, dest: Path, duration_s: float, measure_ready: Callable[[], float], progress: Progress) -> None:
+    def __init__(
+        self, rocprof: str, dest: Path, duration_s: float, measure_ready: Callable[[], float], progress: Progress
+    ) -> None:
         self.rocprof, self.dest, self.duration_s = rocprof, dest, duration_s
         r2 = measure_ready()
         self.delay = r2 + sp.ROCPROF_WINDOW_DELAY_S
@@ -292,14 +325,19 @@ class RocprofRecorder(UtilizationRecorder):
         time.sleep(max(self.t_launch + self.delay - time.monotonic(), 0.0))  # the collection period opens by the clock
 
     def stop(self, window: int, progress: Progress) -> None:
-        time.sleep(max(self.t_launch + self.delay + self.duration_s + 1.0 - time.monotonic(), 0.0))  # let the period close
+        time.sleep(
+            max(self.t_launch + self.delay + self.duration_s + 1.0 - time.monotonic(), 0.0)
+        )  # let the period close
 
     def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None:
         """After close(): rocprofv3 writes its files when the server's group is stopped."""
-        from max_profile.collect.readers.rocprof import rocprof_csv_capture
 
         csv_path = sp.find_rocprof_kernel_csv(self.out_dir)
-        why = sp.verify_artifact(csv_path, "rocprof-csv", min_bytes=64) if csv_path else f"no *kernel_trace.csv under {self.out_dir}"
+        why = (
+            sp.verify_artifact(csv_path, "rocprof-csv", min_bytes=64)
+            if csv_path
+            else f"no *kernel_trace.csv under {self.out_dir}"
+        )
         if why:
             raw.kernels_unavailable = Unavailable(f"rocprofv3 wrote no usable kernel trace: {why}")
             return
@@ -308,7 +346,12 @@ class RocprofRecorder(UtilizationRecorder):
         except TraceFormatError as exc:
             raw.kernels_unavailable = Unavailable(f"the rocprofv3 kernel trace could not be read: {exc}")
             return
-        raw.kernels, raw.ranges, raw.kernel_clock, raw.kernel_source = trace.kernels, trace.ranges, "trace", "rocprofv3 (max serve)"
+        raw.kernels, raw.ranges, raw.kernel_clock, raw.kernel_source = (
+            trace.kernels,
+            trace.ranges,
+            "trace",
+            "rocprofv3 (max serve)",
+        )
         raw.notes = [*raw.notes, *trace.notes]
 
     def artifacts(self) -> list[str]:

@@ -1,10 +1,12 @@
-"""The controller side of the worker hook (``collect/server/worker_hook/sitecustomize.py``): CUPTI inside ``max serve``'s model
-worker, driven through files in one folder (no socket, nothing the server itself has to know).
+"""The controller side of the worker hook (``collect/server/worker_hook/sitecustomize.py``): CUPTI inside ``max
+serve``'s model worker, driven through files in one folder (no socket, nothing the server itself has to know).
 
     hook = WorkerHook(folder)                     # the server starts with hook.env() in its environment
     line = hook.prepare(server_alive)             # after /health: the worker imports CUPTI now, not in the window
-    hook.start(1); hook.wait_started(1, alive)    # one window (several per server: 2, 3, ...): open it once recording runs
-                                                  # (hook.start(1, {"share": 0.25, "slice_s": 0.5}): slices, a quarter of it)
+    hook.start(1); hook.wait_started(1, alive)    # one window (several per server: 2, 3, ...): open it once recording
+    runs
+                                                  # (hook.start(1, {"share": 0.25, "slice_s": 0.5}): slices, a quarter
+                                                  of it)
     ...; hook.stop(1)
     kernels, coverage = hook.read(1, window)      # its kernels (host clock), how much of it was recorded
     hook.quit()                                   # the hook threads end
@@ -60,8 +62,8 @@ class WindowCoverage:
 
 
 def _hook_path() -> list[str]:
-    """The hook's folder, and the folder max_profile itself is imported from where that is not a site-packages (an editable
-    install: the server's worker, spawned by MAX, does not always run the installer's import hook)."""
+    """The hook's folder, and the folder max_profile itself is imported from where that is not a site-packages (an
+    editable install: the server's worker, spawned by MAX, does not always run the installer's import hook)."""
     root = Path(__file__).resolve().parents[3]
     return [str(HOOK_DIR)] + ([] if root.name in ("site-packages", "dist-packages") else [str(root)])
 
@@ -83,11 +85,16 @@ class WorkerHook:
         folder.mkdir(parents=True, exist_ok=True)
 
     def env(self, library: str | None, launches: bool, kernels: bool = True) -> dict[str, str]:
-        """What the server's environment needs: the folder, the hook on PYTHONPATH, the C recorder built here once; ``kernels``
-        False: the worker stamps its steps only (no CUPTI)."""
-        env = {"MAX_PROFILE_WORKER_CUPTI_DIR": str(self.folder), "PYTHONPATH": os.pathsep.join([*_hook_path(), os.environ.get("PYTHONPATH", "")]),
-               # launch records tie kernels to the steps that launched them (the worker's stamped steps, MAX's scheduler ranges)
-               "MAX_PROFILE_WORKER_CUPTI_LAUNCHES": "1" if launches else "0", "MAX_PROFILE_WORKER_KERNELS": "1" if kernels else "0"}
+        """What the server's environment needs: the folder, the hook on PYTHONPATH, the C recorder built here once;
+        ``kernels`` False: the worker stamps its steps only (no CUPTI)."""
+        env = {
+            "MAX_PROFILE_WORKER_CUPTI_DIR": str(self.folder),
+            "PYTHONPATH": os.pathsep.join([*_hook_path(), os.environ.get("PYTHONPATH", "")]),
+            # launch records tie kernels to the steps that launched them (the worker's stamped steps, MAX's scheduler
+            # ranges)
+            "MAX_PROFILE_WORKER_CUPTI_LAUNCHES": "1" if launches else "0",
+            "MAX_PROFILE_WORKER_KERNELS": "1" if kernels else "0",
+        }
         if library:
             env["MAX_PROFILE_CUPTI_RING_LIB"] = library
         return env
@@ -105,23 +112,37 @@ class WorkerHook:
                 said = []
                 for path in ready:
                     what = _ready_doc(path)
-                    parts = [p for p, on in (("CUPTI", what.get("kernels", True)), (f"{what.get('pipeline') or 'pipeline'} steps", what.get("steps"))) if on]
+                    parts = [
+                        p
+                        for p, on in (
+                            ("CUPTI", what.get("kernels", True)),
+                            (f"{what.get('pipeline') or 'pipeline'} steps", what.get("steps")),
+                        )
+                        if on
+                    ]
                     said.append(f"process {path.name.removeprefix('ready-')}: {' and '.join(parts) or 'nothing'}")
                 return "worker hook ready (" + "; ".join(said) + ")"
             failed = list(self.folder.glob("unavailable-*.txt"))
             if failed:
-                return f"CUPTI unavailable in the model worker ({failed[0].read_text().strip()}); kernels will be missing"
+                return (
+                    f"CUPTI unavailable in the model worker ({failed[0].read_text().strip()}); kernels will be missing"
+                )
             time.sleep(0.05)
         skipped = len(list(self.folder.glob("skipped-*.txt")))
-        return f"no process answered as CUPTI-ready within {timeout_s:g} s ({skipped} without the CUDA driver skipped); kernels may be missing"
+        return (
+            f"no process answered as CUPTI-ready within {timeout_s:g} s ({skipped} without the CUDA driver "
+            "skipped); kernels may be missing"
+        )
 
     def ready(self) -> bool:
         return any(self.folder.glob("ready-*"))
 
-    def read_steps(self, window: int, span: tuple[int, int], alive: Callable[[], bool] = lambda: True, timeout_s: float = 20.0) -> list[Step]:
-        """The steps the hooked pipeline(s) ran in window ``window`` that began inside ``span`` (host clock), in time order.
-        Waits (up to ``timeout_s``, while the server lives) for the file of every process that said it records steps: each
-        writes it after the window's stop, before its kernels."""
+    def read_steps(
+        self, window: int, span: tuple[int, int], alive: Callable[[], bool] = lambda: True, timeout_s: float = 20.0
+    ) -> list[Step]:
+        """The steps the hooked pipeline(s) ran in window ``window`` that began inside ``span`` (host clock), in time
+        order. Waits (up to ``timeout_s``, while the server lives) for the file of every process that said it records
+        steps: each writes it after the window's stop, before its kernels."""
         expected = {p.name.removeprefix("ready-") for p in self.folder.glob("ready-*") if _ready_doc(p).get("steps")}
         deadline = time.monotonic() + timeout_s
         while expected and time.monotonic() < deadline and alive():
@@ -138,7 +159,8 @@ class WorkerHook:
         return [msgspec.structs.replace(s, index=i) for i, s in enumerate(inside)]
 
     def start(self, window: int, plan: dict[str, object] | None = None) -> None:
-        """Ask for window ``window``'s recording; ``plan`` as the hook reads it (``share``, ``slice_s``, ``options``)."""
+        """Ask for window ``window``'s recording; ``plan`` as the hook reads it (``share``, ``slice_s``,
+        ``options``)."""
         target = self.folder / f"start-{window}"
         tmp = self.folder / f".start-{window}"
         tmp.write_text(json.dumps(plan or {}))
@@ -146,7 +168,8 @@ class WorkerHook:
 
     def wait_started(self, window: int, alive: Callable[[], bool], timeout_s: float = 10.0) -> bool:
         """Wait until every process that answered ready has started recording window ``window`` (or said it cannot);
-        False when one had not within ``timeout_s`` (or the server died): the window then opens without waiting longer."""
+        False when one had not within ``timeout_s`` (or the server died): the window then opens without waiting
+        longer."""
         ready = {p.name.removeprefix("ready-") for p in self.folder.glob("ready-*")}
         deadline = time.monotonic() + timeout_s
         while ready and alive():
@@ -165,16 +188,21 @@ class WorkerHook:
     def quit(self) -> None:
         (self.folder / "quit").touch()
 
-    def read(self, window: int, span: tuple[int, int], alive: Callable[[], bool], timeout_s: float = 20.0) -> tuple[KernelTable | None, WindowCoverage | None]:
-        """The kernels of window ``window`` inside ``span`` (host clock) from every recording process, and the coverage of
-        the one that recorded the most; (None, None) when no process wrote them within ``timeout_s`` (or the server died).
+    def read(
+        self, window: int, span: tuple[int, int], alive: Callable[[], bool], timeout_s: float = 20.0
+    ) -> tuple[KernelTable | None, WindowCoverage | None]:
+        """The kernels of window ``window`` inside ``span`` (host clock) from every recording process, and the coverage
+        of the one that recorded the most; (None, None) when no process wrote them within ``timeout_s`` (or the server
+        died).
 
         Every process that answered ready writes its file (the API server can have the CUDA driver loaded and record
         nothing): the read waits for all of them, not for the first."""
         deadline = time.monotonic() + timeout_s
         ready = {p.name.removeprefix("ready-") for p in self.folder.glob("ready-*")}
 
-        ready = {pid for pid in ready if _ready_doc(self.folder / f"ready-{pid}").get("kernels", True)}  # steps-only processes write no kernels
+        ready = {
+            pid for pid in ready if _ready_doc(self.folder / f"ready-{pid}").get("kernels", True)
+        }  # steps-only processes write no kernels
 
         def written() -> set[str]:
             return {p.name.split("-")[1] for p in self.folder.glob(f"kernels-*-{window}.json")}
@@ -197,8 +225,16 @@ class WorkerHook:
                 continue
             inside = tuple((max(a, span[0]), min(b, span[1])) for a, b in recorded if min(b, span[1]) > max(a, span[0]))
             callback, start = c.get("callback_s"), c.get("start_s")
-            return WindowCoverage(start_s=float(start) if isinstance(start, (int, float)) else None, slices=inside, sampled=float(c.get("share") or 1.0) < 1,
-                                  covered_s=sum(b - a for a, b in inside) / 1e9, window_s=(span[1] - span[0]) / 1e9, dropped=int(c.get("dropped") or 0),
-                                  callback_s=float(callback) if isinstance(callback, (int, float)) else None, api_records=int(c.get("api_records") or 0),
-                                  collector=str(c.get("collector", "")), notes=tuple(str(n) for n in c.get("notes", [])))
+            return WindowCoverage(
+                start_s=float(start) if isinstance(start, (int, float)) else None,
+                slices=inside,
+                sampled=float(c.get("share") or 1.0) < 1,
+                covered_s=sum(b - a for a, b in inside) / 1e9,
+                window_s=(span[1] - span[0]) / 1e9,
+                dropped=int(c.get("dropped") or 0),
+                callback_s=float(callback) if isinstance(callback, (int, float)) else None,
+                api_records=int(c.get("api_records") or 0),
+                collector=str(c.get("collector", "")),
+                notes=tuple(str(n) for n in c.get("notes", [])),
+            )
         return None

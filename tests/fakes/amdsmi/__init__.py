@@ -52,16 +52,18 @@ class AmdSmiClkType(IntEnum):
     MEM = 4
 
 
-DEFAULT_GPUS: list[dict[str, Any]] = [{
-    "market_name": "AMD Instinct MI300X (FAKE)",
-    "vram_total_mib": 196592,
-    "vram_used_mib": 52000,
-    "gfx_clk": 2100,
-    "max_clk": 2100,
-    "activity_series": [97, 99, 98],
-    "indep_throttle_status": 0,
-    "partitions": [[96, 98, 97, 99, 95, 98, 97, 96]],
-}]
+DEFAULT_GPUS: list[dict[str, Any]] = [
+    {
+        "market_name": "AMD Instinct MI300X (FAKE)",
+        "vram_total_mib": 196592,
+        "vram_used_mib": 52000,
+        "gfx_clk": 2100,
+        "max_clk": 2100,
+        "activity_series": [97, 99, 98],
+        "indep_throttle_status": 0,
+        "partitions": [[96, 98, 97, 99, 95, 98, 97, 96]],
+    }
+]
 
 _state: dict[str, Any] = {"initialized": False, "calls": 0}
 
@@ -98,7 +100,13 @@ def amdsmi_get_processor_handles() -> list[int]:
 
 def amdsmi_get_gpu_asic_info(handle: int) -> dict[str, Any]:
     gpu = _check(handle)
-    return {"market_name": gpu["market_name"], "vendor_id": "0x1002", "device_id": "0x74a1", "rev_id": "0x00", "asic_serial": "0xFAKE"}
+    return {
+        "market_name": gpu["market_name"],
+        "vendor_id": "0x1002",
+        "device_id": "0x74a1",
+        "rev_id": "0x00",
+        "asic_serial": "0xFAKE",
+    }
 
 
 def amdsmi_get_gpu_activity(handle: int) -> dict[str, Any]:
@@ -115,7 +123,13 @@ def amdsmi_get_gpu_vram_usage(handle: int) -> dict[str, Any]:
 
 def amdsmi_get_clock_info(handle: int, clock_type: int) -> dict[str, Any]:
     gpu = _check(handle)
-    return {"clk": gpu["gfx_clk"], "min_clk": 500, "max_clk": gpu["max_clk"], "clk_locked": False, "clk_deep_sleep": False}
+    return {
+        "clk": gpu["gfx_clk"],
+        "min_clk": 500,
+        "max_clk": gpu["max_clk"],
+        "clk_locked": False,
+        "clk_deep_sleep": False,
+    }
 
 
 def amdsmi_get_gpu_metrics_info(handle: int) -> dict[str, Any]:

@@ -29,7 +29,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from max_profile.model import KernelTable
+    from max_profile.model import KernelTable  # lazy: runs in every server process
 
 
 def _cuda_driver_loaded() -> bool:
@@ -107,12 +107,13 @@ def _wait_until(path: str, deadline_ns: int) -> bool:
 
 
 def _pipeline_classes() -> list[type]:
-    """The text-generation pipeline classes this process has loaded (the model worker's among them); none without MAX."""
+    """The text-generation pipeline classes this process has loaded (the model worker's among them); none without
+    MAX."""
     import sys
 
     if "max.pipelines.lib.pipeline_variants.text_generation" not in sys.modules:
         return []
-    from max_profile.collect.live.pipeline_hook import pipeline_classes
+    from max_profile.collect.live.pipeline_hook import pipeline_classes  # lazy: runs in every server process
 
     return pipeline_classes()
 
@@ -145,10 +146,12 @@ def _watch(folder: str) -> None:
     collector: Any = _NoKernels()
     if cuda:
         try:
-            from max_profile.collect.live.cupti_native import make_cupti_collector
+            from max_profile.collect.live.cupti_native import make_cupti_collector  # lazy: runs in every server process
 
             # launch records only where phase ranges will need them (MAX_PROFILE_WORKER_CUPTI_LAUNCHES=1)
-            collector = make_cupti_collector(notes, launches=os.environ.get("MAX_PROFILE_WORKER_CUPTI_LAUNCHES", "1") == "1")
+            collector = make_cupti_collector(
+                notes, launches=os.environ.get("MAX_PROFILE_WORKER_CUPTI_LAUNCHES", "1") == "1"
+            )
         except Exception as exc:  # noqa: BLE001 - no CUPTI in this process: say so once
             if not pipelines:
                 _write(os.path.join(folder, f"unavailable-{pid}.txt"), f"{type(exc).__name__}: {exc}\n")
@@ -156,7 +159,9 @@ def _watch(folder: str) -> None:
             notes.append(f"CUPTI unavailable in the model worker ({type(exc).__name__}: {exc}): steps only")
             cuda = False
     reserve = getattr(collector, "reserve", None)
-    if reserve is not None:  # fault in the recorder's memory now, not inside the first window (see NativeCuptiCollector.reserve)
+    if (
+        reserve is not None
+    ):  # fault in the recorder's memory now, not inside the first window (see NativeCuptiCollector.reserve)
         reserve()
     steps = _StepStamps(pipelines) if pipelines else None
     _write(os.path.join(folder, f"ready-{pid}"), json.dumps({"kernels": cuda, "steps": steps is not None}))
@@ -177,12 +182,25 @@ def _watch(folder: str) -> None:
                 collector.options = tuple(str(o) for o in plan.get("options", ()))
             collector.start()
         except Exception as exc:  # noqa: BLE001 - e.g. another CUPTI client holds this process: say why, record nothing
-            if plan.get("options"):  # a variant this CUPTI refuses (serve_ab): this window records nothing, the next ones go on
+            if plan.get(
+                "options"
+            ):  # a variant this CUPTI refuses (serve_ab): this window records nothing, the next ones go on
                 _write(os.path.join(folder, f"started-{pid}-{window}"), "0\n")
                 _wait_for(os.path.join(folder, f"stop-{window}"), None, 0.02)
                 now = time.perf_counter_ns()
-                _dump(folder, pid, window, type(collector.kernels).empty(), collector, t0, now, now,  # type: ignore[attr-defined]
-                      [*notes, f"recording option(s) {plan['options']} failed: {type(exc).__name__}: {exc}"], [], 1.0)
+                _dump(
+                    folder,
+                    pid,
+                    window,
+                    type(collector.kernels).empty(),
+                    collector,
+                    t0,
+                    now,
+                    now,  # type: ignore[attr-defined]
+                    [*notes, f"recording option(s) {plan['options']} failed: {type(exc).__name__}: {exc}"],
+                    [],
+                    1.0,
+                )
                 if steps is not None:
                     steps.dump(folder, pid, window)
                 continue
@@ -193,35 +211,51 @@ def _watch(folder: str) -> None:
         started = time.perf_counter_ns()
         # the controller opens its window only after this file: CUPTI's enable (subscribe, activity on) stays outside it
         _write(os.path.join(folder, f"started-{pid}-{window}"), f"{(started - t0) / 1e9:.6f}\n")
-        slices = _record_until_stop(collector, os.path.join(folder, f"stop-{window}"), float(plan.get("share", 1.0)), float(plan.get("slice_s", 0.5)),
-                                    started)
+        slices = _record_until_stop(
+            collector,
+            os.path.join(folder, f"stop-{window}"),
+            float(plan.get("share", 1.0)),
+            float(plan.get("slice_s", 0.5)),
+            started,
+        )
         stopped = time.perf_counter_ns()
         if steps is not None:
-            steps.dump(folder, pid, window)  # first: a step running now is waited for by the next window's open, not here
+            steps.dump(
+                folder, pid, window
+            )  # first: a step running now is waited for by the next window's open, not here
         if isinstance(collector, _NoKernels):
             continue
         kernels = collector.stop()
         window_notes = list(notes)
         kernels, spanning = _drop_pause_spanning(kernels, slices, stopped)
         if spanning:
-            window_notes.append(f"CUPTI: {spanning} kernel record(s) reached across a pause of the sampled recording (their end stamped "
-                                "only when recording resumed or stopped): left out")
+            window_notes.append(
+                f"CUPTI: {spanning} kernel record(s) reached across a pause of the sampled recording (their end "
+                "stamped "
+                "only when recording resumed or stopped): left out"
+            )
         if getattr(collector, "unfinished", 0):
-            window_notes.append(f"CUPTI: {collector.unfinished} kernel(s) were still running when the window closed (no end time): left out")
+            window_notes.append(
+                f"CUPTI: {collector.unfinished} kernel(s) were still running when the window closed (no end time): "
+                "left out"
+            )
         share = float(plan.get("share", 1.0))
         if share < 1 and getattr(collector, "pause", None) is None:
-            window_notes.append("this recorder cannot pause (cupti-python): the whole window was recorded, not a share of it")
+            window_notes.append(
+                "this recorder cannot pause (cupti-python): the whole window was recorded, not a share of it"
+            )
             share = 1.0
         _dump(folder, pid, window, kernels, collector, t0, started, stopped, window_notes, slices, share)
 
 
 class _StepStamps:
-    """The pipelines' ``execute`` hooked for the windows (:class:`~max_profile.collect.live.pipeline_hook.ClassStepHook`): each
-    batch a :class:`~max_profile.model.Step` with its kind, size and tokens; written per window (an empty list where none
-    ran: the controller waits for every process that records steps), nothing kept in between."""
+    """The pipelines' ``execute`` hooked for the windows
+    (:class:`~max_profile.collect.live.pipeline_hook.ClassStepHook`): each batch a :class:`~max_profile.model.Step`
+    with its kind, size and tokens; written per window (an empty list where none ran: the controller waits for every
+    process that records steps), nothing kept in between."""
 
     def __init__(self, classes: list[type]) -> None:
-        from max_profile.collect.live.pipeline_hook import ClassStepHook
+        from max_profile.collect.live.pipeline_hook import ClassStepHook  # lazy: runs in every server process
 
         self.hook = ClassStepHook(classes)
         self.installed = False
@@ -250,19 +284,44 @@ class _StepStamps:
             self.installed = False
 
 
-def _dump(folder: str, pid: int, window: int, kernels: object, collector: object, enable_ns: int, started: int, stopped: int,
-          notes: list[str], slices: list[list[int]], share: float) -> None:
-    """``coverage-<pid>-<window>.json`` then ``kernels-<pid>-<window>.json`` (a KernelTable), each written whole or not at all."""
+def _dump(
+    folder: str,
+    pid: int,
+    window: int,
+    kernels: object,
+    collector: object,
+    enable_ns: int,
+    started: int,
+    stopped: int,
+    notes: list[str],
+    slices: list[list[int]],
+    share: float,
+) -> None:
+    """``coverage-<pid>-<window>.json`` then ``kernels-<pid>-<window>.json`` (a KernelTable), each written whole or not
+    at all."""
     import json
 
-    coverage = {"started_ns": started, "stopped_ns": stopped, "dropped": getattr(collector, "dropped", 0),
-                "callback_s": getattr(collector, "callback_s_before_stop", None), "api_records": getattr(collector, "api_records", 0),
-                "start_s": (started - enable_ns) / 1e9,
-                "api_filter": getattr(collector, "api_filter", ""), "notes": notes, "stop_s": getattr(collector, "stop_s", None),
-                "collector": type(collector).__name__, "kernels": len(kernels),  # type: ignore[arg-type]
-                "slices": slices, "share": share, "options": list(getattr(collector, "options", ()))}
+    coverage = {
+        "started_ns": started,
+        "stopped_ns": stopped,
+        "dropped": getattr(collector, "dropped", 0),
+        "callback_s": getattr(collector, "callback_s_before_stop", None),
+        "api_records": getattr(collector, "api_records", 0),
+        "start_s": (started - enable_ns) / 1e9,
+        "api_filter": getattr(collector, "api_filter", ""),
+        "notes": notes,
+        "stop_s": getattr(collector, "stop_s", None),
+        "collector": type(collector).__name__,
+        "kernels": len(kernels),  # type: ignore[arg-type]
+        "slices": slices,
+        "share": share,
+        "options": list(getattr(collector, "options", ())),
+    }
     # coverage first: the kernels file appearing is what the controller waits for
-    for name, data in ((f"coverage-{pid}-{window}.json", json.dumps(coverage).encode()), (f"kernels-{pid}-{window}.json", kernels.to_json())):  # type: ignore[attr-defined]
+    for name, data in (
+        (f"coverage-{pid}-{window}.json", json.dumps(coverage).encode()),
+        (f"kernels-{pid}-{window}.json", kernels.to_json()),  # type: ignore[attr-defined]
+    ):
         tmp = os.path.join(folder, "." + name)
         with open(tmp, "wb") as fh:
             fh.write(data)
@@ -276,7 +335,10 @@ def _watch_or_say(folder: str) -> None:
     except Exception as exc:  # noqa: BLE001 - the server must not notice; the controller reads the reason
         import traceback
 
-        _write(os.path.join(folder, f"unavailable-{os.getpid()}.txt"), f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+        _write(
+            os.path.join(folder, f"unavailable-{os.getpid()}.txt"),
+            f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}",
+        )
 
 
 _folder = os.environ.get("MAX_PROFILE_WORKER_CUPTI_DIR")

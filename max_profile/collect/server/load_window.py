@@ -1,0 +1,142 @@
+"""One window on a server, the same for ``serve`` (a server we started) and ``attach`` (one already running).
+
+At one concurrency: our closed-loop streaming load around the window (none at concurrency 0: the server's own
+traffic), the server's ``/metrics`` read at both ends, and live recorders inside it (the GPU sampler and the host load,
+the :class:`~max_profile.collect.live.recorders.Recorder` protocol of in-process captures); always torn down.
+Equivalent by hand: ``curl $METRICS``; a load generator; ``nvidia-smi dmon``; ``curl $METRICS`` again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from max_profile.collect.live.recorders import GpuSamplerRecorder, HostLoadRecorder, Recorder
+from max_profile.collect.server.serve_client import LoadGenerator
+from max_profile.collect.server.serve_metrics import scrape
+from max_profile.model import LoadWindow, MetricsScrape, RawCapture, RequestRecord
+
+SAMPLE_INTERVAL_S = 0.1
+"""GPU samples in a server window, seconds apart."""
+
+
+@dataclass(frozen=True)
+class ServerTarget:
+    """Where the load goes and what it asks for (one streaming completion per request)."""
+
+    host: str
+    port: int
+    model: str
+    prompt: str
+    max_tokens: int
+    prefix: str = ""
+
+
+def window_recorders(sample_gpus: bool, label: str) -> list[Recorder]:
+    """The recorders of a server window: host load always, GPU samples where this machine has a GPU to sample."""
+    recorders: list[Recorder] = [HostLoadRecorder()]
+    if sample_gpus:
+        recorders.append(GpuSamplerRecorder(SAMPLE_INTERVAL_S, label=label))
+    return recorders
+
+
+class ServerWindow:
+    """One window at one concurrency: ``start_load`` → ``open`` → (the caller waits) → ``close`` → ``finish``;
+    ``abort`` in a ``finally`` always. ``fill(raw)`` puts the recorders' readings into a raw capture."""
+
+    def __init__(
+        self,
+        target: ServerTarget,
+        concurrency: int,
+        duration_s: float,
+        metrics_url: str | None,
+        recorders: list[Recorder],
+        traced: bool | None = None,
+        reference: bool = False,
+    ) -> None:
+        self.concurrency = concurrency
+        self.duration_s = duration_s
+        self.metrics_url = metrics_url
+        self.recorders = recorders
+        self.traced = traced
+        self.reference = reference
+        self.generator = (
+            LoadGenerator(
+                target.host,
+                target.port,
+                target.model,
+                target.prompt,
+                target.max_tokens,
+                concurrency=concurrency,
+                deadline_s=duration_s + 300,
+                prefix=target.prefix,
+            )
+            if concurrency
+            else None
+        )
+        self.span: tuple[int, int] = (0, 0)
+        self.before: MetricsScrape | None = None
+        self.after: MetricsScrape | None = None
+        self.records: list[RequestRecord] = []
+        self._started: list[Recorder] = []
+
+    def start_load(self, ahead: bool) -> None:
+        """Start our load; with ``ahead`` let it run a moment, so the window opens on a server already busy."""
+        if self.generator is None:
+            return
+        self.generator.start()
+        if ahead:
+            time.sleep(min(2.0, self.duration_s / 4))
+
+    def open(self) -> None:
+        if self.metrics_url:
+            self.before = scrape(self.metrics_url)
+        for r in self.recorders:
+            r.start()
+            self._started.append(r)
+        self.span = (time.perf_counter_ns(), 0)
+
+    def close(self, failed: bool = False) -> None:
+        self.span = (self.span[0], time.perf_counter_ns())
+        self._stop_recorders(failed)
+        if self.metrics_url:
+            self.after = scrape(self.metrics_url)
+
+    def finish(self, requests: list[RequestRecord] | None = None) -> None:
+        """Stop our load and keep its requests (or ``requests``: the probes sent instead of a load)."""
+        if self.generator is not None:
+            self.generator.stop()
+            self.records = self.generator.snapshot()
+        if requests is not None:
+            self.records = list(requests)
+
+    def abort(self) -> None:
+        if self.generator is not None:
+            self.generator.stop_event.set()
+        self._stop_recorders(True)
+
+    def _stop_recorders(self, failed: bool) -> None:
+        while self._started:
+            self._started.pop().stop(failed)
+
+    def fill(self, raw: RawCapture) -> None:
+        """Each recorder's readings into ``raw`` (GPU samples appended window after window; the host load of the
+        last window filled)."""
+        for r in self.recorders:
+            r.fill(raw, self.span)
+
+    def summary(self) -> str:
+        done = [r for r in self.records if r.ok]
+        secs = max((self.span[1] - self.span[0]) / 1e9, 1e-9)
+        return f"{len(done)} requests, {sum(r.tokens for r in done) / secs:.0f} tok/s streamed (window and edges)"
+
+    def load_window(self) -> LoadWindow:
+        return LoadWindow(
+            concurrency=self.concurrency,
+            window_ns=self.span,
+            requests=list(self.records),
+            metrics_before=self.before,
+            metrics_after=self.after,
+            traced=self.traced,
+            reference=self.reference,
+        )
