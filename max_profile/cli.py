@@ -72,7 +72,6 @@ T = TypeVar("T")
 
 
 def _requested_outputs(args: argparse.Namespace) -> dict[str, str | bool | None]:
-
     return {o.name: getattr(args, o.name, None) for o in OUTPUTS}
 
 

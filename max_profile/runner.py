@@ -348,7 +348,6 @@ def load_and_warm_up(
 def _load_and_warm_up(
     s: LoadSettings, rec: StartupRecorder, checked: Any, progress: Progress, max_version: str | None
 ) -> tuple[LoadedModel, StartupProfile, Any]:
-
     profiling = os.environ.get("MODULAR_ENABLE_PROFILING", "off")
     weights = read_model_weights(s.model_path)
     weight_bytes = sum(g.bytes for g in weights.groups.values()) if weights and weights.groups else None

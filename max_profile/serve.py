@@ -133,7 +133,6 @@ class ServePlan:
     ``off`` has no ranges (kernels are not split by phase). ``auto``: ``on`` where MAX can use it, else ``off``."""
 
     def resolved_profiling_mode(self) -> str:
-
         if self.profiling_mode != "auto":
             return self.profiling_mode
         return "on" if max_profiling_usable(self.devices) else "off"

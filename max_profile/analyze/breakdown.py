@@ -66,8 +66,8 @@ def union_ns(start: np.ndarray, end: np.ndarray) -> int:
     return int((run_end[last_of_block] - start[new_block]).sum())
 
 
-def _intervals_index(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Index of the interval (sorted by start) containing each t, -1 if none."""
+def interval_index(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Index of the interval (sorted by start, none overlapping) containing each t (ends included), -1 if none."""
     if starts.size == 0:
         return np.full(t.shape, -1, dtype=np.int64)
     idx = np.searchsorted(starts, t, side="right") - 1
@@ -80,7 +80,7 @@ def _intervals_index(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.
 def step_index_of(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Index of the step (sorted by start) whose interval holds each time ``t`` (ends included), -1 for none: how a
     kernel is tied to the step that asked for it (``t``: its launch time, else its start)."""
-    return _intervals_index(starts, ends, t)
+    return interval_index(starts, ends, t)
 
 
 def _family_rows(fam_idx: np.ndarray, dur: np.ndarray, counts_override: np.ndarray | None = None) -> list[FamilyRow]:
@@ -255,7 +255,7 @@ def build_breakdown(
     ordered = sorted(steps, key=lambda s: s.start_ns)
     starts = np.array([s.start_ns for s in ordered], dtype=np.int64)
     ends = np.array([s.end_ns for s in ordered], dtype=np.int64)
-    step_of = _intervals_index(starts, ends, t_attr) if n else np.zeros(0, dtype=np.int64)
+    step_of = interval_index(starts, ends, t_attr) if n else np.zeros(0, dtype=np.int64)
     attribution = _attribution(table, bool(ordered))
 
     lo_candidates = [int(t_attr.min())] if n else []

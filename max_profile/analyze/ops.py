@@ -17,7 +17,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from max_profile.analyze.breakdown import step_index_of, valid_kernels
+from max_profile.analyze.breakdown import interval_index, step_index_of, valid_kernels
 from max_profile.analyze.families import base_name
 from max_profile.model import KernelTable, OpBreakdown, OpCoverage, OpRow, RawCapture, Step, Unavailable
 from max_profile.model.serialization import Phase
@@ -29,18 +29,7 @@ back out of the paged cache (seen on the H200: ``batched_matmul``, ``Prologue(..
 UNATTRIBUTED = "(no op range)"
 """The row of kernels launched outside every op range."""
 TOP_KERNELS = 3
-
-
-def _innermost_index(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Per time in ``t``: the index of the range (sorted by start, innermost ranges only: no two overlap) holding it,
-    -1 for none."""
-    if starts.size == 0:
-        return np.full(t.shape, -1, dtype=np.int64)
-    idx = np.searchsorted(starts, t, side="right") - 1
-    ok = idx >= 0
-    inside = np.zeros(t.shape, dtype=bool)
-    inside[ok] = t[ok] <= ends[idx[ok]]
-    return np.where(inside, idx, -1)
+PHASE_NAMES: tuple[Phase, ...] = ("prefill", "mixed", "decode", "unknown")
 
 
 def op_of_kernels(kernels: KernelTable, ops: KernelTable) -> tuple[np.ndarray, str]:
@@ -63,7 +52,7 @@ def op_of_kernels(kernels: KernelTable, ops: KernelTable) -> tuple[np.ndarray, s
         launching += 1
         best, best_hits, best_idx = None, 0, None
         for op_tid, (st, en, order) in by_thread.items():
-            idx = _innermost_index(st, en, launch[rows])
+            idx = interval_index(st, en, launch[rows])  # innermost ranges: none overlap
             hits = int((idx >= 0).sum())
             if hits > best_hits:
                 best, best_hits, best_idx = op_tid, hits, np.where(idx >= 0, order[np.maximum(idx, 0)], -1)
@@ -86,9 +75,6 @@ def _phase_of(steps: list[Step], t: np.ndarray) -> np.ndarray:
     step = step_index_of(starts, ends, t)
     codes = np.array([PHASE_NAMES.index(s.phase) for s in ordered] + [PHASE_NAMES.index("unknown")], dtype=np.int64)
     return codes[np.where(step >= 0, step, len(ordered))]
-
-
-PHASE_NAMES: tuple[Phase, ...] = ("prefill", "mixed", "decode", "unknown")
 
 
 def op_breakdown(raw: RawCapture) -> OpBreakdown | Unavailable | None:

@@ -369,7 +369,6 @@ def check_architecture(
 def _run_child(
     pkg: Path, name: str, model_path: str | None, prompt: str, timeout_s: float
 ) -> tuple[dict[str, Any], list[PreflightCheck]]:
-
     with tempfile.TemporaryDirectory(prefix="max-profile-preflight-") as tmp:
         out = Path(tmp) / "result.jsonl"
         log = Path(tmp) / "child.log"

@@ -49,7 +49,6 @@ def _requests(raw: RawCapture | None) -> Sequence[RequestRecord]:
 
 
 def _text(report: Report, raw: RawCapture | None, path: str) -> str:
-
     write_output(path, render_text(report).encode())  # the terminal's width, as the CLI prints it (COLUMNS=N sets it)
     return f"text report written to {path}"
 
@@ -66,26 +65,22 @@ def _raw(report: Report, raw: RawCapture | None, path: str) -> str:
 
 
 def _html(report: Report, raw: RawCapture | None, path: str) -> str:
-
     write_output(path, render_html(report).encode())
     return f"HTML report written to {path} (open it in a browser: file://{os.path.abspath(path)})"
 
 
 def _perfetto(report: Report, raw: RawCapture | None, path: str) -> str:
-
     assert raw is not None
     write_perfetto(raw, path)
     return f"Perfetto trace written to {path} (open it at https://ui.perfetto.dev)"
 
 
 def _prometheus(report: Report, raw: RawCapture | None, path: str) -> str:
-
     write_output(path, prometheus_text(report, requests=_requests(raw)).encode())
     return f"Prometheus metrics written to {path} (text exposition format)"
 
 
 def _otel(report: Report, raw: RawCapture | None, path: str) -> str:
-
     export = otlp_providers_from_env()
     export_otel(
         report, meter_provider=export.meter_provider, tracer_provider=export.tracer_provider, requests=_requests(raw)

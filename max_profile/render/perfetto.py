@@ -426,7 +426,6 @@ def _track_ids(device: np.ndarray, stream: np.ndarray, lookup: dict[tuple[int, i
 
 
 def write_perfetto(raw: RawCapture, path: str) -> None:
-
     write_output(path, build_perfetto(raw))
 
 

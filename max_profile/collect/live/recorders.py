@@ -274,7 +274,6 @@ class CuptiRecorder:
         self.slices = StepSlices(share, slice_steps)
 
     def start(self) -> None:
-
         try:
             self.collector = make_cupti_collector(self.notes)
             self.collector.start()

@@ -545,7 +545,6 @@ def compile_key(
 
 
 def ledger_path(cache: Path | None) -> Path:
-
     return cache_dir("compile-ledger") / f"{_digest(str(cache.resolve() if cache else 'none'))}.jsonl"
 
 

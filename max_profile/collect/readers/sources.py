@@ -111,7 +111,6 @@ def _read_gzipped_sqlite(path: str) -> RawCapture:
 
 
 def _read_nsys_rep(path: str) -> RawCapture:
-
     nsys = require_tool("nsys", f"reading {path} (a .nsys-rep is exported to SQLite with `nsys export --type sqlite`)")
     out = str(Path(path).with_suffix(".sqlite"))
     why = export_sqlite(nsys, path, out)
