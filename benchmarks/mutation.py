@@ -45,6 +45,26 @@ EQUIVALENT: dict[str, str] = {
 
 
 RESULTS = REPO / "benchmarks" / "mutation_results.json"
+RUNS = REPO / "benchmarks" / "mutation_runs.json"
+"""One entry per run: when, which modules, which test files judged them (the report lists them: a module's figures are
+from its last run)."""
+
+
+def log_run(modules: list[str]) -> None:
+    import datetime
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]
+    runs = json.loads(RUNS.read_text()) if RUNS.exists() else []
+    modules = modules or ["all"]
+    runs.append(
+        {
+            "date": datetime.date.today().isoformat(),
+            "modules": modules,
+            "tests": config["pytest_add_cli_args_test_selection"],
+        }
+    )
+    RUNS.write_text(json.dumps(runs, indent=1) + "\n")
 
 
 def run(max_children: int, modules: list[str]) -> int:
@@ -57,16 +77,16 @@ def run(max_children: int, modules: list[str]) -> int:
 
 def merge_results(modules: list[str]) -> dict[str, dict[str, str]]:
     """Fold this run's statuses (and each survivor's diff) into ``mutation_results.json``: a module run replaces that
-    module's earlier entries, so runs of one module at a time add up to a report of all of them. A mutant this run did
-    not reach ('not checked') keeps an earlier result of its module."""
+    module's earlier results, so runs of one module at a time add up to a report of all of them. A mutant this run did
+    not reach ('not checked': a run stopped early) keeps its earlier result."""
     stored: dict[str, dict[str, str]] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     fresh = statuses()
     ran = {module_of(n) for n, st in fresh.items() if st != "not checked"}
     if modules:
         ran &= set(modules)
-    for name in [n for n in stored if module_of(n) in ran]:
-        del stored[name]
     for name, st in fresh.items():
+        if st == "not checked" and name in stored:
+            continue  # this run stopped before it: the earlier result stands
         if module_of(name) in ran or name not in stored:
             entry = {"status": st}
             if st == "survived":
@@ -149,6 +169,12 @@ def report(path: Path, results: dict[str, dict[str, str]]) -> None:
             f"{score} |"
         )
     judged = total["killed"] + total["survived"] - total["survived text"] - total["survived equivalent"]
+    if RUNS.exists():
+        lines += ["", "Runs (a module's figures are from its last run, judged by that run's tests):", ""]
+        for r in json.loads(RUNS.read_text()):
+            mods = ", ".join(m.removeprefix("max_profile.analyze.") for m in r["modules"])
+            tests = ", ".join(t.removeprefix("tests/") for t in r["tests"])
+            lines.append(f"- {r['date']}: {mods}; judged by {tests}")
     lines += [
         "",
         f"**All: {total['killed']} killed of {judged} judged mutants: {100 * total['killed'] / judged:.1f} %** "
@@ -195,6 +221,7 @@ def main() -> int:
     if not args.skip_run:
         run(args.max_children, args.module)
         results = merge_results(args.module)
+        log_run(args.module)
     else:
         results = json.loads(RESULTS.read_text())
     report(Path(args.report), results)
