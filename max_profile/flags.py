@@ -436,7 +436,8 @@ def check_values(args: argparse.Namespace) -> None:
     """The checks of flag values a type cannot make alone (ranges, with the verb's wording); serve's pass-through
     arguments without their leading ``--``."""
     if args.verb == "serve":
-        args.extra = list(args.extra or [])[1:] if (args.extra or [""])[0] == "--" else list(args.extra or [])
+        extra = list(args.extra or [])
+        args.extra = extra[1:] if extra[:1] == ["--"] else extra
         if not args.duration > 0:
             raise InputError("--duration must be > 0 seconds")
         if not 0 < args.record_share <= 1:

@@ -17,7 +17,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from max_profile.analyze.breakdown import interval_index, step_index_of, valid_kernels
+from max_profile.analyze.breakdown import PHASES, interval_index, step_index_of, valid_kernels
 from max_profile.analyze.families import base_name
 from max_profile.model import KernelTable, OpBreakdown, OpCoverage, OpRow, RawCapture, Step, Unavailable
 from max_profile.model.serialization import Phase
@@ -29,7 +29,6 @@ back out of the paged cache (seen on the H200: ``batched_matmul``, ``Prologue(..
 UNATTRIBUTED = "(no op range)"
 """The row of kernels launched outside every op range."""
 TOP_KERNELS = 3
-PHASE_NAMES: tuple[Phase, ...] = ("prefill", "mixed", "decode", "unknown")
 
 
 def op_of_kernels(kernels: KernelTable, ops: KernelTable) -> tuple[np.ndarray, str]:
@@ -68,12 +67,12 @@ def op_of_kernels(kernels: KernelTable, ops: KernelTable) -> tuple[np.ndarray, s
 
 
 def _phase_of(steps: list[Step], t: np.ndarray) -> np.ndarray:
-    """Per time: the index into PHASE_NAMES of the phase of the step holding it (``unknown`` for none)."""
+    """Per time: the index into PHASES of the phase of the step holding it (``unknown`` for none)."""
     ordered = sorted(steps, key=lambda s: s.start_ns)
     starts = np.array([s.start_ns for s in ordered], dtype=np.int64)
-    ends = np.array([s.start_ns + s.duration_ns for s in ordered], dtype=np.int64)
+    ends = np.array([s.end_ns for s in ordered], dtype=np.int64)
     step = step_index_of(starts, ends, t)
-    codes = np.array([PHASE_NAMES.index(s.phase) for s in ordered] + [PHASE_NAMES.index("unknown")], dtype=np.int64)
+    codes = np.array([PHASES.index(s.phase) for s in ordered] + [PHASES.index("unknown")], dtype=np.int64)
     return codes[np.where(step >= 0, step, len(ordered))]
 
 
@@ -91,12 +90,12 @@ def op_breakdown(raw: RawCapture) -> OpBreakdown | Unavailable | None:
     k_phase = _phase_of(raw.steps, when)
     o_phase = _phase_of(raw.steps, ops.start_ns)
     dur = (kernels.end_ns - kernels.start_ns).astype(np.float64)
-    op_names = np.array(ops.names, dtype=object)[ops.name_idx] if len(ops) else np.array([], dtype=object)
+    op_names = np.array(ops.names, dtype=object)[ops.name_idx]
     k_names = np.array(kernels.names, dtype=object)[kernels.name_idx]
     rows: list[OpRow] = []
     coverage: list[OpCoverage] = []
     launched_by_range = np.bincount(op_idx[op_idx >= 0], minlength=len(ops))
-    for code, phase in enumerate(PHASE_NAMES):
+    for code, phase in enumerate(PHASES):
         in_k = k_phase == code
         in_o = o_phase == code
         if not in_k.any() and not in_o.any():

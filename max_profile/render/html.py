@@ -29,6 +29,7 @@ from max_profile.model import (
     UtilizationSection,
 )
 from max_profile.render.html_base import CSS, HEATMAP_COLUMNS, PHASE_COLORS, SEVERITY_COLORS, esc, na, new_figure, thin
+from max_profile.render.tables import OP_COLUMNS, op_coverage_text, op_figures
 
 SECTIONS = (
     "summary",
@@ -411,26 +412,10 @@ def _ops_table(report: Report) -> str:
     if isinstance(ops, Unavailable):
         return na(ops.reason)
     parts = [f'<p class="meta">{esc(ops.source)}; {esc(ops.join)}</p>']
-    headers = ["op", "calls", "kernels", "GPU ms", "share %", "host ms", "kernels it launched"]
     for c in ops.coverage:
-        parts.append(
-            f"<h3>{esc(c.phase)}: {c.steps} steps, {c.attributed_pct:.1f} % of {c.kernel_ms:.3f} ms kernel time inside "
-            f"named ops; {c.calls_without_kernels} of {c.calls} op calls launched no kernel</h3>"
-        )
-        rows = [
-            [
-                r.op,
-                str(r.calls),
-                str(r.kernels),
-                f"{r.gpu_ms:.3f}",
-                f"{r.share_pct:.1f}",
-                f"{r.host_ms:.3f}",
-                ", ".join(r.top_kernels),
-            ]
-            for r in ops.rows
-            if r.phase == c.phase
-        ]
-        parts.append(_figures_table(headers, rows))
+        parts.append(f"<h3>{esc(c.phase)}: {c.steps} steps, {esc(op_coverage_text(c))}</h3>")
+        rows = [[r.op, *op_figures(r), ", ".join(r.top_kernels)] for r in ops.rows if r.phase == c.phase]
+        parts.append(_figures_table(OP_COLUMNS, rows))
     return "".join(parts)
 
 

@@ -156,7 +156,7 @@ def build_perfetto(raw: RawCapture) -> bytes:
         for tid in np.unique(table.launch_tid[table.launch_tid >= 0]):
             threads[int(tid)] = THREAD_TRACK_BASE + len(threads)
             descriptor(threads[int(tid)], f"launch thread {int(tid)}")
-    ops = raw.op_ranges if raw.kernel_clock == "host" else raw.op_ranges.select(np.zeros(len(raw.op_ranges), bool))
+    ops = raw.op_ranges if raw.kernel_clock == "host" else KernelTable.empty()  # op ranges are on the host clock
     op_tracks: dict[int, int] = {}
     if len(ops) and ops.launch_tid is not None:  # --kernels ops: MAX's op ranges, one lane per host thread
         for tid in np.unique(ops.launch_tid):

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from rich.table import Table
 from rich.text import Text
 
+from max_profile.model import OpCoverage, OpRow
+
 INNER = 4
 """Columns a panel's border and padding take from the width its tables get."""
 
@@ -95,3 +97,20 @@ def figure(v: float | int | None, fmt: str = ".2f", unit: str = "") -> str:
     if v is None:
         return "n/a"
     return f"{v:{fmt}}{unit}"
+
+
+OP_COLUMNS = ("op", "calls", "kernels", "GPU ms", "share %", "host ms", "kernels it launched")
+"""The op table's columns (``--kernels ops``), in the text and the HTML report."""
+
+
+def op_figures(r: OpRow) -> list[str]:
+    """An op row's figures (calls to host ms), as both reports print them."""
+    return [str(r.calls), str(r.kernels), f"{r.gpu_ms:.3f}", f"{r.share_pct:.1f}", f"{r.host_ms:.3f}"]
+
+
+def op_coverage_text(c: OpCoverage) -> str:
+    """How much of a phase's kernel time the named ops hold, and the op calls that launched nothing."""
+    return (
+        f"{c.attributed_pct:.1f} % of {c.kernel_ms:.3f} ms kernel time inside named ops; "
+        f"{c.calls_without_kernels} of {c.calls} op calls launched no kernel"
+    )

@@ -24,7 +24,16 @@ from max_profile.model import (
     UtilizationSection,
 )
 from max_profile.render.serve_text import load_levels_section, serve_section, server_metrics_section, tracer_cost_line
-from max_profile.render.tables import INNER, Col, figure, fitted_tables, na_text
+from max_profile.render.tables import (
+    INNER,
+    OP_COLUMNS,
+    Col,
+    figure,
+    fitted_tables,
+    na_text,
+    op_coverage_text,
+    op_figures,
+)
 from max_profile.render.terminal import DEFAULT_WIDTH, terminal_width
 
 """A panel's border and padding take this many columns of the console width."""
@@ -527,36 +536,16 @@ def ops_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableType | 
     if isinstance(ops, Unavailable):
         return Panel(na_text(ops.reason), title="MAX ops on the GPU", title_align="left")
     parts: list[RenderableType] = [Text(f"{ops.source}; {ops.join}", style="dim")]
-    cols = [
-        Col("op", numeric=False, wrap=True),
-        Col("calls"),
-        Col("kernels"),
-        Col("GPU ms"),
-        Col("share %"),
-        Col("host ms"),
-        Col("kernels it launched", numeric=False, wrap=True),
-    ]
+    cols = [Col(OP_COLUMNS[0], numeric=False, wrap=True), *map(Col, OP_COLUMNS[1:-1])]
+    cols.append(Col(OP_COLUMNS[-1], numeric=False, wrap=True))
     for c in ops.coverage:
         if not c.kernels and not c.calls:
             continue
         head = Text(f"{c.phase}: {c.steps} step{'s' if c.steps != 1 else ''}, ", style="bold")
-        head.append(
-            f"{c.attributed_pct:.1f} % of {c.kernel_ms:.3f} ms kernel time inside named ops; "
-            f"{c.calls_without_kernels} of {c.calls} op calls launched no kernel",
-            style="dim",
-        )
+        head.append(op_coverage_text(c), style="dim")
         rows = [r for r in ops.rows if r.phase == c.phase]
         table = [
-            [
-                r.op[:160],
-                str(r.calls),
-                str(r.kernels),
-                f"{r.gpu_ms:.3f}",
-                f"{r.share_pct:.1f}",
-                f"{r.host_ms:.3f}",
-                ", ".join(k[:60] for k in r.top_kernels) or "none",
-            ]
-            for r in rows[:OPS_SHOWN]
+            [r.op[:160], *op_figures(r), ", ".join(k[:60] for k in r.top_kernels) or "none"] for r in rows[:OPS_SHOWN]
         ]
         parts += [head, *fitted_tables(cols, table, width - INNER)]
         if len(rows) > OPS_SHOWN:

@@ -359,8 +359,7 @@ class NvtxLogRecorder:
     def __init__(self, log_path: str | None, beside_kernels: bool = False) -> None:
         self.log_path = log_path
         self.gated = bool(log_path) and gated_in_process()
-        self.beside_kernels = beside_kernels
-        """``--kernels ops``: the op ranges go beside the kernels another recorder fills (``raw.op_ranges``)."""
+        self.beside_kernels = beside_kernels  # --kernels ops: into raw.op_ranges, beside CUPTI's kernels
 
     def start(self) -> None:
         if self.gated:

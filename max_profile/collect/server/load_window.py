@@ -96,9 +96,9 @@ class ServerWindow:
             self._started.append(r)
         self.span = (time.perf_counter_ns(), 0)
 
-    def close(self, failed: bool = False) -> None:
+    def close(self) -> None:
         self.span = (self.span[0], time.perf_counter_ns())
-        self._stop_recorders(failed)
+        self._stop_recorders(failed=False)
         if self.metrics_url:
             self.after = scrape(self.metrics_url)
 
