@@ -242,6 +242,7 @@ CASES: dict[str, tuple[Callable[[], Report], Callable[[], Report]]] = {
         lambda: build_report(_idle_capture(0.8, 0.2, graphs=True)),
     ),
     "host-time-between-ops": (lambda: _ops_on_cpu(0.2), lambda: _ops_on_cpu(0.6)),
+    "ops-bound": (lambda: _ops_on_cpu(0.6), lambda: _ops_on_cpu(0.2)),
     "matmul-slow-path": (lambda: real("session7/run_fp8_raw.json.gz"), lambda: real("session7/run_b32_raw.json.gz")),
     "matmul-below-roofline": (lambda: real("session7/run_b32_raw.json.gz"), lambda: _batched(2.7)),
     "attention-below-roofline": (

@@ -528,8 +528,8 @@ def test_server_metrics_ledger_of_an_idle_window() -> None:
 
 def test_host_ops_on_a_cpu_name_the_time_between_ops() -> None:
     """MAX's op ranges on a CPU: ops cover 20 % of each 1 ms step; the other 80 % (0.8 ms) is host time between ops, an
-    info finding with its lever; at 42 % coverage nothing, at 38 % again (the host-bound threshold, 40 %, is the
-    boundary)."""
+    info finding with its lever; at 42 % coverage the other verdict (ops-bound), at 38 % again this one (the host-bound
+    threshold, 40 %, is the boundary): every phase gets exactly one of the two."""
     from max_profile.model import Environment
 
     from .test_rules import synthetic
@@ -555,6 +555,13 @@ def test_host_ops_on_a_cpu_name_the_time_between_ops() -> None:
     ] == pytest.approx(0.8, abs=0.002)
     assert "80 %" in f.title and f.command is not None and "--kernels off" in str(f.command.args["line"])
     assert "host-time-between-ops" not in ids(ops(0.42)) and "host-time-between-ops" in ids(ops(0.38))
+    for cover in (0.05, 0.38, 0.42, 0.95):  # one verdict on every phase, whichever side of the threshold
+        verdicts = [f for f in ops(cover).findings if f.id in ("host-time-between-ops", "ops-bound")]
+        assert sorted(str(f.evidence["phase"]) for f in verdicts) == sorted(p.phase for p in lg.phases), cover
+        assert all(f.id == ("ops-bound" if cover > 0.4 else "host-time-between-ops") for f in verdicts), cover
+    bound = finding(ops(0.42), "ops-bound")
+    assert bound.evidence["ops_cover_pct"] == pytest.approx(42.0, abs=0.3) and "42 %" in bound.title
+    assert bound.evidence["top_part"] == "matmul: gemm" and "matmul: gemm first" in bound.title
     assert all(
         r.ideal_ms_per_step is None for p in lg.phases for r in p.rows if r.kind == "kernels"
     )  # nothing priced on a CPU

@@ -71,7 +71,7 @@ RULES: tuple[RuleSpec, ...] = (
     RuleSpec(
         "gpu-idle",
         rule_gpu_idle,
-        ("host-bound", "graph-launch-late", "gpu-idle", "host-time-between-ops"),
+        ("host-bound", "graph-launch-late", "gpu-idle", "host-time-between-ops", "ops-bound"),
         ("ledger|utilization|kernels",),
         (
             "host_bound_busy_pct",

@@ -134,12 +134,14 @@ def _idle_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | N
     )
 
 
-def _host_ops_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | None:
-    """On a CPU the "kernels" are MAX's op ranges on the host: the rest of each step is host work between ops."""
+def _host_ops_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding:
+    """On a CPU the "kernels" are MAX's op ranges on the host: the rest of each step is host work between ops. Every
+    phase gets one of two verdicts, split at ``host_bound_busy_pct``: the host work between ops sets the speed
+    (host-time-between-ops), or the ops do (ops-bound)."""
     between = sum(r.ms_per_step for r in p.rows if r.kind == "idle")
     pct = 100 * between / p.step_ms if p.step_ms else 0.0
     if 100 - pct >= th.host_bound_busy_pct:
-        return None
+        return _ops_bound_finding(report, p, 100 - pct, th)
     return Finding(
         id="host-time-between-ops",
         severity="info",
@@ -159,6 +161,36 @@ def _host_ops_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding
         "the host time goes "
         "with py-spy, or profile a larger model.",
         command=_host_command(report),
+    )
+
+
+def _ops_bound_finding(report: Report, p: PhaseLedger, cover_pct: float, th: Thresholds) -> Finding:
+    """MAX's ops ran most of the phase's steps on the host: their math sets the speed; the largest part and op lead."""
+    parts = sorted((r for r in p.rows if r.kind == "kernels"), key=lambda r: r.ms_per_step, reverse=True)
+    top = parts[0] if parts else None
+    k = kern(report)
+    phase_ops = phase_of(k, p.phase) if k is not None else None
+    top_op = phase_ops.top_kernels[0].name if phase_ops is not None and phase_ops.top_kernels else None
+    where = f"each {p.phase} step" if p.steps > 1 else f"the {p.phase} step"
+    lead = f", {top.part} first ({top.share_pct:.0f} % of the step)" if top is not None else ""
+    return Finding(
+        id="ops-bound",
+        severity="info",
+        confidence=0.7,
+        title=f"MAX's ops ran {cover_pct:.0f} % of {where} ({p.step_ms:.2f} ms): the ops' own work sets the speed"
+        + lead,
+        evidence={
+            "phase": p.phase,
+            "steps": p.steps,
+            "ops_cover_pct": round(cover_pct, 1),
+            "step_ms": round(p.step_ms, 4),
+            "top_part": top.part if top is not None else None,
+            "top_part_ms_per_step": round(top.ms_per_step, 4) if top is not None else None,
+            "top_op": top_op,
+            "threshold_pct": th.host_bound_busy_pct,
+        },
+        next_step="The op table says which ops take the time; on a CPU their speed is the host's cores and MAX's CPU "
+        "kernels (other processes on the same cores slow them first: see the host-load line).",
     )
 
 
@@ -280,13 +312,14 @@ def _capture_graph_waits(report: Report, th: Thresholds) -> list[Finding]:
 def rule_gpu_idle(report: Report, th: Thresholds) -> list[Finding]:
     """The GPU idle inside each phase's steps, from the ledger: host-bound (busy under ``host_bound_busy_pct``), the
     step's device graph launched late (most of the idle before graph kernels), or idle between launches. No ledger:
-    NVML's utilization or the whole capture's busy share, and the capture's waits before device graphs. Needs load: a
+    NVML's utilization or the whole capture's busy share, and the capture's waits before device graphs. On a CPU
+    (MAX's op ranges as the kernels) one verdict per phase: host time between ops, or ops-bound. Needs load: a
     lightly loaded window says so instead (lightly-loaded)."""
     if lightly_loaded(report, th):
         return []
     lg = ledger(report)
     if lg is not None and lg.source == "op ranges (host)":
-        return [f for p in lg.phases if (f := _host_ops_finding(report, p, th)) is not None]
+        return [_host_ops_finding(report, p, th) for p in lg.phases]
     tl = timeline_ledger(report)
     if tl is not None:
         return [f for p in tl.phases if (f := _idle_finding(report, p, th)) is not None]
