@@ -7,12 +7,12 @@
    a TTY answer, or ``confirm=`` in the API). Custom architectures are preflighted; a warm pass (``max warm-cache``)
    fills the compile cache.
 2. The mode's recorder (:mod:`max_profile.collect.server.serve_recorders`) may wrap the launch and add to the
-environment.
-   The server runs in its own process group and TMPDIR, on free ports (API, and metrics on
+   environment. The server runs in its own process group and TMPDIR, on free ports (API, and metrics on
    ``MAX_SERVE_METRICS_ENDPOINT_PORT``), with ``OTEL_SDK_DISABLED=true`` (no telemetry egress; /metrics kept).
 3. Fail fast: while waiting for ``/health`` the process must stay alive and its log show no early error.
-4. Windows: for each concurrency level, a closed-loop streaming load, then the window: the server's /metrics read,
-   GPU samples and host load, the recorder started; ``duration`` seconds; everything stopped and read back.
+4. Windows: for each concurrency level, a closed-loop streaming load, then the window: the mode's window recorder
+   started, the server's /metrics read, GPU samples and host load (all one ``Recorder`` protocol, run by the shared
+   ``ServerWindow``); ``duration`` seconds; everything stopped and read back.
 5. Only the server's own process group is stopped; its TMPDIR is removed; artifacts are checked.
 """
 
@@ -509,25 +509,21 @@ def serve_windows(
                 window_recorders(True, "serve window"),
                 traced=traced if plan.spec.reference else None,
                 reference=reference,
+                tracer=recorder.window(index, server, progress) if traced else None,
             )
             windows.append(window)
             window.start_load(ahead=plan.spec.load_ahead)
-            if traced:
-                recorder.start(index, progress)
             window.open()
             _watch_window(server, time.monotonic() + plan.duration_s)
             window.close()
-            if traced:
-                recorder.stop(index, progress)
             window.finish()
+            window.fill(raw)
             if reference:
                 progress(f"reference window, recorder off (concurrency {concurrency}): {window.summary()}")
             elif len(plan.concurrency) > 1:
                 progress(
                     f"window {index} (concurrency {concurrency}{', recorded' if traced else ''}): {window.summary()}"
                 )
-            if traced and not recorder.reads_after_teardown:
-                recorder.read(raw, index, window.span, server)
         saved = _keep_artifacts(tmp, artifacts_dir)
     finally:
         for w in windows:
@@ -539,7 +535,7 @@ def serve_windows(
             if artifacts_dir and recorder.reads_after_teardown:
                 _keep_artifacts(tmp, artifacts_dir)
     if recorder.reads_after_teardown:
-        recorder.read(raw, 1, windows[-1].span, server)
+        recorder.read_after_teardown(raw, windows[-1].span)
         saved = {"server.log": str(Path(artifacts_dir) / "server.log")} if artifacts_dir else {}
     return _finish_raw(raw, plan, windows, ready_s, saved.get("server.log"), [*recorder.artifacts(), *saved.values()])
 
@@ -623,9 +619,7 @@ def _finish_raw(
     raw.requests = [r for w in measured for r in w.records]
     raw.load_windows = [w.load_window() for w in windows]
     raw.artifacts = [*raw.artifacts, *artifacts]
-    for w in windows:  # GPU samples of every window; the host load of the last (a measured one: the reference is first)
-        w.fill(raw)
-    if raw.samples:
+    if raw.samples:  # each window filled its GPU samples and host load (the last, a measured one, wins) as it ended
         raw.utilization_unavailable = None  # some windows sampled; a window that could not is said by its absence
     elif raw.utilization_unavailable is None:
         raw.utilization_unavailable = Unavailable("GPU sampling did not run")

@@ -554,6 +554,7 @@ def test_kernels_mode_measures_the_recorder_against_an_untraced_reference_window
     the reference out of the load levels and the capture window. CI has no CUPTI: a stand-in recorder (it records
     nothing, it only counts its starts and stops) takes the worker recorder's place; the server, load and metrics are
     real."""
+    from max_profile.collect.live.recorders import Recorder
     from max_profile.collect.probes.environment import detect_environment
     from max_profile.collect.server.serve_recorders import UtilizationRecorder
     from max_profile.model import RawCapture
@@ -564,13 +565,25 @@ def test_kernels_mode_measures_the_recorder_against_an_untraced_reference_window
         switched_per_window = True
 
         def __init__(self) -> None:
-            self.calls: list[str] = []
+            self.calls: list[tuple[str, int, int]] = []
 
-        def start(self, window: int, progress: object) -> None:
-            self.calls.append(f"start {window}")
+        def window(self, index: int, server: object, progress: object) -> Recorder:
+            calls = self.calls
 
-        def stop(self, window: int, progress: object) -> None:
-            self.calls.append(f"stop {window}")
+            class StandInWindow:  # stands in for WorkerKernelWindow: it records nothing, it notes when it was called
+                name = "stand-in"
+
+                def start(self) -> None:
+                    calls.append(("start", index, time.perf_counter_ns()))
+
+                def stop(self, failed: bool) -> None:
+                    calls.append(("stop" if not failed else "failed", index, time.perf_counter_ns()))
+
+                def fill(self, raw: RawCapture, window: tuple[int, int] | None) -> None:
+                    assert window is not None
+                    calls.append(("fill", index, window[1]))
+
+            return StandInWindow()
 
     plan = _plan(tiny_model_dir, mode="kernels", profiling_mode="off", warm=False, duration_s=3.0)
     recorder = StandInRecorder()
@@ -584,8 +597,12 @@ def test_kernels_mode_measures_the_recorder_against_an_untraced_reference_window
             lambda m: None,
             None,
         )
-    assert recorder.calls == ["start 1", "stop 1"]  # the reference window ran without it; the recorded one is window 1
+    # the reference window ran without it; the recorded one is window 1, its recorder on before the window opened and
+    # off after it closed, then read with the window's span
+    assert [(c[0], c[1]) for c in recorder.calls] == [("start", 1), ("stop", 1), ("fill", 1)]
     reference, recorded = raw.load_windows
+    (_, _, started), (_, _, stopped), (_, _, filled_end) = recorder.calls
+    assert started <= recorded.window_ns[0] and recorded.window_ns[1] <= stopped and filled_end == recorded.window_ns[1]
     assert reference.reference and reference.traced is False and not recorded.reference and recorded.traced is True
     assert reference.window_ns[1] <= recorded.window_ns[0] and raw.window_ns == recorded.window_ns
     assert raw.requests and raw.requests == list(recorded.requests)  # the capture's requests are the recorded window's

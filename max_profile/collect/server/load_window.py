@@ -1,8 +1,10 @@
 """One window on a server, the same for ``serve`` (a server we started) and ``attach`` (one already running).
 
 At one concurrency: our closed-loop streaming load around the window (none at concurrency 0: the server's own
-traffic), the server's ``/metrics`` read at both ends, and live recorders inside it (the GPU sampler and the host load,
-the :class:`~max_profile.collect.live.recorders.Recorder` protocol of in-process captures); always torn down.
+traffic), the server's ``/metrics`` read at both ends, and live recorders inside it, all through the
+:class:`~max_profile.collect.live.recorders.Recorder` protocol of in-process captures: the GPU sampler and the host
+load, and a serve mode's tracer (the model worker's CUPTI, an nsys session), which starts before the window opens and
+stops after it closes, so its own start and stop stay out of the measured span; always torn down.
 Equivalent by hand: ``curl $METRICS``; a load generator; ``nvidia-smi dmon``; ``curl $METRICS`` again.
 """
 
@@ -42,7 +44,8 @@ def window_recorders(sample_gpus: bool, label: str) -> list[Recorder]:
 
 class ServerWindow:
     """One window at one concurrency: ``start_load`` → ``open`` → (the caller waits) → ``close`` → ``finish``;
-    ``abort`` in a ``finally`` always. ``fill(raw)`` puts the recorders' readings into a raw capture."""
+    ``abort`` in a ``finally`` always. ``fill(raw)`` puts the tracer's and the recorders' readings into a raw
+    capture."""
 
     def __init__(
         self,
@@ -53,11 +56,13 @@ class ServerWindow:
         recorders: list[Recorder],
         traced: bool | None = None,
         reference: bool = False,
+        tracer: Recorder | None = None,
     ) -> None:
         self.concurrency = concurrency
         self.duration_s = duration_s
         self.metrics_url = metrics_url
         self.recorders = recorders
+        self.tracer = tracer
         self.traced = traced
         self.reference = reference
         self.generator = (
@@ -79,6 +84,7 @@ class ServerWindow:
         self.after: MetricsScrape | None = None
         self.records: list[RequestRecord] = []
         self._started: list[Recorder] = []
+        self._tracing = False
 
     def start_load(self, ahead: bool) -> None:
         """Start our load; with ``ahead`` let it run a moment, so the window opens on a server already busy."""
@@ -89,6 +95,9 @@ class ServerWindow:
             time.sleep(min(2.0, self.duration_s / 4))
 
     def open(self) -> None:
+        if self.tracer is not None:
+            self.tracer.start()
+            self._tracing = True
         if self.metrics_url:
             self.before = scrape(self.metrics_url)
         for r in self.recorders:
@@ -101,6 +110,7 @@ class ServerWindow:
         self._stop_recorders(failed=False)
         if self.metrics_url:
             self.after = scrape(self.metrics_url)
+        self._stop_tracer(failed=False)
 
     def finish(self, requests: list[RequestRecord] | None = None) -> None:
         """Stop our load and keep its requests (or ``requests``: the probes sent instead of a load)."""
@@ -114,15 +124,21 @@ class ServerWindow:
         if self.generator is not None:
             self.generator.stop_event.set()
         self._stop_recorders(True)
+        self._stop_tracer(True)
 
     def _stop_recorders(self, failed: bool) -> None:
         while self._started:
             self._started.pop().stop(failed)
 
+    def _stop_tracer(self, failed: bool) -> None:
+        if self.tracer is not None and self._tracing:
+            self._tracing = False
+            self.tracer.stop(failed)
+
     def fill(self, raw: RawCapture) -> None:
-        """Each recorder's readings into ``raw`` (GPU samples appended window after window; the host load of the
-        last window filled)."""
-        for r in self.recorders:
+        """The tracer's and each recorder's readings into ``raw`` (GPU samples appended window after window; the host
+        load of the last window filled)."""
+        for r in [*([self.tracer] if self.tracer is not None else []), *self.recorders]:
             r.fill(raw, self.span)
 
     def summary(self) -> str:

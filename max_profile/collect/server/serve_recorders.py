@@ -1,15 +1,21 @@
-"""What each ``max-profile serve`` mode records over a window, behind one :class:`ServeRecorder` interface.
+"""What each ``max-profile serve`` mode records, as a server-side part and one live
+:class:`~max_profile.collect.live.recorders.Recorder` per window.
 
 The server lifecycle (``max_profile.serve``) is the same for every mode: plan, confirm, warm, start, fail fast,
-/health, windows under load, teardown. A recorder plugs into it: it may wrap the launch command (``nsys launch``,
-``rocprofv3 ... --``), add to the server's environment (the worker hook, the NVTX log library), get ready after
-/health, start and stop a window, read what the window recorded into the :class:`RawCapture`, and clean up.
+/health, windows under load, teardown. A mode's :class:`ServeRecorder` plugs into it on the server's side: it may wrap
+the launch command (``nsys launch``, ``rocprofv3 ... --``), add to the server's environment (the worker hook, the NVTX
+log library), get ready after /health, read what it recorded after teardown, and clean up. Inside each window it
+records through the same :class:`Recorder` protocol as the GPU sampler and the host load (``window()``: start, stop,
+fill the raw capture), run by the window (:class:`~max_profile.collect.server.load_window.ServerWindow`) around its
+span.
 
-* :class:`UtilizationRecorder` — nothing beyond the GPU samples every window gets.
+* :class:`UtilizationRecorder` — nothing beyond the GPU samples and host load every window gets.
 * :class:`WorkerKernelRecorder` — the model worker's kernels (CUPTI in the worker on NVIDIA, several windows per
-  server) and MAX's op / scheduler ranges through the NVTX log (any device).
-* :class:`NsysRecorder` — ``nsys launch`` / ``start`` / ``stop`` / ``shutdown`` with a unique session.
-* :class:`RocprofRecorder` — rocprofv3's collection period, timed from launch (R2 measured by a probe pass).
+  server) and MAX's op / scheduler ranges through the NVTX log (any device): :class:`WorkerKernelWindow`.
+* :class:`NsysRecorder` — ``nsys launch`` / ``start`` / ``stop`` / ``shutdown`` with a unique session:
+  :class:`NsysWindow`.
+* :class:`RocprofRecorder` — rocprofv3's collection period, timed from launch (R2 measured by a probe pass):
+  :class:`RocprofWindow`.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import msgspec
 
 from max_profile.collect.live.cupti_native import build_cupti_library
 from max_profile.collect.live.nvtx_log import build_injection_library
-from max_profile.collect.live.recorders import ops_in_window
+from max_profile.collect.live.recorders import Recorder, ops_in_window
 from max_profile.collect.readers.nsys import export_sqlite, merge_trace, read_nsys_sqlite
 from max_profile.collect.readers.rocprof import rocprof_csv_capture
 from max_profile.collect.server import serve_profilers as sp
@@ -42,13 +48,14 @@ class ServerHandle(Protocol):
 
 
 class ServeRecorder(Protocol):
-    """One mode's recording around a server's windows (see the module docstring)."""
+    """One mode's server-side part (see the module docstring); what it records in a window is ``window()``'s
+    :class:`Recorder`."""
 
     mode: str
     """The serve mode this recorder implements (its registry entry: ``max_profile.serve.SERVE_MODES``)."""
     reads_after_teardown: bool
     """Whether what it recorded is read after the server stopped (nsys and rocprofv3 write their files when their
-    session / the server's group ends), not after each window."""
+    session / the server's group ends), not by each window's recorder."""
     switched_per_window: bool
     """Whether recording is switched on and off inside the running server per window, so an untraced window of the same
     server measures what it costs (CUPTI in the model worker); not where the tracer wraps or configures the server."""
@@ -57,9 +64,10 @@ class ServeRecorder(Protocol):
     def env(self) -> dict[str, str]: ...
     def launched(self, at_monotonic: float) -> None: ...
     def ready(self, server: ServerHandle, progress: Progress) -> None: ...
-    def start(self, window: int, progress: Progress) -> None: ...
-    def stop(self, window: int, progress: Progress) -> None: ...
-    def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None: ...
+    def window(self, index: int, server: ServerHandle, progress: Progress) -> Recorder | None:
+        """The recorder of window ``index`` (counting from 1; None: the window's GPU samples and host load are all)."""
+
+    def read_after_teardown(self, raw: RawCapture, span: tuple[int, int]) -> None: ...
     def close(self) -> None: ...
     def artifacts(self) -> list[str]: ...
 
@@ -83,13 +91,10 @@ class UtilizationRecorder:
     def ready(self, server: ServerHandle, progress: Progress) -> None:
         return None
 
-    def start(self, window: int, progress: Progress) -> None:
+    def window(self, index: int, server: ServerHandle, progress: Progress) -> Recorder | None:
         return None
 
-    def stop(self, window: int, progress: Progress) -> None:
-        return None
-
-    def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None:
+    def read_after_teardown(self, raw: RawCapture, span: tuple[int, int]) -> None:
         return None
 
     def close(self) -> None:
@@ -120,14 +125,13 @@ class WorkerKernelRecorder(UtilizationRecorder):
         self.window_plans: dict[int, dict[str, object]] = {}
         """Server window -> what the worker records in it, instead of the share above (``benchmarks/serve_ab.py``'s
         variants)."""
-        self._hook_window: dict[int, int] = {}
-        """Server window -> the hook's window number (the hook counts only windows that were recorded)."""
+        self.hook_windows = 0
+        """Windows the hook recorded so far (the hook numbers only those)."""
         self.coverage: dict[int, WindowCoverage] = {}
         """Server window -> what the worker recorded of it (CUPTI callback seconds among it), as read back."""
         self.nvtx_template: str | None = None
         self.extra: dict[str, str] = {}
         self.hook: WorkerHook | None = None
-        self._alive: Callable[[], bool] = lambda: True
         if profiling != "off":
             try:
                 self.nvtx_template = str(tmp / "nvtx-%p.log")
@@ -160,7 +164,6 @@ class WorkerKernelRecorder(UtilizationRecorder):
         return dict(self.extra)
 
     def ready(self, server: ServerHandle, progress: Progress) -> None:
-        self._alive = server.alive
         if self.hook is not None:
             progress(self.hook.prepare(server.alive))
 
@@ -169,66 +172,85 @@ class WorkerKernelRecorder(UtilizationRecorder):
     measured window (on the H200 the recorder's cost proved steady, not a start-up transient:
     tests/data/h200/session9)."""
 
-    def start(self, window: int, progress: Progress) -> None:
+    def window(self, index: int, server: ServerHandle, progress: Progress) -> Recorder | None:
+        return WorkerKernelWindow(self, index, server, progress)
+
+    def close(self) -> None:
+        if self.hook is not None:
+            self.hook.quit()
+
+
+class WorkerKernelWindow:
+    """One window of the model worker's recording: the hook told to start (and waited for, plus ``settle_s``) and to
+    stop; its kernels (or ops), steps and MAX's scheduler ranges read into the raw capture."""
+
+    name = "model-worker"
+
+    def __init__(self, mode: WorkerKernelRecorder, index: int, server: ServerHandle, progress: Progress) -> None:
+        self.mode, self.index, self.server, self.progress = mode, index, server, progress
+        self.hook_window: int | None = None
+        """The hook's window number (the hook counts only windows that were recorded)."""
+
+    def start(self) -> None:
         """Start the worker's recording and return once it runs (plus ``settle_s``), so the window measures it
         steady."""
-        if self.hook is not None:
-            self._hook_window[window] = len(self._hook_window) + 1
-            plan = self.window_plans.get(window) or (
-                {"share": self.record_share, "slice_s": self.slice_s} if self.record_share < 1 else {}
+        m = self.mode
+        if m.hook is None:
+            return
+        self.hook_window = m.hook_windows = m.hook_windows + 1
+        plan = m.window_plans.get(self.index) or (
+            {"share": m.record_share, "slice_s": m.slice_s} if m.record_share < 1 else {}
+        )
+        m.hook.start(self.hook_window, plan)
+        if not m.hook.wait_started(self.hook_window, self.server.alive):
+            self.progress(
+                "the model worker had not started recording after 10 s; the window opens anyway (its coverage says how "
+                "much was recorded)"
             )
-            self.hook.start(self._hook_window[window], plan)
-            if not self.hook.wait_started(self._hook_window[window], self._alive):
-                progress(
-                    "the model worker had not started recording after 10 s; the window opens anyway (its coverage says "
-                    "how much was recorded)"
-                )
-            time.sleep(self.settle_s)
+        time.sleep(m.settle_s)
 
-    def stop(self, window: int, progress: Progress) -> None:
-        if self.hook is not None and window in self._hook_window:
-            self.hook.stop(self._hook_window[window])
+    def stop(self, failed: bool) -> None:
+        """The hook told to stop; after a failure nothing (``close()`` quits the hook)."""
+        if not failed and self.mode.hook is not None and self.hook_window is not None:
+            self.mode.hook.stop(self.hook_window)
 
-    def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None:
+    def fill(self, raw: RawCapture, window: tuple[int, int] | None) -> None:
         """Kernels (or ops) the model worker ran in the window, with MAX's scheduler ranges as phases, into ``raw``."""
+        m, span = self.mode, window or (0, 0)
         op_table, ranges, _unreadable = ops_in_window(
-            [str(p) for p in self.tmp.glob("nvtx-*.log")], span
+            [str(p) for p in m.tmp.glob("nvtx-*.log")], span
         )  # a log cut mid-line is skipped
         raw.ranges = [*raw.ranges, *ranges]
-        if self.hook is not None and window in self._hook_window:
-            steps = self.hook.read_steps(self._hook_window[window], span, server.alive)
+        if m.hook is not None and self.hook_window is not None:
+            steps = m.hook.read_steps(self.hook_window, span, self.server.alive)
             if steps:
                 first = len(raw.steps)
                 raw.steps = [*raw.steps, *(msgspec.structs.replace(st, index=first + i) for i, st in enumerate(steps))]
-        if self.hook is not None and self.cupti and window in self._hook_window:
-            kernels, coverage = self.hook.read(self._hook_window[window], span, server.alive)
-            if coverage is not None:
-                self.coverage[window] = coverage
-            if kernels is not None and len(kernels):
-                raw.kernels = KernelTable.concat([raw.kernels, kernels])
-                raw.kernel_source = "cupti (model worker" + (coverage.describe() if coverage else "") + ")"
+            if m.cupti:
+                kernels, coverage = m.hook.read(self.hook_window, span, self.server.alive)
                 if coverage is not None:
-                    if coverage.sampled:
-                        raw.recorded_spans = [*raw.recorded_spans, *coverage.slices]
-                    if coverage.callback_s is not None:
-                        raw.tracer_callback_s = (raw.tracer_callback_s or 0.0) + coverage.callback_s
-                    raw.notes = [*raw.notes, *(n for n in coverage.notes if n not in raw.notes)]
-                return
+                    m.coverage[self.index] = coverage
+                if kernels is not None and len(kernels):
+                    raw.kernels = KernelTable.concat([raw.kernels, kernels])
+                    raw.kernel_source = "cupti (model worker" + (coverage.describe() if coverage else "") + ")"
+                    if coverage is not None:
+                        if coverage.sampled:
+                            raw.recorded_spans = [*raw.recorded_spans, *coverage.slices]
+                        if coverage.callback_s is not None:
+                            raw.tracer_callback_s = (raw.tracer_callback_s or 0.0) + coverage.callback_s
+                        raw.notes = [*raw.notes, *(n for n in coverage.notes if n not in raw.notes)]
+                    return
         if len(op_table):
             raw.kernels = KernelTable.concat([raw.kernels, op_table])
             raw.kernel_source = "nvtx-log (model worker ops, host time)"
             return
-        if self.nvtx_template is None and self.hook is None:
+        if m.nvtx_template is None and m.hook is None:
             return
         if not len(raw.kernels):
             raw.kernels_unavailable = Unavailable(
                 "the model worker recorded no kernels or op ranges in the window (MODULAR_ENABLE_PROFILING must reach "
                 "the worker)"
             )
-
-    def close(self) -> None:
-        if self.hook is not None:
-            self.hook.quit()
 
 
 class NsysRecorder(UtilizationRecorder):
@@ -252,20 +274,8 @@ class NsysRecorder(UtilizationRecorder):
         self.launched_any = True
         return sp.nsys_launch_command(self.nsys, self.session, serve_cmd)
 
-    def start(self, window: int, progress: Progress) -> None:
-        rc, out = run_bounded(
-            sp.nsys_start_command(self.nsys, self.session, self.rep_base), self.tool_env, timeout_s=120
-        )
-        if rc != 0:
-            raise CaptureError(f"`nsys start --session={self.session}` failed (exit {rc}): {out.strip()[-300:]}")
-        self.collecting = True
-
-    def stop(self, window: int, progress: Progress) -> None:
-        progress("nsys stop (writes the report; can take a minute)")
-        rc, out = run_bounded(sp.nsys_stop_command(self.nsys, self.session), self.tool_env)
-        self.collecting = False
-        if rc != 0:
-            raise CaptureError(f"`nsys stop --session={self.session}` failed (exit {rc}): {out.strip()[-300:]}")
+    def window(self, index: int, server: ServerHandle, progress: Progress) -> Recorder | None:
+        return NsysWindow(self, progress)
 
     def close(self) -> None:
         if self.collecting:
@@ -274,7 +284,7 @@ class NsysRecorder(UtilizationRecorder):
         if self.launched_any:
             run_bounded(sp.nsys_shutdown_command(self.nsys, self.session), self.tool_env, timeout_s=60)
 
-    def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None:
+    def read_after_teardown(self, raw: RawCapture, span: tuple[int, int]) -> None:
         """After close(): the report verified, exported to SQLite and read back."""
 
         rep = self.rep_base + ".nsys-rep"
@@ -296,6 +306,36 @@ class NsysRecorder(UtilizationRecorder):
     def artifacts(self) -> list[str]:
         rep = self.rep_base + ".nsys-rep"
         return [f"{rep}  (open with: nsys-ui {rep})", self.rep_base + ".sqlite"]
+
+
+class NsysWindow:
+    """``nsys start`` / ``stop`` of the mode's session around the window (read back after teardown)."""
+
+    name = "nsys"
+
+    def __init__(self, mode: NsysRecorder, progress: Progress) -> None:
+        self.mode, self.progress = mode, progress
+
+    def start(self) -> None:
+        m = self.mode
+        rc, out = run_bounded(sp.nsys_start_command(m.nsys, m.session, m.rep_base), m.tool_env, timeout_s=120)
+        if rc != 0:
+            raise CaptureError(f"`nsys start --session={m.session}` failed (exit {rc}): {out.strip()[-300:]}")
+        m.collecting = True
+
+    def stop(self, failed: bool) -> None:
+        """``nsys stop`` (writes the report); after a failure nothing (``close()`` stops a session still collecting)."""
+        m = self.mode
+        if failed:
+            return
+        self.progress("nsys stop (writes the report; can take a minute)")
+        rc, out = run_bounded(sp.nsys_stop_command(m.nsys, m.session), m.tool_env)
+        m.collecting = False
+        if rc != 0:
+            raise CaptureError(f"`nsys stop --session={m.session}` failed (exit {rc}): {out.strip()[-300:]}")
+
+    def fill(self, raw: RawCapture, window: tuple[int, int] | None) -> None:
+        return None  # the report is written when the session ends: read_after_teardown
 
 
 class RocprofRecorder(UtilizationRecorder):
@@ -321,15 +361,10 @@ class RocprofRecorder(UtilizationRecorder):
     def launched(self, at_monotonic: float) -> None:
         self.t_launch = at_monotonic
 
-    def start(self, window: int, progress: Progress) -> None:
-        time.sleep(max(self.t_launch + self.delay - time.monotonic(), 0.0))  # the collection period opens by the clock
+    def window(self, index: int, server: ServerHandle, progress: Progress) -> Recorder | None:
+        return RocprofWindow(self)
 
-    def stop(self, window: int, progress: Progress) -> None:
-        time.sleep(
-            max(self.t_launch + self.delay + self.duration_s + 1.0 - time.monotonic(), 0.0)
-        )  # let the period close
-
-    def read(self, raw: RawCapture, window: int, span: tuple[int, int], server: ServerHandle) -> None:
+    def read_after_teardown(self, raw: RawCapture, span: tuple[int, int]) -> None:
         """After close(): rocprofv3 writes its files when the server's group is stopped."""
 
         csv_path = sp.find_rocprof_kernel_csv(self.out_dir)
@@ -357,3 +392,24 @@ class RocprofRecorder(UtilizationRecorder):
     def artifacts(self) -> list[str]:
         found = sp.find_rocprof_kernel_csv(self.out_dir)
         return [str(found or self.out_dir)]
+
+
+class RocprofWindow:
+    """rocprofv3's collection period opens and closes by the clock (counted from launch): the window waits for it."""
+
+    name = "rocprof"
+
+    def __init__(self, mode: RocprofRecorder) -> None:
+        self.mode = mode
+
+    def start(self) -> None:
+        m = self.mode
+        time.sleep(max(m.t_launch + m.delay - time.monotonic(), 0.0))  # the collection period opens by the clock
+
+    def stop(self, failed: bool) -> None:
+        m = self.mode
+        if not failed:
+            time.sleep(max(m.t_launch + m.delay + m.duration_s + 1.0 - time.monotonic(), 0.0))  # let the period close
+
+    def fill(self, raw: RawCapture, window: tuple[int, int] | None) -> None:
+        return None  # rocprofv3 writes its files when the server's group is stopped: read_after_teardown
