@@ -534,14 +534,15 @@ def test_host_ops_on_a_cpu_name_the_time_between_ops() -> None:
 
     from .test_rules import synthetic
 
-    def ops(cover: float) -> Report:
+    def ops(cover: float, th: Thresholds | None = None) -> Report:
         raw = synthetic([1.0] * 41, [[("matmulmo.matmul", 0.9 * cover), ("mo.mha.ragged.paged", 0.1 * cover)]] * 41)
         return build_report(
             msgspec.structs.replace(
                 raw,
                 environment=Environment(vendor="none", vendor_reason="test"),
                 kernel_source="nvtx-log (MAX op ranges, host time)",
-            )
+            ),
+            thresholds=th,
         )
 
     report = ops(0.2)
@@ -559,12 +560,44 @@ def test_host_ops_on_a_cpu_name_the_time_between_ops() -> None:
         verdicts = [f for f in ops(cover).findings if f.id in ("host-time-between-ops", "ops-bound")]
         assert sorted(str(f.evidence["phase"]) for f in verdicts) == sorted(p.phase for p in lg.phases), cover
         assert all(f.id == ("ops-bound" if cover > 0.4 else "host-time-between-ops") for f in verdicts), cover
+    assert "host-time-between-ops" in ids(ops(0.395)) and "ops-bound" not in ids(ops(0.395))  # 39.5 % is under 40
+    at_threshold = ops(0.5, Thresholds(host_bound_busy_pct=50.0))  # 50 % cover exactly (0.5 ms of 1 ms): ops-bound
+    assert "ops-bound" in ids(at_threshold) and "host-time-between-ops" not in ids(at_threshold)
     bound = finding(ops(0.42), "ops-bound")
     assert bound.evidence["ops_cover_pct"] == pytest.approx(42.0, abs=0.3) and "42 %" in bound.title
     assert bound.evidence["top_part"] == "matmul: gemm" and "matmul: gemm first" in bound.title
     assert all(
         r.ideal_ms_per_step is None for p in lg.phases for r in p.rows if r.kind == "kernels"
     )  # nothing priced on a CPU
+
+
+def test_ops_bound_names_the_largest_part_and_op_of_each_phase() -> None:
+    """Ops covering 60 % of each 1 ms step (a matmul op 54 %, attention 6 %): per phase one ops-bound verdict, every
+    figure from the step's own account: cover, step, the largest part and its op; no lever (nothing priced on a CPU:
+    what fixing it buys is not known) and no command (the op table is the next read)."""
+    from .test_finding_ids import _ops_on_cpu
+
+    report = _ops_on_cpu(0.6)
+    bound = sorted((f for f in report.findings if f.id == "ops-bound"), key=lambda f: str(f.evidence["phase"]))
+    assert [f.evidence["phase"] for f in bound] == ["decode", "prefill"]
+    for f, steps in zip(bound, (40, 1), strict=True):
+        assert f.evidence == {
+            "phase": f.evidence["phase"],
+            "steps": steps,
+            "ops_cover_pct": pytest.approx(60.0, abs=0.05),
+            "step_ms": pytest.approx(1.0, abs=1e-4),
+            "top_part": "matmul: gemm",
+            "top_part_ms_per_step": pytest.approx(0.54, abs=1e-4),
+            "top_op": "matmulmo.matmul",
+            "threshold_pct": 40.0,
+        }
+        assert f.severity == "info" and f.confidence == 0.7 and f.lever is None and f.command is None
+        assert "The op table says which ops take the time" in (f.next_step or "")
+    assert bound[0].title == (
+        "MAX's ops ran 60 % of each decode step (1.00 ms): the ops' own work sets the speed, matmul: gemm first "
+        "(54 % of the step)"
+    )
+    assert bound[1].title.startswith("MAX's ops ran 60 % of the prefill step (1.00 ms)")
 
 
 # ---------------------------------------------------------------------------------------------
