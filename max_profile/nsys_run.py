@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from max_profile.collect.live.recorders import CudaProfilerRangeRecorder
 from max_profile.collect.probes.environment import require_tool
 from max_profile.collect.readers.nsys import merge_trace, read_nsys_sqlite
 from max_profile.errors import CaptureError
@@ -49,9 +50,8 @@ class NsysRun:
 
 
 def child_main() -> None:
-    """Runs inside ``nsys profile --capture-range=cudaProfilerApi``: load, warm up, capture the generation."""
-    from max.profiler.oneshot._cuda import cuda_profiler_region
-
+    """Runs inside ``nsys profile --capture-range=cudaProfilerApi``: load, warm up, capture the generation (the
+    capture range opened and closed by a :class:`CudaProfilerRangeRecorder` among the profiler's recorders)."""
     spec = json.loads(os.environ["MAX_PROFILE_NSYS_SPEC"])
     model = load_model(
         spec["model_path"],
@@ -62,15 +62,46 @@ def child_main() -> None:
     )
     prompts = [spec["prompt"]] * spec["batch"]
     generate(model, prompts, spec["warmup"])
-    # MAX's own cuProfilerStart/Stop bracketing (pushes the context MAX opened): the capture
-    # range of `nsys profile --capture-range=cudaProfilerApi` starts after the warm-up.
-    with cuda_profiler_region():
-        with profile(
-            model.pipeline, kernels="off", gpu_sampling=False, model_path=spec["model_path"], devices=spec["devices"]
-        ) as prof:
-            generate(model, prompts, spec["tokens"])
+    # MAX's own cuProfilerStart/Stop bracketing: the capture range starts after the warm-up
+    with profile(
+        model.pipeline,
+        kernels="off",
+        gpu_sampling=False,
+        model_path=spec["model_path"],
+        devices=spec["devices"],
+        recorders=[CudaProfilerRangeRecorder()],
+    ) as prof:
+        generate(model, prompts, spec["tokens"])
     prof.raw_capture.save(spec["steps_out"])
     model.close()
+
+
+class NsysProfileTool:
+    """``nsys profile`` around the generation's process (a :class:`~max_profile.collect.live.recorders.ProcessTool`):
+    its SQLite export read back into the process's own raw capture after it ended."""
+
+    def __init__(self, nsys: str, report_base: str) -> None:
+        self.nsys, self.report_base = nsys, report_base
+        self.sqlite_path = report_base + ".sqlite"
+
+    def command(self, cmd: list[str]) -> list[str]:
+        return nsys_profile_command(self.nsys, self.report_base) + cmd
+
+    def env(self) -> dict[str, str]:
+        return {}
+
+    def read_after_teardown(self, raw: RawCapture, span: tuple[int, int]) -> None:
+        if not os.path.exists(self.sqlite_path):
+            raise CaptureError(f"nsys profile wrote no {self.sqlite_path}")
+        merge_trace(raw, read_nsys_sqlite(self.sqlite_path), "nsys", self.sqlite_path)
+        raw.capture.collectors = [*raw.capture.collectors, "nsys"]
+
+    def close(self) -> None:
+        return None
+
+    def artifacts(self) -> list[str]:
+        rep = self.report_base + ".nsys-rep"
+        return [f"{rep}  (open with: nsys-ui {rep})", self.sqlite_path]
 
 
 def nsys_profile_command(nsys: str, output: str) -> list[str]:
@@ -106,8 +137,11 @@ def profile_generation_with_nsys(run: NsysRun, progress: Callable[[str], None]) 
         "tokens": run.max_new_tokens,
         "steps_out": steps_out,
     }
-    env = clean_child_env({"MAX_PROFILE_NSYS_SPEC": json.dumps(spec), "MAX_PROFILE_SYSPATH": json.dumps(sys.path)})
-    cmd = nsys_profile_command(nsys, rep) + [sys.executable, "-c", NSYS_CHILD]
+    tool = NsysProfileTool(nsys, rep)
+    env = clean_child_env(
+        {"MAX_PROFILE_NSYS_SPEC": json.dumps(spec), "MAX_PROFILE_SYSPATH": json.dumps(sys.path), **tool.env()}
+    )
+    cmd = tool.command([sys.executable, "-c", NSYS_CHILD])
     progress("running: " + " ".join(cmd[:-2]) + " python <generation>")
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent())
     try:
@@ -115,12 +149,13 @@ def profile_generation_with_nsys(run: NsysRun, progress: Callable[[str], None]) 
     except BaseException:
         kill_group(proc)
         raise
-    sqlite_path = rep + ".sqlite"
-    if rc != 0 or not os.path.exists(sqlite_path):
-        raise CaptureError(f"nsys profile failed (exit {rc}); no {sqlite_path} was written")
-    trace = read_nsys_sqlite(sqlite_path)
+    finally:
+        tool.close()
+    if rc != 0:
+        raise CaptureError(f"nsys profile failed (exit {rc}); no {tool.sqlite_path} was read")
     raw = RawCapture.load(steps_out)
-    merge_trace(raw, trace, "nsys", sqlite_path)
-    raw.capture.collectors = [*raw.capture.collectors, "nsys"]
-    raw.artifacts = [rep + ".nsys-rep  (open with: nsys-ui " + rep + ".nsys-rep)", sqlite_path]
+    steps = [s for s in raw.steps if s.batch_size > 0]
+    span = (min(s.start_ns for s in steps), max(s.end_ns for s in steps)) if steps else (0, 0)
+    tool.read_after_teardown(raw, span)
+    raw.artifacts = tool.artifacts()
     return raw

@@ -21,7 +21,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Literal
@@ -101,6 +101,7 @@ class _Recording:
             owner.gpu_sampling and owner.environment.vendor != "none"
         ):  # no GPU: no sampler process competing for the CPU
             self.recorders.append(GpuSamplerRecorder(owner.sample_interval_s))
+        self.recorders += owner.extra_recorders
         self.started = 0.0
         self._started: list[Recorder] = []
 
@@ -211,8 +212,12 @@ class Profiler:
         on_step: Callable[[Any], None] | None = None,
         kernel_share: float = DEFAULT_KERNEL_SHARE,
         kernel_slice_steps: int = DEFAULT_SLICE_STEPS,
+        recorders: Sequence[Recorder] = (),
     ) -> None:
         self.pipeline = resolve_pipeline(target)
+        self.extra_recorders = list(recorders)
+        """Recorders of the caller's own, run with the built-in ones (started before the first step, stopped after the
+        last, each filling the raw capture): e.g. ``CudaProfilerRangeRecorder`` for an external profiler's range."""
         check_kernel_sampling(kernel_share, kernel_slice_steps)  # here, not when the first recording starts
         self.kernel_share, self.kernel_slice_steps = kernel_share, kernel_slice_steps
         if not sample_interval_s > 0:
@@ -480,6 +485,9 @@ def profile(target: Any, **kwargs: Any) -> ProfileSession:
             start, paused in between so that ``kernel_share`` of the steps are recorded (default 0.25: on an H200, a 2
             ms decode step ran at 0.978 of untraced that way, 0.863 with every step); 1 records every step. The report
             says which steps were recorded.
+        recorders: live recorders of your own (the ``Recorder`` protocol: ``name``, ``start()``, ``stop(failed)``,
+            ``fill(raw, window)``), started before the first step and stopped after the last with the built-in ones;
+            ``CudaProfilerRangeRecorder()`` opens the capture range of ``nsys profile --capture-range=cudaProfilerApi``.
     """
     return ProfileSession(target, **kwargs)
 

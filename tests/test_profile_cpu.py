@@ -162,3 +162,47 @@ def test_cupti_recording_waits_for_the_gpu_and_says_what_it_cost(
     from max_profile.collect.live.recorders import CUPTI_WITHOUT_GRAPHS_NOTE
 
     assert CUPTI_WITHOUT_GRAPHS_NOTE in raw.notes
+
+
+def test_recorders_of_ones_own_run_around_the_steps_and_fill_the_capture(loaded_model: Any) -> None:
+    """``profile(recorders=[...])``: the caller's recorder starts before the first step, stops after the last and
+    fills the raw capture with the steps' span; one that fails to start (the CUDA profiler range with no libcuda, as on
+    this CPU machine) fails the session before any step, the pipeline left unhooked and usable."""
+    import ctypes.util
+    import time
+
+    from max_profile.collect.live.recorders import CudaProfilerRangeRecorder
+
+    class Own:
+        name = "own"
+
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, int]] = []
+            self.window: tuple[int, int] | None = None
+
+        def start(self) -> None:
+            self.calls.append(("start", time.perf_counter_ns()))
+
+        def stop(self, failed: bool) -> None:
+            self.calls.append(("stop" if not failed else "failed", time.perf_counter_ns()))
+
+        def fill(self, raw: RawCapture, window: tuple[int, int] | None) -> None:
+            self.window = window
+            raw.capture.collectors = [*raw.capture.collectors, self.name]
+
+    own = Own()
+    with profile(loaded_model.pipeline, gpu_sampling=False, recorders=[own]) as prof:
+        generate(loaded_model, ["x"], 3)
+    steps = prof.raw_capture.steps
+    (started, t0), (stopped, t1) = own.calls
+    assert (started, stopped) == ("start", "stop") and steps
+    assert t0 < min(s.start_ns for s in steps) and max(s.end_ns for s in steps) < t1
+    assert own.window == (min(s.start_ns for s in steps), max(s.end_ns for s in steps))
+    assert "own" in prof.raw_capture.capture.collectors
+    if ctypes.util.find_library("cuda") is None:  # no driver here: the range cannot open, and says so
+        other = Own()
+        with pytest.raises(RuntimeError, match="libcuda"):
+            with profile(loaded_model.pipeline, gpu_sampling=False, recorders=[other, CudaProfilerRangeRecorder()]):
+                generate(loaded_model, ["x"], 2)
+        assert [c for c, _ in other.calls] == ["start", "failed"]  # the recorders started before it were stopped
+        assert "execute" not in loaded_model.pipeline.__dict__ and len(generate(loaded_model, ["x"], 2)[0]) == 2

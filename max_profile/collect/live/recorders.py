@@ -7,12 +7,17 @@ stopped after the last, then asked to put what they recorded into the :class:`~m
 * :class:`NvtxLogRecorder` — MAX's op ranges and the phase ranges from the NVTX injection library's log
 (:mod:`nvtx_log`).
 
-``profile()`` / :class:`~max_profile.session.Profiler` run a list of them; the serve lifecycle has its own per-mode
-recorders (:mod:`serve_recorders`) and shares the fills below (:func:`fill_samples`, :func:`ops_in_window`).
+* :class:`CudaProfilerRangeRecorder` — the capture range of a profiler wrapped around the process (``nsys profile``).
+
+``profile()`` / :class:`~max_profile.session.Profiler` run a list of them (and the caller's own: ``recorders=``); a
+serve mode's window recorder (:mod:`serve_recorders`) is one too, run by the server window beside the GPU sampler and
+the host load. A profiler that wraps the launched process is a :class:`ProcessTool` (``nsys profile`` here, a serve
+mode's server side), whose output is read back after the process ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
@@ -54,6 +59,43 @@ class Recorder(Protocol):
 
     def fill(self, raw: RawCapture, window: tuple[int, int] | None) -> None:
         """Put what was recorded into ``raw`` (``window``: the steps' span on the host clock, None without steps)."""
+
+
+class ProcessTool(Protocol):
+    """A profiler that wraps a process we launch (``nsys profile``, ``nsys launch``, ``rocprofv3 --``): the command the
+    process runs under, the environment it adds, what it wrote read back into the raw capture once the process or the
+    tool's session ended, its files. Its part inside a recording window, where it has one, is a :class:`Recorder`
+    (``CudaProfilerRangeRecorder`` in the profiled process; a serve mode's ``window()``)."""
+
+    def command(self, cmd: list[str]) -> list[str]: ...
+    def env(self) -> dict[str, str]: ...
+    def read_after_teardown(self, raw: RawCapture, span: tuple[int, int]) -> None:
+        """What the tool wrote, into ``raw`` (``span``: the recorded steps' or window's span on the host clock)."""
+
+    def close(self) -> None: ...
+    def artifacts(self) -> list[str]: ...
+
+
+class CudaProfilerRangeRecorder:
+    """``cuProfilerStart`` / ``cuProfilerStop`` around the recording (MAX's own bracket, which pushes the context MAX
+    opened): the capture range of ``nsys profile --capture-range=cudaProfilerApi`` (or ``ncu --profile-from-start off``)
+    covers exactly the recorded steps. Records nothing itself; the tool around the process does."""
+
+    name = "cuda-profiler-range"
+
+    def __init__(self) -> None:
+        self._range = contextlib.ExitStack()
+
+    def start(self) -> None:
+        from max.profiler.oneshot._cuda import cuda_profiler_region  # MAX: imported only where a range is asked for
+
+        self._range.enter_context(cuda_profiler_region())
+
+    def stop(self, failed: bool) -> None:
+        self._range.close()
+
+    def fill(self, raw: RawCapture, window: tuple[int, int] | None) -> None:
+        raw.capture.collectors = [*raw.capture.collectors, self.name]
 
 
 def fill_samples(raw: RawCapture, sampler: GpuSampler, label: str = "") -> None:

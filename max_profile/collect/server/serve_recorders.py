@@ -29,7 +29,7 @@ import msgspec
 
 from max_profile.collect.live.cupti_native import build_cupti_library
 from max_profile.collect.live.nvtx_log import build_injection_library
-from max_profile.collect.live.recorders import Recorder, ops_in_window
+from max_profile.collect.live.recorders import ProcessTool, Recorder, ops_in_window
 from max_profile.collect.readers.nsys import export_sqlite, merge_trace, read_nsys_sqlite
 from max_profile.collect.readers.rocprof import rocprof_csv_capture
 from max_profile.collect.server import serve_profilers as sp
@@ -47,9 +47,9 @@ class ServerHandle(Protocol):
     def alive(self) -> bool: ...
 
 
-class ServeRecorder(Protocol):
-    """One mode's server-side part (see the module docstring); what it records in a window is ``window()``'s
-    :class:`Recorder`."""
+class ServeRecorder(ProcessTool, Protocol):
+    """One mode's server-side part (a :class:`ProcessTool` around the server; see the module docstring); what it
+    records in a window is ``window()``'s :class:`Recorder`."""
 
     mode: str
     """The serve mode this recorder implements (its registry entry: ``max_profile.serve.SERVE_MODES``)."""
