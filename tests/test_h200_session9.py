@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -184,3 +185,42 @@ def test_custom_import_judged_by_the_packages_own_import_not_the_preflight_child
     assert "own import takes 12 s" in slow.title and slow.evidence["preflight_child_s"] == pytest.approx(
         19.39, abs=0.01
     )
+
+
+def test_graph_launch_late_of_a_capture_without_steps_at_its_threshold_and_every_figure() -> None:
+    """The serve window cut above (no phase ranges: the capture's own waits): at ``graph_launch_late_pct`` exactly the
+    verdict stands, every figure read off the window's waits; a window whose waits have no median says none."""
+    import msgspec
+
+    from max_profile.analyze.rules.levers import _capture_graph_waits
+    from max_profile.analyze.thresholds import Thresholds
+
+    report = build_report(RawCapture.load(str(S9 / "serve_kernels_4to6s_raw.json.gz")))
+    w = report.kernels.gpu_waits  # type: ignore[union-attr]
+    assert w is not None and w.gap_p50_us is not None
+    th = Thresholds(graph_launch_late_pct=w.before_graph_pct)
+    [f] = _capture_graph_waits(report, th)
+    assert round(w.before_graph_ms, 1) != round(w.before_graph_ms)  # the one decimal shows
+    assert f.evidence == {
+        "before_graph_gaps": 203,
+        "before_graph_ms": round(w.before_graph_ms, 1),
+        "before_graph_pct": round(w.before_graph_pct, 2),
+        "all_waits": w.gaps,
+        "all_waits_pct": round(w.waited_pct, 2),
+        "gap_p50_us": round(w.gap_p50_us, 1),
+        "longer_gaps": w.longer_gaps,
+        "threshold_pct": w.before_graph_pct,
+        "min_gaps": th.graph_launch_late_min_gaps,
+    }
+    assert f.title == (
+        f"The GPU waited for the host before 203 device-graph launches: {w.before_graph_pct:.1f} % of the window in "
+        f"gaps of {w.min_gap_us / 1e3:g}-{w.max_gap_ms:g} ms, median {w.gap_p50_us / 1e3:.2f} ms"
+    )
+    assert f.severity == "info" and f.confidence == 0.7
+    assert _capture_graph_waits(report, Thresholds(graph_launch_late_pct=math.nextafter(w.before_graph_pct, 100))) == []
+    k = report.kernels
+    no_median = msgspec.structs.replace(
+        report, kernels=msgspec.structs.replace(k, gpu_waits=msgspec.structs.replace(w, gap_p50_us=None))
+    )
+    [g] = _capture_graph_waits(no_median, th)
+    assert g.evidence["gap_p50_us"] is None and g.title.endswith(f"gaps of {w.min_gap_us / 1e3:g}-{w.max_gap_ms:g} ms")

@@ -147,3 +147,26 @@ def test_trace_without_phases_edges(traced: Report, base: Report) -> None:
     [f] = rule_gpu_idle(both, TH)
     assert f.confidence == round(0.9 * TH.no_phase_confidence_scale, 2) and f.evidence["mean_utilization_pct"] == 20.0
     assert f.lever is not None and f.lever.pct_of_step == 70.0  # the trace's busy share prices it, not NVML's
+
+
+def test_nvml_edges_a_gpu_never_sampled_an_idle_gpu_and_no_decode_phase(base: Report) -> None:
+    """A GPU with no utilization reading does not outrank one at 0.5 %; a GPU at 0 % prices all of the decode step as
+    idle; a capture without decode steps still gets the verdict, with no lever to price."""
+    [f] = rule_gpu_idle(_with_gpus(base, _gpu("never", None), _gpu("nv1", 0.5)), TH)
+    assert f.evidence["gpu"] == "nv1" and f.evidence["mean_utilization_pct"] == 0.5
+    assert (f.next_step or "").startswith("Stop here: a kernel trace adds nothing until the GPU is busy")
+    [idle] = rule_gpu_idle(_with_gpus(base, _gpu("nv0", 0.0)), TH)
+    p50, total = _decode(base)
+    assert idle.lever is not None and (idle.lever.ms_per_step, idle.lever.pct_of_step, idle.lever.total_ms) == (
+        round(p50, 4),
+        100.0,
+        round(total, 3),
+    )
+    summary = step_summary(base)
+    assert summary is not None
+    prefill_only = msgspec.structs.replace(
+        _with_gpus(base, _gpu("nv0", 10.0)),
+        step_summary=msgspec.structs.replace(summary, phases=[p for p in summary.phases if p.phase != "decode"]),
+    )
+    [no_decode] = rule_gpu_idle(prefill_only, TH)
+    assert no_decode.lever is None and "decode_step_p50_ms" not in no_decode.evidence

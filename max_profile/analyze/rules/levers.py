@@ -683,8 +683,8 @@ def rule_gpu_bound(report: Report, th: Thresholds) -> list[Finding]:
 def rule_decode_bandwidth(report: Report, th: Thresholds) -> list[Finding]:
     """Decode's bytes (weights once + the KV cache of every request) over the step time, against peak bandwidth: the
     summary number (the ledger's levers say where the rest of the step goes)."""
-    c = report.decode_cost
-    if c is None or report.environment.vendor == "none" or c.step.pct_of_peak_bandwidth is None:
+    c = report.decode_cost  # its RuleSpec needs decode_cost and a GPU: the engine runs it only with both
+    if c is None or c.step.pct_of_peak_bandwidth is None:
         return []
     ev: dict[str, float | int | str | None] = {
         "batch": c.batch,

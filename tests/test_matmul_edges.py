@@ -1,0 +1,125 @@
+"""The matmul verdicts at their thresholds, on real H200 captures (session 7: the naive FP8 fallback; bf16 at batch
+32), their ledger rows varied where a threshold sits (issue 36: mutants of ``_matmul_finding`` survived). Every figure
+asserted is recomputed here from the ledger row."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from max_profile.analyze.families import slow_path
+from max_profile.analyze.ledger import MATMUL_PART
+from max_profile.analyze.report import build_report
+from max_profile.analyze.rules.levers import _kernel_ms, _matmul_finding, _part
+from max_profile.analyze.thresholds import Thresholds
+from max_profile.model import KernelBreakdown, LedgerRow, PhaseLedger, RawCapture, Report
+
+S7 = Path(__file__).parent / "data" / "h200" / "session7"
+
+
+@pytest.fixture(scope="module")
+def fp8() -> Report:
+    return build_report(RawCapture.load(str(S7 / "run_fp8_raw.json.gz")))
+
+
+@pytest.fixture(scope="module")
+def b32() -> Report:
+    return build_report(RawCapture.load(str(S7 / "run_b32_raw.json.gz")))
+
+
+def _decode(report: Report) -> tuple[PhaseLedger, LedgerRow]:
+    assert report.ledger is not None and not isinstance(report.ledger, str)
+    p = next(p for p in report.ledger.phases if p.phase == "decode")  # type: ignore[union-attr]
+    row = _part(p, MATMUL_PART)
+    assert row is not None
+    return p, row
+
+
+def test_an_unpriced_slow_path_is_named_from_a_share_at_the_threshold(fp8: Report) -> None:
+    """No model config (the row not priced): the naive FP8 kernel names the path once the matmuls hold
+    ``slow_matmul_share_pct`` of the kernel time (at it exactly: named; just over it: nothing); its lever is all of the
+    matmul time, an upper bound said so."""
+    p, row = _decode(fp8)
+    unpriced = msgspec.structs.replace(row, ideal_ms_per_step=None, recoverable_ms_per_step=None)
+    share = 100 * row.ms_per_step / _kernel_ms(p)
+    f = _matmul_finding(fp8, p, unpriced, Thresholds(slow_matmul_share_pct=share))
+    assert f is not None and f.id == "matmul-slow-path" and f.confidence == 0.85
+    named = slow_path(str(f.evidence["top_matmul_kernel"]))
+    assert named is not None and f.evidence["kernel_names_it"] == named[0]
+    assert (
+        f.evidence["lever_basis"] == "the slow path's own time (not priced: no model config or weights; an upper bound)"
+    )
+    assert f.lever is not None and f.lever.ms_per_step == round(row.ms_per_step, 4)
+    pct = 100 * row.ms_per_step / p.step_ms
+    assert f.title == (
+        f"Decode matmuls run through {named[0]}: {share:.0f} % of its kernel time (not priced: no model config); "
+        f"fixing it buys {row.ms_per_step:.2f} ms of each {p.step_ms:.2f} ms step ({pct:.0f} %)"
+    )
+    assert _matmul_finding(fp8, p, unpriced, Thresholds(slow_matmul_share_pct=math.nextafter(share, 100.0))) is None
+
+
+def test_a_priced_matmul_far_below_its_roofline_at_both_thresholds(b32: Report) -> None:
+    """bf16 at batch 32 (no kernel name says slow path): at 54 % of its roofline and 90 % of the kernel time. Slow path
+    only with the roofline share under ``slow_matmul_roofline_pct`` (at it exactly: below-roofline) and the kernel share
+    at ``slow_matmul_share_pct`` or more (at it exactly: slow)."""
+    p, row = _decode(b32)
+    assert row.ideal_ms_per_step is not None and row.recoverable_ms_per_step is not None
+    share = 100 * row.ms_per_step / _kernel_ms(p)
+    roof = 100 * row.ideal_ms_per_step / row.ms_per_step
+    pct = 100 * row.recoverable_ms_per_step / p.step_ms
+    at_roof = _matmul_finding(b32, p, row, Thresholds(slow_matmul_share_pct=share, slow_matmul_roofline_pct=roof))
+    assert at_roof is not None and at_roof.id == "matmul-below-roofline"
+    slow = _matmul_finding(
+        b32, p, row, Thresholds(slow_matmul_share_pct=share, slow_matmul_roofline_pct=math.nextafter(roof, 100.0))
+    )
+    assert slow is not None and slow.id == "matmul-slow-path" and slow.confidence == 0.7
+    assert "kernel_names_it" not in slow.evidence and "lever_basis" not in slow.evidence
+    assert slow.title == (
+        f"Decode matmuls run through a matmul path far below its roofline: {share:.0f} % of its kernel time at "
+        f"{roof:.0f} % of its attainable roofline; fixing it buys {row.recoverable_ms_per_step:.2f} ms of each "
+        f"{p.step_ms:.2f} ms step ({pct:.0f} %)"
+    )
+    under_share = _matmul_finding(
+        b32, p, row, Thresholds(slow_matmul_share_pct=math.nextafter(share, 100.0), slow_matmul_roofline_pct=100.0)
+    )
+    assert under_share is not None and under_share.id == "matmul-below-roofline"
+
+
+def test_a_long_kernel_name_is_cut_to_100_characters_in_the_evidence(b32: Report) -> None:
+    p, row = _decode(b32)
+    k = b32.kernels
+    assert isinstance(k, KernelBreakdown)
+    long = "matmul_bfloat16_" + "x" * 140
+    phases = [
+        msgspec.structs.replace(
+            ph,
+            top_kernels=[
+                msgspec.structs.replace(r, name=long) if r.family in row.families else r for r in ph.top_kernels
+            ],
+        )
+        for ph in k.phases
+    ]
+    report = msgspec.structs.replace(b32, kernels=msgspec.structs.replace(k, phases=phases))
+    f = _matmul_finding(report, p, row, Thresholds())
+    assert f is not None and f.evidence["top_matmul_kernel"] == long[:100]
+
+
+def test_the_top_kernel_and_its_launch_shape_fall_back_and_miss_cleanly(b32: Report) -> None:
+    """The phase's top kernel of some families (the capture's when the trace has no such phase), None where no kernel of
+    them ran; its launch shape from the phase's rows, None without a phase, a name or a row of that name."""
+    from max_profile.analyze.rules.levers import _launch_shape, _top_kernel
+
+    k = b32.kernels
+    assert isinstance(k, KernelBreakdown)
+    decode = next(p for p in k.phases if p.phase == "decode")
+    gemm = next(r for r in decode.top_kernels if r.family == "gemm")
+    assert _top_kernel(k, "decode", ["gemm"]) == gemm.name and _top_kernel(k, "decode", ["no-such-family"]) is None
+    no_phases = msgspec.structs.replace(k, phases=[])
+    assert _top_kernel(no_phases, "decode", ["gemm"]) == next(r.name for r in k.top_kernels if r.family == "gemm")
+    assert _top_kernel(None, "decode", ["gemm"]) is None
+    assert gemm.launch_shape and _launch_shape(k, "decode", gemm.name) == gemm.launch_shape
+    assert _launch_shape(k, "decode", "no_such_kernel") is None and _launch_shape(k, "decode", None) is None
+    assert _launch_shape(no_phases, "decode", gemm.name) is None and _launch_shape(None, "decode", gemm.name) is None
