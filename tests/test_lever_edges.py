@@ -1,6 +1,7 @@
-"""The matmul verdicts at their thresholds, on real H200 captures (session 7: the naive FP8 fallback; bf16 at batch
-32), their ledger rows varied where a threshold sits (issue 36: mutants of ``_matmul_finding`` survived). Every figure
-asserted is recomputed here from the ledger row."""
+"""The levers' verdicts at their thresholds, on real H200 captures (session 7: the naive FP8 fallback, bf16 at batch 1
+and 32; session 13: a sampled CUPTI recording), their ledger rows varied where a threshold sits (issue 36: mutants of
+``analyze/rules/levers.py`` survived the first run). Every figure asserted is recomputed here from the ledger or the
+kernel breakdown."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import KernelBreakdown, LedgerRow, PhaseLedger, RawCapture, Report
 
 S7 = Path(__file__).parent / "data" / "h200" / "session7"
+S13 = Path(__file__).parent / "data" / "h200" / "session13"
 
 
 @pytest.fixture(scope="module")
@@ -123,3 +125,74 @@ def test_the_top_kernel_and_its_launch_shape_fall_back_and_miss_cleanly(b32: Rep
     assert gemm.launch_shape and _launch_shape(k, "decode", gemm.name) == gemm.launch_shape
     assert _launch_shape(k, "decode", "no_such_kernel") is None and _launch_shape(k, "decode", None) is None
     assert _launch_shape(no_phases, "decode", gemm.name) is None and _launch_shape(None, "decode", gemm.name) is None
+
+
+def test_gpu_bound_reads_the_decode_busy_share_off_the_step_ledger() -> None:
+    """A sampled recording (session 13: a quarter of the steps recorded): the ledger's decode steps are 94.3 % busy,
+    while the breakdown's decode phase, spread over the unrecorded steps too, reads 26.8 %: the verdict takes the
+    ledger's. Without a ledger it falls back to the phase's share (no verdict here), without phases to the capture's,
+    its confidence scaled down."""
+    from max_profile.analyze.rules.base import phase_of
+    from max_profile.analyze.rules.levers import rule_gpu_bound
+
+    report = build_report(RawCapture.load(str(S13 / "run_b64_3b_sampled_raw.json.gz")))
+    th = Thresholds()
+    assert isinstance(report.kernels, KernelBreakdown) and report.ledger is not None
+    dl = next(p for p in report.ledger.phases if p.phase == "decode")  # type: ignore[union-attr]
+    d = phase_of(report.kernels, "decode")
+    assert d is not None and d.gpu_busy_pct is not None and d.gpu_busy_pct < th.gpu_bound_busy_pct <= dl.busy_pct
+    [f] = rule_gpu_bound(report, th)
+    assert f.evidence == {
+        "gpu_busy_pct": round(dl.busy_pct, 1),
+        "scope": "decode",
+        "top_family": report.kernels.families[0].family,
+        "threshold_pct": th.gpu_bound_busy_pct,
+    }
+    assert f.confidence == 0.8 and f.severity == "info"
+    assert (
+        f.title
+        == f"GPU-bound: kernels ran {dl.busy_pct:.0f}% of the decode steps; the kernel mix is where the time goes"
+    )
+    assert rule_gpu_bound(report, Thresholds(gpu_bound_busy_pct=math.nextafter(dl.busy_pct, 100.0))) == []
+    no_ledger = msgspec.structs.replace(report, ledger=None)
+    assert rule_gpu_bound(no_ledger, th) == []  # the phase's 26.8 %
+    at_phase = rule_gpu_bound(no_ledger, Thresholds(gpu_bound_busy_pct=d.gpu_busy_pct))
+    assert [x.evidence["gpu_busy_pct"] for x in at_phase] == [round(d.gpu_busy_pct, 1)]
+    no_phases = msgspec.structs.replace(no_ledger, kernels=msgspec.structs.replace(report.kernels, phases=[]))
+    busy = report.kernels.gpu_busy_pct
+    assert busy is not None
+    [c] = rule_gpu_bound(no_phases, Thresholds(gpu_bound_busy_pct=busy))
+    assert c.evidence["scope"] == "capture" and c.evidence["gpu_busy_pct"] == round(busy, 1)
+    assert c.confidence == round(0.8 * th.no_phase_confidence_scale, 2)
+    assert "capture window (no phase ranges: whole capture)" in c.title
+    unreliable = msgspec.structs.replace(report, kernels=msgspec.structs.replace(report.kernels, unreliable=True))
+    assert rule_gpu_bound(unreliable, th) == []
+
+
+def test_idle_verdicts_at_the_host_bound_and_graph_share_thresholds() -> None:
+    """The decode phase of a real batch-64 capture (session 12: 79.3 % busy, idle 0.663 ms before graph launches and
+    0.434 ms between launches per 5.3 ms step), its idle rows set to 0.25 ms each: at ``host_bound_busy_pct`` equal to
+    its busy share it is not host-bound; with the idle before graphs exactly ``graph_launch_late_share`` of all the
+    idle, the graph is late (at it: late; the rest: idle between launches); two steps are 'each', one is 'the'."""
+    from max_profile.analyze.rules.levers import _idle_finding
+
+    report = build_report(
+        RawCapture.load(str(Path(__file__).parent / "data" / "h200" / "session12" / "run_b64_3b_raw.json.gz"))
+    )
+    assert report.ledger is not None
+    p = next(p for p in report.ledger.phases if p.phase == "decode")  # type: ignore[union-attr]
+    rows = [msgspec.structs.replace(r, ms_per_step=0.25) if r.kind == "idle" else r for r in p.rows]
+    assert sum(r.kind == "idle" for r in rows) == 2
+    p = msgspec.structs.replace(p, rows=rows)
+    at_busy = Thresholds(host_bound_busy_pct=p.busy_pct, graph_launch_late_share=0.5)
+    late = _idle_finding(report, p, at_busy)
+    assert late is not None and late.id == "graph-launch-late"
+    assert late.evidence["idle_ms_per_step"] == 0.5 and late.evidence["idle_before_graph_launch_ms_per_step"] == 0.25
+    host = _idle_finding(report, p, Thresholds(host_bound_busy_pct=math.nextafter(p.busy_pct, 100.0)))
+    assert host is not None and host.id == "host-bound"
+    between = _idle_finding(report, p, Thresholds(graph_launch_late_share=math.nextafter(0.5, 1.0)))
+    assert between is not None and between.id == "gpu-idle"
+    two = _idle_finding(report, msgspec.structs.replace(p, steps=2), at_busy)
+    one = _idle_finding(report, msgspec.structs.replace(p, steps=1), at_busy)
+    assert two is not None and "of each decode step" in two.title
+    assert one is not None and "of the decode step" in one.title
