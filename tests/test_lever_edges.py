@@ -16,7 +16,7 @@ from max_profile.analyze.ledger import MATMUL_PART
 from max_profile.analyze.report import build_report
 from max_profile.analyze.rules.levers import _kernel_ms, _matmul_finding, _part
 from max_profile.analyze.thresholds import Thresholds
-from max_profile.model import KernelBreakdown, LedgerRow, PhaseLedger, RawCapture, Report
+from max_profile.model import KernelBreakdown, LedgerRow, PhaseLedger, RawCapture, Report, StepLedger
 
 S7 = Path(__file__).parent / "data" / "h200" / "session7"
 S13 = Path(__file__).parent / "data" / "h200" / "session13"
@@ -196,3 +196,74 @@ def test_idle_verdicts_at_the_host_bound_and_graph_share_thresholds() -> None:
     one = _idle_finding(report, msgspec.structs.replace(p, steps=1), at_busy)
     assert two is not None and "of each decode step" in two.title
     assert one is not None and "of the decode step" in one.title
+
+
+def test_time_outside_steps_every_figure_from_the_ledger() -> None:
+    """Decode steps of 1 ms with 0.25 ms of nothing between each two (generated, truth known): the ledger says 7.5 ms
+    of a 38.5 ms window passed outside the 31 steps; the lever prices it per step, its command profiles the host."""
+    from max_profile.analyze.rules.base import lever_severity
+    from max_profile.analyze.rules.levers import rule_outside_steps
+    from max_profile.model import Lever
+
+    from .test_finding_ids import _outside
+
+    report = _outside(0.25)
+    lg = report.ledger
+    assert isinstance(lg, StepLedger) and lg.outside_steps_ms == pytest.approx(7.5) and lg.window_ms == 38.5
+    steps = sum(p.steps for p in lg.phases)
+    pct, per_step = lg.outside_steps_pct, lg.outside_steps_ms / steps
+    assert steps == 31 and round(per_step, 4) != round(per_step, 5) and round(pct, 1) != round(pct, 2)
+    th = Thresholds()
+    [f] = rule_outside_steps(report, th)
+    assert f.id == "time-outside-steps" and f.severity == lever_severity(pct, steps, th) == "warning"
+    assert f.confidence == 0.7
+    assert f.lever == Lever(
+        phase="outside steps",
+        part="time between steps",
+        ms_per_step=round(per_step, 4),
+        pct_of_step=round(pct, 1),
+        total_ms=round(lg.outside_steps_ms, 3),
+    )
+    assert f.evidence == {
+        "outside_steps_ms": lg.outside_steps_ms,
+        "outside_steps_pct": pct,
+        "kernels_launched_outside_ms": lg.outside_kernels_ms,
+        "steps": steps,
+        "window_ms": lg.window_ms,
+    }
+    assert (
+        f.title
+        == f"{pct:.0f} % of the window (7.5 ms, {per_step:.2f} ms per step) passed between steps, where no step ran"
+    )
+    assert (f.next_step or "").startswith("Between two executes the host runs the generation loop")
+    assert f.command is not None and f.command.verb == "shell"
+    assert "py-spy record --native -o host.svg -- max-profile run" in str(f.command.args["line"])
+    assert "--kernels off" in str(f.command.args["line"])
+
+
+def test_lightly_loaded_at_its_threshold_and_its_command_only_for_attach() -> None:
+    """An idle attach window (session 12: 4 % in flight): lightly loaded under ``light_load_pct``, not at it; its
+    figures from the window; the attach sweep as its command. A generation mostly between steps is lightly loaded
+    too, with no attach command."""
+    from max_profile.analyze.rules.base import load_share
+    from max_profile.analyze.rules.levers import rule_outside_steps
+
+    from .test_finding_ids import _outside, real
+
+    idle = real("session12/attach_idle_3b_raw.json.gz")
+    share, what = load_share(idle)
+    assert share is not None and what == "requests in flight" and idle.window_load is not None
+    [f] = rule_outside_steps(idle, Thresholds())
+    assert f.id == "lightly-loaded" and f.confidence == 0.8 and f.severity == "info"
+    rate = idle.window_load.request_rate_rps
+    assert rate is not None
+    assert f.evidence["loaded_pct"] == round(share, 1) and f.evidence["requests_per_s"] == rate
+    assert f.title.startswith(
+        f"Lightly loaded: requests in flight only {share:.0f} % of the window, {rate:.2f} requests/s"
+    )
+    assert f.command is not None and f.command.verb == "attach" and f.command.args == {"concurrency": "1,4,16"}
+    assert rule_outside_steps(idle, Thresholds(light_load_pct=share)) == []
+    gen = _outside(3.0)
+    [g] = rule_outside_steps(gen, Thresholds())
+    assert g.id == "lightly-loaded" and g.command is None and g.evidence["measured_as"] == "steps running"
+    assert isinstance(gen.ledger, StepLedger) and g.evidence["outside_steps_pct"] == gen.ledger.outside_steps_pct
