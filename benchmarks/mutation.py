@@ -2,7 +2,7 @@
 fast rule and capture tests notice, and a report of those they do not.
 
     python benchmarks/mutation.py [--max-children 2] [--module DOTTED ...] [--report benchmarks/mutation_report.md]
-    [--skip-run]
+    [--skip-run | --recheck]
 
 Runs ``mutmut run`` from the repository root with the ``[tool.mutmut]`` settings of pyproject.toml (the analysis
 modules; the test files named there, in one process each, stopping at the first failure), then reads every mutant's
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -94,6 +95,53 @@ def merge_results(modules: list[str]) -> dict[str, dict[str, str]]:
             stored[name] = entry
     RESULTS.write_text(json.dumps(dict(sorted(stored.items())), indent=0) + "\n")
     return stored
+
+
+def recheck(modules: list[str], max_children: int) -> dict[str, dict[str, str]]:
+    """Re-judge the stored survivors of ``modules`` with the tests as they are now (tests written to kill them), in the
+    ``mutants/`` folder of the last run: the current tests are copied in, and each survivor is switched on by mutmut's
+    own ``MUTANT_UNDER_TEST`` while the ``[tool.mutmut]`` test selection runs (fastest files first, stopping at the
+    first failure). A mutmut run would regenerate the mutants of any source changed since and lose the run's results;
+    this keeps them. ``max_children`` survivors are judged at a time."""
+    import tomllib
+    from concurrent.futures import ThreadPoolExecutor
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]
+    mutants = REPO / "mutants"
+    if not mutants.is_dir():
+        raise SystemExit("no mutants/ folder: run the modules first (without --recheck)")
+    shutil.copytree(REPO / "tests", mutants / "tests", dirs_exist_ok=True)
+    stored: dict[str, dict[str, str]] = json.loads(RESULTS.read_text())
+    names = [
+        n
+        for n, e in stored.items()
+        if e["status"] == "survived"
+        and (not modules or module_of(n) in modules)
+        and kind_of(e.get("diff", "")) != "text"  # not scored: no test is asked to read a title letter by letter
+        and n not in EQUIVALENT
+    ]
+    selection = sorted(config["pytest_add_cli_args_test_selection"], key=lambda t: t not in FAST_FIRST)
+    cmd = [sys.executable, "-m", "pytest", *config["pytest_add_cli_args"], *selection]
+
+    def judge(name: str) -> tuple[str, int]:
+        env = {**os.environ, "MUTANT_UNDER_TEST": name}
+        try:
+            rc = subprocess.run(cmd, cwd=mutants, env=env, capture_output=True, timeout=900).returncode
+        except subprocess.TimeoutExpired:
+            rc = -1  # a mutant that hangs the tests is caught
+        return name, rc
+
+    with ThreadPoolExecutor(max_children) as pool:
+        for i, (name, rc) in enumerate(pool.map(judge, names), 1):
+            if rc != 0:
+                stored[name] = {"status": "killed" if rc > 0 else "timeout"}
+            print(f"{i}/{len(names)} {name}: {'killed' if rc else 'survived'}", flush=True)
+    RESULTS.write_text(json.dumps(dict(sorted(stored.items())), indent=0) + "\n")
+    return stored
+
+
+FAST_FIRST = ("tests/test_lever_edges.py", "tests/test_golden_findings.py", "tests/test_host_bound_without_ledger.py")
+"""Test files a recheck runs first: they pin the rules' figures field by field in seconds."""
 
 
 def statuses() -> dict[str, str]:
@@ -217,8 +265,17 @@ def main() -> int:
         help="mutate only this module (e.g. max_profile.analyze.rules.serving; repeatable); default: all of "
         "[tool.mutmut]",
     )
+    ap.add_argument(
+        "--recheck",
+        action="store_true",
+        help="re-judge the stored survivors of --module (all: every module) with the current tests, in the last run's "
+        "mutants/ folder",
+    )
     args = ap.parse_args()
-    if not args.skip_run:
+    if args.recheck:
+        results = recheck(args.module, args.max_children)
+        log_run([f"recheck of the survivors of {m}" for m in args.module] or ["recheck of all survivors"])
+    elif not args.skip_run:
         run(args.max_children, args.module)
         results = merge_results(args.module)
         log_run(args.module)

@@ -267,3 +267,77 @@ def test_lightly_loaded_at_its_threshold_and_its_command_only_for_attach() -> No
     [g] = rule_outside_steps(gen, Thresholds())
     assert g.id == "lightly-loaded" and g.command is None and g.evidence["measured_as"] == "steps running"
     assert isinstance(gen.ledger, StepLedger) and g.evidence["outside_steps_pct"] == gen.ledger.outside_steps_pct
+
+
+def test_healthy_decode_every_figure_and_each_threshold() -> None:
+    """Batch 1 on the H200 (session 7): decode is gemv-bound with no lever at warning size, so healthy-dense-decode, its
+    figures read off the ledger and the decode phase; withheld once the largest lever reaches ``lever_warning_pct``;
+    not named below ``healthy_gemv_share_pct``; at ``batched_decode_min_batch`` 1 the batched verdict instead, which
+    needs a ledger."""
+    from max_profile.analyze.rules.base import phase_of, worst_lever_pct
+    from max_profile.analyze.rules.levers import rule_healthy_decode
+
+    report = build_report(RawCapture.load(str(S7 / "run_b1_raw.json.gz")))
+    th = Thresholds()
+    p, _ = _decode(report)
+    k = report.kernels
+    assert isinstance(k, KernelBreakdown)
+    d = phase_of(k, "decode")
+    assert d is not None and p.ideal_ms_per_step
+    fam = d.families
+    gemv = next(r for r in fam if r.family == "gemv")
+    worst = worst_lever_pct(p)
+    [f] = rule_healthy_decode(report, th)
+    assert f.id == "healthy-dense-decode" and f.confidence == 0.8 and len(fam) >= 4
+    assert f.evidence == {
+        "top_family": "gemv",
+        "top_family_share_pct": round(fam[0].share_pct, 1),
+        "top_families": ",".join(r.family for r in fam[:4]),
+        "largest_lever_pct_of_step": round(worst, 1),
+        "decode_step_ms": round(p.step_ms, 4),
+        "recoverable_ms_per_step": round(p.recoverable_ms_per_step, 4),
+        "batch": 1,
+        "pct_of_ideal_step": round(100 * p.ideal_ms_per_step / p.step_ms, 1),
+        "gemv_share_pct": round(gemv.share_pct, 1),
+        "decode_kernel_us_per_token": round(d.kernel_us_per_token or 0, 2),
+    }
+    assert f.title == (
+        "Healthy dense decode: matrix-vector products dominate (memory-bound), then "
+        + f"{fam[1].family}, {fam[2].family}"
+    )
+    assert rule_healthy_decode(report, Thresholds(lever_warning_pct=worst)) == []
+    assert rule_healthy_decode(report, Thresholds(lever_warning_pct=math.nextafter(worst, 100.0)))
+    assert rule_healthy_decode(report, Thresholds(healthy_gemv_share_pct=gemv.share_pct))
+    assert rule_healthy_decode(report, Thresholds(healthy_gemv_share_pct=math.nextafter(gemv.share_pct, 100.0))) == []
+    [b] = rule_healthy_decode(report, Thresholds(batched_decode_min_batch=1))
+    batched_evidence = {
+        key: v for key, v in f.evidence.items() if key not in ("gemv_share_pct", "decode_kernel_us_per_token")
+    }
+    assert b.id == "healthy-batched-decode" and b.confidence == 0.75 and b.evidence == batched_evidence
+    assert b.title == (
+        "Healthy batched decode: 1 requests per step, matrix products (gemv) dominate and every part is within 15 % of "
+        "the step of its roofline"
+    )
+    no_ledger = msgspec.structs.replace(report, ledger=None)
+    assert rule_healthy_decode(no_ledger, Thresholds(batched_decode_min_batch=1)) == []  # batched needs the ledger
+
+
+def test_the_host_command_of_a_serve_capture_reruns_that_server_untraced_under_py_spy() -> None:
+    """A real serve capture (session 12, `serve --mode kernels` at concurrency 4): the GPU-idle verdict's command runs
+    the same server in utilization mode (no tracer), confirmed, under py-spy following its worker processes."""
+    from max_profile.flags import build_parser
+
+    from .test_finding_ids import real
+
+    report = real("session12/serve_kernels_3b_raw.json.gz")
+    [f] = [f for f in report.findings if f.id == "gpu-idle"]
+    assert f.command is not None and f.command.verb == "shell"
+    assert f.command.comment == "where the server's host time goes per step"
+    line = str(f.command.args["line"])
+    prefix = "pip install py-spy && py-spy record --native --subprocesses -o host.svg -- "
+    assert line.startswith(prefix)
+    words = line.removeprefix(prefix).split()
+    assert words[:2] == ["max-profile", "serve"]
+    args = build_parser().parse_args(words[1:])
+    assert (args.model_path, args.devices, args.mode, args.yes) == ("/tmp/m3b", "gpu", "utilization", True)
+    assert args.concurrency == [4]

@@ -628,17 +628,17 @@ def rule_healthy_decode(report: Report, th: Thresholds) -> list[Finding]:
     gemv = next((r for r in families if r.family == "gemv"), None)
     if top.family != "gemv" or gemv is None or gemv.share_pct < th.healthy_gemv_share_pct:
         return []
-    names = [r.family for r in families[:4]]
+    then = ", ".join(r.family for r in families[1:3])  # the next two families
     ev["gemv_share_pct"] = round(gemv.share_pct, 1)
     if d is not None:
         ev["decode_kernel_us_per_token"] = round(d.kernel_us_per_token or 0, 2)
-        title = "Healthy dense decode: matrix-vector products dominate (memory-bound), then " + ", ".join(names[1:3])
+        title = "Healthy dense decode: matrix-vector products dominate (memory-bound), then " + then
         confidence = 0.8
     else:
         ev["scope"] = "whole capture (no phase ranges)"
         title = (
             "Matrix-vector products dominate the capture: a memory-bound dense decode (no phase ranges: whole "
-            "capture), then " + ", ".join(names[1:3])
+            "capture), then " + then
         )
         confidence = 0.8 * th.no_phase_confidence_scale
     return [
