@@ -110,6 +110,8 @@ def recheck(modules: list[str], max_children: int) -> dict[str, dict[str, str]]:
     mutants = REPO / "mutants"
     if not mutants.is_dir():
         raise SystemExit("no mutants/ folder: run the modules first (without --recheck)")
+    stats = json.loads((mutants / "mutmut-stats.json").read_text())
+    changed = tests_changed_since(stats["git_commit"])  # their tests are not in mutmut's stats: all of them run
     shutil.copytree(REPO / "tests", mutants / "tests", dirs_exist_ok=True)
     stored: dict[str, dict[str, str]] = json.loads(RESULTS.read_text())
     names = [
@@ -120,10 +122,16 @@ def recheck(modules: list[str], max_children: int) -> dict[str, dict[str, str]]:
         and kind_of(e.get("diff", "")) != "text"  # not scored: no test is asked to read a title letter by letter
         and n not in EQUIVALENT
     ]
-    selection = sorted(config["pytest_add_cli_args_test_selection"], key=lambda t: t not in FAST_FIRST)
-    cmd = [sys.executable, "-m", "pytest", *config["pytest_add_cli_args"], *selection]
+    covering: dict[str, list[str]] = stats["tests_by_mangled_function_name"]
+    duration: dict[str, float] = stats["duration_by_test"]
+    selected = set(config["pytest_add_cli_args_test_selection"])
+    fast = [t for t in FAST_FIRST if t in selected] + [t for t in changed if t in selected and t not in FAST_FIRST]
 
     def judge(name: str) -> tuple[str, int]:
+        """The fast field-by-field files and the selected files changed since the run first, then the tests mutmut saw
+        reach the mutated function, quickest first (as mutmut itself selects them)."""
+        tests = sorted(covering.get(name.rsplit("__mutmut_", 1)[0], []), key=lambda t: duration.get(t, 0.0))
+        cmd = [sys.executable, "-m", "pytest", *config["pytest_add_cli_args"], *fast, *tests]
         env = {**os.environ, "MUTANT_UNDER_TEST": name}
         try:
             rc = subprocess.run(cmd, cwd=mutants, env=env, capture_output=True, timeout=900).returncode
@@ -135,9 +143,17 @@ def recheck(modules: list[str], max_children: int) -> dict[str, dict[str, str]]:
         for i, (name, rc) in enumerate(pool.map(judge, names), 1):
             if rc != 0:
                 stored[name] = {"status": "killed" if rc > 0 else "timeout"}
+                RESULTS.write_text(json.dumps(dict(sorted(stored.items())), indent=0) + "\n")
             print(f"{i}/{len(names)} {name}: {'killed' if rc else 'survived'}", flush=True)
-    RESULTS.write_text(json.dumps(dict(sorted(stored.items())), indent=0) + "\n")
     return stored
+
+
+def tests_changed_since(commit: str) -> list[str]:
+    """Test files changed or added since ``commit`` (the one mutmut's stats were collected at), committed or not."""
+    git = ["git", "-C", str(REPO)]
+    changed = subprocess.run([*git, "diff", "--name-only", commit, "--", "tests"], capture_output=True, text=True)
+    new = subprocess.run([*git, "ls-files", "--others", "--exclude-standard", "tests"], capture_output=True, text=True)
+    return sorted({*changed.stdout.split(), *new.stdout.split()})
 
 
 FAST_FIRST = ("tests/test_lever_edges.py", "tests/test_golden_findings.py", "tests/test_host_bound_without_ledger.py")

@@ -20,9 +20,15 @@ from pathlib import Path
 
 from max_profile.analyze.families import distinctive_regex
 from max_profile.collect.probes.environment import detect_environment, require_tool
-from max_profile.collect.readers.ncu import NO_KERNELS, PERMISSION_ERRORS, PERMISSION_FIX, export_ncu_pages, ncu_capture
+from max_profile.collect.readers.ncu import (
+    NO_KERNELS,
+    PERMISSION_ERRORS,
+    PERMISSION_FIX,
+    export_ncu_pages,
+    read_ncu_files,
+)
 from max_profile.errors import CaptureError, InputError
-from max_profile.model import KernelBreakdown, RawCapture, Workload, load_saved
+from max_profile.model import Capture, KernelBreakdown, RawCapture, Workload, load_saved
 from max_profile.util.models import check_model_folder
 from max_profile.util.procs import clean_child_env, die_with_parent, kill_group
 
@@ -205,6 +211,35 @@ class KernelRun:
     quantization_encoding: str | None = None
 
 
+class NcuTool:
+    """``ncu`` around the profiled generation (a :class:`~max_profile.collect.live.recorders.ProcessTool`): its command
+    line, and after the process ended its report exported (``--page details`` / ``raw``) and read into the capture."""
+
+    def __init__(self, ncu: str, run: KernelRun, report_base: str, work: Path) -> None:
+        self.ncu, self.run, self.report_base, self.work = ncu, run, report_base, work
+        self.report = report_base + ".ncu-rep"
+        self.pages: dict[str, str] = {}
+
+    def command(self, cmd: list[str]) -> list[str]:
+        r = self.run
+        return ncu_command(self.ncu, r.name, r.launches, r.launch_skip, r.section_set, self.report_base, cmd)
+
+    def env(self) -> dict[str, str]:
+        return {}
+
+    def read_after_teardown(self, raw: RawCapture, span: tuple[int, int]) -> None:
+        self.pages = export_ncu_pages(self.ncu, self.report, str(self.work))
+        raw.ncu_launches = read_ncu_files(self.pages["details"], self.pages["raw"])
+        raw.kernels_unavailable = None
+        raw.capture.collectors = [*raw.capture.collectors, "ncu"]
+
+    def close(self) -> None:
+        return None
+
+    def artifacts(self) -> list[str]:
+        return [f"{self.report}  (open with: ncu-ui {self.report})", *self.pages.values()]
+
+
 def profile_kernel(run: KernelRun, progress: Callable[[str], None]) -> RawCapture:
     """Run ncu on a short generation and return its launches as a :class:`RawCapture`."""
     name_filter(run.name)
@@ -213,6 +248,7 @@ def profile_kernel(run: KernelRun, progress: Callable[[str], None]) -> RawCaptur
     work = Path(run.output_dir or tempfile.mkdtemp(prefix="max-profile-ncu-"))
     work.mkdir(parents=True, exist_ok=True)
     report_base = str(work / "kernel")
+    started = time.time()
     target = [
         sys.executable,
         "-m",
@@ -240,12 +276,12 @@ def profile_kernel(run: KernelRun, progress: Callable[[str], None]) -> RawCaptur
         target += ["--max-length", str(run.max_length)]
     if run.quantization_encoding:
         target += ["--quantization-encoding", run.quantization_encoding]
-    cmd = ncu_command(ncu, run.name, run.launches, run.launch_skip, run.section_set, report_base, target)
-    ncu_exit, out = run_ncu(cmd, work / "ncu.log", run.timeout_s, progress)
+    tool = NcuTool(ncu, run, report_base, work)
+    ncu_exit, out = run_ncu(tool.command(target), work / "ncu.log", run.timeout_s, progress)
     if any(e in out for e in PERMISSION_ERRORS):
         raise CaptureError(PERMISSION_FIX)
     outcome = read_ncu_log(out)
-    have_report = os.path.exists(report_base + ".ncu-rep")
+    have_report = os.path.exists(tool.report)
     if outcome.app_crashed and not have_report:
         raise CaptureError(crash_message(outcome, ncu_exit, run.device_graph_capture))
     if not have_report:
@@ -253,25 +289,26 @@ def profile_kernel(run: KernelRun, progress: Callable[[str], None]) -> RawCaptur
             raise CaptureError(no_kernels_message(run.name, run.suggest_from))
         why = " | ".join(outcome.ncu_errors[-2:] or outcome.app_tail[-3:]) or "no output"
         raise CaptureError(f"ncu wrote no report (ncu exit {ncu_exit}): {why}; its log: {work / 'ncu.log'}")
-    pages = export_ncu_pages(ncu, report_base + ".ncu-rep", str(work))
-    raw = ncu_capture(pages["details"], pages["raw"], target=f"ncu:{run.name}")
-    raw.environment = detect_environment(check_tools=False)
-    raw.capture.model_path = run.model_path
-    raw.capture.devices = run.devices
-    raw.capture.device_graph_capture = bool(run.device_graph_capture)
-    raw.capture.workload = Workload(
-        batch_size=run.batch_size,
-        prompt=run.prompt,
-        max_new_tokens=run.max_new_tokens,
-        max_length=run.max_length,
-        quantization_encoding=run.quantization_encoding,
-        custom_architectures=list(run.custom_architectures),
+    raw = RawCapture(
+        environment=detect_environment(check_tools=False),
+        capture=Capture(
+            started_unix_s=started,
+            target=f"ncu:{run.name}",
+            model_path=run.model_path,
+            devices=run.devices,
+            device_graph_capture=bool(run.device_graph_capture),
+            workload=Workload(
+                batch_size=run.batch_size,
+                prompt=run.prompt,
+                max_new_tokens=run.max_new_tokens,
+                max_length=run.max_length,
+                quantization_encoding=run.quantization_encoding,
+                custom_architectures=list(run.custom_architectures),
+            ),
+        ),
     )
-    raw.artifacts = [
-        f"{report_base}.ncu-rep  (open with: ncu-ui {report_base}.ncu-rep)",
-        pages["details"],
-        pages["raw"],
-    ]
+    tool.read_after_teardown(raw, (0, 0))
+    raw.artifacts = tool.artifacts()
     if not run.device_graph_capture:
         raw.notes.append(GRAPHS_OFF_UNDER_NCU_NOTE)
     if outcome.app_crashed:

@@ -353,3 +353,46 @@ def test_kernel_run_tells_a_crash_from_no_match(
         )
     args = (bin_dir / "args.txt").read_text().split()
     assert "--no-device-graph-capture" in args and args[args.index("-k") + 1] == "regex:gemv_split_k"
+
+
+def test_kernel_run_reads_the_report_back_through_its_process_tool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run that works: ncu (a FAKE: CI has no Nsight Compute) profiles the generation, writes its report, and
+    exports the pages a real ncu 2025.3.1 wrote on the H200 (gemv_split_k); the capture holds those launches, ncu among
+    its collectors, the report and pages as artifacts, the workload of the run."""
+    import gzip
+    import shutil
+
+    from max_profile.ncu_run import KernelRun, NcuTool, profile_kernel
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _fake_ncu_run(bin_dir, NO_MATCH_LOG.replace("==WARNING== No kernels were profiled.\n", ""), write_report=True)
+    h200 = Path(__file__).parent / "data" / "h200"
+    shutil.copy(h200 / "small_ncu_gemv_details.csv", bin_dir / "details.csv")
+    (bin_dir / "raw.csv").write_bytes(gzip.decompress((h200 / "small_ncu_gemv_raw.csv.gz").read_bytes()))
+    script = (bin_dir / "ncu").read_text()
+    export = (
+        'case "$*" in *--import*--page\\ details*) cat "' + str(bin_dir) + '/details.csv"; exit 0;; '
+        '*--import*--page\\ raw*) cat "' + str(bin_dir) + '/raw.csv"; exit 0;; esac\n'
+    )
+    (bin_dir / "ncu").write_text(script.replace("# FAKE ncu for tests\n", "# FAKE ncu for tests\n" + export))
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"x")
+    run = KernelRun(name="gemv_split_k", model_path=str(model), output_dir=str(tmp_path / "out"), batch_size=2)
+    raw = profile_kernel(run, progress=lambda m: None)
+    expected = read_launches(str(bin_dir / "details.csv"), str(bin_dir / "raw.csv"))
+    assert expected and raw.ncu_launches == expected
+    assert raw.capture.target == "ncu:gemv_split_k" and raw.capture.collectors[-1] == "ncu"
+    assert raw.capture.workload is not None and raw.capture.workload.batch_size == 2
+    out = tmp_path / "out"
+    assert raw.artifacts == [
+        f"{out}/kernel.ncu-rep  (open with: ncu-ui {out}/kernel.ncu-rep)",
+        f"{out}/kernel_details.csv",
+        f"{out}/kernel_raw.csv",
+    ]
+    assert isinstance(NcuTool("ncu", run, str(out / "kernel"), out).command(["python"])[-1], str)
