@@ -340,4 +340,7 @@ def test_the_host_command_of_a_serve_capture_reruns_that_server_untraced_under_p
     assert words[:2] == ["max-profile", "serve"]
     args = build_parser().parse_args(words[1:])
     assert (args.model_path, args.devices, args.mode, args.yes) == ("/tmp/m3b", "gpu", "utilization", True)
-    assert args.concurrency == [4]
+    assert args.concurrency == [4] and args.extra == []
+    assert line.removeprefix(prefix) == (
+        "max-profile serve --model-path /tmp/m3b --devices gpu --concurrency 4 --mode utilization --yes"
+    )  # the mode said, not left to the parser's default
