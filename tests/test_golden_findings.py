@@ -32,6 +32,8 @@ COVER = [
     "tests/data/h200/session7/serve_sweep_raw.json.gz",
     "tests/data/h200/session12/attach_idle_3b_raw.json.gz",
     "tests/data/h200/session13/ops_probe/ops_gpu_raw.json.gz",
+    "tests/data/cpu/demo_ops_quiet_raw.json.gz",
+    "tests/data/cpu/demo_ops_loaded_raw.json.gz",
 ]
 PINNED = ("findings", "next_command", "next_measurement", "rules_skipped")
 
@@ -44,7 +46,7 @@ def golden() -> dict[str, Any]:
 def test_the_cover_still_holds_every_finding_id_of_the_raw_captures(golden: dict[str, Any]) -> None:
     raw_ids = {f["id"] for k in COVER for f in golden[k]["findings"]}
     every = {f["id"] for v in golden.values() for f in v.get("findings", [])}
-    assert len(raw_ids) >= 22 and every - raw_ids <= {
+    assert len(raw_ids) >= 25 and every - raw_ids <= {
         "healthy-batched-decode",
         "low-bit-normal",
         "startup-custom-import-slow",

@@ -807,3 +807,23 @@ def test_a_phase_ideal_sums_priced_ideals_and_unpriced_actuals(reports: dict[str
                 sum(r.recoverable_ms_per_step or 0.0 for r in p.rows), abs=1e-5
             ), name
             assert p.busy_pct == pytest.approx(100 * sum(r.ms_per_step for r in kernels) / p.step_ms, abs=0.01), name
+
+
+@pytest.mark.parametrize("name", ["demo_ops_quiet_raw.json.gz", "demo_ops_loaded_raw.json.gz"])
+def test_real_cpu_demos_get_one_verdict_per_phase_from_their_op_ranges(name: str) -> None:
+    """`max-profile demo` on this project's CPU VM, quiet and beside four busy loops (tests/data/cpu/README.md): the
+    prefill step is ops-bound, each decode step host time between ops, each figure the ledger's."""
+    from max_profile.model import RawCapture
+
+    report = build_report(RawCapture.load(str(Path(__file__).parent / "data" / "cpu" / name)))
+    lg = report.ledger
+    assert isinstance(lg, StepLedger) and lg.source == "op ranges (host)"
+    verdicts = {str(f.evidence["phase"]): f for f in report.findings if f.id in ("ops-bound", "host-time-between-ops")}
+    assert {ph: f.id for ph, f in verdicts.items()} == {"prefill": "ops-bound", "decode": "host-time-between-ops"}
+    for p in lg.phases:
+        between = sum(r.ms_per_step for r in p.rows if r.kind == "idle")
+        cover = 100 - 100 * between / p.step_ms
+        assert verdicts[p.phase].evidence["ops_cover_pct"] == round(cover, 1)
+    top = max((r for r in lg.phases[0].rows if r.kind == "kernels"), key=lambda r: r.ms_per_step)
+    assert verdicts["prefill"].evidence["top_part"] == top.part == "matmul: gemm"
+    assert ("host-contention" in {f.id for f in report.findings}) == ("loaded" in name)
