@@ -42,9 +42,12 @@ def main() -> int:
 
         from max.pipelines.lib.generate import GenerateIterator
 
-        ctx = asyncio.run(model.tokenizer.new_context(make_request(prompt, tokens, use_chat_template=False)))  # type: ignore[attr-defined]
+        request = make_request(prompt, tokens, use_chat_template=False)
+        ctx = asyncio.run(model.tokenizer.new_context(request))  # type: ignore[attr-defined]
         times = []
-        with GenerateIterator.from_contexts(model.pipeline, [ctx], caller="benchmark") as batch:  # type: ignore[attr-defined]
+        pipeline = model.pipeline  # type: ignore[attr-defined]
+        iterator = GenerateIterator.from_contexts(pipeline, [ctx], caller="benchmark")  # type: ignore[attr-defined]
+        with iterator as batch:
             while not batch.done:
                 t0 = time.perf_counter()
                 batch.step()

@@ -166,7 +166,8 @@ def main() -> int:
         if plan.warm:
             warm_pass(plan, tmp, 900, progress)
         recorder, dest = plan.spec.make_recorder(plan, ModeContext(env, tmp, None, 900, progress, None))
-        recorder.window_plans = {i: plans[v] for i, v in enumerate(order, 1) if v is not None}  # type: ignore[attr-defined]
+        window_plans = {i: plans[v] for i, v in enumerate(order, 1) if v is not None}
+        recorder.window_plans = window_plans  # type: ignore[attr-defined]
         if args.settle is not None:
             recorder.settle_s = args.settle  # type: ignore[attr-defined]
         raw = serve_windows(

@@ -203,7 +203,8 @@ def main() -> int:
     def run_repeat(order: list[str]) -> None:
         for arm in order:
             if arm.startswith("profile-"):
-                with profile(model.pipeline, kernels=arm.removeprefix("profile-"), sample_interval_s=0.1) as p:  # type: ignore[arg-type]
+                mode = arm.removeprefix("profile-")
+                with profile(model.pipeline, kernels=mode, sample_interval_s=0.1) as p:  # type: ignore[arg-type]
                     generate(model, prompt, args.tokens)
                 tps[arm].append(decode_tps(p.steps))
                 k = p.report.kernels

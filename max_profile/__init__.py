@@ -17,9 +17,9 @@ Every capture is a :class:`RawCapture`; :func:`build_report` turns one into a :c
 
 from __future__ import annotations
 
-from max_profile import model as _model  # noqa: E402
-from max_profile.errors import CaptureError, InputError, MaxProfileError, ToolMissingError, TraceFormatError  # noqa: E402
-from max_profile.model import (  # noqa: E402
+from max_profile import model as _model
+from max_profile.errors import CaptureError, InputError, MaxProfileError, ToolMissingError, TraceFormatError
+from max_profile.model import (
     SCHEMA_VERSION,
     Capture,
     Environment,
@@ -34,8 +34,8 @@ from max_profile.model import (  # noqa: E402
     Unavailable,
     UtilizationSample,
 )
-from max_profile.render.text import render_text  # noqa: E402
-from max_profile.version import __version__  # noqa: E402, F401
+from max_profile.render.text import render_text
+from max_profile.version import __version__  # noqa: F401
 
 _model.set_text_renderer(render_text)
 

@@ -131,8 +131,8 @@ def local_server(port: int) -> dict[str, object] | None:
     try:
         proc = psutil.Process(pid)
         root = proc
-        while root.parent() is not None and any(w in " ".join(root.parent().cmdline()) for w in ("max", "serve")):  # type: ignore[union-attr]
-            root = root.parent()  # type: ignore[assignment]
+        while (parent := root.parent()) is not None and any(w in " ".join(parent.cmdline()) for w in ("max", "serve")):
+            root = parent
         tree = {root.pid, *(c.pid for c in root.children(recursive=True))}
         environ = {k: v for k, v in root.environ().items() if k.startswith(("MAX_SERVE_", "MODULAR_", "OTEL_"))}
         cmdline = " ".join(root.cmdline())

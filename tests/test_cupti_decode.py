@@ -89,8 +89,9 @@ def test_decode_joins_launches_maps_clock_and_marks_zero_timestamps() -> None:
     assert valid.sum() == 2  # the zero-timestamp record maps to -1, for the analysis to drop and count
     by_name = {t.name_of(i): i for i in np.flatnonzero(valid)}
     g, m = by_name["gemv_split_k_bf16_128"], by_name["sm90_mha_depth128"]
-    assert t.start_ns[g] == 10_000_500 and t.end_ns[g] == 10_000_900 and t.launch_ns[g] == 10_000_100  # type: ignore[index]
-    assert t.launch_tid[g] == 4300 and list(t.grid[g]) == [1, 1024, 1] and list(t.block[g]) == [128, 1, 1]  # type: ignore[index]
+    assert t.launch_ns is not None and t.launch_tid is not None and t.grid is not None and t.block is not None
+    assert t.start_ns[g] == 10_000_500 and t.end_ns[g] == 10_000_900 and t.launch_ns[g] == 10_000_100
+    assert t.launch_tid[g] == 4300 and list(t.grid[g]) == [1, 1024, 1] and list(t.block[g]) == [128, 1, 1]
     assert t.graph_id[m] == 3 and t.graph_node_id[m] == 99 and t.graph_id[g] == 0  # type: ignore[index]
     assert unfinished_records(kernel_bytes, LAYOUT) == 1  # the record a forced flush handed out while its kernel ran
 

@@ -123,7 +123,8 @@ def _analysis(**kw: object) -> Report:
         "bound": "memory",
     }
     base.update(kw)
-    return _with(real("session7/run_b1_raw.json.gz"), kernel_analyses=[KernelAnalysis(**base)])  # type: ignore[arg-type]
+    analysis = KernelAnalysis(**base)  # type: ignore[arg-type]
+    return _with(real("session7/run_b1_raw.json.gz"), kernel_analyses=[analysis])
 
 
 def _level(

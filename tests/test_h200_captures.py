@@ -194,7 +194,8 @@ def test_nsys_breakdown_by_launch_time_matches_cupti(nsys_sqlite: str) -> None:
     assert "host-bound" in {f.id for f in report.findings} and "healthy-dense-decode" not in {
         f.id for f in report.findings
     }
-    assert report.step_summary is not None and report.step_summary.source == ("max_profile ranges")  # type: ignore[union-attr]
+    assert report.step_summary is not None
+    assert report.step_summary.source == ("max_profile ranges")  # type: ignore[union-attr]
 
 
 def test_nsys_alignment_needs_one_range_per_step(nsys_sqlite: str) -> None:
@@ -432,7 +433,8 @@ def test_serve_tracer_overhead_explains_the_low_utilization_of_in_worker_cupti()
         ).group(1)
     )  # type: ignore[union-attr]
     assert seconds == pytest.approx(3.87)
-    traced.kernels = msgspec.structs.replace(traced.kernels, tracer_overhead_pct=100 * seconds / traced.serve.window_s)  # type: ignore[union-attr]
+    overhead_pct = 100 * seconds / traced.serve.window_s  # type: ignore[union-attr]
+    traced.kernels = msgspec.structs.replace(traced.kernels, tracer_overhead_pct=overhead_pct)  # type: ignore[arg-type]
     traced.findings = evaluate(traced)
     ids = {f.id: f for f in traced.findings}
     assert "tracer-overhead" in ids and "host-bound" not in ids
@@ -443,7 +445,8 @@ def test_serve_tracer_overhead_explains_the_low_utilization_of_in_worker_cupti()
     )
     assert ids["tracer-overhead"].evidence["mean_utilization_pct_while_tracing"] == pytest.approx(8.8, abs=0.1)
     for other in (untraced, nsys):
-        assert other.serve is not None and other.serve.output_tokens > 3 * traced.serve.output_tokens  # type: ignore[union-attr]
+        assert other.serve is not None and traced.serve is not None
+        assert other.serve.output_tokens > 3 * traced.serve.output_tokens
         assert (
             isinstance(other.utilization, UtilizationSection)
             and other.utilization.gpus[0].mean_utilization_pct > 4 * 8.8

@@ -46,9 +46,11 @@ def test_batch_64_ranks_both_levers_with_ms_per_step() -> None:
     assert (
         report.findings[0] is matmul and report.findings[1] is idle
     )  # ranked by what they buy: 1.96 then 1.10 ms per step
-    weights = sum(g.bytes for name, g in raw.capture.model_weights.groups.items() if name != "embedding")  # type: ignore[union-attr]
-    assert matmul.lever.ms_per_step == pytest.approx(decode_matmul_lever(raw, weights), rel=0.01)  # type: ignore[attr-defined]
-    assert idle.lever.ms_per_step == pytest.approx(_decode_idle_independently(raw), rel=0.01)  # type: ignore[attr-defined]
+    groups = raw.capture.model_weights.groups  # type: ignore[union-attr]
+    weights = sum(g.bytes for name, g in groups.items() if name != "embedding")
+    assert matmul.lever is not None and idle.lever is not None
+    assert matmul.lever.ms_per_step == pytest.approx(decode_matmul_lever(raw, weights), rel=0.01)
+    assert idle.lever.ms_per_step == pytest.approx(_decode_idle_independently(raw), rel=0.01)
     assert idle.lever.pct_of_step >= 20  # type: ignore[attr-defined]
     assert not {"healthy-batched-decode", "healthy-dense-decode", "decode-bandwidth-low"} & {
         f.id for f in report.findings
@@ -74,7 +76,9 @@ def test_the_printed_deep_dive_reproduces_the_run_and_profiles_decode_gemms() ->
     picked = matched[np.argsort(t[matched], kind="stable")][339:342]
     decode = [s for s in raw.steps if s.phase == "decode" and s.batch_size > 0]
     assert all(any(s.start_ns <= t[i] <= s.end_ns for s in decode) for i in picked)
-    expected = [(tuple(int(x) for x in k.grid[i]), tuple(int(x) for x in k.block[i])) for i in picked]  # type: ignore[index]
+    grid, block = k.grid, k.block
+    assert grid is not None and block is not None
+    expected = [(tuple(int(x) for x in grid[i]), tuple(int(x) for x in block[i])) for i in picked]
     launches = read_ncu_files(str(S12 / "kernel_b64_3b_details.csv.gz"), str(S12 / "kernel_b64_3b_raw.csv.gz"))
     profiled = [
         (

@@ -103,7 +103,8 @@ def test_batch_32_and_fp8_verdicts_on_the_new_run() -> None:
         "healthy-batched-decode" not in found
         and 40 < float(found["decode-bandwidth"].evidence["pct_of_peak"] or 0) < 50
     )
-    weights = sum(g.bytes for name, g in raw_b32.capture.model_weights.groups.items() if name != "embedding")  # type: ignore[union-attr]
+    groups = raw_b32.capture.model_weights.groups  # type: ignore[union-attr]
+    weights = sum(g.bytes for name, g in groups.items() if name != "embedding")
     top = b32.findings[0]
     assert top.id == "matmul-below-roofline" and top.lever is not None and top.lever.phase == "decode"
     assert top.lever.ms_per_step == pytest.approx(decode_matmul_lever(raw_b32, weights), rel=0.01)

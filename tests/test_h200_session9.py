@@ -149,7 +149,8 @@ def test_graph_launch_late_found_in_the_serve_window_and_explained_by_a_measured
     assert "graph-launch-late" not in {f.id for f in b1.findings}
     # the demo's 182M model is host-bound: it waits before its graphs too (15 % of its window), and host-bound says so
     demo = build_report(RawCapture.load(str(S9 / "demo_raw.json.gz")))
-    assert demo.kernels.gpu_waits is not None and demo.kernels.gpu_waits.before_graph_pct > 10  # type: ignore[union-attr]
+    waits = demo.kernels.gpu_waits  # type: ignore[union-attr]
+    assert waits is not None and waits.before_graph_pct > 10
     assert "host-bound" in {f.id for f in demo.findings} and "graph-launch-late" not in {f.id for f in demo.findings}
 
 

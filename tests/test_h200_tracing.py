@@ -56,7 +56,8 @@ def test_recorder_backs_off_under_another_cupti_client() -> None:
     """`nsys profile ... max-profile run --kernels cupti`: CUPTI is nsys's; the recorder says so and records nothing."""
     report = Report.load(str(TRACING / "under_nsys_report.json"))
     assert report.kernels is not None and not isinstance(report.kernels, KernelBreakdown)
-    assert ("already held by") in report.kernels.reason and "backs off" in report.kernels.reason  # type: ignore[union-attr]
+    reason = report.kernels.reason  # type: ignore[union-attr]
+    assert ("already held by") in reason and "backs off" in reason
 
 
 def test_serve_worker_records_graph_kernels_with_graphs_on() -> None:

@@ -33,8 +33,10 @@ def _phase(k: KernelBreakdown, name: str):  # type: ignore[no-untyped-def]
 
 
 FAKE_ROCPROF_KERNELS = (
-    '"Kind","Agent_Id","Queue_Id","Stream_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name","Correlation_Id","Start_Timestamp","End_Timestamp",'
-    '"LDS_Block_Size","Scratch_Size","VGPR_Count","Accum_VGPR_Count","SGPR_Count","Workgroup_Size_X","Workgroup_Size_Y","Workgroup_Size_Z","Grid_Size_X","Grid_Size_Y","Grid_Size_Z"\n'
+    '"Kind","Agent_Id","Queue_Id","Stream_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name","Correlation_Id",'
+    '"Start_Timestamp","End_Timestamp",'
+    '"LDS_Block_Size","Scratch_Size","VGPR_Count","Accum_VGPR_Count","SGPR_Count","Workgroup_Size_X",'
+    '"Workgroup_Size_Y","Workgroup_Size_Z","Grid_Size_X","Grid_Size_Y","Grid_Size_Z"\n'
     '"KERNEL_DISPATCH","Agent 4",1,0,901,1,10,"matmul_bfloat16_kernel(bf16*, bf16 const*, '
     'int)",1,1000,1900,0,0,8,0,16,64,1,1,1024,1,1\n'
     '"KERNEL_DISPATCH","Agent 4",1,0,905,2,11,"mha_decode_gfx942_bf16",2,2100,2150,0,0,8,0,16,64,1,1,64,1,1\n'
@@ -233,8 +235,10 @@ def test_broken_rocprofv3_json_is_refused(tmp_path: Path, doc: dict[str, object]
 
 def test_fake_rocprofv3_older_columns(tmp_path: Path) -> None:
     old = (
-        '"Kind","Agent_Id","Queue_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name","Correlation_Id","Start_Timestamp","End_Timestamp",'
-        '"Private_Segment_Size","Group_Segment_Size","Workgroup_Size_X","Workgroup_Size_Y","Workgroup_Size_Z","Grid_Size_X","Grid_Size_Y","Grid_Size_Z"\n'
+        '"Kind","Agent_Id","Queue_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name","Correlation_Id",'
+        '"Start_Timestamp","End_Timestamp",'
+        '"Private_Segment_Size","Group_Segment_Size","Workgroup_Size_X","Workgroup_Size_Y","Workgroup_Size_Z",'
+        '"Grid_Size_X","Grid_Size_Y","Grid_Size_Z"\n'
         '"KERNEL_DISPATCH",2,1,852831,1,10,"void addition_kernel<float>(float*, float const*, float const*, int, '
         'int)",1,1551874061244694,1551874061255734,0,0,64,1,1,1024,1024,1\n'
     )
@@ -247,12 +251,14 @@ def test_fake_rocprofv3_older_columns(tmp_path: Path) -> None:
     "text",
     [
         # rocprofv2 kernel trace (FAKE: written from its documented column names)
-        "Dispatch_ID,GPU_ID,Queue_ID,Queue_Index,PID,TID,Grid_Size,Workgroup_Size,LDS_Per_Workgroup,Scratch_Per_Workitem,Arch_VGPR,"
+        "Dispatch_ID,GPU_ID,Queue_ID,Queue_Index,PID,TID,Grid_Size,Workgroup_Size,LDS_Per_Workgroup,"
+        "Scratch_Per_Workitem,Arch_VGPR,"
         "Accum_VGPR,SGPR,Wave_Size,Kernel_Name,Start_Timestamp,End_Timestamp,Correlation_ID\n"
         '1,2,0,0,905,905,8192,256,0,0,32,0,16,64,"gemv_split_k_bf16_gfx942",1000,1400,1\n'
         '2,2,0,1,905,905,8192,256,0,0,32,0,16,64,"mha_decode_gfx942",1500,1600,2\n',
         # legacy rocprof --timestamp on results.csv (FAKE, same)
-        "Index,KernelName,gpu-id,queue-id,queue-index,pid,tid,grd,wgr,lds,scr,arch_vgpr,accum_vgpr,sgpr,wave_size,sig,obj,DispatchNs,BeginNs,EndNs,CompleteNs\n"
+        "Index,KernelName,gpu-id,queue-id,queue-index,pid,tid,grd,wgr,lds,scr,arch_vgpr,accum_vgpr,sgpr,wave_size,"
+        "sig,obj,DispatchNs,BeginNs,EndNs,CompleteNs\n"
         '0,"gemv_split_k_bf16_gfx942",2,0,0,905,905,8192,256,0,0,32,0,16,64,0x0,0x0,900,1000,1400,1450\n'
         '1,"mha_decode_gfx942",2,0,1,905,905,8192,256,0,0,32,0,16,64,0x0,0x0,1450,1500,1600,1650\n',
     ],

@@ -354,7 +354,8 @@ def test_fp8_trace_without_its_config_still_names_the_naive_fallback() -> None:
         f.evidence["top_matmul_launch_shape"] == "grid 1x256x1 block 16x16x1"
         and float(f.evidence["share_of_kernel_time_pct"] or 0) > 95
     )  # type: ignore[arg-type]
-    assert "low-bit-normal" not in ids(report) and "grouped_matmul" not in {r.family for r in report.kernels.families}  # type: ignore[union-attr]
+    families = {r.family for r in report.kernels.families}  # type: ignore[union-attr]
+    assert "low-bit-normal" not in ids(report) and "grouped_matmul" not in families
 
 
 def test_grouped_matmul_is_for_groups_of_experts() -> None:
@@ -394,10 +395,12 @@ def _reproduces(report: Report, cmd: Command) -> None:
     else:
         verb, args = _parse(cmd)
     c, w = report.capture, report.capture.workload or Workload()
-    assert args.model_path == c.model_path and (getattr(args, "devices", None) or "gpu") == (c.devices or "gpu")  # type: ignore[attr-defined]
+    devices = getattr(args, "devices", None) or "gpu"
+    assert args.model_path == c.model_path and devices == (c.devices or "gpu")  # type: ignore[attr-defined]
     if verb in ("run", "kernel", "kernels"):
         decode = [s for s in report.steps if s.phase == "decode" and s.batch_size > 0]
-        assert args.batch_size == (w.batch_size or int(np.median([s.batch_size for s in decode])))  # type: ignore[attr-defined]
+        median_batch = int(np.median([s.batch_size for s in decode]))
+        assert args.batch_size == (w.batch_size or median_batch)  # type: ignore[attr-defined]
         assert args.max_new_tokens == (w.max_new_tokens or len(decode))  # type: ignore[attr-defined]
         assert (args.custom_architectures or []) == list(w.custom_architectures)  # type: ignore[attr-defined]
         if w.prompt:

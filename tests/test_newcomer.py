@@ -244,7 +244,8 @@ def test_every_option_has_help_and_shows_its_default() -> None:
                 m = re.search(rf"\n  (?:-[^\n]*?, )?{re.escape(flag)}\b", options)
                 assert m, f"{name} {flag} not in its help"
                 entry = options[m.start() + 1 :]
-                entry = entry[: (re.search(r"\n  -", entry) or re.search(r"$", entry)).start()]  # type: ignore[union-attr]
+                end = re.search(r"\n  -", entry) or re.search(r"$", entry)
+                entry = entry[: end.start()]  # type: ignore[union-attr]
                 assert "default:" in entry, f"{name} {flag}: default {action.default!r} not shown"
 
 

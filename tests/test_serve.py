@@ -128,7 +128,8 @@ def test_kernels_mode_uses_scheduler_ranges(tiny_model_dir: Path) -> None:
     assert all(st.input_tokens == st.batch_size for st in raw.steps if st.phase == "decode")
     assert all(st.input_tokens > st.batch_size and st.context_tokens == 0 for st in raw.steps if st.phase == "prefill")
     summary = report.step_summary
-    assert summary is not None and summary.source == ("model worker steps") and summary.ttft_ms is None  # type: ignore[union-attr]
+    assert summary is not None and summary.source == ("model worker steps")  # type: ignore[union-attr]
+    assert summary.ttft_ms is None  # type: ignore[union-attr]
     assert {b.batch_size for b in summary.by_batch if b.phase == "decode"} == {
         st.batch_size for st in raw.steps if st.phase == "decode"
     }  # type: ignore[union-attr]

@@ -39,9 +39,11 @@ def test_recorded_cpu_cold_warm_and_profiling_on() -> None:
     assert cold["cache"] == "miss" and "was empty" in cold["cache_reason"]  # type: ignore[operator]
     assert _compile_s(cold) == pytest.approx(cold["max_logged_compile_s"], rel=0.10)
     assert warm["cache"] == "hit" and warm["total_s"] < 0.2 * cold["total_s"]  # type: ignore[operator]
-    assert prof["cache"] == "miss" and "MODULAR_ENABLE_PROFILING=on is a new compile key" in prof["cache_reason"]  # type: ignore[operator]
+    assert prof["cache"] == "miss"
+    assert "MODULAR_ENABLE_PROFILING=on is a new compile key" in prof["cache_reason"]  # type: ignore[operator]
     assert prof["compile_key"]["profiling"] == "on" and warm["compile_key"]["profiling"] == "off"  # type: ignore[index]
-    assert prof["warm_cache_command"].startswith("MODULAR_ENABLE_PROFILING=on max warm-cache --model-path")  # type: ignore[union-attr]
+    command = prof["warm_cache_command"]
+    assert command.startswith("MODULAR_ENABLE_PROFILING=on max warm-cache --model-path")  # type: ignore[union-attr]
     assert warm["warm_cache_command"] is None  # a hit needs no warming
 
 

@@ -716,7 +716,8 @@ def test_pricing_thresholds_give_exact_ideals() -> None:
     decode = next(p for p in lg.phases if p.phase == "decode")
     matmul = next(r for r in decode.rows if r.part.startswith("matmul"))
     weights = 10.47e9
-    assert matmul.ideal_ms_per_step == pytest.approx(report.decode_cost.weight_bytes / (0.85 * 4.8e12) * 1e3, rel=1e-6)  # type: ignore[union-attr]
+    weight_bytes = report.decode_cost.weight_bytes  # type: ignore[union-attr]
+    assert matmul.ideal_ms_per_step == pytest.approx(weight_bytes / (0.85 * 4.8e12) * 1e3, rel=1e-6)
     assert matmul.ideal_ms_per_step == pytest.approx(weights / (0.85 * 4.8e12) * 1e3, rel=0.01)
     prefill = next(p for p in lg.phases if p.phase == "prefill")
     compute_bound = next(r for r in prefill.rows if r.part.startswith("matmul"))

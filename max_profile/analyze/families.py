@@ -55,19 +55,23 @@ FAMILY_DESCRIPTIONS: dict[str, str] = {
 FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
     (
         "memcpy",
-        r"^(memcpy|memset)|\b(memcpy|memset)\b|copy_(h|d)to(h|d)|\bdtod\b|\bhtod\b|\bdtoh\b|rocclr_(fill|copy)|^(fill|copy)buffer",
+        r"^(memcpy|memset)|\b(memcpy|memset)\b|copy_(h|d)to(h|d)|\bdtod\b|\bhtod\b|\bdtoh\b|rocclr_(fill|copy)|"
+        r"^(fill|copy)buffer",
     ),
     (
         "collective",
-        r"allreduce|all_reduce|allgather|all_gather|reduce_scatter|reducescatter|nccl|rccl|ep_dispatch|ep_combine|dispatch_kernel|combine_kernel|shmem|\bdispatch\b|\bcombine\b|broadcast_pull|multimem",
+        r"allreduce|all_reduce|allgather|all_gather|reduce_scatter|reducescatter|nccl|rccl|ep_dispatch|ep_combine|"
+        r"dispatch_kernel|combine_kernel|shmem|\bdispatch\b|\bcombine\b|broadcast_pull|multimem",
     ),
     (
         "sampling",
-        r"topk_topp|top_k_top_p|topp_sampling|sampling|sample_|argmax|logits_processor|min_p|temperature|rejection_sampler|logsoftmax_sampler|gumbel",
+        r"topk_topp|top_k_top_p|topp_sampling|sampling|sample_|argmax|logits_processor|min_p|temperature|"
+        r"rejection_sampler|logsoftmax_sampler|gumbel",
     ),
     (
         "moe_routing",
-        r"moe_create_indices|moe_router|router|topk_route|topk_softmax|moe_align|route_|expert_ids|moe_.*indices|^topk|_topk_",
+        r"moe_create_indices|moe_router|router|topk_route|topk_softmax|moe_align|route_|expert_ids|moe_.*indices|"
+        r"^topk|_topk_",
     ),
     ("grouped_matmul", r"grouped|moe_matmul|expert.*matmul|bmm_grouped|group_gemm|ragged_matmul|fused_moe"),
     # dense low-bit matmuls (one weight matrix, not a group of experts): MAX's naive block-scaled FP8 fallback among
@@ -75,7 +79,8 @@ FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
     ("gemm", r"fp8_quantization_naive|naive_blockwise_scaled|block_?(wise_)?scaled_?(fp8_)?(matmul|gemm|mm)"),
     (
         "quantize",
-        r"quantize|quant_|block_scales|scale_layout|dequant|fp8_cast|to_fp8|nvfp4|mxfp4|scales_interleave|cast_to_f8|fp8_quantization_+quant",
+        r"quantize|quant_|block_scales|scale_layout|dequant|fp8_cast|to_fp8|nvfp4|mxfp4|scales_interleave|cast_to_f8|"
+        r"fp8_quantization_+quant",
     ),
     (
         "attention",
@@ -90,7 +95,8 @@ FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
     ("gather_scatter", r"gather|scatter|embedding|index_select|concat|split|take_along|slice|transpose|permute"),
     (
         "elementwise",
-        r"elementwise|foreach|mogg|epilogue|vectorized|unary|binary|broadcast|fill|iota|range|cast|add_|mul_|where|softmax|reduce|algorithm_gpu|rowwise|arange|\bmo\.|composite\.",
+        r"elementwise|foreach|mogg|epilogue|vectorized|unary|binary|broadcast|fill|iota|range|cast|add_|mul_|where|"
+        r"softmax|reduce|algorithm_gpu|rowwise|arange|\bmo\.|composite\.",
     ),
 )
 
@@ -128,7 +134,8 @@ _ARCH_PREFIX = re.compile(r"^(sm_?\d{2,3}[a-z]?|gfx\d{3,4}[a-z]?|mi\d{3}[a-z]?|c
 _HASH_SUFFIX = re.compile(r"(_+[0-9a-f]{8,}|_+(?![a-z]+(?:[A-Z][a-z]+)+$)[A-Za-z0-9]{16,})$")
 """A hex or base-62 hash at the end; a camelCase word (``_fillBufferAligned``) is part of the name."""
 _PARAMS = re.compile(
-    r"\((?:[^()]*(?:\*|&|\bconst\b|\bint\b|\bfloat\b|\bunsigned\b|\bchar\b|\bdouble\b|\bbool\b|\blong\b|\bsize_t\b|\bT\d\b|\bvoid\b)[^()]*)?\)\s*$"
+    r"\((?:[^()]*(?:\*|&|\bconst\b|\bint\b|\bfloat\b|\bunsigned\b|\bchar\b|\bdouble\b|\bbool\b|\blong\b|\bsize_t\b|"
+    r"\bT\d\b|\bvoid\b)[^()]*)?\)\s*$"
 )
 _TEMPLATE = re.compile(r"<[^<>]*>")
 _VOID = re.compile(r"^(void|__global__)\s+")

@@ -11,6 +11,14 @@ from max_profile.errors import TraceFormatError
 from max_profile.model.serialization import _encode, _validated
 
 
+def _dim3(column: np.ndarray | None, i: int) -> tuple[int, int, int] | None:
+    """Row ``i`` of an (n, 3) grid / block column as (x, y, z) ints, None without the column."""
+    if column is None:
+        return None
+    x, y, z = (int(v) for v in column[i])
+    return x, y, z
+
+
 class KernelRecord(msgspec.Struct, frozen=True, array_like=True):
     """One kernel execution on a GPU, as any tracer reports it: the per-record view of a :class:`KernelTable`."""
 
@@ -178,8 +186,8 @@ class KernelTable(msgspec.Struct):
                     device=int(self.device[i]),
                     stream=int(self.stream[i]) if self.stream is not None else 0,
                     correlation_id=int(self.correlation_id[i]) if self.correlation_id is not None else 0,
-                    grid=tuple(int(x) for x in self.grid[i]) if self.grid is not None else None,  # type: ignore[arg-type]
-                    block=tuple(int(x) for x in self.block[i]) if self.block is not None else None,  # type: ignore[arg-type]
+                    grid=_dim3(self.grid, i),
+                    block=_dim3(self.block, i),
                     registers=int(self.registers[i]) if self.registers is not None else None,
                     graph_id=opt(self.graph_id, i, 0),
                     launch_tid=opt(self.launch_tid, i),

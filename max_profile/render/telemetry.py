@@ -15,6 +15,7 @@ Every series carries ``max_profile.source`` (``max_profile``) so it never mixes 
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -432,18 +433,16 @@ def otlp_providers_from_env() -> OtlpExport:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter  # type: ignore[assignment]
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # type: ignore[assignment]
+    # the exporters of the protocol asked for: proto.grpc or proto.http (the same classes by name)
+    package = "opentelemetry.exporter.otlp.proto." + ("grpc" if protocol == "grpc" else "http")
+    metric_exporter = importlib.import_module(package + ".metric_exporter")
+    trace_exporter = importlib.import_module(package + ".trace_exporter")
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "max_profile"})
     from opentelemetry.sdk.metrics.export import MetricExportResult
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    metrics_out = _CheckedExporter(OTLPMetricExporter(), MetricExportResult.FAILURE)
-    spans_out = _CheckedExporter(OTLPSpanExporter(), SpanExportResult.FAILURE)
+    metrics_out = _CheckedExporter(metric_exporter.OTLPMetricExporter(), MetricExportResult.FAILURE)
+    spans_out = _CheckedExporter(trace_exporter.OTLPSpanExporter(), SpanExportResult.FAILURE)
     reader = PeriodicExportingMetricReader(metrics_out, export_interval_millis=3_600_000)  # type: ignore[arg-type]
     meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
     tracer_provider = TracerProvider(resource=resource)

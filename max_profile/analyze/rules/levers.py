@@ -233,7 +233,8 @@ def _nvml_host_bound(report: Report, th: Thresholds) -> list[Finding]:
     lever = None
     if dec is not None:
         evidence["decode_step_p50_ms"] = round(dec.p50_ms, 3)
-        idle_share = 1 - (busy if busy is not None else float(evidence["mean_utilization_pct"] or 0)) / 100  # type: ignore[arg-type]
+        used = busy if busy is not None else float(evidence.get("mean_utilization_pct") or 0)  # type: ignore[arg-type]
+        idle_share = 1 - used / 100
         lever = Lever(
             phase="decode",
             part="GPU idle (estimated from " + ("the kernel timeline" if busy is not None else "NVML") + ")",

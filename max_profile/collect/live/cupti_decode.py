@@ -102,7 +102,8 @@ class RecordLayout:
             if size <= 0 or size % 8:
                 raise TraceFormatError(f"CUPTI {what} record size {size} is not a positive multiple of 8")
             for name in types:
-                width = _dtype({"size": 64, name: 0}, {name: types[name]}).fields[name][0].itemsize  # type: ignore[index]
+                one_field = _dtype({"size": 64, name: 0}, {name: types[name]}).fields
+                width = one_field[name][0].itemsize  # type: ignore[index]
                 if not 0 <= fields[name] <= size - width:
                     raise TraceFormatError(
                         f"CUPTI {what} record field {name} at offset {fields[name]} lies outside the {size}-byte record"

@@ -22,7 +22,8 @@ _DEVICE_ORDINAL = re.compile(r"\((\d+)\)\s*$")
 
 
 def _raw(source: str, path: str, vendor: str = "nvidia") -> RawCapture:
-    env = Environment(vendor=vendor, vendor_reason=f"imported from {path}; environment of the capture unknown")  # type: ignore[arg-type]
+    reason = f"imported from {path}; environment of the capture unknown"
+    env = Environment(vendor=vendor, vendor_reason=reason)  # type: ignore[arg-type]
     return RawCapture(
         environment=env,
         capture=Capture(started_unix_s=time.time(), target=f"import:{source}", collectors=[source]),
@@ -44,7 +45,17 @@ def gpu_trace_capture(path: str) -> RawCapture:
     i_corr = optional_column(header, "CorrId")
     i_regs = optional_column(header, "Reg/Trd")
     names: dict[str, int] = {}
-    idx, start, end, dev, stream, corr, grid, block, regs = [], [], [], [], [], [], [], [], []  # type: ignore[var-annotated]
+    idx, start, end, dev, stream, corr, grid, block, regs = (  # type: ignore[var-annotated]
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+    )
     skipped = 0
     width = max(i_start, i_dur, i_name)
     gpu_names: dict[int, str | None] = {}  # "NVIDIA H100 80GB HBM3 (0)" in the Device column
