@@ -344,3 +344,19 @@ def test_the_host_command_of_a_serve_capture_reruns_that_server_untraced_under_p
     assert line.removeprefix(prefix) == (
         "max-profile serve --model-path /tmp/m3b --devices gpu --concurrency 4 --mode utilization --yes"
     )  # the mode said, not left to the parser's default
+
+
+def test_a_phase_of_zero_length_draws_no_lever_and_no_division_by_zero() -> None:
+    """A phase whose steps took no time (a capture cut at a step's edge): no idle or matmul lever is priced, the CPU
+    verdict still reads 0 % between ops, nothing divides by zero."""
+    from max_profile.analyze.rules.levers import _host_ops_finding, _idle_finding
+
+    report = build_report(RawCapture.load(str(S7 / "run_b32_raw.json.gz")))
+    p, row = _decode(report)
+    empty = msgspec.structs.replace(
+        p, step_ms=0.0, rows=[msgspec.structs.replace(r, ms_per_step=0.0, recoverable_ms_per_step=0.0) for r in p.rows]
+    )
+    zero_row = msgspec.structs.replace(row, ms_per_step=0.0, recoverable_ms_per_step=0.0)
+    assert _idle_finding(report, empty, Thresholds()) is None
+    assert _matmul_finding(report, empty, zero_row, Thresholds()) is None
+    assert _host_ops_finding(report, empty, Thresholds()).evidence["ops_cover_pct"] == 100.0
