@@ -360,3 +360,37 @@ def test_a_phase_of_zero_length_draws_no_lever_and_no_division_by_zero() -> None
     assert _idle_finding(report, empty, Thresholds()) is None
     assert _matmul_finding(report, empty, zero_row, Thresholds()) is None
     assert _host_ops_finding(report, empty, Thresholds()).evidence["ops_cover_pct"] == 100.0
+
+
+def test_edges_a_matmul_part_without_a_top_kernel_a_phase_without_host_steps_two_steps_of_ops(b32: Report) -> None:
+    """The breakdown's top-kernel lists hold no matmul kernel (they are cut at the top few): the matmul lever stands,
+    with no kernel named, no slow path, no deep-dive command. A phase without host step times says None. Two steps
+    of ops are 'each' step."""
+    from max_profile.analyze.rules.levers import _idle_finding, _ops_bound_finding
+
+    from .test_finding_ids import _ops_on_cpu
+
+    p, row = _decode(b32)
+    k = b32.kernels
+    assert isinstance(k, KernelBreakdown)
+    matmul = set(row.families)
+    phases = [
+        msgspec.structs.replace(ph, top_kernels=[r for r in ph.top_kernels if r.family not in matmul])
+        for ph in k.phases
+    ]
+    tops = [r for r in k.top_kernels if r.family not in matmul]
+    bare = msgspec.structs.replace(b32, kernels=msgspec.structs.replace(k, phases=phases, top_kernels=tops))
+    f = _matmul_finding(bare, p, row, Thresholds())
+    assert f is not None and f.id == "matmul-below-roofline" and f.evidence["top_matmul_kernel"] is None
+    assert f.command is None and "kernel_names_it" not in f.evidence
+    b64 = build_report(
+        RawCapture.load(str(Path(__file__).parent / "data" / "h200" / "session12" / "run_b64_3b_raw.json.gz"))
+    )
+    p64, _ = _decode(b64)
+    idle = _idle_finding(b64, msgspec.structs.replace(p64, host_step_p50_ms=None), Thresholds())
+    assert idle is not None and idle.evidence["host_step_p50_ms"] is None
+    ops = _ops_on_cpu(0.6)
+    assert ops.ledger is not None
+    decode = next(ph for ph in ops.ledger.phases if ph.phase == "decode")  # type: ignore[union-attr]
+    two = _ops_bound_finding(ops, msgspec.structs.replace(decode, steps=2), 60.0, Thresholds())
+    assert "of each decode step" in two.title
