@@ -42,6 +42,20 @@ EQUIVALENT: dict[str, str] = {
     "max_profile.analyze.rules.serving.x_rule_latency_knee__mutmut_169": (
         "a missing KV use as 1 % or 0 % is below any pressure threshold"
     ),
+    # rules.levers: a zero-length phase priced at 1 % instead of 0 % stays under lever_info_pct (5 %): no lever
+    "max_profile.analyze.rules.levers.x__idle_finding__mutmut_13": "0 % or 1 % of a zero-length step: no lever",
+    "max_profile.analyze.rules.levers.x__matmul_finding__mutmut_18": "a share of 0 or 1 % of no kernel time: not slow",
+    "max_profile.analyze.rules.levers.x__matmul_finding__mutmut_63": "0 % or 1 % of a zero-length step: no lever",
+    "max_profile.analyze.rules.levers.x__nvml_host_bound__mutmut_5": "low_util is read for its truth: None is False",
+    # ops-bound is drawn off a ledger built from op ranges, so the capture has a kernel table and each phase in it
+    # launched ops: the guards below cannot be reached with the verdict's own inputs
+    "max_profile.analyze.rules.levers.x__ops_bound_finding__mutmut_21": "a ledger of op ranges implies a kernel table",
+    "max_profile.analyze.rules.levers.x__ops_bound_finding__mutmut_29": (
+        "a phase of the op-range ledger has ops, so its breakdown phase has top rows"
+    ),
+    "max_profile.analyze.rules.levers.x__ops_bound_finding__mutmut_31": (
+        "a phase of the op-range ledger has ops, so its breakdown phase exists with top rows"
+    ),
 }
 
 
