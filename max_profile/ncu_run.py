@@ -25,7 +25,7 @@ from max_profile.collect.readers.ncu import (
     PERMISSION_ERRORS,
     PERMISSION_FIX,
     export_ncu_pages,
-    read_ncu_files,
+    fill_ncu_pages,
 )
 from max_profile.errors import CaptureError, InputError
 from max_profile.model import Capture, KernelBreakdown, RawCapture, Workload, load_saved
@@ -229,9 +229,7 @@ class NcuTool:
 
     def read_after_teardown(self, raw: RawCapture, span: tuple[int, int]) -> None:
         self.pages = export_ncu_pages(self.ncu, self.report, str(self.work))
-        raw.ncu_launches = read_ncu_files(self.pages["details"], self.pages["raw"])
-        raw.kernels_unavailable = None
-        raw.capture.collectors = [*raw.capture.collectors, "ncu"]
+        fill_ncu_pages(raw, self.pages["details"], self.pages["raw"])
 
     def close(self) -> None:
         return None

@@ -166,8 +166,7 @@ def _host_ops_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding
 
 def _ops_bound_finding(report: Report, p: PhaseLedger, cover_pct: float, th: Thresholds) -> Finding:
     """MAX's ops ran most of the phase's steps on the host: their math sets the speed; the largest part and op lead."""
-    parts = sorted((r for r in p.rows if r.kind == "kernels"), key=lambda r: r.ms_per_step, reverse=True)
-    top = parts[0] if parts else None
+    top = max((r for r in p.rows if r.kind == "kernels"), key=lambda r: r.ms_per_step, default=None)
     k = kern(report)
     phase_ops = phase_of(k, p.phase) if k is not None else None
     top_op = phase_ops.top_kernels[0].name if phase_ops is not None and phase_ops.top_kernels else None

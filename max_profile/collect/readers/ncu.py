@@ -226,14 +226,17 @@ def _total(metrics: dict[str, float], label: str) -> str | None:
 
 def ncu_capture(details_path: str | None, raw_path: str | None = None, *, target: str = "ncu import") -> RawCapture:
     """Nsight Compute pages as a :class:`RawCapture` (analysed by ``build_report``)."""
-    launches = read_ncu_files(details_path, raw_path)
     env = Environment(vendor="nvidia", vendor_reason=f"Nsight Compute pages {details_path or raw_path}")
-    return RawCapture(
-        environment=env,
-        capture=Capture(started_unix_s=time.time(), target=target, collectors=["ncu"]),
-        ncu_launches=launches,
-        kernels_unavailable=None,
-    )
+    raw = RawCapture(environment=env, capture=Capture(started_unix_s=time.time(), target=target))
+    fill_ncu_pages(raw, details_path, raw_path)
+    return raw
+
+
+def fill_ncu_pages(raw: RawCapture, details_path: str | None, raw_path: str | None = None) -> None:
+    """The launches of Nsight Compute's ``details`` / ``raw`` pages into ``raw`` (ncu among its collectors)."""
+    raw.ncu_launches = read_ncu_files(details_path, raw_path)
+    raw.kernels_unavailable = None
+    raw.capture.collectors = [*raw.capture.collectors, "ncu"]
 
 
 def _read(path: str) -> str:

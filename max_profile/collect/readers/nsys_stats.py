@@ -45,17 +45,7 @@ def gpu_trace_capture(path: str) -> RawCapture:
     i_corr = optional_column(header, "CorrId")
     i_regs = optional_column(header, "Reg/Trd")
     names: dict[str, int] = {}
-    idx, start, end, dev, stream, corr, grid, block, regs = (  # type: ignore[var-annotated]
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-    )
+    idx, start, end, dev, stream, corr, grid, block, regs = ([] for _ in range(9))  # type: ignore[var-annotated]
     skipped = 0
     width = max(i_start, i_dur, i_name)
     gpu_names: dict[int, str | None] = {}  # "NVIDIA H100 80GB HBM3 (0)" in the Device column

@@ -92,17 +92,7 @@ def rocprof_csv_capture(path: str) -> RawCapture:
     if block_cols[0] is None:
         block_cols = [optional_column(header, "Workgroup_Size", "wgr"), None, None]
     names: dict[str, int] = {}
-    idx, start, end, dev, tid, stream, corr, grid, block = (  # type: ignore[var-annotated]
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-    )
+    idx, start, end, dev, tid, stream, corr, grid, block = ([] for _ in range(9))  # type: ignore[var-annotated]
     skipped = 0
     width = max(i_name, i_start, i_end)
     for r in rows:
@@ -209,17 +199,7 @@ def rocpd_capture(path: str) -> RawCapture:
     except SQLITE_ERRORS as exc:
         raise TraceFormatError(f"{path}: not a readable rocpd database ({exc})") from exc
     names: dict[str, int] = {}
-    idx, start, end, dev, tid, stream, corr, grid, block = (  # type: ignore[var-annotated]
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-    )
+    idx, start, end, dev, tid, stream, corr, grid, block = ([] for _ in range(9))  # type: ignore[var-annotated]
     skipped = 0
     for name, s, e, agent, t, strm, c, gx, gy, gz, bx, by, bz in rows:
         s_ns, e_ns = ns(s), ns(e)
