@@ -28,6 +28,8 @@ import shutil
 import subprocess
 import sys
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,6 +58,39 @@ EQUIVALENT: dict[str, str] = {
     "max_profile.analyze.rules.levers.x__ops_bound_finding__mutmut_31": (
         "a phase of the op-range ledger has ops, so its breakdown phase exists with top rows"
     ),
+    # rules.kv_cache: the per-step series are Python numbers (ints or floats); numpy keeps ints as int64, whose ranks,
+    # medians, differences and Theil-Sen slopes (computed in float) equal those of the same values as float64
+    **{
+        f"max_profile.analyze.rules.kv_cache.x_{fn}__mutmut_{i}": "ints and floats of the same values: same ranks, "
+        "medians and slopes"
+        for fn, ids in (("_corr", (3, 5, 7, 9)), ("_half_slopes", (3, 5, 7, 9)), ("rule_kv_cache", (22, 24)))
+        for i in ids
+    },
+    "max_profile.analyze.rules.kv_cache.x__per_step_kernel_growth__mutmut_4": (
+        "the correlation beside a growth of None is never read"
+    ),
+    "max_profile.analyze.rules.kv_cache.x_rule_kv_cache__mutmut_171": "model_refeeds is only read for its truth",
+    "max_profile.analyze.rules.kv_cache.x_rule_kv_cache__mutmut_260": "time_grows is only read for its truth",
+    "max_profile.analyze.rules.kv_cache.x_rule_kv_cache__mutmut_295": "time_grows is only read for its truth",
+    "max_profile.analyze.rules.kv_cache.x__half_slopes__mutmut_14": (
+        "1,500 evenly spread of 1,500 steps are all of them"
+    ),
+    # ledger: numpy's defaults are the types named (int64 for Python ints, float64 for zeros and astype(None)); the
+    # zipped columns come from one array pair of equal length
+    **{
+        f"max_profile.analyze.ledger.x_{fn}__mutmut_{i}": "numpy's default type is the one named"
+        for fn, ids in (("_coverage", (13, 15, 18, 20, 23, 25, 27)), ("_clip_to_spans", (3, 5, 8, 10)))
+        for i in ids
+    },
+    "max_profile.analyze.ledger.x__busiest_device__mutmut_2": "astype(None) is float64",
+    **{
+        f"max_profile.analyze.ledger.x__coverage__mutmut_{i}": "starts and ends are one pair of equal-length arrays"
+        for i in (5, 8, 9)
+    },
+    "max_profile.analyze.ledger.x_time_ledger__mutmut_1": "its one caller names host_ops",
+    "max_profile.analyze.ledger.x_roofs_for__mutmut_21": "1e-12 of a peak does not move 2 decimals of TB/s",
+    "max_profile.analyze.ledger.x_roofs_for__mutmut_25": "1e-12 of a peak does not move whole TFLOP/s",
+    "max_profile.analyze.ledger.x_server_ledger__mutmut_117": "a window of whole ns has 6 decimals of ms",
 }
 
 
@@ -94,34 +129,50 @@ def merge_results(modules: list[str]) -> dict[str, dict[str, str]]:
     """Fold this run's statuses (and each survivor's diff) into ``mutation_results.json``: a module run replaces that
     module's earlier results, so runs of one module at a time add up to a report of all of them. A mutant this run did
     not reach ('not checked': a run stopped early) keeps its earlier result."""
-    stored: dict[str, dict[str, str]] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     fresh = statuses()
     ran = {module_of(n) for n, st in fresh.items() if st != "not checked"}
     if modules:
         ran &= set(modules)
-    for name, st in fresh.items():
-        if st == "not checked" and name in stored:
-            continue  # this run stopped before it: the earlier result stands
-        if module_of(name) in ran or name not in stored:
-            entry = {"status": st}
-            if st == "survived":
-                entry["diff"] = diff_of(name)
-            stored[name] = entry
-    RESULTS.write_text(json.dumps(dict(sorted(stored.items())), indent=0) + "\n")
+    diffs = {n: diff_of(n) for n, st in fresh.items() if st == "survived" and module_of(n) in ran}
+
+    def fold(stored: dict[str, dict[str, str]]) -> None:
+        for name, st in fresh.items():
+            if st == "not checked" and name in stored:
+                continue  # this run stopped before it: the earlier result stands
+            if module_of(name) in ran or name not in stored:
+                entry = {"status": st}
+                if st == "survived":
+                    entry["diff"] = diffs.get(name) or diff_of(name)
+                stored[name] = entry
+
+    return update_results(fold)
+
+
+def update_results(change: Callable[[dict[str, dict[str, str]]], None]) -> dict[str, dict[str, str]]:
+    """Read, change and write ``mutation_results.json`` under a lock: a recheck of a copy and a run may both fold
+    their results in."""
+    import fcntl
+
+    with open(RESULTS.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stored: dict[str, dict[str, str]] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        change(stored)
+        RESULTS.write_text(json.dumps(dict(sorted(stored.items())), indent=0) + "\n")
     return stored
 
 
-def recheck(modules: list[str], max_children: int) -> dict[str, dict[str, str]]:
+def recheck(modules: list[str], max_children: int, root: Path = REPO) -> dict[str, dict[str, str]]:
     """Re-judge the stored survivors of ``modules`` with the tests as they are now (tests written to kill them), in the
     ``mutants/`` folder of the last run: the current tests are copied in, and each survivor is switched on by mutmut's
     own ``MUTANT_UNDER_TEST`` while the ``[tool.mutmut]`` test selection runs (fastest files first, stopping at the
     first failure). A mutmut run would regenerate the mutants of any source changed since and lose the run's results;
-    this keeps them. ``max_children`` survivors are judged at a time."""
+    this keeps them. ``max_children`` survivors are judged at a time. ``root``: the folder holding that ``mutants/``
+    (a copy, so a run in progress keeps its own); a survivor whose diff there is not the stored one (its function
+    changed since: mutmut numbers a function's mutants in order) is left as it was and listed."""
     import tomllib
-    from concurrent.futures import ThreadPoolExecutor
 
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]
-    mutants = REPO / "mutants"
+    mutants = root / "mutants"
     if not mutants.is_dir():
         raise SystemExit("no mutants/ folder: run the modules first (without --recheck)")
     stats = json.loads((mutants / "mutmut-stats.json").read_text())
@@ -141,25 +192,63 @@ def recheck(modules: list[str], max_children: int) -> dict[str, dict[str, str]]:
     selected = set(config["pytest_add_cli_args_test_selection"])
     fast = [t for t in FAST_FIRST if t in selected] + [t for t in changed if t in selected and t not in FAST_FIRST]
 
-    def judge(name: str) -> tuple[str, int]:
+    moved = [n for n in names if diff_of(n, root) != stored[n].get("diff", "")]
+    for name in moved:
+        print(f"{name}: not the stored mutant (its function changed since): not judged", flush=True)
+    names = [n for n in names if n not in moved]
+
+    def tests_for(name: str) -> list[str]:
         """The fast field-by-field files and the selected files changed since the run first, then the tests mutmut saw
         reach the mutated function, quickest first (as mutmut itself selects them)."""
         tests = sorted(covering.get(name.rsplit("__mutmut_", 1)[0], []), key=lambda t: duration.get(t, 0.0))
-        cmd = [sys.executable, "-m", "pytest", *config["pytest_add_cli_args"], *fast, *tests]
-        env = {**os.environ, "MUTANT_UNDER_TEST": name}
-        try:
-            rc = subprocess.run(cmd, cwd=mutants, env=env, capture_output=True, timeout=900).returncode
-        except subprocess.TimeoutExpired:
-            rc = -1  # a mutant that hangs the tests is caught
-        return name, rc
+        return [*config["pytest_add_cli_args"], *fast, *tests]
 
-    with ThreadPoolExecutor(max_children) as pool:
-        for i, (name, rc) in enumerate(pool.map(judge, names), 1):
-            if rc != 0:
-                stored[name] = {"status": "killed" if rc > 0 else "timeout"}
-                RESULTS.write_text(json.dumps(dict(sorted(stored.items())), indent=0) + "\n")
-            print(f"{i}/{len(names)} {name}: {'killed' if rc else 'survived'}", flush=True)
+    for i, (name, rc) in enumerate(judge_forked(mutants, names, tests_for, fast, max_children), 1):
+        if rc != 0:
+            stored = update_results(partial(set_status, name, "killed" if rc > 0 else "timeout"))
+        print(f"{i}/{len(names)} {name}: {'killed' if rc else 'survived'}", flush=True)
     return stored
+
+
+def judge_forked(
+    mutants: Path, names: list[str], args_for: Callable[[str], list[str]], warm: list[str], max_children: int
+) -> Iterator[tuple[str, int]]:
+    """Run each mutant's tests in a child forked from this process once it has imported the mutated package and
+    collected ``warm`` (mutmut's own fork server does the same): a child pays for its tests, not for importing numpy,
+    MAX's model and 30 test modules again. Yields (mutant, exit status): 0 survived, > 0 killed, < 0 timed out."""
+    import signal
+
+    import pytest  # imported here: from mutants/, which goes first on the path
+
+    os.chdir(mutants)
+    sys.path.insert(0, str(mutants))
+    with open(os.devnull, "w") as quiet:
+        saved = os.dup(1), os.dup(2)
+        os.dup2(quiet.fileno(), 1), os.dup2(quiet.fileno(), 2)
+        try:
+            pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *warm])
+        finally:
+            os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+    running: dict[int, str] = {}
+    todo = list(names)
+    while todo or running:
+        while todo and len(running) < max_children:
+            name = todo.pop(0)
+            pid = os.fork()
+            if pid == 0:  # the child: switch the mutant on, run its tests, leave without cleanup
+                os.environ["MUTANT_UNDER_TEST"] = name
+                fd = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(fd, 1), os.dup2(fd, 2)
+                signal.alarm(900)  # a mutant that hangs the tests is caught
+                os._exit(min(int(pytest.main(args_for(name))), 100))
+            running[pid] = name
+        pid, status = os.wait()
+        name = running.pop(pid)
+        yield name, (-1 if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status))
+
+
+def set_status(name: str, status: str, results: dict[str, dict[str, str]]) -> None:
+    results[name] = {"status": status}
 
 
 def tests_changed_since(commit: str) -> list[str]:
@@ -170,7 +259,15 @@ def tests_changed_since(commit: str) -> list[str]:
     return sorted({*changed.stdout.split(), *new.stdout.split()})
 
 
-FAST_FIRST = ("tests/test_lever_edges.py", "tests/test_golden_findings.py", "tests/test_host_bound_without_ledger.py")
+FAST_FIRST = (
+    "tests/test_lever_edges.py",
+    "tests/test_kv_cache_rule.py",
+    "tests/test_ledger_edges.py",
+    "tests/test_startup_rule.py",
+    "tests/test_steps_truth.py",
+    "tests/test_golden_findings.py",
+    "tests/test_host_bound_without_ledger.py",
+)
 """Test files a recheck runs first: they pin the rules' figures field by field in seconds."""
 
 
@@ -184,8 +281,8 @@ def statuses() -> dict[str, str]:
     return found
 
 
-def diff_of(name: str) -> str:
-    out = subprocess.run([*MUTMUT, "show", name], cwd=REPO, capture_output=True, text=True).stdout
+def diff_of(name: str, root: Path = REPO) -> str:
+    out = subprocess.run([*MUTMUT, "show", name], cwd=root, capture_output=True, text=True).stdout
     return "\n".join(
         line for line in out.splitlines() if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))
     )
@@ -296,14 +393,21 @@ def main() -> int:
         "[tool.mutmut]",
     )
     ap.add_argument(
+        "--root",
+        default=str(REPO),
+        help="--recheck in the mutants/ folder under this folder (with its pyproject.toml): a copy of a run's, so the "
+        "run can go on",
+    )
+    ap.add_argument(
         "--recheck",
         action="store_true",
         help="re-judge the stored survivors of --module (all: every module) with the current tests, in the last run's "
         "mutants/ folder",
     )
     args = ap.parse_args()
+    os.environ["MAX_PROFILE_TEST_CAPTURE_CACHE"] = "1"  # tests/conftest.py: the recorded captures decoded once, forked
     if args.recheck:
-        results = recheck(args.module, args.max_children)
+        results = recheck(args.module, args.max_children, Path(args.root))
         log_run([f"recheck of the survivors of {m}" for m in args.module] or ["recheck of all survivors"])
     elif not args.skip_run:
         run(args.max_children, args.module)

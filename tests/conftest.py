@@ -42,6 +42,36 @@ def _fresh_name_caches() -> None:
     classify_kernel.cache_clear()
 
 
+CAPTURE_CACHE_ENV = "MAX_PROFILE_TEST_CAPTURE_CACHE"
+"""Set (by benchmarks/mutation.py) to load every recorded raw capture once, when the tests are collected, and hand the
+same object to each ``RawCapture.load`` of that file: a mutation run forks one test session per mutant from a process
+that collected the tests, so each child starts with the captures decoded (decoding them is most of a fast test's
+time). Loading is not analysis (``max_profile/model``, never mutated); the suite passes with the cache on (checked by
+the mutation script's clean run) so no test changes a shared capture in place."""
+
+
+def _cache_recorded_captures() -> None:
+    from max_profile.model import RawCapture
+
+    load = RawCapture.load.__func__  # type: ignore[attr-defined]
+    cache: dict[str, RawCapture] = {}
+
+    def cached(cls: type[RawCapture], path: str) -> RawCapture:
+        key = os.path.realpath(path)
+        if key not in cache:
+            cache[key] = load(cls, path)
+        return cache[key]
+
+    RawCapture.load = classmethod(cached)  # type: ignore[assignment, method-assign]
+    for path in sorted(DATA.rglob("*_raw.json*")):
+        with contextlib.suppress(Exception):  # a deliberately broken file is the test's to read
+            RawCapture.load(str(path))
+
+
+if os.environ.get(CAPTURE_CACHE_ENV):
+    _cache_recorded_captures()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist each worker gets its own TMPDIR (removed at its end): tests that check what a capture leaves
     in the temporary folder see only their own worker's files, not the other worker's servers."""

@@ -1,0 +1,210 @@
+"""The step ledger's helpers at their edges, each against a truth computed here: the covered length before a time
+(brute force over merged intervals), the roofs of a GPU with and without a compute peak, the server-metrics ledger
+field by field with figures whose every rounding shows."""
+
+from __future__ import annotations
+
+import random
+
+import msgspec
+import numpy as np
+import pytest
+
+from max_profile.analyze.ledger import _coverage, roofs_for, server_ledger
+from max_profile.analyze.roofline import PEAK_DENSE_FLOPS, PEAK_DRAM_BYTES_PER_S
+from max_profile.analyze.thresholds import Thresholds
+from max_profile.model import LoadWindow, ServerMetrics
+
+TH = Thresholds()
+
+
+def covered_before(intervals: list[tuple[int, int]], t: int) -> int:
+    """How many integer nanoseconds in [0, t) lie in at least one interval (each [a, b))."""
+    return sum(1 for x in range(t) if any(a <= x < b for a, b in intervals))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_coverage_counts_each_covered_nanosecond_once(seed: int) -> None:
+    rng = random.Random(seed)
+    intervals = []
+    for _ in range(rng.randint(1, 6)):
+        a = rng.randint(0, 80)
+        intervals.append((a, a + rng.randint(0, 25)))
+    f = _coverage(
+        np.array([a for a, _ in intervals], dtype=np.int64), np.array([b for _, b in intervals], dtype=np.int64)
+    )
+    times = np.arange(0, 120, dtype=np.int64)
+    got = f(times)
+    assert got.dtype == np.float64 and got.shape == times.shape
+    assert got.tolist() == [covered_before(intervals, int(t)) for t in times]
+
+
+def test_coverage_of_no_interval_is_zero_everywhere() -> None:
+    f = _coverage(np.array([], dtype=np.int64), np.array([], dtype=np.int64))
+    got = f(np.array([[5, 7], [9, 11]], dtype=np.int64))
+    assert got.shape == (2, 2) and got.dtype == np.float64 and not got.any()
+
+
+def test_roofs_of_a_gpu_with_both_peaks_for_either_operand() -> None:
+    for operand in ("bf16", "fp8"):
+        roofs = roofs_for("NVIDIA H200", operand, TH)
+        assert roofs is not None
+        bw, fl = PEAK_DRAM_BYTES_PER_S["H200"], PEAK_DENSE_FLOPS["H200"][operand]
+        assert roofs.bandwidth == pytest.approx(bw * TH.attainable_bandwidth_pct / 100, rel=1e-12)
+        assert roofs.compute == pytest.approx(fl * TH.attainable_compute_pct / 100, rel=1e-12)
+        assert roofs.basis == (
+            f"{TH.attainable_bandwidth_pct:g} % of 4.80 TB/s, {TH.attainable_compute_pct:g} % of "
+            f"{round(fl / 1e12)} {operand} TFLOP/s"
+        )
+    # an operand the GPU has no peak for: its bf16 peak
+    a100 = roofs_for("NVIDIA A100-SXM4-80GB", "fp8", TH)
+    assert a100 is not None and a100.compute == pytest.approx(312e12 * TH.attainable_compute_pct / 100, rel=1e-12)
+
+
+def test_roofs_of_a_gpu_without_a_compute_peak_price_bytes_only() -> None:
+    no_compute = [
+        g
+        for g in PEAK_DRAM_BYTES_PER_S
+        if g not in PEAK_DENSE_FLOPS and not any(g.startswith(k) or k.startswith(g) for k in PEAK_DENSE_FLOPS)
+    ]
+    assert no_compute, "the tables list a GPU with a bandwidth and no compute peak"
+    roofs = roofs_for(f"NVIDIA {no_compute[0]}", "bf16", TH)
+    assert roofs is not None and roofs.compute is None
+    assert roofs.basis == f"{TH.attainable_bandwidth_pct:g} % of {PEAK_DRAM_BYTES_PER_S[no_compute[0]] / 1e12:.2f} TB/s"
+    assert roofs_for("Some Unknown GPU", "bf16", TH) is None
+
+
+def metrics(ce: float, tg: float, ce_ms: float, tg_ms: float, batch: float | None = 2.6) -> ServerMetrics:
+    return ServerMetrics(
+        url="u",
+        window_s=1.0,
+        batches={"CE": ce, "TG": tg},
+        batch_execution_ms_mean={"CE": ce_ms, "TG": tg_ms},
+        batch_size_mean=batch,
+    )
+
+
+def test_server_ledger_field_by_field() -> None:
+    """Irregular figures (7 decimals and more), so each rounding of the ledger shows."""
+    window = LoadWindow(concurrency=1, window_ns=(1_000, 1_000 + 987_654_321), requests=[])
+    ce_ms, tg_ms = 21.123456789, 5.987654321
+    lg = server_ledger(metrics(3.0, 41.0, ce_ms, tg_ms), window)
+    assert lg is not None and lg.source == "server metrics"
+    observed = 987.654321
+    outside = observed - (3 * ce_ms + 41 * tg_ms)
+    assert lg.window_ms == round(observed, 6)
+    assert lg.outside_steps_ms == round(outside, 6) and lg.outside_steps_ms != round(outside, 7)
+    assert lg.outside_steps_pct == round(100 * outside / observed, 2) != round(100 * outside / observed, 3)
+    want = [("prefill", 3, round(ce_ms, 6), None), ("decode", 41, round(tg_ms, 6), 3)]
+    assert [(p.phase, p.steps, p.step_ms, p.batch) for p in lg.phases] == want
+    for p, mean in zip(lg.phases, (ce_ms, tg_ms), strict=True):
+        assert p.step_ms != round(mean, 7) and p.busy_pct == 100.0 and p.host_step_p50_ms is None
+        assert p.tokens_per_step is None
+        (row,) = p.rows
+        assert (row.part, row.kind, row.ms_per_step, row.share_pct) == (
+            "batch execution (kernels and host work, server metrics)",
+            "kernels",
+            round(mean, 6),
+            100.0,
+        )
+        assert row.basis == "not priced: the server's metrics give batch times, not kernels"
+        assert row.ideal_ms_per_step is None
+
+
+def test_server_ledger_of_a_window_of_no_length() -> None:
+    """A window that closed as it opened: it is counted as 1e-9 ms long (not 1 ms), so everything is inside steps."""
+    window = LoadWindow(concurrency=1, window_ns=(5_000, 5_000), requests=[])
+    lg = server_ledger(metrics(1.0, 1.0, 0.25, 0.5), window)
+    assert lg is not None and lg.window_ms == 0.0 and lg.outside_steps_ms == 0.0 and lg.outside_steps_pct == 0.0
+    half_ms = LoadWindow(concurrency=1, window_ns=(0, 900_000), requests=[])  # 0.9 ms, 0.75 ms inside batches
+    lg = server_ledger(metrics(1.0, 1.0, 0.25, 0.5), half_ms)
+    assert (
+        lg is not None
+        and lg.outside_steps_ms == pytest.approx(0.15)
+        and lg.outside_steps_pct == pytest.approx(100 * 0.15 / 0.9, abs=0.005)
+    )
+
+
+def test_server_ledger_rounds_batch_counts_and_size() -> None:
+    lg = server_ledger(metrics(2.6, 9.4, 10.0, 2.0, batch=3.5), LoadWindow(1, (0, 10**9), []))
+    assert lg is not None and [(p.steps, p.batch) for p in lg.phases] == [(3, None), (9, 4)]
+    no_size = server_ledger(metrics(2.0, 9.0, 10.0, 2.0, batch=None), LoadWindow(1, (0, 10**9), []))
+    assert no_size is not None and [p.batch for p in no_size.phases] == [None, None]
+    none_ce = server_ledger(
+        msgspec.structs.replace(metrics(0.0, 5.0, 10.0, 2.0), batch_execution_ms_mean={"TG": 2.0}),
+        LoadWindow(1, (0, 10**9), []),
+    )
+    assert none_ce is not None and [p.phase for p in none_ce.phases] == ["decode"]
+
+
+def test_clip_to_spans_keeps_what_starts_at_a_span_start_and_drops_what_clips_to_nothing() -> None:
+    from max_profile.analyze.ledger import _clip_to_spans
+
+    spans = [(100, 200), (300, 400)]
+    start = np.array([100, 150, 199, 250, 300, 390, 50, 400], dtype=np.int64)
+    end = np.array([120, 260, 199, 270, 310, 500, 60, 420], dtype=np.int64)
+    s, e, keep = _clip_to_spans(start, end, spans)
+
+    def truth(a: int, b: int) -> tuple[int, int, bool]:
+        """Clipped to the span whose start is at or before a (none: not kept); kept when a length remains."""
+        owner = [sp for sp in spans if sp[0] <= a]
+        if not owner:
+            return a, b, False
+        lo, hi = owner[-1]
+        cs, ce = max(a, lo), min(b, hi)
+        return cs, ce, ce > cs
+
+    expected = [truth(int(a), int(b)) for a, b in zip(start, end, strict=True)]
+    assert list(zip(s.tolist(), e.tolist(), keep.tolist(), strict=True))[:6] == expected[:6]
+    assert keep.tolist() == [x[2] for x in expected]
+    assert keep.tolist() == [True, True, False, False, True, True, False, False]
+
+
+def test_the_busiest_device_is_the_one_with_the_most_kernel_time_not_the_most_kernels() -> None:
+    from max_profile.analyze.ledger import _busiest_device
+    from max_profile.model import KernelTable
+
+    # device 3: ten kernels of 1 ns late in the run; device 1: two of 50 ns early in it
+    starts = [1_000_000 + 10 * i for i in range(10)] + [0, 100]
+    table = KernelTable(
+        names=["k"],
+        name_idx=np.zeros(12, dtype=np.int32),
+        start_ns=np.array(starts, dtype=np.int64),
+        end_ns=np.array([s + 1 for s in starts[:10]] + [50, 150], dtype=np.int64),
+        device=np.array([3] * 10 + [1, 1], dtype=np.int32),
+    )
+    assert _busiest_device(table) == 1
+
+
+def test_time_ledger_needs_kernels_and_steps_that_fed_requests() -> None:
+    from max_profile.analyze.ledger import time_ledger
+    from max_profile.model import KernelTable, Step
+
+    steps = [
+        Step(index=0, phase="decode", batch_size=1, input_tokens=1, context_tokens=5, start_ns=0, end_ns=1000),
+        Step(index=1, phase="decode", batch_size=1, input_tokens=1, context_tokens=6, start_ns=2000, end_ns=3000),
+    ]
+    empty = KernelTable(
+        names=[],
+        name_idx=np.zeros(0, dtype=np.int32),
+        start_ns=np.zeros(0, dtype=np.int64),
+        end_ns=np.zeros(0, dtype=np.int64),
+        device=np.zeros(0, dtype=np.int32),
+    )
+    assert time_ledger(empty, steps, window=None) is None
+    table = KernelTable(
+        names=["gemv_split_k"],
+        name_idx=np.zeros(2, dtype=np.int32),
+        start_ns=np.array([100, 2100], dtype=np.int64),
+        end_ns=np.array([600, 2600], dtype=np.int64),
+        device=np.zeros(2, dtype=np.int32),
+    )
+    got = time_ledger(table, steps, window=None)
+    assert got is not None and got[0]["decode"].steps == 2.0
+    # a step that fed no request (batch 0) is not a step of the ledger: still two decode steps, the same busy time
+    idle = Step(index=2, phase="decode", batch_size=0, input_tokens=0, context_tokens=0, start_ns=3500, end_ns=4500)
+    with_idle = time_ledger(table, [*steps, idle], window=None)
+    assert with_idle is not None and with_idle[0]["decode"].steps == 2.0
+    assert with_idle[0]["decode"].busy_ns == got[0]["decode"].busy_ns
+    only_idle = time_ledger(table, [idle], window=None)
+    assert only_idle is None
