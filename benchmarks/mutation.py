@@ -88,6 +88,27 @@ EQUIVALENT: dict[str, str] = {
         for i in (5, 8, 9)
     },
     "max_profile.analyze.ledger.x_time_ledger__mutmut_1": "its one caller names host_ops",
+    **{
+        f"max_profile.analyze.ledger.x_time_ledger__mutmut_{i}": "numpy's default type is the one named"
+        for i in (30, 32, 35, 37, 101, 103, 124, 126, 147, 149, 151, 153, 172, 197)
+    },
+    **{
+        f"max_profile.analyze.ledger.x_time_ledger__mutmut_{i}": "only the families counted are read, all in range"
+        for i in (217, 222)
+    },
+    **{
+        f"max_profile.analyze.ledger.x_time_ledger__mutmut_{i}": "the idle fields are replaced before any read"
+        for i in (255, 256, 264, 265)
+    },
+    "max_profile.analyze.ledger.x_time_ledger__mutmut_121": "an unattributed kernel's phase is only read as < 0",
+    "max_profile.analyze.ledger.x_time_ledger__mutmut_131": "a table with kernels has names",
+    "max_profile.analyze.ledger.x_time_ledger__mutmut_207": "the scale multiplies sums of zero-length kernels",
+    "max_profile.analyze.ledger.x_time_ledger__mutmut_290": "a kept kernel starts before its span's end",
+    **{
+        f"max_profile.analyze.ledger.x_time_ledger__mutmut_{i}": "kernels starting at the same ns: either order is "
+        "the same timeline"
+        for i in (268, 270)
+    },
     "max_profile.analyze.ledger.x_roofs_for__mutmut_21": "1e-12 of a peak does not move 2 decimals of TB/s",
     "max_profile.analyze.ledger.x_roofs_for__mutmut_25": "1e-12 of a peak does not move whole TFLOP/s",
     "max_profile.analyze.ledger.x_server_ledger__mutmut_117": "a window of whole ns has 6 decimals of ms",
@@ -265,6 +286,10 @@ FAST_FIRST = (
     "tests/test_ledger_edges.py",
     "tests/test_startup_rule.py",
     "tests/test_steps_truth.py",
+    "tests/test_utilization_truth.py",
+    "tests/test_tracing_rules.py",
+    "tests/test_state_rules.py",
+    "tests/test_nsight_rules.py",
     "tests/test_golden_findings.py",
     "tests/test_host_bound_without_ledger.py",
 )

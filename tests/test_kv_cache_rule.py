@@ -605,6 +605,12 @@ def test_mix_evidence_without_prefill_or_decode_kernels_and_of_small_or_one_side
     zero = kv_finding(build_report(capture(refed(n, fed), [(GEMM, 0.0)])))
     assert "decode_vs_prefill_mix_similarity" not in zero.evidence and zero.evidence["decode_top_family"] == "gemv"
     assert zero.evidence["decode_gemm_share_pct"] == 0.0
+    zero_decode = [msgspec.structs.replace(d, kernels=[(GEMV, 0.0)]) for d in refed(n, fed)]
+    nothing = kv_finding(build_report(capture(zero_decode, [(GEMM, 1.0)])))
+    assert (
+        "decode_gemm_share_pct" not in nothing.evidence and "decode_vs_prefill_mix_similarity" not in nothing.evidence
+    )
+    assert nothing.evidence["decode_top_family"] == "gemv"
     no_decode_kernels = [msgspec.structs.replace(d, kernels=[]) for d in refed(n, fed)]
     no_decode = kv_finding(build_report(capture(no_decode_kernels, [(GEMM, 1.0)])))
     assert "decode_top_family" not in no_decode.evidence

@@ -13,7 +13,7 @@ import pytest
 from max_profile.analyze.ledger import _coverage, roofs_for, server_ledger
 from max_profile.analyze.roofline import PEAK_DENSE_FLOPS, PEAK_DRAM_BYTES_PER_S
 from max_profile.analyze.thresholds import Thresholds
-from max_profile.model import LoadWindow, ServerMetrics
+from max_profile.model import KernelTable, LoadWindow, ServerMetrics, Step
 
 TH = Thresholds()
 
@@ -208,3 +208,82 @@ def test_time_ledger_needs_kernels_and_steps_that_fed_requests() -> None:
     assert with_idle[0]["decode"].busy_ns == got[0]["decode"].busy_ns
     only_idle = time_ledger(table, [idle], window=None)
     assert only_idle is None
+
+
+def table_of(*kernels: tuple[int, int], launch: list[int] | None = None) -> KernelTable:
+    """gemv kernels [start, end) on device 0, launched at ``launch`` (default: as they start)."""
+    return KernelTable(
+        names=["gemv_split_k"],
+        name_idx=np.zeros(len(kernels), dtype=np.int32),
+        start_ns=np.array([a for a, _ in kernels], dtype=np.int64),
+        end_ns=np.array([b for _, b in kernels], dtype=np.int64),
+        device=np.zeros(len(kernels), dtype=np.int32),
+        launch_ns=None if launch is None else np.array(launch, dtype=np.int64),
+    )
+
+
+def decode_steps(*spans: tuple[int, int]) -> list[Step]:
+    return [
+        Step(index=i, phase="decode", batch_size=1, input_tokens=1, context_tokens=9 + i, start_ns=a, end_ns=b)
+        for i, (a, b) in enumerate(spans)
+    ]
+
+
+def test_zero_and_one_nanosecond_steps_count_by_the_share_of_them_observed() -> None:
+    """A step of no length counts as one step when the recording saw its instant, none when it fell in a pause; a step
+    of 1 ns seen whole counts as one."""
+    from max_profile.analyze.ledger import time_ledger
+
+    recorded = [(0, 1000), (2000, 3000)]
+    table = table_of((100, 600), (2100, 2600))
+    for at, counted in ((500, 1.0), (1500, 0.0), (1999, 0.0), (999, 1.0), (2000, 1.0)):
+        steps = decode_steps((0, 400), (at, at))
+        got = time_ledger(table, steps, window=(0, 3000), recorded=recorded)
+        assert got is not None
+        assert got[0]["decode"].steps == 1.0 + counted, at
+    one_ns = time_ledger(table, decode_steps((0, 400), (700, 701)), window=(0, 3000), recorded=recorded)
+    assert one_ns is not None and one_ns[0]["decode"].steps == 2.0
+    half_seen = time_ledger(table, decode_steps((0, 400), (900, 1100)), window=(0, 3000), recorded=recorded)
+    assert half_seen is not None and half_seen[0]["decode"].steps == 1.5
+
+
+def test_a_kernel_that_starts_a_span_leaves_no_idle_before_it() -> None:
+    from max_profile.analyze.ledger import time_ledger
+
+    got = time_ledger(table_of((0, 600)), decode_steps((0, 1000)), window=(0, 1000))
+    assert got is not None
+    decode = got[0]["decode"]
+    assert decode.busy_ns == {"matmul": 600.0} and decode.idle_before_graph_ns + decode.idle_other_ns == 400.0
+    one = time_ledger(table_of((10, 11)), decode_steps((0, 1000)), window=(0, 1000))
+    assert one is not None and one[0]["decode"].busy_ns == {"matmul": 1.0}  # one kernel of 1 ns: 1 ns busy
+
+
+def test_kernels_stamped_across_a_pause_of_a_sampled_recording_are_left_out() -> None:
+    """CUPTI stamps a kernel running as the recorder paused with the time it resumed: past the middle of the pause
+    after its slice it is dropped; after the last slice the pause runs to the window's end."""
+    from max_profile.analyze.ledger import time_ledger
+
+    recorded = [(0, 1000), (3000, 4000)]
+    steps = decode_steps((0, 1000), (3000, 4000))
+    kept = table_of((100, 600), (3100, 3600))
+    base = time_ledger(kept, steps, window=(0, 5000), recorded=recorded)
+    assert base is not None
+    assert base[0]["decode"].busy_ns == {"matmul": 1000.0}
+    stamped = table_of((100, 600), (900, 2900), (3100, 3600), (3700, 4900))  # past 2000 and past 4500
+    got = time_ledger(stamped, steps, window=(0, 5000), recorded=recorded)
+    assert got is not None and got[0] == base[0] and got[1:4] == base[1:4]
+    within = table_of((100, 600), (900, 1900), (3100, 3600), (3700, 4400))  # before the middles: kept, clipped
+    kept_too = time_ledger(within, steps, window=(0, 5000), recorded=recorded)
+    assert kept_too is not None and kept_too[0]["decode"].busy_ns == {"matmul": 1000.0 + 100 + 300}
+    no_window = time_ledger(stamped, steps, window=None, recorded=recorded)
+    assert no_window is not None  # the last slice's pause then has no end: only the first long kernel is cut
+
+
+def test_a_given_window_stretches_to_the_kernels_of_its_first_and_last_steps() -> None:
+    """The overlap pipeline returns before its last step's kernels end: the window reaches to the end of the kernels the
+    steps launched (the first step's too)."""
+    from max_profile.analyze.ledger import time_ledger
+
+    table = table_of((200, 1500), launch=[100])  # launched in step 0, ending after the window
+    got = time_ledger(table, decode_steps((0, 1000)), window=(50, 1000))
+    assert got is not None and got[3] == 1500.0 - 50.0
