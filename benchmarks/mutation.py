@@ -290,6 +290,7 @@ FAST_FIRST = (
     "tests/test_tracing_rules.py",
     "tests/test_state_rules.py",
     "tests/test_nsight_rules.py",
+    "tests/test_kernel_mix_rules.py",
     "tests/test_golden_findings.py",
     "tests/test_host_bound_without_ledger.py",
 )

@@ -1,0 +1,143 @@
+"""The kernel-mix rules field by field: collectives across GPUs (dominating or moderate, the worst GPU named), MoE
+routing against the experts and low-bit quantization prep against the matmuls, with the deep dive each names (the top
+decode kernel of the families, its launches in decode; the top kernel of the capture when there are no phases)."""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cache
+
+import msgspec
+
+from max_profile.analyze.commands import kernel_command
+from max_profile.analyze.report import build_report
+from max_profile.analyze.rules.kernel_mix import _top_kernel_command, rule_communication, rule_moe, rule_quant_prep
+from max_profile.analyze.thresholds import Thresholds
+from max_profile.model import DeviceBreakdown, FamilyRow, KernelBreakdown, Report
+
+from .test_rules import synthetic
+
+TH = Thresholds()
+
+ROUTE, GROUPED, GATHER = "moe_router_topk_kernel_0123456789abcdef", "grouped_matmul_bf16_abcdef0123456789", "gather_k"
+QUANT, GEMM = "dynamic_fp8_quantize_kernel_0123456789abcdef", "gemm_bf16_tn_0123456789abcdef"
+
+
+@cache
+def _moe(route_ms: float, gather_ms: float = 0.0, steps: int = 10) -> Report:
+    kernels = [(GROUPED, 1.0), (ROUTE, route_ms)] + ([(GATHER, gather_ms)] if gather_ms else [])
+    return build_report(synthetic([3.0] * (steps + 1), [kernels] * (steps + 1)))
+
+
+def top_name(report: Report, family: str, phase: str | None) -> str:
+    """The top kernel row of ``family`` in ``phase`` (None: the capture's rows), named as the breakdown names it."""
+    k = report.kernels
+    assert isinstance(k, KernelBreakdown)
+    rows = next(p.top_kernels for p in k.phases if p.phase == phase) if phase else k.top_kernels
+    return next(r.name for r in rows if r.family == family)
+
+
+def device(dev: int, share: float | None, ms: float | None) -> DeviceBreakdown:
+    return DeviceBreakdown(
+        device=dev,
+        kernels=100,
+        kernel_ms=10.0,
+        gpu_busy_pct=90.0,
+        collective_ms_per_decode_step=ms,
+        collective_share_of_decode_pct=share,
+        families=[FamilyRow(family="collective", kernels=10, total_ms=1.0, share_pct=10.0)],
+    )
+
+
+def with_devices(*devices: DeviceBreakdown) -> Report:
+    base = _moe(0.1)
+    assert isinstance(base.kernels, KernelBreakdown)
+    return msgspec.structs.replace(base, kernels=msgspec.structs.replace(base.kernels, per_device=list(devices)))
+
+
+def test_communication_dominates_every_field() -> None:
+    report = with_devices(device(0, 12.0, 0.1), device(1, 38.46, 0.123456), device(2, None, None))
+    (f,) = rule_communication(report, TH)
+    assert (f.id, f.severity, f.confidence) == ("communication-dominates", "warning", 0.7)
+    assert f.evidence == {
+        "devices": 3,
+        "max_collective_share_of_decode_pct": 38.5,
+        "device": 1,
+        "collective_ms_per_decode_step": 0.1235,
+        "threshold_pct": TH.communication_share_pct,
+    }
+    assert f.title == (
+        "Collectives take a large share of each decode step: communication, not compute, limits tensor/expert "
+        "parallelism"
+    )
+    assert f.next_step is not None and f.next_step.startswith("Try fewer GPUs per replica")
+
+
+def test_communication_share_every_field_and_the_threshold() -> None:
+    report = with_devices(device(0, 4.04, 0.01), device(1, 2.0, 0.02))
+    (f,) = rule_communication(report, TH)
+    assert (f.id, f.severity, f.confidence) == ("communication-share", "info", 0.6)
+    assert f.title == "Collective share of decode kernel time per GPU is moderate"
+    assert f.evidence["max_collective_share_of_decode_pct"] == 4.0 and f.evidence["device"] == 0
+    at = with_devices(device(0, TH.communication_share_pct, 0.1), device(1, 1.0, 0.01))
+    assert rule_communication(at, TH)[0].id == "communication-dominates"
+    under = with_devices(device(0, TH.communication_share_pct - 0.01, 0.1), device(1, 1.0, 0.01))
+    assert rule_communication(under, TH)[0].id == "communication-share"
+
+
+def test_communication_needs_two_gpus_with_a_share() -> None:
+    assert rule_communication(with_devices(device(0, 50.0, 1.0)), TH) == []
+    assert rule_communication(with_devices(device(0, None, None), device(1, None, None)), TH) == []
+    # a GPU without a figure counts as 0 %: below any other's share, tied with a 0 % (the first GPU then)
+    some = with_devices(device(0, None, None), device(1, 0.5, 0.01))
+    assert rule_communication(some, TH)[0].evidence["device"] == 1
+    zero = with_devices(device(0, None, None), device(1, 0.0, 0.0))
+    (f,) = rule_communication(zero, TH)
+    assert f.evidence["device"] == 0 and f.evidence["max_collective_share_of_decode_pct"] == 0.0
+    assert f.evidence["collective_ms_per_decode_step"] == 0.0
+    at_zero = dataclasses.replace(TH, communication_share_pct=0.5)
+    assert rule_communication(with_devices(device(0, None, None), device(1, 0.0, None)), at_zero)[0].id == (
+        "communication-share"
+    )
+
+
+def test_moe_routing_heavy_names_the_top_decode_routing_kernel() -> None:
+    report = _moe(0.6, gather_ms=0.2)
+    (f,) = rule_moe(report, TH)
+    assert f.id == "moe-routing-heavy"
+    assert f.evidence == {
+        "grouped_matmul_ms": 10.0,
+        "routing_and_gather_ms": 8.0,
+        "ratio": 0.8,
+        "threshold": TH.routing_vs_matmul_ratio,
+    }
+    assert f.command == kernel_command(report, top_name(report, "moe_routing", "decode"), "decode")
+    assert f.command is not None and f.command.args.get("launch_skip") is not None
+
+
+def test_the_top_kernel_command_without_phases_takes_the_capture_s_top_kernel() -> None:
+    report = _moe(0.6)
+    k = report.kernels
+    assert isinstance(k, KernelBreakdown)
+    flat = msgspec.structs.replace(report, kernels=msgspec.structs.replace(k, phases=[]))
+    assert _top_kernel_command(flat, ("moe_routing",)) == kernel_command(flat, top_name(flat, "moe_routing", None))
+    decode = _top_kernel_command(report, ("moe_routing",))
+    assert decode == kernel_command(report, top_name(report, "moe_routing", "decode"), "decode")
+    assert decode is not None and decode.comment == "decode launches"
+    assert decode != kernel_command(report, top_name(report, "moe_routing", "decode"), None)
+    assert _top_kernel_command(report, ("quantize",)) is None  # no kernel of the family
+    from max_profile.model import Unavailable
+
+    assert _top_kernel_command(msgspec.structs.replace(report, kernels=Unavailable("off")), ("gemv",)) is None
+
+
+def test_quant_prep_heavy_and_normal_every_field() -> None:
+    heavy = build_report(synthetic([3.0] * 11, [[(GEMM, 0.4), (QUANT, 0.5)]] * 11))
+    (f,) = rule_quant_prep(heavy, TH)
+    assert (f.id, f.severity, f.confidence) == ("quant-prep-heavy", "warning", 0.7)
+    assert f.evidence == {"quantize_ms": 5.5, "matmul_ms": 4.4, "ratio": 1.25}
+    assert f.command == kernel_command(heavy, top_name(heavy, "quantize", "decode"), "decode")
+    normal = build_report(synthetic([3.0] * 11, [[(GEMM, 1.0), (QUANT, 0.123)]] * 11))
+    (g,) = rule_quant_prep(normal, TH)
+    assert (g.id, g.severity, g.confidence) == ("low-bit-normal", "info", 0.6)
+    assert g.evidence == {"quantize_ms": 1.353, "matmul_ms": 11.0, "ratio": 0.123}
