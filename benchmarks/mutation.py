@@ -14,8 +14,14 @@ status and diff and writes a Markdown report: per module the killed, surviving a
   other        anything else
 
 A survivor that is equivalent is argued in ``EQUIVALENT`` below (one line each); the others are what tests must kill.
-Not run in CI: a full run took about 3.5 hours on 2 cores (--module for one module at a time). ``pip install
-mutmut==3.8.1`` (the ``mutation`` extra).
+``--recheck`` re-judges the stored survivors with the tests as they are now, in a copy of a run's ``mutants/`` (each
+mutant's tests in a child forked from one process that imported the package and collected the tests).
+
+Every run sets ``MAX_PROFILE_TEST_CAPTURE_CACHE=1``: tests/conftest.py decodes each recorded raw capture once, before
+mutmut forks its test sessions, so a mutant's tests pay for the analysis, not for decoding the captures again
+(rules.kv_cache: 578 mutants in about 8 minutes on a 2-core VM with it; rules.levers before it: 1,740 in about 70).
+Not run in CI (--module for one module at a time).
+``pip install mutmut==3.8.1`` (the ``mutation`` extra).
 """
 
 from __future__ import annotations
@@ -101,6 +107,14 @@ EQUIVALENT: dict[str, str] = {
         for i in (255, 256, 264, 265)
     },
     "max_profile.analyze.ledger.x_time_ledger__mutmut_121": "an unattributed kernel's phase is only read as < 0",
+    **{
+        f"max_profile.analyze.ledger.x_with_load__mutmut_{i}": "shares and weights: one list each of the same windows"
+        for i in (33, 36, 37, 49, 52, 53)
+    },
+    "max_profile.analyze.ledger.x_with_load__mutmut_16": "a sum of zero-length windows weighs zero: 0 / 1 or 0 / 2",
+    **{f"max_profile.analyze.ledger.x__coverage__mutmut_{i}": "np.zeros is float64" for i in (45, 47)},
+    "max_profile.analyze.ledger.x__median__mutmut_2": "a phase of the ledger has steps that fed requests",
+    "max_profile.analyze.ledger.x_build_ledger__mutmut_1": "its one caller names host_ops",
     "max_profile.analyze.ledger.x_time_ledger__mutmut_131": "a table with kernels has names",
     "max_profile.analyze.ledger.x_time_ledger__mutmut_207": "the scale multiplies sums of zero-length kernels",
     "max_profile.analyze.ledger.x_time_ledger__mutmut_290": "a kept kernel starts before its span's end",

@@ -287,3 +287,232 @@ def test_a_given_window_stretches_to_the_kernels_of_its_first_and_last_steps() -
     table = table_of((200, 1500), launch=[100])  # launched in step 0, ending after the window
     got = time_ledger(table, decode_steps((0, 1000)), window=(50, 1000))
     assert got is not None and got[3] == 1500.0 - 50.0
+
+
+# ---- the whole ledger of a small capture, every figure recomputed here ----------------------------------------------
+
+CFG: dict[str, object] = {
+    "hidden_size": 2048,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 32000,
+    "intermediate_size": 8192,
+    "torch_dtype": "bfloat16",
+}
+GEMM_K, GEMV_K, MHA_K, NORM_K = (
+    "gemm_bf16_tn_abcdef0123456789",
+    "gemv_split_k_bf16_abcdef012345",
+    "sm90_mha_d128",
+    "rms_norm_k",
+)
+
+
+def small_capture() -> tuple[KernelTable, list[Step]]:
+    """A prefill step of 2 ms (a gemm of 1.2 ms, attention 0.3 ms) and three decode steps of 1 ms at batch 2 (a gemv of
+    0.45 ms, 40 attention kernels of 1 µs, a norm of 0.05 ms), 0.1 ms apart."""
+    names = [GEMM_K, GEMV_K, MHA_K, NORM_K]
+    rows: list[tuple[int, int, int]] = []  # name index, start, end
+    steps = [
+        Step(index=0, phase="prefill", batch_size=1, input_tokens=37, context_tokens=0, start_ns=0, end_ns=2_000_000)
+    ]
+    rows += [(0, 10_000, 1_210_000), (2, 1_210_000, 1_510_000)]
+    t = 2_100_000
+    for i in range(3):
+        steps.append(
+            Step(
+                index=1 + i,
+                phase="decode",
+                batch_size=2,
+                input_tokens=2,
+                context_tokens=74 + 2 * i,
+                start_ns=t,
+                end_ns=t + 1_003_000,
+            )
+        )
+        rows.append((1, t + 5_000, t + 455_000 + (1 if i == 0 else 0)))  # 1 ns more once: a third of a ns per step
+        rows += [(2, t + 460_000 + 2_000 * j, t + 461_000 + 2_000 * j) for j in range(40)]
+        rows.append((3, t + 600_000, t + 650_000))
+        t += 1_103_000
+    table = KernelTable(
+        names=names,
+        name_idx=np.array([r[0] for r in rows], dtype=np.int32),
+        start_ns=np.array([r[1] for r in rows], dtype=np.int64),
+        end_ns=np.array([r[2] for r in rows], dtype=np.int64),
+        device=np.zeros(len(rows), dtype=np.int32),
+    )
+    return table, steps
+
+
+def test_the_ledger_of_a_small_capture_every_figure() -> None:
+    from max_profile.analyze.ledger import IDLE_BETWEEN_LAUNCHES, build_ledger
+    from max_profile.analyze.roofline import step_cost
+
+    table, steps = small_capture()
+    lg = build_ledger(table, steps, window=None, model_config=CFG, weights=None, gpu="NVIDIA H200", th=TH)
+    assert lg is not None
+    roofs = roofs_for("NVIDIA H200", "bf16", TH)
+    assert roofs is not None
+    assert (lg.attainable_bandwidth_pct, lg.attainable_compute_pct) == (
+        TH.attainable_bandwidth_pct,
+        TH.attainable_compute_pct,
+    )
+    observed = 2_100_000 + 3 * 1_103_000 - 100_000  # from the first step's start to the last one's end
+    outside = 2 * 100_000 + 100_000  # the gaps between the steps
+    assert lg.window_ms == observed / 1e6 and lg.outside_steps_ms == outside / 1e6
+    assert lg.outside_steps_pct == round(100 * outside / observed, 2) and lg.outside_kernels_ms == 0.0
+
+    def ideal(cost: dict[str, float], part: str, kernels_per_step: float) -> tuple[float, str]:
+        b, f = (
+            (cost["weight_bytes"], cost["matmul_flops"])
+            if part == "matmul"
+            else (cost["kv_bytes"], cost["attention_flops"])
+        )
+        roof = 1e3 * max(b / roofs.bandwidth, f / roofs.compute)  # type: ignore[operator]
+        floor = kernels_per_step * TH.kernel_floor_us / 1e3
+        if roof >= floor:
+            return roof, f"{b / 1e9:.3g} GB, {f / 1e12:.3g} TFLOP at {roofs.basis}"
+        return floor, (
+            f"{kernels_per_step:.0f} kernels at {TH.kernel_floor_us:g} µs each (the roofline's {roof * 1e3:.1f} µs is "
+            "below that floor)"
+        )
+
+    # prefill: one step, 37 tokens over no context
+    pre_cost = step_cost(CFG, None, batch=1, context_tokens=0.0, new_tokens=37.0)
+    dec_cost = step_cost(CFG, None, batch=2, context_tokens=76.0)
+    assert pre_cost is not None and dec_cost is not None
+    expect = {
+        "prefill": (1, 2.0, [("matmul", 1.2, 1.0), ("attention", 0.3, 1.0)], 0.5, pre_cost, 1, 37.0),
+        "decode": (
+            3,
+            1.003,
+            [("matmul", 0.45, 1.0), ("norm", 0.05, 1.0), ("attention", 0.04, 40.0)],
+            0.463,
+            dec_cost,
+            2,
+            2,
+        ),
+    }
+    assert [p.phase for p in lg.phases] == ["prefill", "decode"]
+    for p in lg.phases:
+        n, step_ms, parts, idle_ms, cost, batch, tokens = expect[p.phase]
+        assert (p.steps, p.step_ms, p.batch, p.tokens_per_step) == (n, step_ms, batch, tokens)
+        assert p.host_step_p50_ms == step_ms
+        busy = sum(ms for _, ms, _ in parts)
+        assert p.busy_pct == round(100 * busy / step_ms, 2)
+        kernel_rows = [r for r in p.rows if r.kind == "kernels"]
+        assert [r.part.split(":")[0] for r in kernel_rows] == [name for name, _, _ in parts]
+        total_ideal, total_recoverable = 0.0, 0.0
+        for r, (name, ms, per_step) in zip(kernel_rows, parts, strict=True):
+            assert r.ms_per_step == pytest.approx(ms, abs=1e-9) and r.kernels_per_step == per_step
+            assert r.share_pct == round(100 * r.ms_per_step / step_ms, 2)
+            if name in ("matmul", "attention"):
+                want, basis = ideal(cost, name, per_step)
+                assert r.ideal_ms_per_step == round(want, 6) and r.basis == basis
+                assert r.recoverable_ms_per_step == round(max(r.ms_per_step - want, 0.0), 6)
+                total_ideal += want
+            else:
+                assert r.ideal_ms_per_step is None and r.recoverable_ms_per_step is None and r.basis is None
+                total_ideal += r.ms_per_step
+            total_recoverable += r.recoverable_ms_per_step or 0.0
+        matmul = kernel_rows[0]
+        assert matmul.part == "matmul: " + " + ".join(matmul.families) and matmul.families == (
+            ["gemm"] if p.phase == "prefill" else ["gemv"]
+        )
+        (idle,) = [r for r in p.rows if r.kind == "idle"]
+        assert idle.part == IDLE_BETWEEN_LAUNCHES and idle.ms_per_step == pytest.approx(idle_ms, abs=1e-9)
+        assert idle.ideal_ms_per_step == 0.0 and idle.recoverable_ms_per_step == idle.ms_per_step
+        assert idle.share_pct == round(100 * idle.ms_per_step / step_ms, 2)
+        total_recoverable += idle.ms_per_step
+        assert p.ideal_ms_per_step == pytest.approx(total_ideal, abs=2e-6)
+        assert p.recoverable_ms_per_step == pytest.approx(total_recoverable, abs=2e-6)
+    decode = lg.phases[1]
+    matmul_ms, idle_ms = 1_350_001 / 3 / 1e6, (3 * 463_000 - 1) / 3 / 1e6
+    assert decode.rows[0].ms_per_step == round(matmul_ms, 6) != round(matmul_ms, 7)
+    idle_row = next(r for r in decode.rows if r.kind == "idle")
+    assert idle_row.ms_per_step == round(idle_ms, 6) != round(idle_ms, 7)
+    assert idle_row.recoverable_ms_per_step == round(idle_ms, 6)
+    share = 100 * decode.rows[0].ms_per_step / decode.step_ms
+    assert decode.rows[0].share_pct == round(share, 2) != round(share, 3)
+    assert decode.busy_pct == round(100 * 0.54 / 1.003, 2) != round(100 * 0.54 / 1.003, 3)
+    assert decode.ideal_ms_per_step == round(decode.ideal_ms_per_step or 0.0, 6)
+    decode_attention = next(r for r in lg.phases[1].rows if r.part == "attention")
+    assert "kernels at" in (decode_attention.basis or "")  # 40 launches of 1 µs: the launch floor, not the roofline
+
+
+def test_the_ledger_without_a_config_or_known_peaks_says_why_it_does_not_price() -> None:
+    from max_profile.analyze.ledger import HOST_BETWEEN_OPS, build_ledger
+
+    table, steps = small_capture()
+    bare = build_ledger(table, steps, window=None, model_config=None, weights=None, gpu="NVIDIA H200", th=TH)
+    assert bare is not None and bare.attainable_bandwidth_pct is None and bare.attainable_compute_pct is None
+    for p in bare.phases:
+        assert p.ideal_ms_per_step is None
+        for r in p.rows:
+            want = "not priced: no model config or weights" if r.part.split(":")[0] in ("matmul", "attention") else None
+            assert r.basis == want if r.kind == "kernels" else r.basis is None
+    unknown = build_ledger(table, steps, window=None, model_config=CFG, weights=None, gpu="Some GPU", th=TH)
+    assert unknown is not None and unknown.attainable_bandwidth_pct is None
+    for p in unknown.phases:
+        for r in p.rows:
+            if r.kind == "kernels" and r.part.split(":")[0] in ("matmul", "attention"):
+                assert r.basis == "not priced: the device's peaks are not known" and r.ideal_ms_per_step is None
+    # op ranges on the host: the idle is host time between ops, nothing priced even with a config
+    ops = build_ledger(
+        table, steps, window=None, model_config=CFG, weights=None, gpu="NVIDIA H200", th=TH, host_ops=True
+    )
+    assert ops is not None and ops.source == "op ranges (host)" and ops.attainable_bandwidth_pct is None
+    assert [r.part for r in ops.phases[1].rows if r.kind == "idle"] == [HOST_BETWEEN_OPS]
+    assert all(p.ideal_ms_per_step is None for p in ops.phases)
+
+
+def test_a_ledger_of_batch_0_steps_only_or_a_phase_without_steps_fed() -> None:
+    from max_profile.analyze.ledger import build_ledger
+
+    table, steps = small_capture()
+    drained = [
+        *steps,
+        Step(
+            index=9,
+            phase="decode",
+            batch_size=0,
+            input_tokens=0,
+            context_tokens=0,
+            start_ns=5_500_000,
+            end_ns=5_600_000,
+        ),
+    ]
+    lg = build_ledger(table, drained, window=None, model_config=CFG, weights=None, gpu="NVIDIA H200", th=TH)
+    ref = build_ledger(table, steps, window=None, model_config=CFG, weights=None, gpu="NVIDIA H200", th=TH)
+    assert lg is not None and ref is not None
+    assert [(p.batch, p.tokens_per_step, p.host_step_p50_ms, p.ideal_ms_per_step) for p in lg.phases] == [
+        (p.batch, p.tokens_per_step, p.host_step_p50_ms, p.ideal_ms_per_step) for p in ref.phases
+    ]
+
+
+def test_with_load_weighs_each_window_by_its_length() -> None:
+    from max_profile.analyze.ledger import build_ledger, with_load
+    from max_profile.analyze.load import in_flight
+    from max_profile.model import RequestRecord
+
+    table, steps = small_capture()
+    lg = build_ledger(table, steps, window=None, model_config=None, weights=None, gpu=None, th=TH)
+    assert lg is not None
+
+    def req(a: int, b: int) -> RequestRecord:
+        return RequestRecord(started_ns=a, ended_ns=b, ok=True, tokens=3)
+
+    w1 = LoadWindow(concurrency=1, window_ns=(10**12, 10**12 + 3_000), requests=[req(10**12, 10**12 + 1_000)])
+    w2 = LoadWindow(
+        concurrency=1, window_ns=(10**12 + 5_000, 10**12 + 6_000), requests=[req(10**12 + 5_000, 10**12 + 5_700)]
+    )
+    ref = LoadWindow(concurrency=1, window_ns=(0, 10**9), requests=[], reference=True)
+    loaded = with_load(lg, [ref, w1, w2])
+    (s1, r1), (s2, r2) = in_flight(w1.requests, w1.window_ns), in_flight(w2.requests, w2.window_ns)
+    assert loaded.requests_in_flight_pct == round((s1 * 3_000 + s2 * 1_000) / 4_000, 2)
+    assert loaded.requests_in_flight_pct != round((s1 * 3_000 + s2 * 1_000) / 4_000, 3)
+    assert loaded.request_rate_rps == round((r1 * 3_000 + r2 * 1_000) / 4_000, 4)
+    assert with_load(lg, [ref]) is lg
+    empty = LoadWindow(concurrency=1, window_ns=(7, 7), requests=[])
+    assert with_load(lg, [empty]).requests_in_flight_pct == 0.0
