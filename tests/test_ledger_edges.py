@@ -164,16 +164,16 @@ def test_the_busiest_device_is_the_one_with_the_most_kernel_time_not_the_most_ke
     from max_profile.analyze.ledger import _busiest_device
     from max_profile.model import KernelTable
 
-    # device 3: ten kernels of 1 ns late in the run; device 1: two of 50 ns early in it
+    # device 1: ten kernels of 1 ns late in the run; device 3 (the second of the two ids): two of 50 ns early in it
     starts = [1_000_000 + 10 * i for i in range(10)] + [0, 100]
     table = KernelTable(
         names=["k"],
         name_idx=np.zeros(12, dtype=np.int32),
         start_ns=np.array(starts, dtype=np.int64),
         end_ns=np.array([s + 1 for s in starts[:10]] + [50, 150], dtype=np.int64),
-        device=np.array([3] * 10 + [1, 1], dtype=np.int32),
+        device=np.array([1] * 10 + [3, 3], dtype=np.int32),
     )
-    assert _busiest_device(table) == 1
+    assert _busiest_device(table) == 3
 
 
 def test_time_ledger_needs_kernels_and_steps_that_fed_requests() -> None:
@@ -516,3 +516,21 @@ def test_with_load_weighs_each_window_by_its_length() -> None:
     assert with_load(lg, [ref]) is lg
     empty = LoadWindow(concurrency=1, window_ns=(7, 7), requests=[])
     assert with_load(lg, [empty]).requests_in_flight_pct == 0.0
+
+
+def test_rows_of_a_step_of_no_length_and_an_idle_of_one_nanosecond() -> None:
+    from max_profile.analyze.ledger import IDLE_BETWEEN_LAUNCHES, build_ledger
+
+    # a decode step of no length whose one kernel also has none: a phase of 0 ms with no rows, busy 0.0 (no division)
+    steps = decode_steps((1000, 1000))
+    lg = build_ledger(table_of((1000, 1000)), steps, window=(0, 2000), model_config=None, weights=None, gpu=None, th=TH)
+    assert lg is not None
+    (p,) = lg.phases
+    assert p.step_ms == 0.0 and p.busy_pct == 0.0 and p.rows == []
+    # one nanosecond of idle in a step is still a row of the ledger
+    one = build_ledger(
+        table_of((0, 999)), decode_steps((0, 1000)), window=None, model_config=None, weights=None, gpu=None, th=TH
+    )
+    assert one is not None
+    idle = [r for r in one.phases[0].rows if r.kind == "idle"]
+    assert [(r.part, r.ms_per_step) for r in idle] == [(IDLE_BETWEEN_LAUNCHES, 1e-06)]
