@@ -114,6 +114,8 @@ EQUIVALENT: dict[str, str] = {
     "max_profile.analyze.ledger.x_with_load__mutmut_16": "a sum of zero-length windows weighs zero: 0 / 1 or 0 / 2",
     **{f"max_profile.analyze.ledger.x__coverage__mutmut_{i}": "np.zeros is float64" for i in (45, 47)},
     "max_profile.analyze.ledger.x__median__mutmut_2": "a phase of the ledger has steps that fed requests",
+    "max_profile.analyze.ledger.x_build_ledger__mutmut_114": "a priced row's ideal is at least its launch floor, > 0",
+    "max_profile.analyze.ledger.x__rows__mutmut_61": "roofline = launch floor: the same ideal, either bound named",
     "max_profile.analyze.ledger.x__coverage__mutmut_39": "at a span's start the spans before it sum to the same length",
     **{
         f"max_profile.analyze.ledger.x__rows__mutmut_{i}": "a row has busy or idle time: its phase's step is not 0 ms"
@@ -121,7 +123,7 @@ EQUIVALENT: dict[str, str] = {
     },
     **{
         f"max_profile.analyze.ledger.x__rows__mutmut_{i}": "every part with busy time has its families and kernel count"
-        for i in (130, 132, 139, 141, 142)
+        for i in (35, 37, 38, 87, 89, 130, 132, 139, 141, 142)
     },
     "max_profile.analyze.ledger.x_build_ledger__mutmut_1": "its one caller names host_ops",
     "max_profile.analyze.ledger.x_time_ledger__mutmut_131": "a table with kernels has names",

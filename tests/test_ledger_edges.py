@@ -534,3 +534,21 @@ def test_rows_of_a_step_of_no_length_and_an_idle_of_one_nanosecond() -> None:
     assert one is not None
     idle = [r for r in one.phases[0].rows if r.kind == "idle"]
     assert [(r.part, r.ms_per_step) for r in idle] == [(IDLE_BETWEEN_LAUNCHES, 1e-06)]
+
+
+def test_op_ranges_on_the_host_fold_every_gap_into_host_time() -> None:
+    """Kernels in device graphs leave idle before a graph launch on a GPU; read as host op ranges, every gap is host
+    time between ops (one row), whatever graph ids the records carry."""
+    from max_profile.analyze.ledger import HOST_BETWEEN_OPS, IDLE_BEFORE_GRAPH, build_ledger
+
+    table, steps = small_capture()
+    graphs = msgspec.structs.replace(table, graph_id=np.where(table.name_idx == 1, 7, 0).astype(np.int64))
+    gpu = build_ledger(graphs, steps, window=None, model_config=None, weights=None, gpu=None, th=TH)
+    ops = build_ledger(graphs, steps, window=None, model_config=None, weights=None, gpu=None, th=TH, host_ops=True)
+    assert gpu is not None and ops is not None
+    assert IDLE_BEFORE_GRAPH in [r.part for r in gpu.phases[1].rows]
+    idle = [r for r in ops.phases[1].rows if r.kind == "idle"]
+    assert [r.part for r in idle] == [HOST_BETWEEN_OPS]
+    assert idle[0].ms_per_step == pytest.approx(
+        sum(r.ms_per_step for r in gpu.phases[1].rows if r.kind == "idle"), abs=2e-6
+    )
