@@ -81,6 +81,12 @@ EQUIVALENT: dict[str, str] = {
     "max_profile.analyze.rules.kv_cache.x__half_slopes__mutmut_14": (
         "1,500 evenly spread of 1,500 steps are all of them"
     ),
+    "max_profile.analyze.rules.kernel_mix.x__top_kernel_command__mutmut_28": (
+        "without phases the breakdown has no decode launch count: the same command"
+    ),
+    "max_profile.analyze.rules.kernel_mix.x__attention_presence__mutmut_19": (
+        "the count beside a per-step figure of None is never read"
+    ),
     # ledger: numpy's defaults are the types named (int64 for Python ints, float64 for zeros and astype(None)); the
     # zipped columns come from one array pair of equal length
     **{

@@ -141,3 +141,56 @@ def test_quant_prep_heavy_and_normal_every_field() -> None:
     (g,) = rule_quant_prep(normal, TH)
     assert (g.id, g.severity, g.confidence) == ("low-bit-normal", "info", 0.6)
     assert g.evidence == {"quantize_ms": 1.353, "matmul_ms": 11.0, "ratio": 0.123}
+
+
+PREFILL_ROUTE = "moe_align_block_size_kernel_0123456789abcdef"
+
+
+def test_the_deep_dive_names_decode_s_top_kernel_not_the_capture_s() -> None:
+    """Prefill's routing kernel outweighs decode's over the whole capture: the deep dive still takes decode's."""
+    kernels = [[(GROUPED, 5.0), (PREFILL_ROUTE, 9.0)]] + [[(GROUPED, 1.0), (ROUTE, 0.6)]] * 10
+    report = build_report(synthetic([20.0] + [3.0] * 10, kernels))
+    assert top_name(report, "moe_routing", None) != top_name(report, "moe_routing", "decode")
+    cmd = _top_kernel_command(report, ("moe_routing",))
+    assert cmd == kernel_command(report, top_name(report, "moe_routing", "decode"), "decode")
+
+
+def test_moe_routing_heavy_every_field_and_its_threshold() -> None:
+    report = _moe(0.6543, gather_ms=0.2109)
+    (f,) = rule_moe(report, TH)
+    grouped, routing = 11 * 1.0 - 1.0, 10 * (0.6543 + 0.2109)  # decode steps only: 10 of the 11
+    assert (f.id, f.severity, f.confidence) == ("moe-routing-heavy", "warning", 0.7)
+    assert f.evidence == {
+        "grouped_matmul_ms": round(grouped, 3),
+        "routing_and_gather_ms": round(routing, 3),
+        "ratio": round(routing / grouped, 2),
+        "threshold": TH.routing_vs_matmul_ratio,
+    }
+    assert f.title == "MoE routing and gather/scatter rival the expert matmuls"
+    assert f.next_step == (
+        "Look at the top routing/gather kernels in the table; a single-kernel deep dive shows whether they are "
+        "latency-bound."
+    )
+    exact = dataclasses.replace(TH, routing_vs_matmul_ratio=routing / grouped)
+    assert rule_moe(report, exact)[0].id == "moe-routing-heavy"  # exactly the ratio: heavy
+    above = dataclasses.replace(TH, routing_vs_matmul_ratio=routing / grouped + 1e-9)
+    assert "moe-routing-heavy" not in [f.id for f in rule_moe(report, above)]  # healthy, or a lever says otherwise
+
+
+def test_moe_needs_both_expert_matmuls_and_routing() -> None:
+    no_experts = build_report(synthetic([3.0] * 11, [[(ROUTE, 0.5), (GEMM, 1.0)]] * 11))
+    assert rule_moe(no_experts, TH) == []
+    no_routing = build_report(synthetic([3.0] * 11, [[(GROUPED, 1.0), (GATHER, 0.6)]] * 11))
+    assert rule_moe(no_routing, TH) == []
+    small = build_report(synthetic([3.0] * 11, [[(GROUPED, 0.05), (ROUTE, 0.05)]] * 11))  # experts under 1 ms in all
+    assert [f.id for f in rule_moe(small, TH)] == ["moe-routing-heavy"]
+
+
+def test_unfused_attention_counts_the_capture_s_attention_kernels_without_phases() -> None:
+    from max_profile.analyze.rules.kernel_mix import _attention_presence
+
+    report = build_report(synthetic([3.0] * 11, [[(GEMM, 1.0), ("sm90_mha_depth128", 0.1), (ROUTE, 0.2)]] * 11))
+    k = report.kernels
+    assert isinstance(k, KernelBreakdown)
+    flat = msgspec.structs.replace(k, phases=[])
+    assert _attention_presence(flat) == (11.0, "capture", 11)
