@@ -121,6 +121,18 @@ EQUIVALENT: dict[str, str] = {
     **{f"max_profile.analyze.ledger.x__coverage__mutmut_{i}": "np.zeros is float64" for i in (45, 47)},
     "max_profile.analyze.ledger.x__median__mutmut_2": "a phase of the ledger has steps that fed requests",
     "max_profile.analyze.ledger.x_build_ledger__mutmut_114": "a priced row's ideal is at least its launch floor, > 0",
+    **{
+        f"max_profile.analyze.ledger.x_build_ledger__mutmut_{i}": "whole nanoseconds have 6 decimals of ms"
+        for i in (225, 232, 250)
+    },
+    "max_profile.analyze.ledger.x_build_ledger__mutmut_167": "a phase's steps fed requests: its median batch is > 0",
+    "max_profile.analyze.ledger.x_build_ledger__mutmut_64": "without a config or weights step_cost has no size: None",
+    **{
+        f"max_profile.analyze.ledger.x_time_ledger__mutmut_{i}": "a gap of no length adds nothing to any sum"
+        for i in (308, 329)
+    },
+    "max_profile.analyze.ledger.x_time_ledger__mutmut_328": "indexing with None adds an axis: the same sums",
+    **{f"max_profile.analyze.ledger.x_time_ledger__mutmut_{i}": "np.zeros is float64" for i in (333, 335)},
     "max_profile.analyze.ledger.x__rows__mutmut_61": "roofline = launch floor: the same ideal, either bound named",
     "max_profile.analyze.ledger.x__coverage__mutmut_39": "at a span's start the spans before it sum to the same length",
     **{
