@@ -57,13 +57,19 @@ EQUIVALENT: dict[str, str] = {
     "max_profile.analyze.rules.levers.x__nvml_host_bound__mutmut_5": "low_util is read for its truth: None is False",
     # ops-bound is drawn off a ledger built from op ranges, so the capture has a kernel table and each phase in it
     # launched ops: the guards below cannot be reached with the verdict's own inputs
-    "max_profile.analyze.rules.levers.x__ops_bound_finding__mutmut_21": "a ledger of op ranges implies a kernel table",
-    "max_profile.analyze.rules.levers.x__ops_bound_finding__mutmut_29": (
-        "a phase of the op-range ledger has ops, so its breakdown phase has top rows"
-    ),
-    "max_profile.analyze.rules.levers.x__ops_bound_finding__mutmut_31": (
-        "a phase of the op-range ledger has ops, so its breakdown phase exists with top rows"
-    ),
+    "max_profile.analyze.rules.levers.x__ops_bound_finding__mutmut_15": "a ledger of op ranges implies a kernel table",
+    **{
+        f"max_profile.analyze.rules.levers.x__ops_bound_finding__mutmut_{i}": (
+            "a phase of the op-range ledger has ops, so its breakdown phase exists with top rows"
+        )
+        for i in (23, 25)
+    },
+    **{
+        f"max_profile.analyze.rules.levers.x__ops_bound_finding__mutmut_{i}": (
+            "a phase of the op-range ledger has op rows, so a largest one"
+        )
+        for i in (6, 34, 76, 81)
+    },
     # rules.kv_cache: the per-step series are Python numbers (ints or floats); numpy keeps ints as int64, whose ranks,
     # medians, differences and Theil-Sen slopes (computed in float) equal those of the same values as float64
     **{
