@@ -194,3 +194,66 @@ def test_unfused_attention_counts_the_capture_s_attention_kernels_without_phases
     assert isinstance(k, KernelBreakdown)
     flat = msgspec.structs.replace(k, phases=[])
     assert _attention_presence(flat) == (11.0, "capture", 11)
+
+
+GEMV = "gemv_split_k_bf16_0123456789abcdef"
+
+
+def test_quant_prep_counts_every_matmul_family_and_its_exact_ratio() -> None:
+    kernels = [[(GEMM, 0.1234), (GEMV, 0.2345), (GROUPED, 0.0111), (QUANT, 0.4321)]] * 11
+    report = build_report(synthetic([3.0] * 11, kernels))
+    (f,) = rule_quant_prep(report, TH)
+    quant, matmul = 11 * 0.4321, 11 * (0.1234 + 0.2345 + 0.0111)
+    assert f.evidence == {
+        "quantize_ms": round(quant, 3),
+        "matmul_ms": round(matmul, 3),
+        "ratio": round(quant / matmul, 4),
+    }
+    assert (round(quant, 3), round(matmul, 3), round(quant / matmul, 4)) != (
+        round(quant, 4),
+        round(matmul, 4),
+        round(quant / matmul, 5),
+    )
+    assert f.title == "Low-bit quantization prep takes longer than the matmuls it feeds"
+    assert f.next_step == "Deep-dive the top quantize kernel and check the scale layout matches the matmul's."
+    at = dataclasses.replace(TH, quant_vs_matmul_ratio=quant / matmul)
+    (g,) = rule_quant_prep(report, at)  # exactly the ratio: normal
+    assert g.id == "low-bit-normal"
+    assert g.title == "Low-bit weights: activation quantization and scale layout present at normal cost"
+    small = build_report(synthetic([3.0] * 11, [[(GEMV, 0.01), (QUANT, 0.02)]] * 11))  # matmuls under 1 ms in all
+    assert [x.id for x in rule_quant_prep(small, TH)] == ["quant-prep-heavy"]
+    assert rule_quant_prep(build_report(synthetic([3.0] * 11, [[(QUANT, 0.02)]] * 11)), TH) == []
+
+
+def test_unfused_attention_guards_and_its_capture_scope_evidence() -> None:
+    from max_profile.analyze.rules.kernel_mix import rule_unfused
+
+    plain = [("gemm_bf16_tn_0123456789abcdef", 1.2345), ("elementwise_softmax_k", 0.1111)]
+    report = build_report(synthetic([3.0] * 11, [plain] * 11))
+    (f,) = [x for x in rule_unfused(report, TH) if x.id == "unfused-attention"]
+    total = 11 * (1.2345 + 0.1111)
+    assert f.evidence["attention_kernels_per_decode_step"] == 0.0 and f.evidence["attention_share_pct"] == 0.0
+    assert f.evidence["matmul_ms"] == round(11 * 1.2345, 3) and total > 0
+    k = report.kernels
+    assert isinstance(k, KernelBreakdown)
+    flat = msgspec.structs.replace(report, kernels=msgspec.structs.replace(k, phases=[]))
+    (g,) = [x for x in rule_unfused(flat, TH) if x.id == "unfused-attention"]
+    assert g.evidence["attention_kernels_in_capture"] == 0.0 and "attention_kernels_per_decode_step" not in g.evidence
+    assert g.confidence == round(0.75 * TH.no_phase_confidence_scale, 2)
+    hidden = msgspec.structs.replace(report, kernels=msgspec.structs.replace(k, unreliable="graphs hid them"))
+    assert rule_unfused(hidden, TH) == []
+    no_kernels = msgspec.structs.replace(report, kernels=msgspec.structs.replace(k, kernels=0))
+    assert rule_unfused(no_kernels, TH) == []
+    no_matmul = build_report(synthetic([3.0] * 11, [[("elementwise_softmax_k", 0.1)]] * 11))
+    assert rule_unfused(no_matmul, TH) == []
+
+
+def test_unfused_attention_per_step_to_two_decimals() -> None:
+    from max_profile.analyze.rules.kernel_mix import rule_unfused
+
+    # one attention kernel in 3 of 11 decode steps: 3/11 = 0.27 per step, under the minimum
+    kernels = [[(GEMM, 1.0)] + ([("sm90_mha_d128", 0.1)] if i % 4 == 1 else []) for i in range(12)]
+    report = build_report(synthetic([3.0] * 12, kernels))
+    (f,) = [x for x in rule_unfused(report, TH) if x.id == "unfused-attention"]
+    assert f.evidence["attention_kernels_per_decode_step"] == round(3 / 11, 2) == 0.27
+    assert f.evidence["attention_kernels"] == 3
