@@ -257,3 +257,18 @@ def test_unfused_attention_per_step_to_two_decimals() -> None:
     (f,) = [x for x in rule_unfused(report, TH) if x.id == "unfused-attention"]
     assert f.evidence["attention_kernels_per_decode_step"] == round(3 / 11, 2) == 0.27
     assert f.evidence["attention_kernels"] == 3
+
+
+def test_healthy_moe_every_field_and_not_while_a_decode_lever_remains() -> None:
+    busy = build_report(synthetic([1.2] * 11, [[(GROUPED, 1.0), (ROUTE, 0.1)]] * 11))  # idle 0.1 of 1.2 ms
+    (f,) = rule_moe(busy, TH)
+    assert (f.id, f.severity, f.confidence) == ("healthy-moe", "info", 0.7)
+    assert f.title == "Healthy MoE: grouped expert matmuls dominate; routing cost is expected"
+    assert f.evidence == {
+        "grouped_matmul_ms": 10.0,
+        "routing_and_gather_ms": 1.0,
+        "ratio": 0.1,
+        "threshold": TH.routing_vs_matmul_ratio,
+    }
+    idle = build_report(synthetic([3.0] * 11, [[(GROUPED, 1.0), (ROUTE, 0.1)]] * 11))  # 1.9 ms of 3 idle: a lever
+    assert rule_moe(idle, TH) == []
