@@ -93,6 +93,25 @@ EQUIVALENT: dict[str, str] = {
     "max_profile.analyze.rules.kernel_mix.x__attention_presence__mutmut_19": (
         "the count beside a per-step figure of None is never read"
     ),
+    # steps, utilization: series of Python numbers, never empty where they are read
+    **{f"max_profile.analyze.steps.x__pct__mutmut_{i}": "every phase and batch group has steps" for i in (2, 8)},
+    **{
+        f"max_profile.analyze.steps.x_decode_growth__mutmut_{i}": "ints and floats of the same values: same medians"
+        for i in (9, 11, 15, 17)
+    },
+    **{
+        f"max_profile.analyze.steps.x_decode_growth__mutmut_{i}": "a context that does not rise fails the next guard"
+        for i in (20, 21)
+    },
+    "max_profile.analyze.steps.x_decode_growth__mutmut_30": "8 points or more: a third is at least 2",
+    **{
+        f"max_profile.analyze.utilization.x__mean_per_partition__mutmut_{i}": "a GPU's rows come from its samples"
+        for i in (3, 5, 6)
+    },
+    **{
+        f"max_profile.analyze.utilization.x_summarize_gpus__mutmut_{i}": "ints and floats of the same values: same mean"
+        for i in (7, 9, 19, 21)
+    },
     # ledger: numpy's defaults are the types named (int64 for Python ints, float64 for zeros and astype(None)); the
     # zipped columns come from one array pair of equal length
     **{

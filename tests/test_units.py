@@ -83,6 +83,13 @@ def test_base_name_strips_noise_not_meaning() -> None:
 
 def test_mangled_names_are_classified() -> None:
     assert classify_kernel("_ZN2ns14rms_norm_kernelIfEEvPT_S1_i") == "norm"
+    from max_profile.analyze.families import _demangle_light
+
+    assert _demangle_light("_ZN2ns15rms_norm_kernelEv") == "ns_rms_norm_kernel"
+    assert _demangle_light("_Z3abc") == "abc" and _demangle_light("_ZN3foo3barE") == "foo_bar"
+    assert _demangle_light("_ZN1aXY2bcE") == "a_bc"  # letters between the names are stepped over one by one
+    assert _demangle_light("_Zabc") == "_Zabc"  # no length-prefixed name: the name as it came
+    assert _demangle_light("_Z3abc12") == "abc_"  # a length at the very end: an empty word, no error
 
 
 def test_union_counts_overlap_once() -> None:

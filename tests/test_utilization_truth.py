@@ -104,3 +104,10 @@ def test_a_window_between_samples_keeps_the_nearest_sample_of_each_gpu() -> None
     tie = window_samples([at(1000), at(1800)], (1300, 1500), interval_ns=0)  # both 400 from the middle: the first
     assert [s.t_ns for s in tie] == [1000]
     assert window_samples([], (1300, 1500), interval_ns=10) == []
+
+
+def test_window_without_slack_and_the_middle_in_whole_nanoseconds() -> None:
+    given = [at(t) for t in (299, 300, 400, 401)]
+    assert [s.t_ns for s in window_samples(given, (300, 400))] == [300, 400]  # no slack unless one is given
+    # middle 1400 (whole ns): 1000 is 400 away, 1801 is 401: the nearer one, whichever came first
+    assert [s.t_ns for s in window_samples([at(1801), at(1000)], (1300, 1501), interval_ns=0)] == [1000]

@@ -185,7 +185,7 @@ _GENERIC_BASE = re.compile(r"^(kernel\d*|device_kernel|global_kernel|kernel_impl
 def _demangle_light(mangled: str) -> str:
     """The identifiers of an Itanium-mangled name, in order (enough to classify it).
 
-    ``_ZN2ns14rms_norm_kernelIfEEvPT_S1_i`` -> ``ns_rms_norm_kernel``.
+    ``_ZN2ns15rms_norm_kernelEv`` -> ``ns_rms_norm_kernel``.
     """
     words = []
     i, n = 2, len(mangled)
