@@ -252,11 +252,47 @@ def test_unfused_attention_per_step_to_two_decimals() -> None:
     from max_profile.analyze.rules.kernel_mix import rule_unfused
 
     # one attention kernel in 3 of 11 decode steps: 3/11 = 0.27 per step, under the minimum
-    kernels = [[(GEMM, 1.0)] + ([("sm90_mha_d128", 0.1)] if i % 4 == 1 else []) for i in range(12)]
+    kernels = [[(GEMM, 1.0)] + ([("sm90_mha_d128", 0.1234)] if i % 4 == 1 else []) for i in range(12)]
     report = build_report(synthetic([3.0] * 12, kernels))
     (f,) = [x for x in rule_unfused(report, TH) if x.id == "unfused-attention"]
-    assert f.evidence["attention_kernels_per_decode_step"] == round(3 / 11, 2) == 0.27
-    assert f.evidence["attention_kernels"] == 3
+    k = report.kernels
+    assert isinstance(k, KernelBreakdown)
+    total = sum(r.total_ms for r in k.families)
+    attention = sum(r.total_ms for r in k.families if r.family == "attention")
+    assert f.evidence == {
+        "attention_kernels": 3,
+        "attention_kernels_per_decode_step": 0.27,
+        "attention_share_pct": round(100.0 * attention / total, 3),
+        "matmul_ms": round(12 * 1.0, 3),
+        "elementwise_ms": 0.0,
+        "top_families": ",".join(r.family for r in k.families[:5]),
+        "source": k.source,
+        "threshold_per_step": TH.min_attention_kernels_per_step,
+    }
+    assert round(100.0 * attention / total, 3) != round(100.0 * attention / total, 4)
+    assert f.title == "No fused attention kernel: attention runs as generic matmul / softmax / elementwise ops"
+    assert (f.severity, f.confidence) == ("warning", 0.75)
+
+
+def test_unfused_norm_every_field() -> None:
+    from max_profile.analyze.rules.kernel_mix import rule_unfused
+
+    names = [f"elementwise_op_{i}" for i in range(6)] + ["sm90_mha_d128", GEMV]
+    kernels = [[(n, 0.01) for n in names]] * 8  # 64 kernels, no norm among them
+    report = build_report(synthetic([3.0] * 8, kernels))
+    (f,) = [x for x in rule_unfused(report, TH) if x.id == "unfused-norm"]
+    k = report.kernels
+    assert isinstance(k, KernelBreakdown) and k.kernels > TH.unfused_norm_min_kernels
+    assert (f.severity, f.confidence) == ("info", 0.5)
+    assert f.title == "No fused RMS norm kernel in the trace"
+    assert f.evidence == {
+        "family": "norm",
+        "kernels": k.kernels,
+        "top_families": ",".join(r.family for r in k.families[:5]),
+    }
+    assert f.next_step == (
+        "If the architecture uses RMS norm, check it is built from MAX's fused op rather than elementwise pieces."
+    )
 
 
 def test_healthy_moe_every_field_and_not_while_a_decode_lever_remains() -> None:
