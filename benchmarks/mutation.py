@@ -361,6 +361,7 @@ FAST_FIRST = (
     "tests/test_kernel_mix_rules.py",
     "tests/test_load_verdicts.py",
     "tests/test_attention_lever.py",
+    "tests/test_breakdown_totals.py",
     "tests/test_golden_findings.py",
     "tests/test_host_bound_without_ledger.py",
 )
