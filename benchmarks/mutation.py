@@ -271,7 +271,7 @@ def recheck(modules: list[str], max_children: int, root: Path = REPO) -> dict[st
     names = [
         n
         for n, e in stored.items()
-        if e["status"] == "survived"
+        if e["status"] in ("survived", "no tests")  # no tests: a test file added since may reach it now
         and (not modules or module_of(n) in modules)
         and kind_of(e.get("diff", "")) != "text"  # not scored: no test is asked to read a title letter by letter
         and n not in EQUIVALENT
@@ -281,7 +281,7 @@ def recheck(modules: list[str], max_children: int, root: Path = REPO) -> dict[st
     selected = set(config["pytest_add_cli_args_test_selection"])
     fast = [t for t in FAST_FIRST if t in selected] + [t for t in changed if t in selected and t not in FAST_FIRST]
 
-    moved = [n for n in names if diff_of(n, root) != stored[n].get("diff", "")]
+    moved = [n for n in names if "diff" in stored[n] and diff_of(n, root) != stored[n]["diff"]]
     for name in moved:
         print(f"{name}: not the stored mutant (its function changed since): not judged", flush=True)
     names = [n for n in names if n not in moved]
@@ -295,6 +295,8 @@ def recheck(modules: list[str], max_children: int, root: Path = REPO) -> dict[st
     for i, (name, rc) in enumerate(judge_forked(mutants, names, tests_for, fast, max_children), 1):
         if rc != 0:
             stored = update_results(partial(set_status, name, "killed" if rc > 0 else "timeout"))
+        elif stored[name]["status"] == "no tests":  # reached now, and it survives: listed with its diff
+            stored = update_results(partial(set_survivor, name, diff_of(name, root)))
         print(f"{i}/{len(names)} {name}: {'killed' if rc else 'survived'}", flush=True)
     return stored
 
@@ -338,6 +340,10 @@ def judge_forked(
 
 def set_status(name: str, status: str, results: dict[str, dict[str, str]]) -> None:
     results[name] = {"status": status}
+
+
+def set_survivor(name: str, diff: str, results: dict[str, dict[str, str]]) -> None:
+    results[name] = {"status": "survived", "diff": diff}
 
 
 def tests_changed_since(commit: str) -> list[str]:
