@@ -225,9 +225,14 @@ def test_quant_prep_counts_every_matmul_family_and_its_exact_ratio() -> None:
 def test_unfused_attention_guards_and_its_capture_scope_evidence() -> None:
     from max_profile.analyze.rules.kernel_mix import rule_unfused
 
-    plain = [("gemm_bf16_tn_0123456789abcdef", 1.2345), ("elementwise_softmax_k", 0.1111)]
+    plain = [("gemm_bf16_tn_0123456789abcdef", 1.2345), ("elementwise_softmax_k", 0.1111), ("silu_act_k", 0.0222)]
     report = build_report(synthetic([3.0] * 11, [plain] * 11))
     (f,) = [x for x in rule_unfused(report, TH) if x.id == "unfused-attention"]
+    kb = report.kernels
+    assert isinstance(kb, KernelBreakdown)
+    fam = {r.family: r.total_ms for r in kb.families}
+    assert fam.get("activation") and fam.get("elementwise")
+    assert f.evidence["elementwise_ms"] == round(fam["elementwise"] + fam["activation"], 3)
     total = 11 * (1.2345 + 0.1111)
     assert f.evidence["attention_kernels_per_decode_step"] == 0.0 and f.evidence["attention_share_pct"] == 0.0
     assert f.evidence["matmul_ms"] == round(11 * 1.2345, 3) and total > 0
