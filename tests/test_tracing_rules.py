@@ -20,17 +20,10 @@ from max_profile.analyze.rules.tracing import (
     rule_tracer_overhead,
 )
 from max_profile.analyze.thresholds import Thresholds
-from max_profile.model import (
-    GpuUtilization,
-    GpuWaits,
-    KernelBreakdown,
-    RawCapture,
-    Report,
-    TracerCost,
-    UtilizationSection,
-)
+from max_profile.model import GpuWaits, KernelBreakdown, RawCapture, Report, TracerCost, UtilizationSection
 
 from .test_rules import DATA, DENSE, synthetic
+from .test_state_rules import gpu
 
 TH = Thresholds()
 
@@ -95,21 +88,7 @@ def test_inferred_tracer_overhead_reads_the_busiest_gpu_s_mean_utilization() -> 
     report = with_kernels(_base(), tracer_overhead_pct=50.0)
 
     def gpus(*means: float | None) -> Report:
-        rows = [
-            GpuUtilization(
-                gpu=f"nv{i}",
-                samples=3,
-                peak_utilization_pct=m,
-                mean_utilization_pct=m,
-                peak_memory_bytes=None,
-                memory_total_bytes=None,
-                peak_memory_pct=None,
-                mean_sm_clock_mhz=None,
-                max_sm_clock_mhz=None,
-                hardware_throttle_reasons=[],
-            )
-            for i, m in enumerate(means)
-        ]
+        rows = [gpu(f"nv{i}", samples=3, mean_utilization_pct=m) for i, m in enumerate(means)]
         section = UtilizationSection(source="test", interval_s=0.1, gpus=rows, samples=[])
         return msgspec.structs.replace(report, utilization=section)
 
