@@ -233,9 +233,8 @@ def test_unfused_attention_guards_and_its_capture_scope_evidence() -> None:
     fam = {r.family: r.total_ms for r in kb.families}
     assert fam.get("activation") and fam.get("elementwise")
     assert f.evidence["elementwise_ms"] == round(fam["elementwise"] + fam["activation"], 3)
-    total = 11 * (1.2345 + 0.1111)
     assert f.evidence["attention_kernels_per_decode_step"] == 0.0 and f.evidence["attention_share_pct"] == 0.0
-    assert f.evidence["matmul_ms"] == round(11 * 1.2345, 3) and total > 0
+    assert f.evidence["matmul_ms"] == round(11 * 1.2345, 3)
     k = report.kernels
     assert isinstance(k, KernelBreakdown)
     flat = msgspec.structs.replace(report, kernels=msgspec.structs.replace(k, phases=[]))

@@ -286,8 +286,9 @@ def test_model_refeed_edges() -> None:
     assert "kv-cache-broken" not in {f.id for f in build_report(capture(short, [(GEMM, 1.0)])).findings}
 
 
-def test_zero_first_third_gives_a_zero_ratio() -> None:
-    """Kernel time of 0 in the first third: no ratio to speak of (None), and step times flat at 0 would be 0.0."""
+def test_per_step_kernel_growth_and_its_edges() -> None:
+    """The kernel growth ratio and its correlation against plain-Python truths; no figure under the minimum of steps;
+    no correlation when the per-step kernels and the steps differ in number."""
     from max_profile.analyze.rules.kv_cache import _per_step_kernel_growth
 
     decode, prefill = growing_run(n=36)
