@@ -178,27 +178,10 @@ def test_the_busiest_device_is_the_one_with_the_most_kernel_time_not_the_most_ke
 
 def test_time_ledger_needs_kernels_and_steps_that_fed_requests() -> None:
     from max_profile.analyze.ledger import time_ledger
-    from max_profile.model import KernelTable, Step
 
-    steps = [
-        Step(index=0, phase="decode", batch_size=1, input_tokens=1, context_tokens=5, start_ns=0, end_ns=1000),
-        Step(index=1, phase="decode", batch_size=1, input_tokens=1, context_tokens=6, start_ns=2000, end_ns=3000),
-    ]
-    empty = KernelTable(
-        names=[],
-        name_idx=np.zeros(0, dtype=np.int32),
-        start_ns=np.zeros(0, dtype=np.int64),
-        end_ns=np.zeros(0, dtype=np.int64),
-        device=np.zeros(0, dtype=np.int32),
-    )
-    assert time_ledger(empty, steps, window=None) is None
-    table = KernelTable(
-        names=["gemv_split_k"],
-        name_idx=np.zeros(2, dtype=np.int32),
-        start_ns=np.array([100, 2100], dtype=np.int64),
-        end_ns=np.array([600, 2600], dtype=np.int64),
-        device=np.zeros(2, dtype=np.int32),
-    )
+    steps = decode_steps((0, 1000), (2000, 3000))
+    assert time_ledger(table_of(), steps, window=None) is None
+    table = table_of((100, 600), (2100, 2600))
     got = time_ledger(table, steps, window=None)
     assert got is not None and got[0]["decode"].steps == 2.0
     # a step that fed no request (batch 0) is not a step of the ledger: still two decode steps, the same busy time

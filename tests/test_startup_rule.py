@@ -4,25 +4,18 @@ exact value from both sides (the boundaries the mutation run found unpinned)."""
 from __future__ import annotations
 
 import dataclasses
-from functools import cache
 
 import msgspec
 import pytest
 
 from max_profile.analyze.commands import cli
-from max_profile.analyze.report import build_report
 from max_profile.analyze.rules.startup import rule_startup
 from max_profile.analyze.thresholds import Thresholds
-from max_profile.model import Finding, PreflightResult, Report, StartupPhase, StartupProfile
+from max_profile.model import Finding, PreflightResult, StartupPhase, StartupProfile
 
-from .test_rules import DENSE, synthetic
+from .test_state_rules import _base
 
 TH = Thresholds()
-
-
-@cache
-def _base() -> Report:
-    return build_report(synthetic([1.0] * 3, [DENSE] * 3))
 
 
 def startup(st: StartupProfile, preflight: list[PreflightResult] | None = None, th: Thresholds = TH) -> list[Finding]:

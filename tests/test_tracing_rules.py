@@ -22,15 +22,10 @@ from max_profile.analyze.rules.tracing import (
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import GpuWaits, KernelBreakdown, RawCapture, Report, TracerCost, UtilizationSection
 
-from .test_rules import DATA, DENSE, synthetic
-from .test_state_rules import gpu
+from .test_rules import DATA
+from .test_state_rules import _base, gpu
 
 TH = Thresholds()
-
-
-@cache
-def _base() -> Report:
-    return build_report(synthetic([1.0] * 5, [DENSE] * 5))
 
 
 @cache
