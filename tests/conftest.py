@@ -32,6 +32,24 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 _WORKER_TMP: Path | None = None
 
 
+@pytest.fixture(autouse=True)
+def _c_environment_back_to_os_environ() -> Iterator[None]:
+    """After each test, the C environment's ``PYTHONEXECUTABLE`` / ``PYTHONPATH`` are put back to ``os.environ``'s.
+
+    After a model load MAX 26.7's native code sets both in the C environment (see
+    ``max_profile.util.procs.child_python_env``), and a child started with ``subprocess.run([sys.executable, ...])``
+    inherits them: it runs the system python3 without this venv's packages. Every later test of that xdist worker that
+    starts a Python child then failed (CI: ``No module named 'msgspec'`` in test_procs.py, after a test that loaded a
+    model). Inside the test that loads, the product's own handling is what runs."""
+    yield
+    for key in ("PYTHONEXECUTABLE", "PYTHONPATH"):
+        value = os.environ.get(key)
+        if value is None:
+            os.unsetenv(key)
+        else:
+            os.putenv(key, value)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _fresh_name_caches() -> None:
     """The kernel-name caches start empty in every test session: a mutation-testing run forks sessions from one process,
