@@ -13,6 +13,7 @@ One process, one model load (device graphs as MAX decides unless --no-device-gra
                      quarter of the steps in slices of 8 (kernel_share=0.25)
   cupti-all          ``profile(kernels="cupti", kernel_share=1)``: every step's kernels
   cupti-eighth       ``profile(kernels="cupti", kernel_share=0.125)``: an eighth of the steps
+  cupti-sixteenth    ``profile(kernels="cupti", kernel_share=0.0625)``: a sixteenth of the steps
   cupti-no-launches  the hook and sampler + the C recorder of every step with no launch-call records
 
 Every arm is timed the same way: new tokens x batch over the wall time of the whole generation (prefill included),
@@ -35,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from repeats import RepeatLoad, report_arms  # noqa: E402
 
 ARMS = ("none", "hook", "sampler", "cupti", "cupti-all")
-ALL_ARMS = (*ARMS, "cupti-eighth", "cupti-no-launches")
-SHARES = {"cupti-all": 1.0, "cupti-eighth": 0.125}
+ALL_ARMS = (*ARMS, "cupti-eighth", "cupti-sixteenth", "cupti-no-launches")
+SHARES = {"cupti-all": 1.0, "cupti-eighth": 0.125, "cupti-sixteenth": 0.0625}
 LAST_NOTES: dict[str, list[str]] = {}
 """The notes of each arm's last capture (the recorder's slices and pause / resume time, CUPTI's callback time)."""
 

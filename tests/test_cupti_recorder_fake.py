@@ -67,9 +67,10 @@ scenario = sys.argv[2]
 out = {}
 
 def stats():
-    s = (ctypes.c_uint64 * 5)()
+    s = (ctypes.c_uint64 * 8)()
     fake.fake_stats(s)
-    return {"requested": s[0], "completed": s[1], "distinct": s[2], "undersized": s[3], "dirty": s[4]}
+    return {"requested": s[0], "completed": s[1], "distinct": s[2], "undersized": s[3], "dirty": s[4],
+            "switches": s[5], "written": s[6], "intercepted": s[7]}
 
 def now_cupti():
     return time.monotonic_ns()  # the fake's cuptiGetTimestamp is CLOCK_MONOTONIC, as perf_counter_ns is on Linux
@@ -151,6 +152,28 @@ elif scenario == "options":
     except Exception as e:
         bad = str(e)
     out = {"zeroed": zeroed, "paused": paused, "bad": bad, "stats": stats()}
+elif scenario == "sampled-launches":
+    # a sampled recording with launch records: three slices and two pauses; each emit also makes a driver call that is
+    # not a launch (cuMemcpyHtoD_v2)
+    c = NativeCuptiCollector(buffer_bytes=1 << 20, launches=True)
+    c.start(); t0 = now_cupti()
+    started = stats()["switches"]
+    slices, switches, between = [], [], []
+    for i in range(3):
+        if i:
+            before = stats()["switches"]
+            c.resume()
+            switches.append(stats()["switches"] - before)
+        slices.append(fake.fake_emit(100, t0 + i * 2_000_000, 1000, 0))
+        before = stats()["switches"]
+        c.pause()
+        switches.append(stats()["switches"] - before)
+        seen = stats()
+        fake.fake_emit(100, t0 + i * 2_000_000 + 1_000_000, 1000, 0)  # a step between slices
+        between.append(stats()["intercepted"] - seen["intercepted"] + stats()["written"] - seen["written"])
+    k = c.stop()
+    out = {"slices": slices, "kernels": len(k), "api_records": c.api_records, "started": started,
+           "switches": switches, "launched": int((k.launch_ns > 0).sum()), "between": between}
 elif scenario == "busy":
     fake.fake_set_holder(b"Nsight Systems 2025.3")
     c = NativeCuptiCollector(launches=False)
@@ -249,6 +272,19 @@ def test_recorder_options_zeroed_buffers_and_pause(fake_libcupti: Path, tmp_path
     assert out["stats"]["requested"] > out["stats"]["distinct"] >= 1 and out["stats"]["dirty"] == 0
     assert out["paused"] == {"before": 100, "while_paused": 0, "after": 100, "kernels": 200}
     assert out["bad"] is not None and "no-such-option" in out["bad"] and "zeroed-buffers" in out["bad"]
+
+
+def test_sampled_recording_leaves_the_steps_between_slices_alone(fake_libcupti: Path, tmp_path: Path) -> None:
+    """A pause switches the DRIVER / RUNTIME kinds off, so CUPTI neither records nor intercepts a call of the steps
+    between slices (leaving the kinds on with only the launch calls switched off cost those steps on the H200: a
+    sixteenth of the steps recorded cost as much as a quarter); a resume switches them on and re-applies the launch
+    filter whole (switching a kind on records every call again), so a driver call that is no launch is not recorded."""
+    out = run_child(fake_libcupti, "sampled-launches", tmp_path)
+    assert out["slices"] == [100, 100, 100] and out["kernels"] == 300 and out["launched"] == 300
+    assert out["api_records"] == 300  # one cuLaunchKernel per recorded kernel: no memcpy, nothing between the slices
+    assert out["between"] == [0, 0, 0]  # nothing recorded or intercepted between slices
+    full = out["started"]  # the filter at the start: every driver and runtime call of CUPTI's tables
+    assert full > 100 and out["switches"] == [0, full, 0, full, 0]  # pause, resume, pause, resume, pause
 
 
 def test_recorder_caps_its_arrays_and_counts_the_rest(fake_libcupti: Path, tmp_path: Path) -> None:

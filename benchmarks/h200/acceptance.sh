@@ -104,14 +104,14 @@ step serve_kernels_3b "$ACC/serve_kernels_3b.json" -- "${MP[@]}" serve --model-p
 step attach_idle_3b "$ACC/attach_idle_3b.json" -- bash benchmarks/h200/attach_idle.sh $M3B "$ACC/attach_idle_3b"
 # what profiling costs a fast model against no max_profile code at all (issue 34): batch 1, 128 tokens, 11 rotating rounds,
 # the run's compile key (--max-batch-size 64); device graphs as MAX decides, then eager
-step overhead_3b_graphs - -- python3 benchmarks/untraced_overhead.py --model-path $M3B --devices gpu --tokens 128 --repeats "${OVERHEAD_REPEATS:-11}" --max-batch-size 64 --arms "${OVERHEAD_ARMS:-none,hook,sampler,cupti,cupti-all}" --json "$ACC/overhead_3b_graphs.json"
+step overhead_3b_graphs - -- python3 benchmarks/untraced_overhead.py --model-path $M3B --devices gpu --tokens "${OVERHEAD_TOKENS:-128}" --repeats "${OVERHEAD_REPEATS:-11}" --max-batch-size 64 --arms "${OVERHEAD_ARMS:-none,hook,sampler,cupti,cupti-all}" --json "$ACC/overhead_3b_graphs.json"
 FP8S=/tmp/fp8s  # block-scaled FP8, 4 layers (a shorter compile than the 8-layer one above)
 [ -f $FP8S/model.safetensors ] || step make_fp8s - -- "${MP[@]}" make-model $FP8S --dtype float8_e4m3fn --hidden 4096 --layers 4 --heads 32 --kv-heads 8 --intermediate 14336
 step nsys_fp8 "$ACC/nsys_fp8.json" -- "${MP[@]}" kernels --backend nsys --model-path $FP8S --devices gpu --max-new-tokens 32 --json "$ACC/nsys_fp8.json"
 python3 -c "import json, shutil, sys; d = json.load(open(sys.argv[1])); src = next(a for a in d['artifacts'] if a.endswith('.sqlite')); shutil.copy(src, sys.argv[2])" "$ACC/nsys_fp8.json" "$ACC/nsys_fp8.sqlite" 2>/dev/null && gzip -kf "$ACC/nsys_fp8.sqlite"
 step import_fp8_noconfig "$ACC/import_fp8_noconfig.json" -- "${MP[@]}" report "$ACC/nsys_fp8.sqlite" --json "$ACC/import_fp8_noconfig.json" --text "$ACC/import_fp8_noconfig.txt"
 rm -f "$ACC/nsys_fp8.sqlite"
-step overhead_3b_eager - -- python3 benchmarks/untraced_overhead.py --model-path $M3B --devices gpu --tokens 128 --repeats "${OVERHEAD_REPEATS:-11}" --max-batch-size 64 --arms "${OVERHEAD_ARMS:-none,hook,sampler,cupti,cupti-all}" --no-device-graph-capture --json "$ACC/overhead_3b_eager.json"
+step overhead_3b_eager - -- python3 benchmarks/untraced_overhead.py --model-path $M3B --devices gpu --tokens "${OVERHEAD_TOKENS:-128}" --repeats "${OVERHEAD_REPEATS:-11}" --max-batch-size 64 --arms "${OVERHEAD_ARMS:-none,hook,sampler,cupti,cupti-all}" --no-device-graph-capture --json "$ACC/overhead_3b_eager.json"
 rm -rf "$ACC/ncu"/*.ncu-rep "$ACC/ncu3b"/*.ncu-rep "$ACC/nsys"/*.nsys-rep "$ACC/nsys"/*.sqlite 2>/dev/null  # big; their readings are in the reports
 # the table, aligned (the H200 image has no `column`)
 python3 -c "import csv, sys; rows = list(csv.reader(open(sys.argv[1]), delimiter='\t')); w = [max(len(r[i]) for r in rows) for i in range(4)]

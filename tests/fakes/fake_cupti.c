@@ -32,6 +32,10 @@
 static CUpti_BuffersCallbackRequestFunc requested_fn;
 static CUpti_BuffersCallbackCompleteFunc completed_fn;
 static int kernels_on, driver_on, subscribed, client_zeroes;
+static uint8_t driver_call_on[CUPTI_DRIVER_TRACE_CBID_SIZE]; /* per driver call: its records on (the DRIVER kind on) */
+static uint64_t api_switches; /* cuptiActivityEnableDriverApi / EnableRuntimeApi calls */
+static uint64_t records_written; /* kernel and API records written into the client's buffers */
+static uint64_t calls_intercepted; /* driver calls made while the DRIVER kind was on, recorded or not (CUPTI's cost) */
 static uint64_t dirty_buffers; /* buffers handed over not zeroed although the client said it zeroes them */
 static uint8_t *buffer;
 static size_t buffer_size, buffer_used;
@@ -122,7 +126,10 @@ CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc req,
 
 CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
     if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) kernels_on = 1;
-    if (kind == CUPTI_ACTIVITY_KIND_DRIVER) driver_on = 1;
+    if (kind == CUPTI_ACTIVITY_KIND_DRIVER) { /* every driver call recorded again (seen on the H200) */
+        driver_on = 1;
+        memset(driver_call_on, 1, sizeof driver_call_on);
+    }
     return CUPTI_SUCCESS;
 }
 
@@ -160,8 +167,16 @@ CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext ctx, uint32_t stream, si
     return CUPTI_SUCCESS;
 }
 
-CUptiResult cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t enable) { (void)cbid; (void)enable; return CUPTI_SUCCESS; }
-CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t enable) { (void)cbid; (void)enable; return CUPTI_SUCCESS; }
+CUptiResult cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t enable) {
+    api_switches++;
+    if (cbid < CUPTI_DRIVER_TRACE_CBID_SIZE) driver_call_on[cbid] = enable != 0;
+    return CUPTI_SUCCESS;
+}
+CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t enable) {
+    (void)cbid; (void)enable;
+    api_switches++;
+    return CUPTI_SUCCESS;
+}
 
 CUptiResult cuptiActivitySetAttribute(CUpti_ActivityAttribute attr, size_t *size, void *value) {
     if (attr == CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER && size && *size == sizeof(uint8_t)) client_zeroes = *(uint8_t *)value != 0;
@@ -218,8 +233,11 @@ CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle subscriber) {
 
 /* --- test controls ------------------------------------------------------------------------------------------- */
 
-/* a driver-API launch record (cuLaunchKernel / cuGraphLaunch) on thread 4242, 1 µs before the work it launches */
+/* a driver-API record (cuLaunchKernel / cuGraphLaunch, or another call) on thread 4242, 1 µs before the work it
+ * launches; nothing when the DRIVER kind or that call is off */
 static int write_launch(uint32_t cbid, uint64_t work_start_ns, uint32_t correlation) {
+    if (driver_on) calls_intercepted++;
+    if (!driver_on || cbid >= CUPTI_DRIVER_TRACE_CBID_SIZE || !driver_call_on[cbid]) return 0;
     if (ensure_space(sizeof(CUpti_ActivityAPI)) != 0) return -1;
     CUpti_ActivityAPI *api = (CUpti_ActivityAPI *)(buffer + buffer_used);
     memset(api, 0, sizeof *api);
@@ -230,25 +248,30 @@ static int write_launch(uint32_t cbid, uint64_t work_start_ns, uint32_t correlat
     api->threadId = 4242;
     api->correlationId = correlation;
     buffer_used += sizeof *api;
+    records_written++;
     return 0;
 }
 
 /* n kernels of step_ns each from start_ns (CUPTI clock), names cycling; graph_id 0 = launched eagerly (each with a
- * cuLaunchKernel record when driver API records are on), else inside that graph (one cuGraphLaunch record for all).
- * Nothing is written while kernel records are disabled, as with CUPTI. Returns the kernel records written. */
+ * cuLaunchKernel record when that driver call is recorded), else inside that graph (one cuGraphLaunch record for all);
+ * first a cuMemcpyHtoD_v2 call (a driver call that is not a launch), recorded when that call is on. As with CUPTI,
+ * kernel records only while their kind is on, API records of the calls switched on whether or not it is. Returns the
+ * kernel records written. */
 int fake_emit(int n, uint64_t start_ns, uint64_t step_ns, uint32_t graph_id) {
-    if (!kernels_on || !requested_fn) return 0;
+    if (!requested_fn || (!kernels_on && !driver_on)) return 0;
     pthread_mutex_lock(&lock);
     int written = 0;
+    write_launch(CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2, start_ns, next_correlation++);
     uint32_t graph_launch_correlation = 0;
-    if (graph_id && driver_on) {
+    if (graph_id) {
         graph_launch_correlation = next_correlation++;
         write_launch(CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, start_ns, graph_launch_correlation);
     }
     for (int i = 0; i < n; i++) {
         uint32_t correlation = graph_id ? graph_launch_correlation : next_correlation++;
         uint64_t t0 = start_ns + (uint64_t)i * step_ns;
-        if (!graph_id && driver_on && write_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, t0, correlation) != 0) break;
+        if (!graph_id && write_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, t0, correlation) != 0) break;
+        if (!kernels_on) continue;
         if (ensure_space(sizeof(MP_KERNEL_RECORD)) != 0) break;
         MP_KERNEL_RECORD *k = (MP_KERNEL_RECORD *)(buffer + buffer_used);
         memset(k, 0, sizeof *k);
@@ -265,6 +288,7 @@ int fake_emit(int n, uint64_t start_ns, uint64_t step_ns, uint32_t graph_id) {
         k->graphId = graph_id;
         k->graphNodeId = graph_id ? (uint64_t)i + 1 : 0;
         buffer_used += sizeof *k;
+        records_written++;
         written++;
     }
     pthread_mutex_unlock(&lock);
@@ -285,11 +309,15 @@ void fake_set_async(int on) { async_mode = on; }
 void fake_set_holder(const char *name) { snprintf(holder, sizeof holder, "%s", name); }
 
 /* buffers requested, buffers completed, distinct buffer addresses seen, buffers smaller than the size claimed for them,
- * buffers handed over with old records in them although the client said it zeroes them */
+ * buffers handed over with old records in them although the client said it zeroes them, API-call switches made, records written,
+ * driver calls intercepted */
 void fake_stats(uint64_t *out) {
     out[4] = dirty_buffers;
     out[0] = buffers_requested;
     out[1] = buffers_completed;
     out[2] = distinct_buffers;
     out[3] = undersized_buffers;
+    out[5] = api_switches;
+    out[6] = records_written;
+    out[7] = calls_intercepted;
 }
