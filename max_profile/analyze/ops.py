@@ -26,6 +26,12 @@ ATTENTION_PARTS = re.compile(r"batched_matmul|\bbmm\b|softmax|kv_cache_gather_ro
 """Op names of attention written out of generic ops: the batched matmuls (Q K^T, P V), the softmax, the KV rows gathered
 back out of the paged cache (seen on the H200: ``batched_matmul``, ``Prologue(... reduce.softmax ...)``,
 ``elementwise(kv_cache_gather_rows_ragged)``)."""
+OPS_MODE_DECODE_STEP_MS = (4.749, 1.845)
+"""The decode host step (p50, ms) of one model in ``--kernels ops`` and in MAX's default run (device graphs on), on an
+H200 (session 17, tests/data/h200/session17/ops: 8-layer bf16 Llama, hidden 2048, batch 1): 2.57x, with the same kernel
+time per step (0.42 / 0.43 ms) and 86 op calls per step. No per-op rate is drawn from it: the unfused-attention
+architecture of session 14 makes 203 op calls per decode step in a 5.1 ms step, which 86 calls in 2.9 ms extra would
+overshoot."""
 UNATTRIBUTED = "(no op range)"
 """The row of kernels launched outside every op range."""
 TOP_KERNELS = 3
@@ -175,3 +181,14 @@ def attention_stand_ins(ops: OpBreakdown) -> tuple[Phase, list[OpRow]]:
     phase: Phase = "decode" if "decode" in phases else max(phases.values(), key=lambda c: c.kernel_ms).phase
     rows = [r for r in ops.rows if r.phase == phase and r.kernels and ATTENTION_PARTS.search(r.op)]
     return phase, sorted(rows, key=lambda r: -r.gpu_ms)
+
+
+def ops_calls_per_step(ops: OpBreakdown | Unavailable | None, phase: str) -> float | None:
+    """MAX op calls (ranges) per step of ``phase`` in a capture with op ranges joined to GPU kernels; None without
+    them or without steps in that phase."""
+    if not isinstance(ops, OpBreakdown):
+        return None
+    c = next((c for c in ops.coverage if c.phase == phase), None)
+    if c is None or c.steps <= 0:
+        return None
+    return c.calls / c.steps

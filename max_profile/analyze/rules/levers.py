@@ -9,9 +9,12 @@ where no lever at warning size remains in the phase; a load verdict (host-bound,
 
 from __future__ import annotations
 
+import msgspec
+
 from max_profile.analyze.commands import cli, for_model, kernel_command, shell
 from max_profile.analyze.families import slow_path
 from max_profile.analyze.ledger import ATTENTION_PART, IDLE_BEFORE_GRAPH, MATMUL_PART
+from max_profile.analyze.ops import OPS_MODE_DECODE_STEP_MS, ops_calls_per_step
 from max_profile.analyze.rules.base import (
     gpu_kernels,
     kern,
@@ -60,19 +63,31 @@ def _host_command(report: Report) -> Command:
     )
 
 
+def _default_run_command(report: Report) -> Command:
+    """The capture's workload as MAX runs it by default (device graphs as MAX decides, kernels recorded as ``auto``
+    records them): the run that judges host time after a ``--kernels ops`` capture, whose graphs the mode turned off."""
+    run = for_model(report, "run", comment="MAX's default run of this workload: its steps judge the host's time")
+    return msgspec.structs.replace(run, args={k: v for k, v in run.args.items() if k != "device_graph_capture"})
+
+
 # ---------------------------------------------------------------------------------------------
 # GPU idle inside the steps
+
+OPS_MODE_ADVICE = "These steps are the ops mode's; MAX's default run of this workload judges the host's time per step:"
 
 
 def _idle_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | None:
     idle_rows = [r for r in p.rows if r.kind == "idle"]
     idle = sum(r.ms_per_step for r in idle_rows)
+    kernel_ms = p.step_ms - idle
+    ops_calls = ops_calls_per_step(report.ops, p.phase)
     pct = 100 * idle / p.step_ms if p.step_ms else 0.0
     severity = lever_severity(pct, p.steps, th)
     if severity is None:
         return None
+    if ops_calls is not None:  # the ops mode's own eager launches lengthen the step: not a lever of the default run
+        severity = "info"
     before = sum(r.ms_per_step for r in idle_rows if r.part == IDLE_BEFORE_GRAPH)
-    kernel_ms = p.step_ms - idle
     ev: dict[str, float | int | str | None] = {
         "phase": p.phase,
         "steps": p.steps,
@@ -86,21 +101,33 @@ def _idle_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | N
         "batch": p.batch,
         "threshold_busy_pct": th.host_bound_busy_pct,
     }
-    lever = phase_lever(p, "GPU idle inside the step", idle)
+    mode_note = ""
+    if ops_calls is not None:
+        ops_step, default_step = OPS_MODE_DECODE_STEP_MS
+        ev["ops_mode_calls_per_step"] = round(ops_calls, 1)
+        mode_note = (
+            f", in --kernels ops: {ops_calls:.0f} op calls per step launched eagerly, each in its range (on an H200 "
+            f"this mode's decode step was {ops_step / default_step:.1f}x MAX's default run's, the kernels the same); "
+            "judge host time in the default run"
+        )
+    # a lever prices what fixing it buys in MAX's default run: the ops mode's idle does not say that
+    lever = phase_lever(p, "GPU idle inside the step", idle) if ops_calls is None else None
     where = f"each {p.phase} step" if p.steps > 1 else f"the {p.phase} step"
     if p.busy_pct < th.host_bound_busy_pct:
         return Finding(
             id="host-bound",
             severity=severity,
-            confidence=0.9,
+            confidence=0.5 if ops_calls is not None else 0.9,
             evidence=ev,
             lever=lever,  # type: ignore[arg-type]
             title=f"Host-bound: the GPU idles {idle:.2f} of {p.step_ms:.2f} ms of {where} ({pct:.0f} %; its kernels "
-            f"take {kernel_ms:.2f} ms)",
-            next_step="The GPU is not the bottleneck: a kernel deep dive adds nothing until it is busy. Raise the "
+            f"take {kernel_ms:.2f} ms){mode_note}",
+            next_step=OPS_MODE_ADVICE
+            if ops_calls is not None
+            else "The GPU is not the bottleneck: a kernel deep dive adds nothing until it is busy. Raise the "
             "batch size / concurrency "
             "(more work per launch), or find where the host's time goes per step:",
-            command=_host_command(report),
+            command=_host_command(report) if ops_calls is None else _default_run_command(report),
         )
     graphs = before >= th.graph_launch_late_share * idle
     if graphs:
@@ -116,21 +143,23 @@ def _idle_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | N
     else:
         title = (
             f"The GPU waits for the host {idle:.2f} ms of {where} ({pct:.0f} % of {p.step_ms:.2f} ms) between "
-            "kernel launches"
+            f"kernel launches{mode_note}"
         )
         advice = (
             "Between eager launches the GPU runs dry: device graphs (on by default on GPUs) launch a step at once; "
             "otherwise see where the host's time goes per step:"
         )
+    if ops_calls is not None:
+        advice = OPS_MODE_ADVICE
     return Finding(
         id="graph-launch-late" if graphs else "gpu-idle",
         severity=severity,
-        confidence=0.8,
+        confidence=0.5 if ops_calls is not None else 0.8,
         evidence=ev,
         lever=lever,  # type: ignore[arg-type]
         title=title,
         next_step=advice,
-        command=_host_command(report),
+        command=_host_command(report) if ops_calls is None else _default_run_command(report),
     )
 
 
