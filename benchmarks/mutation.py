@@ -180,6 +180,75 @@ EQUIVALENT: dict[str, str] = {
     "max_profile.analyze.ledger.x_roofs_for__mutmut_21": "1e-12 of a peak does not move 2 decimals of TB/s",
     "max_profile.analyze.ledger.x_roofs_for__mutmut_25": "1e-12 of a peak does not move whole TFLOP/s",
     "max_profile.analyze.ledger.x_server_ledger__mutmut_117": "a window of whole ns has 6 decimals of ms",
+    # breakdown: numpy's defaults are the types named (int64 for Python ints, float64 for zeros and astype(None), bool
+    # for a list of bools); guards a table without kernels or a capture without steps passes through unchanged
+    **{
+        f"max_profile.analyze.breakdown.x_{fn}__mutmut_{i}": "numpy's default type is the one named"
+        for fn, ids in (
+            ("_busy_in_slices", (5, 7, 10, 12)),
+            ("breakdown_from_totals", (5, 7, 10, 12, 16, 18)),
+            ("build_breakdown", (22, 24, 32, 61, 63, 66, 68, 79, 81, 174, 176, 200, 202)),
+            ("gpu_waits", (49, 51, 71, 73)),
+            ("interval_index", (27, 29)),
+            ("_with_launches_before", (7, 9)),
+            ("ǁ_Namesǁ__init__", (4, 6, 18, 20)),
+        )
+        for i in ids
+    },
+    **{
+        f"max_profile.analyze.breakdown.x_build_breakdown__mutmut_{i}": "no kernel: each branch gives nothing (an "
+        "empty array, no device, no launch)"
+        for i in (38, 46, 71, 183, 327, 355)
+    },
+    **{
+        f"max_profile.analyze.breakdown.x_breakdown_from_totals__mutmut_{i}": "with no totals both give an empty array"
+        for i in (22, 30)
+    },
+    "max_profile.analyze.breakdown.x_build_breakdown__mutmut_13": "across_pauses of no slices marks nothing",
+    "max_profile.analyze.breakdown.x_build_breakdown__mutmut_306": "no steps: no per-step rows either way",
+    "max_profile.analyze.breakdown.x_build_breakdown__mutmut_441": "no steps: every kernel's step is -1 either way",
+    "max_profile.analyze.breakdown.x_build_breakdown__mutmut_180": "no steps: no kernel reads a phase code",
+    "max_profile.analyze.breakdown.x_build_breakdown__mutmut_186": "a phase is matched by ==: None and -1 match none",
+    "max_profile.analyze.breakdown.x_build_breakdown__mutmut_198": "-2 and -1 both mean no phase",
+    **{
+        f"max_profile.analyze.breakdown.x_build_breakdown__mutmut_{i}": "clipping at a bound a kernel does not pass "
+        "is the identity"
+        for i in (143, 144, 146, 150)
+    },
+    "max_profile.analyze.breakdown.x__busy_in_slices__mutmut_2": "no slice: nothing recorded, the share is None",
+    "max_profile.analyze.breakdown.x__busy_in_slices__mutmut_38": "an interval of no length adds nothing to a union",
+    "max_profile.analyze.breakdown.x__busy_pct__mutmut_7": "a union clipped to the window is at most the window",
+    **{
+        f"max_profile.analyze.breakdown.x_{fn}__mutmut_{i}": "a row is read only where its count is > 0, inside both "
+        "arrays; the counts' float type gives the same ints"
+        for fn, ids in (("_family_rows", (5, 23)), ("_kernel_rows", (5, 11, 23)), ("_unknown_names", (14,)))
+        for i in ids
+    },
+    **{
+        f"max_profile.analyze.breakdown.x__per_step__mutmut_{i}": "whole nanoseconds have 6 decimals of ms"
+        for i in (54, 62)
+    },
+    "max_profile.analyze.breakdown.x__with_launches_before__mutmut_13": "a table of no names has no rows",
+    **{
+        f"max_profile.analyze.breakdown.x__with_launches_before__mutmut_{i}": "a phase's top row comes from its own "
+        "kernels: its pattern matches one there"
+        for i in (17, 18)
+    },
+    **{
+        f"max_profile.analyze.breakdown.x_gpu_waits__mutmut_{i}": "equal starts: either order gives the same gaps "
+        "past the running end"
+        for i in (38, 40)
+    },
+    "max_profile.analyze.breakdown.x_gpu_waits__mutmut_7": "an empty window holds no kernel start: None",
+    **{
+        f"max_profile.analyze.breakdown.x_union_ns__mutmut_{i}": "sorting sorted starts (or equal ones, either "
+        "order) gives the same union"
+        for i in (4, 5, 8, 10, 15, 17)
+    },
+    **{
+        f"max_profile.analyze.breakdown.xǁ_Namesǁ__init____mutmut_{i}": "an empty name list is indexed by no kernel"
+        for i in (13, 25)
+    },
 }
 
 
@@ -306,7 +375,8 @@ def judge_forked(
 ) -> Iterator[tuple[str, int]]:
     """Run each mutant's tests in a child forked from this process once it has imported the mutated package and
     collected ``warm`` (mutmut's own fork server does the same): a child pays for its tests, not for importing numpy,
-    MAX's model and 30 test modules again. Yields (mutant, exit status): 0 survived, > 0 killed, < 0 timed out."""
+    MAX's model and 30 test modules again. ``args_for("")`` (no mutant's own tests) must pass with no mutant switched
+    on first. Yields (mutant, exit status): 0 survived, > 0 killed, < 0 timed out."""
     import signal
 
     import pytest  # imported here: from mutants/, which goes first on the path
@@ -317,9 +387,23 @@ def judge_forked(
         saved = os.dup(1), os.dup(2)
         os.dup2(quiet.fileno(), 1), os.dup2(quiet.fileno(), 2)
         try:
-            pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *warm])
+            collected = int(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *warm]))
         finally:
             os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+    # every mutant would count as killed by tests that fail without one (tests newer than the mutants/ tree's code)
+    if collected != 0:
+        raise SystemExit(
+            f"the tests do not collect against {mutants} (exit {collected}): tests newer than its code? "
+            "Copy the current unmutated modules into it, or start a new run"
+        )
+    pid = os.fork()
+    if pid == 0:  # no mutant switched on: the warm tests (the fast files) must pass
+        os.environ["MUTANT_UNDER_TEST"] = ""
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, 1), os.dup2(fd, 2)
+        os._exit(min(int(pytest.main(args_for(""))), 100))
+    if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0:
+        raise SystemExit(f"{' '.join(args_for(''))} fails in {mutants} with no mutant switched on: nothing judged")
     running: dict[int, str] = {}
     todo = list(names)
     while todo or running:
@@ -368,6 +452,8 @@ FAST_FIRST = (
     "tests/test_load_verdicts.py",
     "tests/test_attention_lever.py",
     "tests/test_breakdown_totals.py",
+    "tests/test_breakdown_truth.py",
+    "tests/test_h200_session17.py",
     "tests/test_golden_findings.py",
     "tests/test_host_bound_without_ledger.py",
 )

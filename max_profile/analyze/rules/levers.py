@@ -74,6 +74,10 @@ def _default_run_command(report: Report) -> Command:
 # GPU idle inside the steps
 
 OPS_MODE_ADVICE = "These steps are the ops mode's; MAX's default run of this workload judges the host's time per step:"
+HOST_BOUND_ADVICE = (
+    "The GPU is not the bottleneck: a kernel deep dive adds nothing until it is busy. Raise the batch size / "
+    "concurrency (more work per launch), or find where the host's time goes per step:"
+)
 
 
 def _idle_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | None:
@@ -112,6 +116,7 @@ def _idle_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | N
         )
     # a lever prices what fixing it buys in MAX's default run: the ops mode's idle does not say that
     lever = phase_lever(p, "GPU idle inside the step", idle) if ops_calls is None else None
+    command = _host_command(report) if ops_calls is None else _default_run_command(report)
     where = f"each {p.phase} step" if p.steps > 1 else f"the {p.phase} step"
     if p.busy_pct < th.host_bound_busy_pct:
         return Finding(
@@ -122,12 +127,8 @@ def _idle_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | N
             lever=lever,  # type: ignore[arg-type]
             title=f"Host-bound: the GPU idles {idle:.2f} of {p.step_ms:.2f} ms of {where} ({pct:.0f} %; its kernels "
             f"take {kernel_ms:.2f} ms){mode_note}",
-            next_step=OPS_MODE_ADVICE
-            if ops_calls is not None
-            else "The GPU is not the bottleneck: a kernel deep dive adds nothing until it is busy. Raise the "
-            "batch size / concurrency "
-            "(more work per launch), or find where the host's time goes per step:",
-            command=_host_command(report) if ops_calls is None else _default_run_command(report),
+            next_step=HOST_BOUND_ADVICE if ops_calls is None else OPS_MODE_ADVICE,
+            command=command,
         )
     graphs = before >= th.graph_launch_late_share * idle
     if graphs:
@@ -159,7 +160,7 @@ def _idle_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | N
         lever=lever,  # type: ignore[arg-type]
         title=title,
         next_step=advice,
-        command=_host_command(report) if ops_calls is None else _default_run_command(report),
+        command=command,
     )
 
 
