@@ -191,10 +191,19 @@ EQUIVALENT: dict[str, str] = {
             ("gpu_waits", (49, 51, 71, 73)),
             ("interval_index", (27, 29)),
             ("_with_launches_before", (7, 9)),
-            ("ǁ_Namesǁ__init__", (4, 6, 18, 20)),
         )
         for i in ids
     },
+    **{
+        f"max_profile.analyze.breakdown.xǁ_Namesǁ__init____mutmut_{i}": "numpy's default type is the one named"
+        for i in (4, 6, 18, 20)
+    },
+    **{
+        f"max_profile.analyze.breakdown.x_interval_index__mutmut_{i}": "np.full of -1 is int64 without a dtype"
+        for i in (5, 8)
+    },
+    "max_profile.analyze.breakdown.x_interval_index__mutmut_22": "a time before every interval keeps index -1 either "
+    "way",
     **{
         f"max_profile.analyze.breakdown.x_build_breakdown__mutmut_{i}": "no kernel: each branch gives nothing (an "
         "empty array, no device, no launch)"

@@ -401,13 +401,14 @@ def test_a_sampled_recording_busy_and_waits_over_its_slices() -> None:
     capped = build_breakdown(_table(past), source="test", steps=steps, window=(0, 3000), recorded=recorded)
     assert capped.per_device[1].gpu_busy_pct == 100.0  # 3,500 ns of kernels over 2,000 recorded
     assert b.gpu_waits is not None and (b.gpu_waits.gaps, b.gpu_waits.waited_ms) == (2, 400 / 1e6)
+    assert b.gpu_waits.waited_pct == exact(100 * 400 / 2000) and b.gpu_waits.longer_gaps == 0  # the pause: no gap
     early = build_breakdown(
-        _table([(GEMV, 500, 1500, 0), (GEMV, 1100, 1200, 0)]),
+        _table([(GEMV, 500, 2800, 0), (GEMV, 1100, 1200, 0)]),
         source="test",
         window=(1000, 3000),
         recorded=[(1000, 2000), (2500, 3000)],
     )
-    assert early.gpu_busy_pct == exact(100 * 100 / 1500)  # the kernel from 500 started before every slice
+    assert early.gpu_busy_pct == exact(100 * 100 / 1500)  # the kernel from 500 started before every slice: left out
     outside = build_breakdown(_table(rows), source="test", window=(0, 3000), recorded=[(5000, 6000), (7000, 8000)])
     assert outside.recorded_ms == 0.0 and outside.gpu_busy_pct is None
     assert all(d.gpu_busy_pct is None for d in outside.per_device)
