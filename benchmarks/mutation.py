@@ -202,6 +202,24 @@ EQUIVALENT: dict[str, str] = {
         f"max_profile.analyze.breakdown.x_interval_index__mutmut_{i}": "np.full of -1 is int64 without a dtype"
         for i in (5, 8)
     },
+    **{
+        f"max_profile.analyze.ops.x_{fn}__mutmut_{i}": "numpy's default type is the one named (np.full of -1: int64; "
+        "str() of a numpy string is the str)"
+        for fn, ids in (
+            ("_phase_of", (9, 11, 14, 16, 26, 28)),
+            ("op_of_kernels", (4, 7)),
+            ("op_breakdown", (33, 37, 39, 42, 44)),
+        )
+        for i in ids
+    },
+    "max_profile.analyze.ops.x_op_breakdown__mutmut_13": "selecting every kernel of a valid table is the table",
+    "max_profile.analyze.ops.x_op_of_kernels__mutmut_80": "best and best_idx are set together: both None or neither",
+    "max_profile.analyze.ops.x_op_breakdown__mutmut_159": "an op without GPU time sorts after every op with some, by "
+    "name, at -0 or -1 alike",
+    **{
+        f"max_profile.analyze.ops.x_op_label__mutmut_{i}": "the token pattern holds the part found: it always matches"
+        for i in (26, 29, 30)
+    },
     "max_profile.analyze.breakdown.x_interval_index__mutmut_22": "a time before every interval keeps index -1 either "
     "way",
     **{
@@ -463,6 +481,7 @@ FAST_FIRST = (
     "tests/test_breakdown_totals.py",
     "tests/test_breakdown_truth.py",
     "tests/test_h200_session17.py",
+    "tests/test_ops_edges.py",
     "tests/test_golden_findings.py",
     "tests/test_host_bound_without_ledger.py",
 )
