@@ -6,6 +6,7 @@ any capture's numbers could change and the rules' tests still pass (benchmarks/m
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -132,15 +133,7 @@ def test_a_top_kernel_not_launched_in_the_phase_keeps_no_launch_figures() -> Non
     assert {r.name for r in prefill.top_kernels} == {GEMV, NORM}
     norm = next(r for r in prefill.top_kernels if r.name == NORM)
     assert norm.launches_before == 0 and norm.launch_shape == "grid 4x1x1 block 256x1x1"
-    no_shapes = _table(ROWS)
-    no_shapes = KernelTable(
-        names=no_shapes.names,
-        name_idx=no_shapes.name_idx,
-        start_ns=no_shapes.start_ns,
-        end_ns=no_shapes.end_ns,
-        device=no_shapes.device,
-        grid=no_shapes.grid,
-    )
+    no_shapes = msgspec.structs.replace(_table(ROWS), block=None)
     nb = build_breakdown(no_shapes, source="test", steps=_steps())
     assert all(r.launch_shape is None for p in nb.phases for r in p.top_kernels)
 
@@ -219,16 +212,7 @@ def _gaps_table(
     starts_ends: list[tuple[int, int]], device: list[int] | None = None, graph: list[int] | None = None
 ) -> KernelTable:
     t = _table([(GEMV, a, b, (device or [0] * len(starts_ends))[i]) for i, (a, b) in enumerate(starts_ends)])
-    if graph is None:
-        return t
-    return KernelTable(
-        names=t.names,
-        name_idx=t.name_idx,
-        start_ns=t.start_ns,
-        end_ns=t.end_ns,
-        device=t.device,
-        graph_id=np.array(graph, dtype=np.int64),
-    )
+    return t if graph is None else msgspec.structs.replace(t, graph_id=np.array(graph, dtype=np.int64))
 
 
 def test_gpu_waits_at_their_bounds() -> None:
@@ -312,15 +296,7 @@ def test_step_source_and_graph_figures() -> None:
     kernel from inside one make the attribution unreliable unless launches were recorded (a launch at 0 ns counts)."""
     assert build_breakdown(_table(ROWS), source="test", step_source="hook").step_source == "none"
     assert build_breakdown(_table(ROWS), source="test").unreliable is None  # no graph launches by default
-    g = _table(ROWS)
-    in_graph = KernelTable(
-        names=g.names,
-        name_idx=g.name_idx,
-        start_ns=g.start_ns,
-        end_ns=g.end_ns,
-        device=g.device,
-        graph_id=np.array([1, 0, 0, 0, 0, 0], dtype=np.int64),
-    )
+    in_graph = msgspec.structs.replace(_table(ROWS), graph_id=np.array([1, 0, 0, 0, 0, 0], dtype=np.int64))
     assert build_breakdown(in_graph, source="test").graph_kernels == 1
     assert build_breakdown(_table(ROWS), source="test", graph_launches=3).unreliable is not None
     assert build_breakdown(_table([]), source="test", device_graph_capture=True).unreliable is not None

@@ -78,7 +78,7 @@ def test_ops_mode_idle_is_said_as_the_modes(ops_a: Report, default_a: Report, ph
     assert "ops_mode_calls_per_step" not in default.evidence
     assert f"in --kernels ops: {calls:.0f} op calls per step launched eagerly" in ops.title
     assert "decode step was 2.6x MAX's default run's" in ops.title and ops.title.endswith("in the default run")
-    assert ops.next_step.startswith("These steps are the ops mode's")
+    assert ops.next_step is not None and ops.next_step.startswith("These steps are the ops mode's")
     p = next(p for p in ops_a.ledger.phases if p.phase == phase)  # type: ignore[union-attr]
     idle = sum(r.ms_per_step for r in p.rows if r.kind == "idle")
     assert ops.evidence["idle_ms_per_step"] == round(idle, 4) and ops.evidence["step_ms"] == round(p.step_ms, 4)
