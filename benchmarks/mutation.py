@@ -212,6 +212,18 @@ EQUIVALENT: dict[str, str] = {
         )
         for i in ids
     },
+    **{
+        f"max_profile.analyze.timeline.x_align_steps_to_ranges__mutmut_{i}": "the lengths are checked equal just before"
+        for i in (14, 17, 18)
+    },
+    **{
+        f"max_profile.analyze.timeline.x_range_label__mutmut_{i}": "a name starting with ':' splits into two at most "
+        "at its last ':': every split's last part is the same"
+        for i in (7, 10, 11)
+    },
+    "max_profile.analyze.timeline.x_drop_nested__mutmut_21": "a kept range ends after every earlier one: the max is "
+    "its end",
+    "max_profile.analyze.timeline.x_step_timeline__mutmut_24": "no host steps do not match ranges: None either way",
     "max_profile.analyze.ops.x_op_breakdown__mutmut_13": "selecting every kernel of a valid table is the table",
     "max_profile.analyze.ops.x_op_of_kernels__mutmut_80": "best and best_idx are set together: both None or neither",
     "max_profile.analyze.ops.x_op_breakdown__mutmut_159": "an op without GPU time sorts after every op with some, by "
@@ -482,6 +494,7 @@ FAST_FIRST = (
     "tests/test_breakdown_truth.py",
     "tests/test_h200_session17.py",
     "tests/test_ops_edges.py",
+    "tests/test_timeline_truth.py",
     "tests/test_golden_findings.py",
     "tests/test_host_bound_without_ledger.py",
 )
