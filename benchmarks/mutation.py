@@ -224,6 +224,7 @@ EQUIVALENT: dict[str, str] = {
     "max_profile.analyze.timeline.x_drop_nested__mutmut_21": "a kept range ends after every earlier one: the max is "
     "its end",
     "max_profile.analyze.timeline.x_step_timeline__mutmut_24": "no host steps do not match ranges: None either way",
+    "max_profile.analyze.ncu.x_achieved_flops__mutmut_8": "found is read for its truth: None is False",
     "max_profile.analyze.ops.x_op_breakdown__mutmut_13": "selecting every kernel of a valid table is the table",
     "max_profile.analyze.ops.x_op_of_kernels__mutmut_80": "best and best_idx are set together: both None or neither",
     "max_profile.analyze.ops.x_op_breakdown__mutmut_159": "an op without GPU time sorts after every op with some, by "
@@ -495,6 +496,7 @@ FAST_FIRST = (
     "tests/test_h200_session17.py",
     "tests/test_ops_edges.py",
     "tests/test_timeline_truth.py",
+    "tests/test_ncu_truth.py",
     "tests/test_golden_findings.py",
     "tests/test_host_bound_without_ledger.py",
 )
