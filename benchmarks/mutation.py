@@ -436,27 +436,29 @@ def judge_forked(
             f"the tests do not collect against {mutants} (exit {collected}): tests newer than its code? "
             "Copy the current unmutated modules into it, or start a new run"
         )
-    pid = os.fork()
-    if pid == 0:  # no mutant switched on: the warm tests (the fast files) must pass
-        os.environ["MUTANT_UNDER_TEST"] = ""
-        fd = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(fd, 1), os.dup2(fd, 2)
-        os._exit(min(int(pytest.main(args_for(""))), 100))
-    if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0:
+
+    def fork_tests(name: str, alarm_s: int = 0) -> int:
+        """A child that switches mutant ``name`` on ("" for none), runs its tests quietly and leaves without cleanup
+        (killed after ``alarm_s`` seconds when given); its pid."""
+        pid = os.fork()
+        if pid == 0:
+            os.environ["MUTANT_UNDER_TEST"] = name
+            fd = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(fd, 1), os.dup2(fd, 2)
+            if alarm_s:
+                signal.alarm(alarm_s)
+            os._exit(min(int(pytest.main(args_for(name))), 100))
+        return pid
+
+    # no mutant switched on: the warm tests (the fast files) must pass
+    if os.waitstatus_to_exitcode(os.waitpid(fork_tests(""), 0)[1]) != 0:
         raise SystemExit(f"{' '.join(args_for(''))} fails in {mutants} with no mutant switched on: nothing judged")
     running: dict[int, str] = {}
     todo = list(names)
     while todo or running:
         while todo and len(running) < max_children:
             name = todo.pop(0)
-            pid = os.fork()
-            if pid == 0:  # the child: switch the mutant on, run its tests, leave without cleanup
-                os.environ["MUTANT_UNDER_TEST"] = name
-                fd = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(fd, 1), os.dup2(fd, 2)
-                signal.alarm(900)  # a mutant that hangs the tests is caught
-                os._exit(min(int(pytest.main(args_for(name))), 100))
-            running[pid] = name
+            running[fork_tests(name, alarm_s=900)] = name  # a mutant that hangs the tests is caught
         pid, status = os.wait()
         name = running.pop(pid)
         yield name, (-1 if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status))

@@ -45,8 +45,7 @@ def _host_p50_ms(report: Report, phase: str) -> float:
 
 
 def _idle(report: Report, phase: str) -> Finding:
-    f = next(f for f in report.findings if f.id in ("host-bound", "gpu-idle") and f.evidence["phase"] == phase)
-    return f
+    return next(f for f in report.findings if f.id in ("host-bound", "gpu-idle") and f.evidence["phase"] == phase)
 
 
 def test_the_ops_mode_keeps_the_kernels_and_lengthens_the_host_step(ops_a: Report, default_a: Report) -> None:

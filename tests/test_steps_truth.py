@@ -186,6 +186,10 @@ def msgspec_replace(step: Step, **kw: object) -> Step:
     return msgspec.structs.replace(step, **kw)
 
 
+PREFILL = Step(index=0, phase="prefill", batch_size=1, input_tokens=9, context_tokens=0, start_ns=0, end_ns=500)
+"""A prefill of 9 tokens that returned no token (output_tokens 0: the overlap pipeline's first call)."""
+
+
 def test_decode_tokens_are_the_batch_not_the_tokens_fed_and_a_rise_of_one_token_counts() -> None:
     steps = decode_run(9)
     drafts = [msgspec_replace(s, input_tokens=4) for s in steps]  # a draft of 3 tokens fed with each request
@@ -195,33 +199,12 @@ def test_decode_tokens_are_the_batch_not_the_tokens_fed_and_a_rise_of_one_token_
         9, context=[10, 10, 10, 10, 10, 11, 11, 11, 11], ms=[1.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0]
     )
     assert decode_growth(one_token) == pytest.approx(200.0)  # 2 ms over 1 token: 200 ms per 100
-    prefill_only = summarize_steps(
-        [Step(index=0, phase="prefill", batch_size=1, input_tokens=9, context_tokens=0, start_ns=0, end_ns=500)]
-    )
+    prefill_only = summarize_steps([PREFILL])
     assert prefill_only.decode_tokens_per_s is None and prefill_only.decode_step_growth_ms_per_100_ctx is None
 
 
 def test_ttft_ends_with_the_first_call_that_returned_a_token() -> None:
-    steps = [
-        Step(
-            index=0,
-            phase="prefill",
-            batch_size=1,
-            input_tokens=9,
-            context_tokens=0,
-            start_ns=0,
-            end_ns=500,
-            output_tokens=0,
-        ),
-        Step(
-            index=1,
-            phase="decode",
-            batch_size=1,
-            input_tokens=1,
-            context_tokens=9,
-            start_ns=600,
-            end_ns=900,
-            output_tokens=1,
-        ),
-    ]
-    assert summarize_steps(steps).ttft_ms == pytest.approx(900 / 1e6)
+    decode = msgspec_replace(
+        PREFILL, index=1, phase="decode", input_tokens=1, context_tokens=9, start_ns=600, end_ns=900, output_tokens=1
+    )
+    assert summarize_steps([PREFILL, decode]).ttft_ms == pytest.approx(900 / 1e6)

@@ -300,11 +300,6 @@ def tracing_cost_statement(report: Report) -> str | None:
         if tool.startswith("serve:"):
             return f"tracing cost: not measured ({tool} ran without an untraced reference window)"
         return f"tracing cost: set by the tool that recorded this trace ({tool}); not measured here"
-    k = report.kernels if isinstance(report.kernels, KernelBreakdown) else None
-    source = k.source if k is not None else ""
-    recorded_share = (
-        k.recorded_ms / k.window_ms if k is not None and k.recorded_ms is not None and k.window_ms else None
-    )
     if isinstance(report.ops, OpBreakdown):
         calls = ops_calls_per_step(report.ops, "decode")
         ops_step, default_step = OPS_MODE_DECODE_STEP_MS
@@ -316,6 +311,11 @@ def tracing_cost_statement(report: Report) -> str | None:
             + (f"; this capture launched {calls:.0f} op calls per decode step" if calls is not None else "")
             + "; compare its step times with --kernels auto"
         )
+    k = report.kernels if isinstance(report.kernels, KernelBreakdown) else None
+    source = k.source if k is not None else ""
+    recorded_share = (
+        k.recorded_ms / k.window_ms if k is not None and k.recorded_ms is not None and k.window_ms else None
+    )
     if source.startswith("nvtx-log"):
         return (
             "tracing cost, not measured: MAX's profiling mode (MODULAR_ENABLE_PROFILING=on) compiles the model again "
