@@ -19,6 +19,7 @@ from max_profile.model import (
     KernelAnalysis,
     LatencyStats,
     LoadLevel,
+    OpBreakdown,
     PreflightResult,
     RawCapture,
     Report,
@@ -250,6 +251,7 @@ CASES: dict[str, tuple[Callable[[], Report], Callable[[], Report]]] = {
         lambda: real("session12/run_b64_3b_raw.json.gz"),
         lambda: real("session7/run_b32_raw.json.gz"),
     ),
+    "op-below-roofline": (lambda: real(OPS_A), lambda: _ops_at_their_roofline(real(OPS_A))),
     "gpu-bound": (lambda: _norms_only(0.9), lambda: _norms_only(0.8)),
     "throttled": (
         lambda: _samples_report(90, 0.5, ["hw_thermal_slowdown"]),
@@ -328,6 +330,21 @@ CASES: dict[str, tuple[Callable[[], Report], Callable[[], Report]]] = {
         lambda: _analysis(achieved_occupancy_pct=40.0, theoretical_occupancy_pct=55.0, occupancy_limiter="registers"),
     ),
 }
+
+
+OPS_A = "session17/ops/ops_a_raw.json.gz"
+"""``--kernels ops`` on the H200: its prefill's layer matmul op runs at 32 % of its roofline (0.53 of 8.18 ms)."""
+
+
+def _ops_at_their_roofline(report: Report) -> Report:
+    """The same ops capture with every priced op group at its ideal: nothing left to gain."""
+    ops = report.ops
+    assert isinstance(ops, OpBreakdown) and ops.priced
+    at_roof = [
+        msgspec.structs.replace(g, ms_per_step=g.ideal_ms_per_step, recoverable_ms_per_step=0.0, pct_of_roofline=100.0)
+        for g in ops.priced
+    ]
+    return _with(report, ops=msgspec.structs.replace(ops, priced=at_roof))
 
 
 def _batched(matmul_ms: float) -> Report:

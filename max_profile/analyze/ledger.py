@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -50,6 +51,8 @@ IDLE_BETWEEN_LAUNCHES = "GPU idle: between launches"
 HOST_BETWEEN_OPS = "host time between MAX's ops"
 MATMUL_PART = "matmul"
 ATTENTION_PART = "attention"
+HOST_OPS = "op ranges (host)"
+"""The ledger's source when MAX's op ranges on the host are its timeline (the CPU: no GPU kernels to price)."""
 
 
 @dataclass(frozen=True)
@@ -265,7 +268,8 @@ def roofs_for(gpu: str | None, operand: str, th: Thresholds) -> Roofs | None:
     return Roofs(bw_a, fl_a, basis)
 
 
-def _ideal_ms(bytes_: float, flops: float, roofs: Roofs) -> float:
+def ideal_ms(bytes_: float, flops: float, roofs: Roofs) -> float:
+    """Milliseconds to move ``bytes_`` and compute ``flops`` at the attainable roofs (the slower of the two)."""
     t = bytes_ / roofs.bandwidth
     if roofs.compute:
         t = max(t, flops / roofs.compute)
@@ -287,7 +291,7 @@ def _rows(
                 else (cost["kv_bytes"], cost["attention_flops"])
             )
             per_step = t.kernels.get(part, 0) / n
-            roof, floor = _ideal_ms(b, f, roofs), per_step * floor_us / 1e3
+            roof, floor = ideal_ms(b, f, roofs), per_step * floor_us / 1e3
             ideal = max(roof, floor)
             basis = (
                 f"{b / 1e9:.3g} GB, {f / 1e12:.3g} TFLOP at {roofs.basis}"
@@ -338,6 +342,23 @@ def _median(values: Sequence[float]) -> float | None:
     return float(np.median(values)) if len(values) else None
 
 
+def phase_step_cost(
+    steps: Sequence[Step], phase: str, cfg: dict[str, Any], weights: ModelWeights | None
+) -> tuple[list[Step], float | None, float | None, dict[str, Any] | None]:
+    """A phase's working steps, their median batch and tokens per step (decode: the batch), and the bytes-and-FLOPs
+    model of its median step (:func:`~max_profile.analyze.roofline.step_cost`; None without a model description)."""
+    sel = [s for s in steps if s.phase == phase and s.batch_size > 0]
+    batch = _median([s.batch_size for s in sel])
+    tokens = _median([float(s.input_tokens) for s in sel]) if phase != "decode" else batch
+    context = _median([float(s.context_tokens or 0) for s in sel]) or 0.0
+    cost = None
+    if (cfg or weights) and batch:
+        cost = step_cost(
+            cfg, weights, batch=int(batch), context_tokens=context, new_tokens=tokens if phase != "decode" else None
+        )
+    return sel, batch, tokens, cost
+
+
 def build_ledger(
     table: KernelTable,
     steps: Sequence[Step],
@@ -364,15 +385,7 @@ def build_ledger(
         t = per_phase.get(phase)
         if t is None:
             continue
-        sel = [s for s in steps if s.phase == phase and s.batch_size > 0]
-        batch = _median([s.batch_size for s in sel])
-        tokens = _median([float(s.input_tokens) for s in sel]) if phase != "decode" else batch
-        context = _median([float(s.context_tokens or 0) for s in sel]) or 0.0
-        cost = None
-        if (cfg or weights) and batch:
-            cost = step_cost(
-                cfg, weights, batch=int(batch), context_tokens=context, new_tokens=tokens if phase != "decode" else None
-            )
+        sel, batch, tokens, cost = phase_step_cost(steps, phase, cfg, weights)
         total_ns = sum(t.busy_ns.values()) + t.idle_before_graph_ns + t.idle_other_ns
         step_ms = total_ns / 1e6 / t.steps
         rows = _rows(t, step_ms, cost, roofs, host_ops, th.kernel_floor_us)
@@ -398,7 +411,7 @@ def build_ledger(
         )
     outside = outside_idle + outside_kernels
     return StepLedger(
-        source=source if not host_ops else "op ranges (host)",
+        source=source if not host_ops else HOST_OPS,
         window_ms=round(observed / 1e6, 6),
         phases=phases,
         outside_steps_ms=round(outside / 1e6, 6),

@@ -14,9 +14,10 @@ import numpy as np
 
 from max_profile.analyze.breakdown import breakdown_from_totals, build_breakdown
 from max_profile.analyze.commands import next_command, say
-from max_profile.analyze.ledger import build_ledger, server_ledger, with_load
+from max_profile.analyze.ledger import HOST_OPS, build_ledger, server_ledger, with_load
 from max_profile.analyze.load import load_level, summarize_serve, tracer_cost, tracing_cost_statement
 from max_profile.analyze.ncu import analyze_launch
+from max_profile.analyze.op_roofline import price_ops
 from max_profile.analyze.ops import op_breakdown
 from max_profile.analyze.roofline import decode_roofline
 from max_profile.analyze.rules import RULES, RuleSpec, evaluate_rules, nvml_window_long_enough
@@ -27,6 +28,7 @@ from max_profile.analyze.utilization import summarize_gpus, window_samples
 from max_profile.model import (
     DecodeCost,
     KernelBreakdown,
+    OpBreakdown,
     RawCapture,
     Report,
     Step,
@@ -261,7 +263,12 @@ def build_report(
         report.capture = msgspec.structs.replace(raw.capture, device_graph_capture=observed)
     report.decode_cost = decode_cost_of(report)
     report.ledger = ledger_of(raw, report, timeline.steps, host_window, th)
-    report.ops = op_breakdown(raw)
+    ops = op_breakdown(raw)
+    if isinstance(ops, OpBreakdown) and isinstance(report.ledger, StepLedger) and report.ledger.source != HOST_OPS:
+        gpu = report.environment.gpus[0].name if report.environment.gpus else None
+        priced = price_ops(ops, timeline.steps, raw.capture.model_config, raw.capture.model_weights, gpu, th)
+        ops = msgspec.structs.replace(ops, priced=priced)
+    report.ops = ops
     report.kernel_analyses = [analyze_launch(launch, th) for launch in raw.ncu_launches]
     cost = tracing_cost_statement(report)
     if cost:

@@ -229,7 +229,8 @@ def step_cost(
     A prefill step (``new_tokens`` > ``batch``) reads the weights once, multiplies every new token through the layers,
     computes logits for each request's last token only, attends causally (each new token over the cached context and
     the new tokens before it) and writes the new tokens' K/V. Keys: weight_bytes, kv_bytes, embedding_bytes,
-    matmul_flops, attention_flops, basis (how the weights were counted). None when neither the weights nor config.json
+    matmul_flops, attention_flops, basis (how the weights were counted), and the output projection's part of the weights
+    and matmul FLOPs (output_bytes, output_flops). None when neither the weights nor config.json
     give the model's size.
     """
     h, layers, heads, _kv, hd, _vocab = _shape(cfg)
@@ -277,6 +278,8 @@ def step_cost(
         "matmul_flops": 2.0 * (new * (dense_e + expert_e * _expert_share_per_token(cfg)) + batch * out_e),
         "attention_flops": 4.0 * layers * heads * hd * attended,
         "basis": basis,
+        "output_bytes": out_b,
+        "output_flops": 2.0 * batch * out_e,
     }
 
 

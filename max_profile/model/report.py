@@ -345,6 +345,33 @@ class OpCoverage(msgspec.Struct, frozen=True):
     """Op ranges that launched no kernel (host-only ops, or kernels not recorded)."""
 
 
+class OpRoofline(msgspec.Struct, frozen=True):
+    """A group of MAX ops priced by the step's bytes-and-FLOPs model (the step ledger's): the ops that multiply the
+    weights (the layers' and the output projection's apart where their call counts tell them apart) or that do
+    attention's work (a fused attention op, or the generic ops standing in for one), per step of a phase, against the
+    roofline. Equivalent by hand: the op's kernels' ``ncu --metrics dram__bytes.sum,sm__inst_executed_pipe_tensor``
+    against the bytes and FLOPs its shapes imply."""
+
+    phase: Phase
+    part: str
+    """What the model prices the group for: ``weights: layers``, ``weights: output projection``, ``weights`` (both)
+    or ``attention``."""
+    ops: list[str]
+    ms_per_step: float
+    """GPU time of the kernels the group's ops launched, per step."""
+    kernels_per_step: float
+    bytes_per_step: float
+    flops_per_step: float
+    ideal_ms_per_step: float
+    """The roofline's time for those bytes and FLOPs at the attainable share of the peaks, never below the kernels'
+    floor (kernels per step x ``kernel_floor_us``)."""
+    recoverable_ms_per_step: float
+    pct_of_roofline: float
+    """ideal / actual x 100: how close the ops run to their roofline."""
+    basis: str
+    """How the bytes were tied to the ops (and the roofs used)."""
+
+
 class OpBreakdown(msgspec.Struct, frozen=True, tag=True):
     """MAX's graph ops joined to the GPU kernels they launched (``--kernels ops``): per op and phase, the kernels and
     their GPU time. Equivalent tool: ``nsys stats --report nvtx_kern_sum`` on a capture with MODULAR_ENABLE_PROFILING=on
@@ -357,6 +384,9 @@ class OpBreakdown(msgspec.Struct, frozen=True, tag=True):
     rows: list[OpRow]
     ops_without_kernels: list[str] = []
     """Op names whose every call launched no kernel."""
+    priced: list[OpRoofline] = []
+    """The ops the step's bytes-and-FLOPs model prices, grouped by what they move, against the roofline (a GPU with
+    known peaks and a model description only)."""
 
 
 class StepLedger(msgspec.Struct, frozen=True, tag=True):

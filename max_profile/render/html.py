@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from max_profile.analyze.commands import no_next_reason, say
+from max_profile.analyze.op_roofline import ops_text
 from max_profile.model import (
     FamilyRow,
     KernelAnalysis,
@@ -29,7 +30,7 @@ from max_profile.model import (
     UtilizationSection,
 )
 from max_profile.render.html_base import CSS, HEATMAP_COLUMNS, PHASE_COLORS, SEVERITY_COLORS, esc, na, new_figure, thin
-from max_profile.render.tables import OP_COLUMNS, op_coverage_text, op_figures
+from max_profile.render.tables import OP_COLUMNS, OP_ROOF_COLUMNS, op_coverage_text, op_figures, op_roof_figures
 
 SECTIONS = (
     "summary",
@@ -416,6 +417,9 @@ def _ops_table(report: Report) -> str:
         parts.append(f"<h3>{esc(c.phase)}: {c.steps} steps, {esc(op_coverage_text(c))}</h3>")
         rows = [[r.op, *op_figures(r), ", ".join(r.top_kernels)] for r in ops.rows if r.phase == c.phase]
         parts.append(_figures_table(OP_COLUMNS, rows))
+        priced = [[g.part, ops_text(g), *op_roof_figures(g), g.basis] for g in ops.priced if g.phase == c.phase]
+        if priced:
+            parts.append(_figures_table((*OP_ROOF_COLUMNS, "priced"), priced))
     return "".join(parts)
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from rich.table import Table
 from rich.text import Text
 
-from max_profile.model import OpCoverage, OpRow
+from max_profile.model import OpCoverage, OpRoofline, OpRow
 
 INNER = 4
 """Columns a panel's border and padding take from the width its tables get."""
@@ -106,6 +106,22 @@ OP_COLUMNS = ("op", "calls", "kernels", "GPU ms", "share %", "host ms", "kernels
 def op_figures(r: OpRow) -> list[str]:
     """An op row's figures (calls to host ms), as both reports print them."""
     return [str(r.calls), str(r.kernels), f"{r.gpu_ms:.3f}", f"{r.share_pct:.1f}", f"{r.host_ms:.3f}"]
+
+
+OP_ROOF_COLUMNS = ("priced as", "ops", "ms/step", "ideal ms", "% of roof", "recoverable ms", "MB/step", "GFLOP/step")
+"""The priced op groups' columns (``--kernels ops`` on a GPU with a model description), in both reports."""
+
+
+def op_roof_figures(g: OpRoofline) -> list[str]:
+    """A priced op group's figures (ms per step to GFLOP per step), as both reports print them."""
+    return [
+        f"{g.ms_per_step:.3f}",
+        f"{g.ideal_ms_per_step:.3f}",
+        f"{g.pct_of_roofline:.0f}",
+        f"{g.recoverable_ms_per_step:.3f}",
+        f"{g.bytes_per_step / 1e6:.1f}",
+        f"{g.flops_per_step / 1e9:.2f}",
+    ]
 
 
 def op_coverage_text(c: OpCoverage) -> str:

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from max_profile.analyze.commands import no_next_reason, say
+from max_profile.analyze.op_roofline import ops_text
 from max_profile.model import (
     DecodeCost,
     FamilyRow,
@@ -27,12 +28,14 @@ from max_profile.render.serve_text import load_levels_section, serve_section, se
 from max_profile.render.tables import (
     INNER,
     OP_COLUMNS,
+    OP_ROOF_COLUMNS,
     Col,
     figure,
     fitted_tables,
     na_text,
     op_coverage_text,
     op_figures,
+    op_roof_figures,
 )
 from max_profile.render.terminal import DEFAULT_WIDTH, terminal_width
 
@@ -550,6 +553,18 @@ def ops_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableType | 
         parts += [head, *fitted_tables(cols, table, width - INNER)]
         if len(rows) > OPS_SHOWN:
             parts.append(Text(f"... {len(rows) - OPS_SHOWN} more ops in the JSON / HTML report", style="dim"))
+        priced = [g for g in ops.priced if g.phase == c.phase]
+        if priced:
+            parts.append(
+                Text(
+                    "ops against the roofline (ideal as in the step ledger; how each was priced: JSON / HTML)",
+                    style="dim",
+                )
+            )
+            roof_cols = [Col(OP_ROOF_COLUMNS[0], numeric=False), Col(OP_ROOF_COLUMNS[1], numeric=False, wrap=True)]
+            roof_cols += map(Col, OP_ROOF_COLUMNS[2:])
+            roof_rows = [[g.part, ops_text(g)[:160], *op_roof_figures(g)] for g in priced]
+            parts += fitted_tables(roof_cols, roof_rows, width - INNER)
     if ops.ops_without_kernels:
         parts.append(Text("ops that launched no kernel: " + ", ".join(ops.ops_without_kernels[:20]), style="dim"))
     return Panel(Group(*parts), title="MAX ops on the GPU", title_align="left")

@@ -22,6 +22,7 @@ from max_profile.analyze.rules.levers import (
     rule_gpu_idle,
     rule_healthy_decode,
     rule_matmul,
+    rule_op_roofline,
     rule_outside_steps,
 )
 from max_profile.analyze.rules.nsight import rule_kernel_analyses
@@ -112,6 +113,21 @@ RULES: tuple[RuleSpec, ...] = (
         ("attention-below-roofline",),
         ("ledger", "gpu_kernels"),
         (
+            "attainable_bandwidth_pct",
+            "attainable_compute_pct",
+            "kernel_floor_us",
+            "lever_warning_pct",
+            "lever_info_pct",
+            "lever_min_steps",
+        ),
+    ),
+    RuleSpec(
+        "op-roofline",
+        rule_op_roofline,
+        ("op-below-roofline",),
+        ("ledger", "gpu_kernels"),
+        (
+            "slow_matmul_roofline_pct",
             "attainable_bandwidth_pct",
             "attainable_compute_pct",
             "kernel_floor_us",
@@ -238,7 +254,9 @@ RULES: tuple[RuleSpec, ...] = (
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 _IDLE = frozenset({"host-bound", "graph-launch-late", "gpu-idle"})
-_KERNEL_LEVERS = frozenset({"matmul-slow-path", "matmul-below-roofline", "attention-below-roofline"})
+_KERNEL_LEVERS = frozenset(
+    {"matmul-slow-path", "matmul-below-roofline", "attention-below-roofline", "op-below-roofline"}
+)
 
 SUPERSEDED_BY: dict[str, frozenset[str]] = {
     # a decode that re-encodes the sequence, or runs attention as generic ops, is not a healthy decode
@@ -251,7 +269,7 @@ SUPERSEDED_BY: dict[str, frozenset[str]] = {
     **{i: frozenset({"tracer-overhead"}) for i in _IDLE},
     # "quantization at normal cost" next to a matmul path far below its roofline reads as "all is well": the slow path
     # is the news
-    "low-bit-normal": frozenset({"matmul-slow-path", "matmul-below-roofline"}),
+    "low-bit-normal": frozenset({"matmul-slow-path", "matmul-below-roofline", "op-below-roofline"}),
     # a named healthy mix or a lever already says where the busy GPU's time goes
     "gpu-bound": frozenset(
         {

@@ -12,8 +12,10 @@ from __future__ import annotations
 import msgspec
 
 from max_profile.analyze.commands import cli, for_model, kernel_command, shell
-from max_profile.analyze.families import slow_path
+from max_profile.analyze.families import base_name, slow_path
 from max_profile.analyze.ledger import ATTENTION_PART, IDLE_BEFORE_GRAPH, MATMUL_PART
+from max_profile.analyze.op_roofline import ATTENTION as OP_ATTENTION
+from max_profile.analyze.op_roofline import LAYERS, OUTPUT, WEIGHTS, ops_text
 from max_profile.analyze.ops import OPS_MODE_DECODE_STEP_MS, ops_calls_per_step
 from max_profile.analyze.rules.base import (
     gpu_kernels,
@@ -31,7 +33,20 @@ from max_profile.analyze.rules.base import (
     worst_lever_pct,
 )
 from max_profile.analyze.thresholds import Thresholds
-from max_profile.model import Command, Finding, GpuUtilization, KernelBreakdown, LedgerRow, Lever, PhaseLedger, Report
+from max_profile.model import (
+    Command,
+    Finding,
+    GpuUtilization,
+    KernelBreakdown,
+    LedgerRow,
+    Lever,
+    OpBreakdown,
+    OpRoofline,
+    PhaseLedger,
+    Report,
+)
+
+WEIGHTS_PARTS = (WEIGHTS, LAYERS, OUTPUT)
 
 
 def _top_kernel(k: KernelBreakdown | None, phase: str, families: list[str]) -> str | None:
@@ -474,8 +489,11 @@ def rule_matmul(report: Report, th: Thresholds) -> list[Finding]:
     out = []
     for p in lg.phases if lg else []:
         row = _part(p, MATMUL_PART)
-        if row is not None and (f := _matmul_finding(report, p, row, th)) is not None:
-            out.append(f)
+        if row is None or (f := _matmul_finding(report, p, row, th)) is None:
+            continue
+        if "kernel_names_it" not in f.evidence and _op_groups(report, p.phase, WEIGHTS_PARTS):
+            continue  # the ops moving the weights are priced apart from attention's ops (op-below-roofline)
+        out.append(f)
     return out
 
 
@@ -486,7 +504,7 @@ def rule_attention(report: Report, th: Thresholds) -> list[Finding]:
     out = []
     for p in lg.phases if lg else []:
         row = _part(p, ATTENTION_PART)
-        if row is None or row.recoverable_ms_per_step is None:
+        if row is None or row.recoverable_ms_per_step is None or _op_groups(report, p.phase, (OP_ATTENTION,)):
             continue
         pct = 100 * row.recoverable_ms_per_step / p.step_ms if p.step_ms else 0.0
         severity = lever_severity(pct, p.steps, th)
@@ -509,6 +527,85 @@ def rule_attention(report: Report, th: Thresholds) -> list[Finding]:
                 command=kernel_command(report, top, p.phase) if top else None,
             )
         )
+    return out
+
+
+def _op_groups(report: Report, phase: str, parts: tuple[str, ...]) -> list[OpRoofline]:
+    """The priced op groups of a phase (``--kernels ops`` captures with a model description and known peaks)."""
+    ops = report.ops
+    if not isinstance(ops, OpBreakdown):
+        return []
+    return [g for g in ops.priced if g.phase == phase and g.part in parts]
+
+
+def _op_top_kernel(report: Report, group: OpRoofline) -> str | None:
+    """The top kernel the group's busiest op launched, by its name in the kernel table (for a deep dive)."""
+    ops = report.ops
+    rows = [r for r in ops.rows if r.phase == group.phase and r.op in group.ops] if isinstance(ops, OpBreakdown) else []
+    top = max(rows, key=lambda r: r.gpu_ms).top_kernels[:1] if rows else []
+    if not top:
+        return None
+    p = phase_of(k, group.phase) if (k := kern(report)) is not None else None
+    named = next((r.name for r in p.top_kernels if base_name(r.name) == top[0]), None) if p is not None else None
+    return named or top[0]
+
+
+def rule_op_roofline(report: Report, th: Thresholds) -> list[Finding]:
+    """Each priced group of MAX ops (``--kernels ops``: the layers' matmul ops, the output projection's, the ops doing
+    attention's work) against its roofline: what the group takes over its ideal, a lever named by the ops. It replaces
+    the phase's matmul / attention roofline verdicts, whose families mix the weights' matmuls with the batched matmuls
+    of an attention written as ops; a matmul path whose kernel names itself a fallback keeps its own verdict
+    (matmul-slow-path)."""
+    lg = timeline_ledger(report)
+    ops = report.ops
+    if lg is None or not isinstance(ops, OpBreakdown):
+        return []
+    out = []
+    for p in lg.phases:
+        for g in _op_groups(report, p.phase, (*WEIGHTS_PARTS, OP_ATTENTION)):
+            pct = 100 * g.recoverable_ms_per_step / p.step_ms if p.step_ms else 0.0
+            severity = lever_severity(pct, p.steps, th)
+            top = _op_top_kernel(report, g)
+            if severity is None or (g.part != OP_ATTENTION and top is not None and slow_path(top) is not None):
+                continue
+            far = g.pct_of_roofline < th.slow_matmul_roofline_pct
+            names = ops_text(g)
+            out.append(
+                Finding(
+                    id="op-below-roofline",
+                    severity=severity,
+                    confidence=0.7,
+                    evidence={
+                        "phase": p.phase,
+                        "steps": p.steps,
+                        "batch": p.batch,
+                        "step_ms": round(p.step_ms, 4),
+                        "ops": names,
+                        "priced_as": g.part,
+                        "ops_ms_per_step": round(g.ms_per_step, 4),
+                        "ideal_ms_per_step": round(g.ideal_ms_per_step, 4),
+                        "recoverable_ms_per_step": round(g.recoverable_ms_per_step, 4),
+                        "pct_of_attainable_roofline": g.pct_of_roofline,
+                        "kernels_per_step": g.kernels_per_step,
+                        "top_kernel": top[:100] if top else None,
+                        "priced": g.basis,
+                    },
+                    lever=phase_lever(p, f"ops: {names}", g.recoverable_ms_per_step),
+                    title=f"{p.phase.capitalize()} op{'s' if len(g.ops) > 1 else ''} {names} ({g.part}) "
+                    f"{'run' if len(g.ops) > 1 else 'runs'}{' far' if far else ''} below the roofline: "
+                    f"{g.ms_per_step:.3f} ms per step where it allows {g.ideal_ms_per_step:.3f} ms "
+                    f"({g.pct_of_roofline:.0f} %): {g.recoverable_ms_per_step:.3f} ms of each {p.step_ms:.2f} ms step "
+                    f"({pct:.0f} %) to gain",
+                    next_step=(
+                        "Wire the architecture's attention to MAX's fused attention, or deep-dive the top kernel these "
+                        "ops launch (the command keeps this run's batch and lengths):"
+                        if g.part == OP_ATTENTION and len(g.ops) > 1
+                        else "Deep-dive the top kernel this op launches (the command keeps this run's batch and "
+                        "lengths and skips into the phase's launches):"
+                    ),
+                    command=kernel_command(report, top, p.phase) if top else None,
+                )
+            )
     return out
 
 
