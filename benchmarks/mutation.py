@@ -499,6 +499,9 @@ FAST_FIRST = (
     "tests/test_ops_edges.py",
     "tests/test_timeline_truth.py",
     "tests/test_ncu_truth.py",
+    "tests/test_op_roofline.py",
+    "tests/test_roofline_truth.py",
+    "tests/test_load_truth.py",
     "tests/test_golden_findings.py",
     "tests/test_host_bound_without_ledger.py",
 )

@@ -77,22 +77,24 @@ def _matching(points: Sequence[MetricPoint], prefixes: tuple[str, ...], suffix: 
     return out
 
 
-def _by_labels(points: Sequence[MetricPoint], key: str | None) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for p in points:
-        label = p.labels.get(key, "") if key else ""
-        out[label] = out.get(label, 0.0) + p.value
-    return out
+def _series(p: MetricPoint) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return p.name, tuple(sorted(p.labels.items()))
 
 
 def _delta(
     before: MetricsScrape, after: MetricsScrape, prefixes: tuple[str, ...], suffix: str, key: str | None = None
 ) -> dict[str, float] | None:
-    a = _by_labels(_matching(after.points, prefixes, suffix), key)
-    if not a:
+    """Per value of the ``key`` label (all together for None): how much the matching samples grew between the scrapes,
+    series by series (a counter that went down, a restarted server's, counts 0 and takes nothing off the others)."""
+    points = _matching(after.points, prefixes, suffix)
+    if not points:
         return None
-    b = _by_labels(_matching(before.points, prefixes, suffix), key)
-    return {label: max(value - b.get(label, 0.0), 0.0) for label, value in a.items()}
+    base = {_series(p): p.value for p in _matching(before.points, prefixes, suffix)}
+    out: dict[str, float] = {}
+    for p in points:
+        label = p.labels.get(key, "") if key else ""
+        out[label] = out.get(label, 0.0) + max(p.value - base.get(_series(p), 0.0), 0.0)
+    return out
 
 
 def _mean_of_histogram(

@@ -1,0 +1,420 @@
+"""Load windows, the server's metrics and what tracing cost, figure by figure.
+
+The server's figures are recomputed here from the raw Prometheus samples of a real ``max serve`` sweep on this CPU
+(tests/data/cpu/serve_sweep_c1_c2_raw.json.gz) with plain Python: counter deltas per label set, histogram means as
+sum delta / count delta, gauges at the second scrape. The client's figures come from hand-drawn requests whose
+percentiles, shares and goodput are worked out in the test."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+from max_profile.analyze.load import (
+    MEASURED_TRACING_COST,
+    histogram,
+    in_flight,
+    latency,
+    load_level,
+    requests_in_window,
+    server_metrics,
+    summarize_serve,
+    tracer_cost,
+    tracing_cost_statement,
+)
+from max_profile.analyze.report import build_report
+from max_profile.model import (
+    KernelBreakdown,
+    LoadWindow,
+    MetricPoint,
+    MetricsScrape,
+    RawCapture,
+    Report,
+    RequestRecord,
+    ServeRun,
+    Step,
+    UtilizationSample,
+)
+
+DATA = Path(__file__).parent / "data"
+SWEEP = DATA / "cpu" / "serve_sweep_c1_c2_raw.json.gz"
+S = 1_000_000_000  # ns per second
+
+
+def _points(scrape: MetricsScrape, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    out: dict[tuple[tuple[str, str], ...], float] = defaultdict(float)
+    for p in scrape.points:
+        if p.name == name:
+            out[tuple(sorted(p.labels.items()))] += p.value
+    return out
+
+
+def _delta_by(before: MetricsScrape, after: MetricsScrape, name: str, label: str | None) -> dict[str, float]:
+    """Per value of ``label`` (all together for None): the after-minus-before growth of each series (name and label
+    set), never negative, summed."""
+    b, a = _points(before, name), _points(after, name)
+    out: dict[str, float] = defaultdict(float)
+    for key, value in a.items():
+        out[dict(key).get(label, "") if label else ""] += max(value - b.get(key, 0.0), 0.0)
+    return dict(out)
+
+
+def test_the_server_metrics_of_a_real_sweep_from_the_raw_samples() -> None:
+    raw = RawCapture.load(str(SWEEP))
+    for w in raw.load_windows:
+        before, after = w.metrics_before, w.metrics_after
+        assert before is not None and after is not None
+        secs = (w.window_ns[1] - w.window_ns[0]) / S
+        got = server_metrics(before, after, secs)
+        assert got is not None and got.unavailable is None and got.window_s == secs
+        assert got.url == after.url
+        assert got.requests == round(sum(_delta_by(before, after, "maxserve_request_count_total", None).values()), 3)
+        assert got.output_tokens == round(
+            sum(_delta_by(before, after, "maxserve_num_output_tokens_total", None).values()), 3
+        )
+        ex = "maxserve_batch_execution_time_milliseconds"
+        counts = _delta_by(before, after, ex + "_count", "batch_type")
+        sums = _delta_by(before, after, ex + "_sum", "batch_type")
+        assert got.batches == {k or "all": round(v, 1) for k, v in counts.items()}
+        assert got.batch_execution_ms_mean == {k or "all": round(sums[k] / v, 4) for k, v in counts.items() if v}
+        assert set(got.batches) >= {"CE", "TG"}
+
+        def mean(prefix: str, before: MetricsScrape = before, after: MetricsScrape = after) -> float:
+            s = sum(_delta_by(before, after, prefix + "_sum", None).values())
+            return s / sum(_delta_by(before, after, prefix + "_count", None).values())
+
+        assert got.batch_size_mean == round(mean("maxserve_batch_size"), 3)
+        assert got.ttft_ms_mean == round(mean("maxserve_time_to_first_token_milliseconds"), 4)
+        assert got.itl_ms_mean == round(mean("maxserve_itl_milliseconds"), 4)
+        assert got.kv_cache_used_pct == round(mean("maxserve_cache_used_kv_pct_percent"), 2)
+        assert got.requests_queued == sum(_points(after, "maxserve_num_requests_queued").values())
+        assert got.requests_running == sum(_points(after, "maxserve_num_requests_running").values())
+        assert got.kv_blocks_used == sum(_points(after, "maxserve_cache_num_used_blocks").values())
+        assert got.kv_blocks_total == sum(_points(after, "maxserve_cache_num_total_blocks").values())
+        assert got.preemptions is None and got.missing == ["preemptions"]  # MAX 26.7 on this CPU exports none
+
+
+def _scrape(t: int, *points: tuple[str, dict[str, str], float], problem: str | None = None) -> MetricsScrape:
+    return MetricsScrape(
+        t_ns=t,
+        url="http://127.0.0.1:8001/metrics",
+        points=[MetricPoint(n, lab, v) for n, lab, v in points],
+        problem=problem,
+    )
+
+
+def test_server_metrics_edges() -> None:
+    ok = _scrape(0, ("maxserve_num_requests_queued", {}, 1.0))
+    assert server_metrics(None, None, 1.0) is None
+    broken = server_metrics(_scrape(0, problem="connection refused"), ok, 2.0)
+    assert broken is not None and broken.unavailable == "http://127.0.0.1:8001/metrics: connection refused"
+    unread = server_metrics(ok, None, 2.0)
+    assert unread is not None and unread.unavailable == "http://127.0.0.1:8001/metrics: not read"
+    assert server_metrics(None, ok, 2.0).unavailable.endswith(": not read")  # type: ignore[union-attr]
+    empty = server_metrics(ok, _scrape(1), 2.0)
+    assert empty is not None and empty.unavailable.endswith("the endpoint answered with no metrics")  # type: ignore[union-attr]
+    # a counter that went down (a restarted server) counts as 0, not as a negative delta; a label new in the second
+    # scrape counts whole; histogram buckets and _created samples are no counter's value
+    before = _scrape(
+        0,
+        ("maxserve_request_count_total", {"code": "200"}, 10.0),
+        ("maxserve_request_count_total", {"code": "500"}, 7.0),
+        ("maxserve_num_output_tokens_total", {}, 100.0),
+        ("maxserve_num_output_tokens_created", {}, 5.0),
+        ("maxserve_cache_num_used_blocks", {}, 3.0),
+        ("maxserve_cache_num_total_blocks", {}, 40.0),
+    )
+    after = _scrape(
+        1,
+        ("maxserve_request_count_total", {"code": "200"}, 14.0),
+        ("maxserve_request_count_total", {"code": "500"}, 2.0),
+        ("maxserve_request_count_total", {"code": "404"}, 1.0),
+        ("maxserve_num_output_tokens_total", {}, 160.5),
+        ("maxserve_num_output_tokens_created", {}, 99.0),
+        ("maxserve_num_output_tokens_bucket", {"le": "1"}, 1e6),
+        ("maxserve_cache_num_used_blocks", {}, 10.0),
+        ("maxserve_cache_num_total_blocks", {}, 40.0),
+        ("maxserve_batch_execution_time_milliseconds_count", {"batch_type": "TG"}, 4.0),
+        ("maxserve_batch_execution_time_milliseconds_sum", {"batch_type": "TG"}, 10.0),
+        ("maxserve_batch_execution_time_milliseconds_count", {"batch_type": "CE"}, 0.0),
+        ("maxserve_batch_execution_time_milliseconds_sum", {"batch_type": "CE"}, 0.0),
+        ("maxserve_num_requests_queued", {"model": "a"}, 2.0),
+        ("maxserve_num_requests_queued", {"model": "b"}, 3.0),
+    )
+    got = server_metrics(before, after, 4.0)
+    assert got is not None
+    assert got.requests == 4 + 0 + 1
+    assert got.output_tokens == 60.5
+    assert got.batches == {"TG": 4.0, "CE": 0.0}
+    assert got.batch_execution_ms_mean == {"TG": 2.5}  # no CE batch ran: no mean
+    assert got.requests_queued == 5.0  # a gauge summed over its label sets
+    assert got.kv_cache_used_pct == 25.0  # no kv histogram or gauge: used / total blocks at the second scrape
+    assert got.kv_blocks_used == 10.0 and got.kv_blocks_total == 40.0
+    assert got.missing == ["batch_size", "itl", "preemptions", "running", "ttft"]
+    gauge_pct = server_metrics(
+        before,
+        msgspec.structs.replace(
+            after, points=[*after.points, MetricPoint("maxserve_cache_used_kv_pct_percent", {}, 61.234)]
+        ),
+        4.0,
+    )
+    assert gauge_pct is not None and gauge_pct.kv_cache_used_pct == 61.23  # the gauge, where MAX exports one
+    no_total = msgspec.structs.replace(
+        after, points=[p for p in after.points if p.name != "maxserve_cache_num_total_blocks"]
+    )
+    assert server_metrics(before, no_total, 4.0).kv_cache_used_pct is None  # type: ignore[union-attr]
+
+
+def _req(
+    start_s: float,
+    end_s: float,
+    ok: bool = True,
+    tokens: int = 10,
+    ttft: float | None = 50.0,
+    itl: tuple[float, ...] = (10.0, 12.0, 30.0),
+    truncated: bool = False,
+    error: str | None = None,
+) -> RequestRecord:
+    return RequestRecord(
+        started_ns=int(start_s * S),
+        ended_ns=int(end_s * S),
+        ok=ok,
+        tokens=tokens,
+        ttft_ms=ttft,
+        itl_ms=list(itl),
+        error=error,
+        truncated=truncated,
+    )
+
+
+REQUESTS = [
+    _req(-1.0, 1.0, tokens=20),  # straddles the start: half its time (and tokens) inside
+    _req(1.0, 3.0, ttft=80.0),  # completed inside, misses a 60 ms TTFT objective
+    _req(2.0, 4.0, itl=(10.0, 10.0, 10.0, 10.0, 100.0)),  # p90 gap 64 ms: misses a 50 ms ITL objective
+    _req(3.0, 9.0, tokens=30),  # straddles the end: 3 of 6 s inside
+    _req(4.0, 5.0, ok=False, tokens=0, ttft=None, itl=(), error="HTTP 500"),
+    _req(5.0, 6.0, truncated=True),  # cut by the window's stop: not completed
+    _req(4.5, 5.5, ttft=20.0, itl=(5.0,)),  # completed, meets both objectives
+    _req(20.0, 21.0),  # after the window
+]
+WINDOW = LoadWindow(concurrency=4, window_ns=(0, 6 * S), requests=REQUESTS)
+
+
+def test_a_load_level_from_hand_drawn_requests() -> None:
+    samples = [
+        UtilizationSample(t_ns=t * S, gpu="0", utilization_pct=u, memory_used_bytes=None, memory_total_bytes=None)
+        for t, u in ((-1, 99.0), (0, 40.0), (3, 60.0), (6, 80.0), (7, 5.0))
+    ]
+    level = load_level(WINDOW, {"ttft": 60.0, "itl": 50.0}, samples)
+    inside = REQUESTS[:7]
+    assert level.concurrency == 4 and level.window_s == 6.0
+    assert level.requests == 7 and level.failed == 1
+    # ended inside and not cut: the -1-1 s, 1-3 s, 2-4 s and 4.5-5.5 s requests (the 5-6 s one is truncated)
+    assert level.completed == 4
+    tokens = 20 * 1 / 2 + 10 + 10 + 30 * 3 / 6 + 10 + 10  # straddling requests count their share by time
+    assert level.output_tokens == round(tokens) and level.output_tok_per_s == round(tokens / 6, 2)
+    assert level.request_rate_rps == round(4 / 6, 4)
+    # the 1-3 s request misses the TTFT objective, the 2-4 s one the ITL one (p90 gap 64 ms); two of four meet both
+    assert level.goodput_rps == round(2 / 6, 4) and level.slo_met_pct == 50.0
+    ok = [r for r in inside if r.ok]
+    assert level.ttft_ms.p50 == round(float(np.percentile([r.ttft_ms for r in ok], 50)), 4)
+    assert level.ttft_ms.samples == len(ok)
+    gaps = [g for r in ok for g in r.itl_ms]
+    assert level.itl_ms.p90 == round(float(np.percentile(gaps, 90)), 4) and level.itl_ms.samples == len(gaps)
+    assert level.gpu_utilization_pct == round((40 + 60 + 80) / 3, 1)  # samples at the edges count, outside do not
+    assert level.server is None
+    assert level.in_flight_pct == 100.0
+    bare = load_level(WINDOW, {})
+    assert bare.goodput_rps is None and bare.slo_met_pct is None and bare.gpu_utilization_pct is None
+    only_ttft = load_level(WINDOW, {"ttft": 60.0})
+    assert only_ttft.goodput_rps == round(3 / 6, 4) and only_ttft.slo_met_pct == 75.0
+    none_done = load_level(LoadWindow(concurrency=1, window_ns=(0, S), requests=[_req(0.5, 3.0)]), {"ttft": 1.0})
+    assert none_done.completed == 0 and none_done.slo_met_pct is None and none_done.goodput_rps == 0.0
+    assert none_done.in_flight_pct == 50.0
+
+
+def test_in_flight_share_and_rate() -> None:
+    reqs = [_req(1.0, 2.0), _req(1.5, 3.0), _req(5.0, 12.0), _req(6.0, 7.0, ok=False), _req(-3.0, -1.0)]
+    share, rate = in_flight(reqs, (0, 10 * S))
+    assert share == round(100 * (2.0 + 5.0) / 10, 2)  # 1-3 s and 5-10 s
+    assert rate == round(2 / 10, 4)  # ok and ended inside: 1-2 s and 1.5-3 s
+    assert in_flight([], (0, 10 * S)) == (0.0, 0.0)
+    assert in_flight([_req(0.0, 1.0)], (5, 5))[0] == 0.0  # an empty window: no division by zero
+
+
+def _traced(concurrency: int, tok: int, reference: bool = False, traced: bool | None = True) -> LoadWindow:
+    tg = (
+        ("maxserve_batch_execution_time_milliseconds_sum", {"batch_type": "TG"}, 12.0 if reference else 15.0),
+        ("maxserve_batch_execution_time_milliseconds_count", {"batch_type": "TG"}, 4.0),
+    )
+    return LoadWindow(
+        concurrency=concurrency,
+        window_ns=(0, 2 * S),
+        requests=[_req(0.0, 2.0, tokens=tok, itl=(4.0, 5.0, 6.0) if reference else (5.0, 6.0, 7.0))],
+        metrics_before=_scrape(0, ("maxserve_num_requests_queued", {}, 0.0)),
+        metrics_after=_scrape(1, *tg),
+        traced=traced,
+        reference=reference,
+    )
+
+
+def test_the_recorder_cost_against_the_untraced_window() -> None:
+    cost = tracer_cost([_traced(1, 100, reference=True, traced=False), _traced(4, 50), _traced(1, 90)])
+    assert cost is not None
+    assert cost.concurrency == 1
+    assert (cost.reference_tok_s, cost.traced_tok_s) == (50.0, 45.0)
+    assert cost.throughput_ratio == 0.9
+    assert (cost.reference_decode_step_ms, cost.traced_decode_step_ms) == (3.0, 3.75)
+    assert (cost.reference_itl_p50_ms, cost.traced_itl_p50_ms) == (5.0, 6.0)
+    assert tracer_cost([_traced(1, 90)]) is None  # no reference window
+    assert tracer_cost([_traced(1, 100, reference=True), _traced(4, 90)]) is None  # none at its concurrency
+    assert tracer_cost([_traced(1, 100, reference=True), _traced(1, 90, traced=False)]) is None  # not recorded
+    zero = tracer_cost([_traced(1, 0, reference=True), _traced(1, 90)])
+    assert zero is not None and zero.throughput_ratio is None
+
+
+def test_latency_and_histograms() -> None:
+    assert latency([]).samples == 0 and latency([]).p50 is None
+    v = [1.0, 2.0, 3.0, 4.0, 100.0]
+    got = latency(v)
+    assert (got.p50, got.p90, got.p99, got.samples) == (3.0, round(4 + 0.6 * 96, 4), round(4 + 0.96 * 96, 4), 5)
+    assert histogram([]) is None
+    values = list(range(1, 201))  # 1..200: the tail above the 99.5th percentile lands in the last bin
+    h = histogram([float(x) for x in values], bins=4)
+    assert h is not None
+    hi = float(np.percentile(values, 99.5))
+    step = (hi - 1) / 4
+    assert h.edges == [round(1 + i * step, 4) for i in range(5)]
+    assert sum(h.counts) == 200 and h.counts[-1] == sum(1 for x in values if x >= 1 + 3 * step)
+    flat = histogram([5.0, 5.0, 5.0], bins=2)
+    assert flat is not None and flat.edges == [5.0, 5.0005, 5.001] and flat.counts == [3, 0]
+    assert len(histogram([1.0, 2.0]).counts) == 40  # type: ignore[union-attr]
+
+
+def test_the_client_summary_of_a_serve_window() -> None:
+    run = ServeRun(mode="kernels", port=8000, time_to_ready_s=12.5, commands=[["max", "serve"]], server_log="log")
+    got = summarize_serve(run, REQUESTS, (0, 6 * S))
+    inside = REQUESTS[:7]
+    ok = [r for r in inside if r.ok]
+    gaps = [g for r in ok for g in r.itl_ms]
+    assert (got.mode, got.port, got.window_s, got.time_to_ready_s) == ("kernels", 8000, 6.0, 12.5)
+    assert got.requests == 7 and got.failed_requests == 1
+    assert got.output_tokens == sum(r.tokens for r in ok)
+    assert got.output_tok_per_s == round(sum(r.tokens for r in ok) / 6, 2)
+    assert got.ttft_ms_p50 == float(np.percentile([r.ttft_ms for r in ok], 50))
+    assert got.ttft_ms_p90 == float(np.percentile([r.ttft_ms for r in ok], 90))
+    assert got.itl_ms_p50 == float(np.percentile(gaps, 50)) and got.itl_ms_p90 == float(np.percentile(gaps, 90))
+    assert got.tokens_per_s == 1e3 / float(np.percentile(gaps, 50))
+    assert got.first_error == "HTTP 500" and got.commands == [["max", "serve"]] and got.server_log == "log"
+    assert got.ttft_histogram is not None and sum(got.ttft_histogram.counts) == len(ok)
+    # no window: every request; a window nothing overlapped: every request too (the load ran longer than it)
+    assert requests_in_window(REQUESTS, None) == REQUESTS
+    assert requests_in_window(REQUESTS, (100 * S, 101 * S)) == REQUESTS
+    assert requests_in_window(REQUESTS, (20 * S, 20 * S)) == [REQUESTS[-1]]
+    whole = summarize_serve(run, REQUESTS, None)
+    assert whole.window_s == 0.0 and whole.output_tok_per_s is None
+    failed = summarize_serve(run, [_req(0.0, 1.0, ok=False, itl=(), ttft=None)], (0, S))
+    assert failed.itl_ms_p50 is None and failed.tokens_per_s is None and failed.ttft_histogram is None
+
+
+# --- what tracing cost --------------------------------------------------------------------------------------------
+
+B1 = DATA / "h200" / "session7" / "run_b1_raw.json.gz"
+
+
+def _report(path: Path) -> Report:
+    return build_report(RawCapture.load(str(path)))
+
+
+def _with_capture(r: Report, **fields: object) -> Report:
+    return msgspec.structs.replace(r, capture=msgspec.structs.replace(r.capture, **fields))
+
+
+def test_tracing_cost_measured_on_the_server_first() -> None:
+    r = _report(B1)
+    cost = tracer_cost([_traced(1, 100, reference=True, traced=False), _traced(1, 90)])
+    said = tracing_cost_statement(msgspec.structs.replace(r, tracer_cost=cost))
+    assert said == (
+        "tracing cost, measured on this server: the recorded window ran at 0.900 of the untraced one "
+        "(45.0 vs 50.0 tok/s, concurrency 1)"
+    )
+    ratio_unknown = msgspec.structs.replace(cost, throughput_ratio=None)
+    assert "measured" not in (tracing_cost_statement(msgspec.structs.replace(r, tracer_cost=ratio_unknown)) or "")[:30]
+
+
+@pytest.mark.parametrize(
+    ("collectors", "said"),
+    [
+        (["startup"], None),
+        ([], None),
+        (
+            ["attach"],
+            "tracing cost: none inside the server (its /metrics and the GPU's counters are read from outside)",
+        ),
+        (["startup", "serve:utilization"], "tracing cost: none inside the server"),
+        (["serve:kernels"], "tracing cost: not measured (serve:kernels ran without an untraced reference window)"),
+        (["nsys"], "tracing cost: set by the tool that recorded this trace (nsys); not measured here"),
+    ],
+)
+def test_tracing_cost_of_captures_without_the_pipeline_hook(collectors: list[str], said: str | None) -> None:
+    got = tracing_cost_statement(_with_capture(_report(B1), collectors=collectors))
+    assert got == said if said is None else got is not None and got.startswith(said)
+
+
+def _steps_of(ms: float, n: int = 9) -> list[Step]:
+    return [
+        Step(
+            index=i,
+            phase="decode",
+            start_ns=i * 10**7,
+            end_ns=i * 10**7 + round(ms * 1e6),
+            batch_size=1,
+            input_tokens=1,
+            context_tokens=10 + i,
+        )
+        for i in range(n)
+    ]
+
+
+def test_tracing_cost_expected_for_in_process_recording() -> None:
+    r = _report(B1)
+    k = r.kernels
+    assert isinstance(k, KernelBreakdown) and "pipeline-hook" in r.capture.collectors
+    cupti = msgspec.structs.replace(k, source="cupti (activity API)", recorded_ms=None)
+    for graphs, ref in ((True, 2.05), (None, 2.05), (False, 3.4)):
+        base = _with_capture(
+            msgspec.structs.replace(r, kernels=cupti, steps=_steps_of(ref / 2)), device_graph_capture=graphs
+        )
+        low, high = MEASURED_TRACING_COST[("cupti, every step", graphs is not False)]
+        said = tracing_cost_statement(base)
+        assert said == (
+            f"tracing cost, expected (not measured in this capture): cupti, every step, device graphs "
+            f"{'off' if graphs is False else 'on'}: {100 * low:.1f}-{100 * high:.1f} % slower than untraced on an H200 "
+            f"at a {ref:g} ms decode step (benchmarks/untraced_overhead.py measures it on this model)"
+        )  # a step shorter than the reference's: the reference's share, unscaled
+    # a quarter of the window recorded, a 8.2 ms step: the share scaled by 2.05 / 8.2
+    sampled = msgspec.structs.replace(cupti, recorded_ms=250.0, window_ms=1000.0)
+    long_steps = msgspec.structs.replace(r, kernels=sampled, steps=_steps_of(8.2))
+    low, high = MEASURED_TRACING_COST[("cupti, a quarter of the steps", True)]
+    said = tracing_cost_statement(_with_capture(long_steps, device_graph_capture=True))
+    scale = 2.05 / 8.2
+    assert said is not None
+    assert "cupti, a quarter of the steps (25 % of the window recorded), device graphs on" in said
+    assert f"; this 8.20 ms decode step: about {100 * low * scale:.1f}-{100 * high * scale:.1f} %" in said
+    half = msgspec.structs.replace(cupti, recorded_ms=500.0, window_ms=1000.0)
+    said = tracing_cost_statement(msgspec.structs.replace(r, kernels=half))
+    assert said is not None and "cupti, every step (50 % of the window recorded)" in said  # half is not "a quarter"
+    whole = msgspec.structs.replace(cupti, recorded_ms=1000.0, window_ms=1000.0)
+    assert "recorded)" not in (tracing_cost_statement(msgspec.structs.replace(r, kernels=whole)) or "x")
+    hook = tracing_cost_statement(msgspec.structs.replace(r, kernels=None, steps=_steps_of(1.0)))
+    assert hook is not None and "step hook and GPU sampler, device graphs on: 0.0-4.0 %" in hook
+    nvtx = msgspec.structs.replace(k, source="nvtx-log (MAX op ranges, host time)")
+    assert (tracing_cost_statement(msgspec.structs.replace(r, kernels=nvtx)) or "").startswith(
+        "tracing cost, not measured: MAX's profiling mode (MODULAR_ENABLE_PROFILING=on) compiles the model again"
+    )
+    no_steps = tracing_cost_statement(msgspec.structs.replace(r, kernels=cupti, steps=[]))
+    assert no_steps is not None and "decode step:" not in no_steps

@@ -1,0 +1,287 @@
+"""The bytes-and-FLOPs model from config.json alone, and the decode step against the roofs, figure by figure.
+
+Every expected figure is written out here from the model's shapes (a Llama's q, k, v, o and gate / up / down
+projections, two norms a layer, the output projection; MoE experts and shared experts; FP8 and FP4 encodings with
+their scales), compared exactly: a changed coefficient, default or rounding fails."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from max_profile.analyze.roofline import (
+    _config_weights,
+    activation_bytes,
+    decode_roofline,
+    peak_bandwidth,
+    peak_flops,
+    step_cost,
+    weight_operand,
+)
+from max_profile.model import ModelWeights, WeightGroup
+
+H, LAYERS, HEADS, KV, HD, VOCAB, INTER = 2048, 8, 16, 8, 128, 320, 8192
+LLAMA: dict[str, Any] = {
+    "hidden_size": H,
+    "num_hidden_layers": LAYERS,
+    "num_attention_heads": HEADS,
+    "num_key_value_heads": KV,
+    "head_dim": HD,
+    "vocab_size": VOCAB,
+    "intermediate_size": INTER,
+    "torch_dtype": "bfloat16",
+}
+ATTN = H * HEADS * HD + 2 * H * KV * HD + HEADS * HD * H  # q, k, v, o
+DENSE = LAYERS * (ATTN + 3 * H * INTER + 2 * H)  # + gate, up, down and two norms a layer
+
+
+def exact(v: float) -> object:
+    return pytest.approx(v, rel=1e-12, abs=0)
+
+
+def test_a_dense_llama_from_its_config() -> None:
+    dense_b, dense_e, expert_b, expert_e, out_b, basis = _config_weights(LLAMA)  # type: ignore[misc]
+    assert dense_e == DENSE and dense_b == 2 * DENSE
+    assert expert_b == expert_e == 0
+    assert out_b == VOCAB * H * 2
+    assert basis == "config.json estimate: 2-byte weights"
+    f32 = _config_weights({**LLAMA, "torch_dtype": "float32"})
+    assert f32 is not None and f32[0] == 4 * DENSE and f32[4] == VOCAB * H * 4 and f32[5].startswith("config.json")
+    assert _config_weights({**LLAMA, "torch_dtype": None, "dtype": "float32"})[0] == 4 * DENSE  # type: ignore[index]
+    assert _config_weights({k: v for k, v in LLAMA.items() if k != "torch_dtype"})[0] == 2 * DENSE  # type: ignore[index]
+
+
+def test_defaults_where_the_config_is_silent() -> None:
+    bare = {"hidden_size": 512, "num_hidden_layers": 2, "vocab_size": 100, "num_attention_heads": 8}
+    # no kv heads: as many as query heads; no head_dim: hidden / heads; no intermediate size: 4 x hidden
+    hd = 512 // 8
+    attn = 512 * 8 * hd + 2 * 512 * 8 * hd + 8 * hd * 512
+    got = _config_weights(bare)
+    assert got is not None and got[1] == 2 * (attn + 3 * 512 * 4 * 512 + 2 * 512)
+    for missing in ("hidden_size", "num_hidden_layers", "vocab_size"):
+        assert _config_weights({k: v for k, v in bare.items() if k != missing}) is None
+    assert _config_weights({**bare, "hidden_size": True}) is None  # a flag is no size
+    assert _config_weights({**bare, "hidden_size": -1}) is None
+    assert _config_weights({**bare, "hidden_size": 512.0})[1] == got[1]  # type: ignore[index]
+    one_head = {k: v for k, v in bare.items() if k != "num_attention_heads"}  # one head of the whole hidden size
+    assert _config_weights(one_head)[1] == 2 * (4 * 512 * 512 + 3 * 512 * 2048 + 2 * 512)  # type: ignore[index]
+
+
+def test_mixture_of_experts_and_shared_experts() -> None:
+    moe = {**LLAMA, "num_local_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 1024}
+    dense_b, dense_e, expert_b, expert_e, _out, _basis = _config_weights(moe)  # type: ignore[misc]
+    assert dense_e == LAYERS * (ATTN + 0 + 2 * H)  # no shared experts: attention and norms only
+    assert expert_e == LAYERS * 8 * 3 * H * 1024 and expert_b == 2 * expert_e
+    shared = {**moe, "n_shared_experts": 2, "shared_expert_intermediate_size": 512}
+    assert _config_weights(shared)[1] == LAYERS * (  # type: ignore[index]
+        ATTN + 2 * 3 * H * 1024 + 3 * H * 512 + 2 * H
+    )
+    # another name for the expert count, and the intermediate size when there is no moe_ one
+    other = {**LLAMA, "num_experts": 4, "num_experts_per_tok": 1}
+    assert _config_weights(other)[3] == LAYERS * 4 * 3 * H * INTER  # type: ignore[index]
+    routed = {**LLAMA, "n_routed_experts": 4}
+    assert _config_weights(routed)[3] == LAYERS * 4 * 3 * H * INTER  # type: ignore[index]
+    # a step of one token reads k / E of the routed experts; 2 FLOPs per weight it multiplies
+    cost = step_cost(moe, None, batch=1, context_tokens=0)
+    assert cost is not None
+    fraction = 1 - (1 - 2 / 8) ** 1
+    assert cost["weight_bytes"] == exact(dense_b + VOCAB * H * 2 + expert_b * fraction)
+    assert cost["matmul_flops"] == exact(2.0 * (dense_e + expert_e * 2 / 8) + 2.0 * VOCAB * H)
+    assert "2 of 8 routed experts per token" in cost["basis"]
+
+
+@pytest.mark.parametrize(
+    ("quant", "per_weight", "said"),
+    [
+        ({"quant_method": "fp8", "weight_block_size": [128, 128]}, 1.0 + 4.0 / (128 * 128), "FP8 weights (fp8)"),
+        ({"quant_method": "fp8", "weight_block_size": [64, 32]}, 1.0 + 4.0 / (64 * 32), "FP8 weights (fp8)"),
+        ({"quant_method": "fp8"}, 1.0, "FP8 weights (fp8)"),  # per-channel scales: no per-block term
+        ({"quant_method": "fp8", "weight_block_size": [128]}, 1.0, "FP8"),
+        ({"quant_method": "fp8", "weight_block_size": [128, 0]}, 1.0, "FP8"),
+        ({"quant_method": "fp8", "weight_block_size": [128, 1.5]}, 1.0, "FP8"),
+        ({"quant_method": "fp8", "weight_block_size": "128x128"}, 1.0, "FP8"),
+        ({"quant_algo": "FP8"}, 1.0, "FP8 weights (fp8)"),
+        ({"quant_method": "mxfp4"}, 0.5 + 1.0 / 16, "FP4 weights (mxfp4)"),
+        ({"quant_method": "nvfp4"}, 0.5 + 1.0 / 16, "FP4 weights (nvfp4)"),
+        ({"quant_method": "awq"}, 2.0, "2-byte weights"),
+    ],
+)
+def test_encodings_count_their_bytes_and_scales(quant: dict[str, Any], per_weight: float, said: str) -> None:
+    got = _config_weights({**LLAMA, "quantization_config": quant})
+    assert got is not None
+    assert got[0] == exact(DENSE * per_weight)
+    assert got[4] == VOCAB * H * 2  # the output projection stays in the activation dtype
+    assert said in got[5]
+    assert _config_weights({**LLAMA, "quantization_config": "fp8"})[0] == 2 * DENSE  # type: ignore[index]
+
+
+def test_operand_and_activation_bytes() -> None:
+    assert weight_operand({"quantization_config": {"quant_method": "fp8"}}, None) == "fp8"
+    assert weight_operand({"quantization_config": {"quant_algo": "FP8_BLOCK"}}, None) == "fp8"
+    assert weight_operand({"quantization_config": {"quant_method": "awq"}}, None) == "bf16"
+    assert weight_operand({}, None) == "bf16"
+    half = ModelWeights(source="t", groups={}, dtypes={"F8_E4M3": 50, "BF16": 50}, tied_embeddings=False)
+    assert weight_operand({}, half) == "fp8"  # half the bytes in FP8: the matmuls' operands
+    assert (
+        weight_operand(
+            {}, ModelWeights(source="t", groups={}, dtypes={"F8_E4M3": 49, "BF16": 51}, tied_embeddings=False)
+        )
+        == "bf16"
+    )
+    # stored dtypes win over the config's word
+    fp8_cfg = {"quantization_config": {"quant_method": "fp8"}}
+    assert (
+        weight_operand(fp8_cfg, ModelWeights(source="t", groups={}, dtypes={"BF16": 1}, tied_embeddings=False))
+        == "bf16"
+    )
+    assert activation_bytes({"torch_dtype": "float32"}) == 4.0
+    assert activation_bytes({"torch_dtype": "float8_e4m3fn"}) == 2.0  # a low-bit dtype names the weights: bf16
+    assert activation_bytes({"dtype": "float16"}) == 2.0
+    assert activation_bytes({"torch_dtype": "no-such-type"}) == 2.0
+    assert activation_bytes({}) == 2.0
+
+
+def test_peaks_by_the_longest_name_that_matches() -> None:
+    assert peak_bandwidth("NVIDIA H200") == 4.8e12
+    assert peak_bandwidth("NVIDIA H100 PCIe") == 2.0e12  # not the H100 SXM's 3.35
+    assert peak_bandwidth("NVIDIA GH200 480GB") == 4.0e12  # not the H200's
+    assert peak_bandwidth("nvidia h100 nvl") == 3.9e12  # case does not matter
+    assert peak_bandwidth(None) is None and peak_bandwidth("") is None and peak_bandwidth("Radeon 780M") is None
+    assert peak_flops("NVIDIA H200", "fp8") == 1979e12 and peak_flops("NVIDIA H200", "bf16") == 989e12
+    assert peak_flops("NVIDIA A100-SXM4-80GB", "fp8") == 312e12  # no FP8 tensor cores: its bf16 peak
+    assert peak_flops("NVIDIA H100 PCIe", "bf16") == 756e12
+    assert peak_flops("Some GPU", "bf16") is None and peak_flops(None, "bf16") is None
+
+
+def _weights() -> ModelWeights:
+    return ModelWeights(
+        source="safetensors headers (1 file)",
+        groups={
+            "layers": WeightGroup(bytes=2 * DENSE, elements=DENSE, tensors=72),
+            "embedding": WeightGroup(bytes=VOCAB * H * 2, elements=VOCAB * H, tensors=1),
+            "lm_head": WeightGroup(bytes=VOCAB * H * 2, elements=VOCAB * H, tensors=1),
+        },
+        dtypes={"BF16": 2 * DENSE + 2 * VOCAB * H * 2},
+        tied_embeddings=False,
+    )
+
+
+def test_a_decode_step_against_the_h200() -> None:
+    w = _weights()
+    ctx = 300.0
+    fam = {"gemv": 0.25, "gemm": 0.05, "attention": 0.02, "elementwise": 0.03}
+    got = decode_roofline(
+        LLAMA, w, "NVIDIA H200", batch=2, context_tokens=ctx, step_ms=0.5, family_ms_per_step=dict(fam)
+    )
+    assert got is not None
+    weight_b = 2 * DENSE + VOCAB * H * 2  # the layers and the output projection; the embedding table is not read whole
+    kv_b = 2 * LAYERS * KV * HD * 2 * ctx
+    emb_b = 2 * H * 2  # one row per request
+    flops = 2.0 * (2 * DENSE + 2 * VOCAB * H) + 4.0 * LAYERS * HEADS * HD * ctx
+    assert (got.batch, got.context_tokens, got.operand, got.gpu) == (2, 300.0, "bf16", "NVIDIA H200")
+    assert (got.weight_bytes, got.kv_bytes, got.embedding_bytes) == (weight_b, kv_b, emb_b)
+    assert got.flops == round(flops)
+    assert got.peak_bandwidth_GBps == 4800.0 and got.peak_TFLOPs == 989.0
+    assert (
+        got.weights_basis == "stored weights, safetensors headers (1 file): BF16 " + f"{w.dtypes['BF16'] / 1e9:.3g} GB"
+    )
+    total_b = weight_b + kv_b + emb_b
+    step = got.step
+    assert step.family == "step (host time)" and step.ms_per_step == 0.5
+    assert step.bytes_per_step == round(total_b) and step.flops_per_step == round(flops)
+    assert step.achieved_GBps == round(total_b / 0.5e-3 / 1e9, 1)
+    assert step.pct_of_peak_bandwidth == round(100 * total_b / 0.5e-3 / 4.8e12, 1)
+    assert step.achieved_TFLOPs == round(flops / 0.5e-3 / 1e12, 2)
+    assert step.pct_of_peak_compute == round(100 * flops / 0.5e-3 / 989e12, 1)
+    assert got.kernels is not None and got.kernels.family == "step (kernel time)"
+    assert got.kernels.ms_per_step == round(sum(fam.values()), 6)
+    assert got.kernels.achieved_GBps == round(total_b / (sum(fam.values()) / 1e3) / 1e9, 1)
+    matmul, attention = got.families
+    assert matmul.family == "matmul (gemv+gemm)" and matmul.ms_per_step == 0.3
+    assert matmul.bytes_per_step == weight_b and matmul.flops_per_step == round(2.0 * (2 * DENSE + 2 * VOCAB * H))
+    assert matmul.achieved_GBps == round(weight_b / 0.3e-3 / 1e9, 1)
+    assert attention.family == "attention" and attention.ms_per_step == 0.02
+    assert attention.bytes_per_step == round(kv_b)
+    assert attention.flops_per_step == round(4.0 * LAYERS * HEADS * HD * ctx)
+    assert attention.pct_of_peak_bandwidth == round(100 * kv_b / 0.02e-3 / 4.8e12, 1)
+
+
+def test_decode_rows_only_for_what_ran() -> None:
+    w = _weights()
+    only_gemv = decode_roofline(
+        LLAMA, w, "NVIDIA H200", batch=1, context_tokens=10, step_ms=1.0, family_ms_per_step={"gemv": 0.2}
+    )
+    assert only_gemv is not None and [r.family for r in only_gemv.families] == ["matmul (gemv)"]
+    no_matmul = decode_roofline(
+        LLAMA, w, "NVIDIA H200", batch=1, context_tokens=10, step_ms=1.0, family_ms_per_step={"attention": 0.1}
+    )
+    assert no_matmul is not None and [r.family for r in no_matmul.families] == ["attention"]
+    grouped = decode_roofline(
+        LLAMA,
+        w,
+        "NVIDIA H200",
+        batch=1,
+        context_tokens=10,
+        step_ms=1.0,
+        family_ms_per_step={"grouped_matmul": 0.1, "gemm": 0.1, "gemv": 0.0},
+    )
+    assert grouped is not None and grouped.families[0].family == "matmul (gemm+grouped_matmul)"
+    assert grouped.families[0].ms_per_step == 0.2
+    none = decode_roofline(LLAMA, w, "NVIDIA H200", batch=1, context_tokens=10, step_ms=1.0, family_ms_per_step=None)
+    assert none is not None and none.kernels is None and none.families == []
+    empty = decode_roofline(LLAMA, w, "NVIDIA H200", batch=1, context_tokens=10, step_ms=1.0, family_ms_per_step={})
+    assert empty is not None and empty.kernels is None
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        assert (
+            decode_roofline(LLAMA, w, "H200", batch=1, context_tokens=1, step_ms=bad, family_ms_per_step=None) is None
+        )
+    assert (
+        decode_roofline({}, None, "NVIDIA H200", batch=1, context_tokens=1, step_ms=1.0, family_ms_per_step=None)
+        is None
+    )
+
+
+def test_an_unknown_gpu_gets_figures_without_shares() -> None:
+    got = decode_roofline(
+        LLAMA, _weights(), "Mystery GPU", batch=1, context_tokens=10, step_ms=2.0, family_ms_per_step={"gemv": 1.0}
+    )
+    assert got is not None and got.peak_bandwidth_GBps is None and got.peak_TFLOPs is None
+    assert got.step.pct_of_peak_bandwidth is None and got.step.pct_of_peak_compute is None
+    assert got.step.achieved_GBps is not None and got.families[0].pct_of_peak_bandwidth is None
+    fp8 = decode_roofline(
+        {**LLAMA, "quantization_config": {"quant_method": "fp8"}},
+        None,
+        "NVIDIA H200",
+        batch=1,
+        context_tokens=10,
+        step_ms=2.0,
+        family_ms_per_step=None,
+    )
+    assert fp8 is not None and fp8.operand == "fp8" and fp8.peak_TFLOPs == 1979.0
+
+
+def test_a_prefill_step_attends_causally_and_writes_its_kv() -> None:
+    w = _weights()
+    # two requests of 100 new tokens each over 50 cached tokens each (contexts summed: 100)
+    got = step_cost(LLAMA, w, batch=2, context_tokens=100, new_tokens=200)
+    assert got is not None
+    attended = 200 * 50 + 2 * 100 * 101 / 2  # each new token over its request's cache and the new tokens up to itself
+    assert got["attention_flops"] == exact(4.0 * LAYERS * HEADS * HD * attended)
+    assert got["kv_bytes"] == exact(2 * LAYERS * KV * HD * 2 * (100 + 200))
+    assert got["embedding_bytes"] == exact(200 * H * 2)
+    assert got["matmul_flops"] == exact(2.0 * (200 * DENSE + 2 * VOCAB * H))  # logits for each request's last token
+    assert got["output_bytes"] == VOCAB * H * 2 and got["output_flops"] == exact(2.0 * 2 * VOCAB * H)
+    # a decode step (one new token each): attends the cache only, writes no modelled K/V
+    decode = step_cost(LLAMA, w, batch=2, context_tokens=100)
+    assert decode is not None and decode["kv_bytes"] == exact(2 * LAYERS * KV * HD * 2 * 100)
+    assert decode["attention_flops"] == exact(4.0 * LAYERS * HEADS * HD * 100)
+    assert step_cost(LLAMA, w, batch=0, context_tokens=-5) == step_cost(LLAMA, w, batch=1, context_tokens=0)
+    tied = ModelWeights(
+        source="t",
+        groups={k: v for k, v in w.groups.items() if k != "lm_head"},
+        dtypes=dict(w.dtypes),
+        tied_embeddings=True,
+    )
+    assert step_cost(LLAMA, tied, batch=1, context_tokens=0)["output_bytes"] == VOCAB * H * 2  # type: ignore[index]
