@@ -1,0 +1,407 @@
+"""Comparing two runs, figure by figure: comparability, each distribution's median delta and Mann-Whitney p-value
+(recomputed here with scipy on the same samples), what counts as a regression, and every verdict line.
+
+A is a real H200 run (session 7, batch 1, 64 decode steps, CUPTI); B is A with one thing changed at a time, so the
+expected delta is known."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+from scipy.stats import mannwhitneyu
+
+from max_profile.analyze.diff import (
+    ALPHA,
+    MIN_SAMPLES,
+    STARTUP_MIN_PHASE_S,
+    DiffLine,
+    comparability,
+    diff_reports,
+    startup_verdicts,
+)
+from max_profile.analyze.report import build_report
+from max_profile.model import (
+    Finding,
+    GpuInfo,
+    KernelBreakdown,
+    LatencyStats,
+    LoadLevel,
+    RawCapture,
+    Report,
+    RequestRecord,
+    StartupPhase,
+    StartupProfile,
+    UtilizationSection,
+)
+
+B1 = Path(__file__).parent / "data" / "h200" / "session7" / "run_b1_raw.json.gz"
+_built: dict[str, Report] = {}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _built_here() -> None:
+    _built.clear()
+
+
+def a_run() -> Report:
+    if "a" not in _built:
+        # without its start-up section (tested on its own below): the lines and verdicts of the steps and kernels
+        _built["a"] = msgspec.structs.replace(build_report(RawCapture.load(str(B1))), startup=None)
+    return _built["a"]
+
+
+def slower_decode(r: Report, factor: float, every: int = 1) -> Report:
+    """The run with every ``every``-th decode step ``factor`` times longer (its end moved)."""
+    steps = [
+        msgspec.structs.replace(s, end_ns=s.start_ns + int((s.end_ns - s.start_ns) * factor))
+        if s.phase == "decode" and s.index % every == 0
+        else s
+        for s in r.steps
+    ]
+    return msgspec.structs.replace(r, steps=steps)
+
+
+def per_token(r: Report) -> list[float]:
+    return [s.duration_ns / 1e6 / s.batch_size for s in r.steps if s.phase == "decode" and s.batch_size > 0]
+
+
+def line(result_lines: list[DiffLine], metric: str) -> DiffLine:
+    return next(x for x in result_lines if x.metric == metric)
+
+
+def test_a_slower_decode_is_a_significant_regression_with_its_numbers() -> None:
+    a = a_run()
+    b = slower_decode(a, 1.10)
+    got = diff_reports(a, b, a_label="base", b_label="new")
+    assert (got.a, got.b, got.comparable, got.reasons, got.forced, got.fail_above_pct) == (
+        "base",
+        "new",
+        True,
+        [],
+        False,
+        5.0,
+    )
+    d = line(got.lines, "decode per token (host step time)")
+    va, vb = per_token(a), per_token(b)
+    assert d.unit == "ms/token" and d.samples == (len(va), len(vb))
+    assert d.a == float(np.median(va)) and d.b == float(np.median(vb))
+    assert d.delta == d.b - d.a and d.delta_pct == 100 * d.delta / d.a
+    assert d.p_value == float(mannwhitneyu(va, vb, alternative="two-sided").pvalue)
+    assert d.significant and d.regression and got.regression
+    assert got.verdicts[0] == (
+        f"REGRESSION: decode per token (host step time) {d.delta_pct:+.1f} % (p < 0.001), {d.delta:+.3g} ms/token"
+    )
+    # the same slowdown under a higher threshold: significant, slower, not a regression
+    lenient = diff_reports(a, b, fail_above_pct=20.0)
+    d20 = line(lenient.lines, "decode per token (host step time)")
+    assert d20.significant and not d20.regression and not lenient.regression
+    assert lenient.verdicts[0].startswith("slower: decode per token (host step time) +")
+    faster = diff_reports(b, a)
+    assert line(faster.lines, "decode per token (host step time)").delta < 0
+    assert faster.verdicts[0].startswith("faster: decode per token") and not faster.regression
+
+
+def test_the_same_run_changes_nothing() -> None:
+    a = a_run()
+    got = diff_reports(a, a)
+    assert not got.regression and all(not x.significant for x in got.lines)
+    assert got.verdicts == [f"no significant change (Mann-Whitney U at alpha {ALPHA:g}; threshold 5 %)"]
+    d = line(got.lines, "decode per token (host step time)")
+    assert d.delta == 0.0 and d.p_value == float(mannwhitneyu(per_token(a), per_token(a)).pvalue)
+    # a stricter alpha, a threshold of 2.5 %: said as given
+    assert diff_reports(a, a, alpha=0.05, fail_above_pct=2.5).verdicts == [
+        "no significant change (Mann-Whitney U at alpha 0.05; threshold 2.5 %)"
+    ]
+
+
+def test_few_steps_or_constant_samples_are_no_test() -> None:
+    a = a_run()
+    decode = [s for s in a.steps if s.phase == "decode"]
+    few = msgspec.structs.replace(a, steps=[s for s in a.steps if s.phase != "decode"] + decode[: MIN_SAMPLES - 1])
+    got = line(diff_reports(few, slower_decode(a, 2.0)).lines, "decode per token (host step time)")
+    assert got.p_value is None and not got.significant and got.samples == (MIN_SAMPLES - 1, len(decode))
+    enough = msgspec.structs.replace(a, steps=[s for s in a.steps if s.phase != "decode"] + decode[:MIN_SAMPLES])
+    assert line(diff_reports(enough, enough).lines, "decode per token (host step time)").p_value is not None
+
+    def constant(r: Report, ns: int) -> Report:
+        return msgspec.structs.replace(
+            r, steps=[msgspec.structs.replace(s, end_ns=s.start_ns + ns) if s.phase == "decode" else s for s in r.steps]
+        )
+
+    same = line(diff_reports(constant(a, 2_000_000), constant(a, 2_000_000)).lines, "decode per token (host step time)")
+    assert same.p_value == 1.0 and not same.significant  # identical and constant: no difference to test
+    moved = line(
+        diff_reports(constant(a, 2_000_000), constant(a, 3_000_000)).lines, "decode per token (host step time)"
+    )
+    assert moved.significant and moved.delta_pct == 50.0
+
+
+def test_kernel_lines_per_phase_and_family() -> None:
+    a = a_run()
+    k = a.kernels
+    assert isinstance(k, KernelBreakdown)
+    slower = [
+        msgspec.structs.replace(
+            p,
+            families={f: ms * (1.5 if f == "gemv" else 1.0) for f, ms in p.families.items()},
+            kernel_ms=p.kernel_ms + 0.5 * p.families.get("gemv", 0.0),
+        )
+        if p.phase == "decode"
+        else p
+        for p in k.per_step
+    ]
+    b = msgspec.structs.replace(a, kernels=msgspec.structs.replace(k, per_step=slower, gpu_busy_pct=90.0))
+    got = diff_reports(a, b)
+    metrics = [x.metric for x in got.lines]
+    decode_rows = [p for p in k.per_step if p.phase == "decode"]
+    gemv_a = [p.families.get("gemv", 0.0) for p in decode_rows]
+    g = line(got.lines, "decode gemv per step")
+    assert g.a == float(np.median(gemv_a)) and g.b == float(np.median([1.5 * v for v in gemv_a]))
+    assert g.regression and g.unit == "ms/step"
+    total = line(got.lines, "decode kernel time per step")
+    assert total.a == float(np.median([sum(p.families.values()) for p in decode_rows]))
+    # the families in order of their medians (both runs together), those under 1 µs per step left out
+    fams = {f for p in decode_rows for f in p.families}
+    med = {f: float(np.median([p.families.get(f, 0.0) for p in decode_rows])) for f in fams}
+    shown = [
+        m.removeprefix("decode ").removesuffix(" per step")
+        for m in metrics
+        if m.startswith("decode ") and not m.startswith("decode per token")
+    ]
+    assert shown[0] == "kernel time"
+    expected = sorted(fams, key=lambda f: -(med[f] * (2.5 if f == "gemv" else 2.0)))
+    assert shown[1:] == [f for f in expected if med[f] * (1.5 if f == "gemv" else 1.0) > 0.001 or med[f] > 0.001]
+    assert "prefill kernel time per step" in metrics  # one prefill step: a line without a test
+    assert line(got.lines, "prefill kernel time per step").p_value is None
+    busy = line(got.lines, "GPU busy")
+    assert (busy.a, busy.b, busy.unit, busy.p_value) == (k.gpu_busy_pct, 90.0, "%", None)
+    assert not busy.significant and not busy.regression  # a total without a distribution: a delta, not a test
+    top = [x for x in got.lines if x.metric.startswith("kernel ")]
+    decode = next(p for p in k.phases if p.phase == "decode")
+    assert len(top) == min(10, len(decode.top_kernels))
+    assert top[0].metric == f"kernel {decode.top_kernels[0].name}"
+    assert top[0].a == decode.top_kernels[0].total_ms / decode.steps
+    verdict = next(v for v in got.verdicts if "decode gemv per step" in v)
+    assert verdict.startswith("REGRESSION: decode gemv per step +50.0 %")
+    assert "changed:" not in " ".join(got.verdicts)
+
+
+def test_comparability_reasons_and_force() -> None:
+    a = a_run()
+    cfg = dict(a.capture.model_config or {})
+
+    def cap(**fields: object) -> Report:
+        return msgspec.structs.replace(a, capture=msgspec.structs.replace(a.capture, **fields))
+
+    def env(**fields: object) -> Report:
+        return msgspec.structs.replace(a, environment=msgspec.structs.replace(a.environment, **fields))
+
+    assert comparability(a, a) == []
+    bigger = cap(model_config={**cfg, "hidden_size": 8192})
+    assert comparability(a, bigger) == ["model hidden_size: 4096 vs 8192"]
+    assert comparability(a, cap(model_config={k: v for k, v in cfg.items() if k != "hidden_size"})) == []
+    assert comparability(a, cap(model_config={**cfg, "rope_theta": 1.0})) == []  # not a shape key
+    h100 = env(gpus=[GpuInfo(key="nv0", name="NVIDIA H100")])
+    assert comparability(a, h100) == ["GPUs: NVIDIA H200 vs NVIDIA H100"]
+    assert comparability(a, env(gpus=[])) == ["GPUs: NVIDIA H200 vs none"]
+    assert comparability(a, env(gpus=[GpuInfo(key="nv0", name=None)])) == ["GPUs: NVIDIA H200 vs nv0"]
+    assert comparability(a, env(max_version="26.8.0")) == ["MAX version: 26.7.0 vs 26.8.0"]
+    assert comparability(a, env(max_version=None)) == []
+    assert comparability(a, cap(devices="gpu:0,1")) == ["devices: gpu vs gpu:0,1"]
+    assert comparability(a, cap(device_graph_capture=False)) == ["device graph capture: True vs False"]
+    assert comparability(a, cap(device_graph_capture=None)) == ["device graph capture: True vs None"]
+    k = a.kernels
+    assert isinstance(k, KernelBreakdown)
+    nsys = msgspec.structs.replace(a, kernels=msgspec.structs.replace(k, source="nsys sqlite"))
+    assert comparability(a, nsys) == ["kernel tracer: cupti vs nsys (a tracer changes the timing it measures)"]
+    assert comparability(a, msgspec.structs.replace(a, kernels=None)) == [
+        "kernel tracer: cupti vs none (a tracer changes the timing it measures)"
+    ]
+    u = a.utilization
+    assert isinstance(u, UtilizationSection)
+    slow_clock = msgspec.structs.replace(
+        u, gpus=[msgspec.structs.replace(g, mean_sm_clock_mhz=1980 * 0.94) for g in u.gpus]
+    )
+    assert comparability(a, msgspec.structs.replace(a, utilization=slow_clock)) == [
+        f"mean SM clock: 1980 vs {1980 * 0.94:.0f} MHz"
+    ]
+    near = msgspec.structs.replace(u, gpus=[msgspec.structs.replace(g, mean_sm_clock_mhz=1980 * 0.96) for g in u.gpus])
+    assert comparability(a, msgspec.structs.replace(a, utilization=near)) == []  # within 5 %
+    throttled = Finding(
+        id="throttled", severity="warning", title="t", evidence={"reasons": "hw_thermal_slowdown"}, confidence=0.9
+    )
+    hot = msgspec.structs.replace(a, findings=[throttled])
+    assert comparability(hot, a) == ["A was clock-throttled (hw_thermal_slowdown)"]
+    info = msgspec.structs.replace(throttled, severity="info")
+    assert comparability(a, msgspec.structs.replace(a, findings=[info])) == []
+    # a start-up diff across MAX versions is what it is for
+    su = cap(target="startup")
+    assert (
+        comparability(
+            su, msgspec.structs.replace(su, environment=msgspec.structs.replace(a.environment, max_version="26.8.0"))
+        )
+        == []
+    )
+    # refused unless forced; forced, the lines are there and the result says so
+    refused = diff_reports(a, bigger)
+    assert not refused.comparable and refused.lines == [] and not refused.forced and not refused.regression
+    forced = diff_reports(a, bigger, force=True)
+    assert forced.forced and not forced.comparable and forced.lines
+    assert not diff_reports(a, a, force=True).forced  # nothing to force
+
+
+def _startup(total: float, cache: str, key: dict[str, str], **phases: float) -> StartupProfile:
+    return StartupProfile(
+        total_s=total,
+        phases=[StartupPhase(name=n.replace("_", " "), seconds=s) for n, s in phases.items()],
+        cache=cache,
+        cache_reason="miss: profiling is new" if cache != "hit" else "hit",
+        compile_key=key,
+    )
+
+
+def test_startup_lines_and_verdicts() -> None:
+    a = _startup(40.0, "hit", {"profiling": "off", "max_version": "26.7.0"}, compile=2.0, weights=10.0, tiny=0.2)
+    b = _startup(100.0, "miss", {"profiling": "on", "max_version": "26.7.0"}, compile=62.0, weights=9.7, tiny=0.4)
+    assert startup_verdicts(a, b) == [
+        "start-up 40.0 s -> 100.0 s (+150 %); compile cache hit -> miss (miss: profiling is new)",
+        "compile key changed: profiling: off -> on",
+        "largest change: compile +60.0 s",
+    ]
+    same = startup_verdicts(a, a)
+    assert same == ["start-up 40.0 s -> 40.0 s (+0 %); compile cache hit -> hit"]  # no key change, no move
+    assert startup_verdicts(a, a, "26.7.0", "26.8.0")[1] == "compile key changed: MAX 26.7.0 -> 26.8.0"
+    versioned = _startup(40.0, "hit", {"profiling": "off", "max_version": "26.8.0"})
+    assert startup_verdicts(a, versioned, "26.7.0", "26.8.0")[1] == "compile key changed: max_version: 26.7.0 -> 26.8.0"
+    zero = _startup(0.0, "hit", {})
+    assert startup_verdicts(zero, a)[0].startswith("start-up 0.0 s -> 40.0 s (new)")
+    small = _startup(40.1, "hit", {"profiling": "off", "max_version": "26.7.0"}, compile=2.4, weights=10.0, tiny=0.2)
+    assert startup_verdicts(a, small)[-1] == "start-up 40.0 s -> 40.1 s (+0 %); compile cache hit -> hit"  # < 0.5 s
+    new_phase = _startup(41.0, "hit", {}, compile=2.0, weights=10.0, tiny=0.2, warmup=STARTUP_MIN_PHASE_S)
+    assert startup_verdicts(a, new_phase)[-1] == "largest change: warmup +0.5 s"
+    # as lines of a diff: the total, then each phase of either run that took 0.5 s or more in one of them
+    ra = msgspec.structs.replace(a_run(), startup=a, steps=[], kernels=None)
+    rb = msgspec.structs.replace(a_run(), startup=b, steps=[], kernels=None)
+    got = diff_reports(ra, rb)
+    assert [x.metric for x in got.lines if x.metric.startswith("start-up")] == [
+        "start-up to first token",
+        "start-up: compile",
+        "start-up: weights",
+    ]
+    assert line(got.lines, "start-up: compile").delta == 60.0 and line(
+        got.lines, "start-up: weights"
+    ).delta == pytest.approx(-0.3)
+    assert got.verdicts[:3] == startup_verdicts(a, b, "26.7.0", "26.7.0")
+
+
+def _level(c: int, tok: float, ttft: float | None, itl: float | None) -> LoadLevel:
+    return LoadLevel(
+        concurrency=c,
+        window_s=10.0,
+        requests=10,
+        completed=10,
+        failed=0,
+        output_tokens=int(tok * 10),
+        output_tok_per_s=tok,
+        request_rate_rps=1.0,
+        ttft_ms=LatencyStats(p50=ttft, p90=None, p99=None, samples=10 if ttft else 0),
+        itl_ms=LatencyStats(p50=itl, p90=None, p99=None, samples=10 if itl else 0),
+    )
+
+
+def test_load_sweeps_compare_level_by_level() -> None:
+    base = msgspec.structs.replace(a_run(), steps=[], kernels=None)
+    ra = msgspec.structs.replace(base, load_levels=[_level(1, 100.0, 50.0, 10.0), _level(4, 300.0, 80.0, None)])
+    rb = msgspec.structs.replace(base, load_levels=[_level(1, 90.0, 55.0, 11.0), _level(16, 500.0, 90.0, 20.0)])
+    got = diff_reports(ra, rb)
+    assert [x.metric for x in got.lines] == [
+        "concurrency 1: output",
+        "concurrency 1: TTFT p50",
+        "concurrency 1: ITL p50",
+    ]  # only the levels both swept
+    out = line(got.lines, "concurrency 1: output")
+    assert (out.unit, out.delta, out.delta_pct, out.p_value) == ("tok/s", -10.0, -10.0, None)
+    assert not out.regression  # a single observation per run: a delta, never a verdict
+    assert line(got.lines, "concurrency 1: TTFT p50").delta == 5.0
+
+
+def test_serve_latency_from_the_raw_requests_else_the_summaries() -> None:
+    a = a_run()
+
+    def requests(gaps: list[float]) -> RawCapture:
+        raw = RawCapture.load(str(B1))
+        return msgspec.structs.replace(
+            raw, requests=[RequestRecord(started_ns=0, ended_ns=1, ok=True, tokens=len(gaps) + 1, itl_ms=gaps)]
+        )
+
+    from max_profile.model import ServeSummary
+
+    def served(itl: float | None, ttft: float | None) -> Report:
+        s = ServeSummary(
+            mode="kernels",
+            port=1,
+            window_s=10.0,
+            requests=1,
+            failed_requests=0,
+            output_tokens=9,
+            ttft_ms_p50=ttft,
+            ttft_ms_p90=None,
+            itl_ms_p50=itl,
+            itl_ms_p90=None,
+            tokens_per_s=None,
+            time_to_ready_s=None,
+        )
+        return msgspec.structs.replace(a, serve=s, steps=[], kernels=None)
+
+    ra, rb = served(10.0, 50.0), served(12.0, 60.0)
+    rng = np.random.default_rng(7)
+    ga, gb = list(rng.normal(10.0, 0.5, 40)), list(rng.normal(12.0, 0.5, 40))
+    got = diff_reports(ra, rb, a_raw=requests(ga), b_raw=requests(gb))
+    itl = line(got.lines, "serve inter-token latency")
+    assert itl.a == float(np.median(ga)) and itl.samples == (40, 40) and itl.significant and itl.regression
+    ttft = line(got.lines, "serve time to first token p50")
+    assert (ttft.a, ttft.b, ttft.p_value) == (50.0, 60.0, None)
+    no_raw = diff_reports(ra, rb)
+    p50 = line(no_raw.lines, "serve inter-token latency p50")
+    assert (p50.a, p50.b, p50.p_value, p50.significant) == (10.0, 12.0, None, False)
+    bare = diff_reports(served(None, None), served(None, None))
+    assert [x.metric for x in bare.lines if x.metric.startswith("serve")] == []
+    assert "one run is a max serve capture, the other is not" in comparability(ra, a)
+
+
+def test_verdict_wording() -> None:
+    from max_profile.analyze.diff import _verdicts
+
+    def dl(metric: str, unit: str, a: float, b: float, p: float | None, regression: bool = False) -> DiffLine:
+        return DiffLine(
+            metric=metric,
+            unit=unit,
+            a=a,
+            b=b,
+            delta=b - a,
+            delta_pct=100 * (b - a) / a if a else None,
+            p_value=p,
+            significant=p is not None,
+            regression=regression,
+        )
+
+    got = _verdicts(
+        [
+            dl("x", "ms/step", 1.0, 2.0, 0.0005, regression=True),
+            dl("y", "µs", 2.0, 1.0, 0.004),
+            dl("z", "%", 50.0, 40.0, 0.002),
+            dl("new", "ms", 0.0, 3.0, 0.003),
+            dl("quiet", "ms", 1.0, 5.0, None),
+        ],
+        5.0,
+        0.01,
+    )
+    assert got == [
+        "REGRESSION: x +100.0 % (p < 0.001), +1 ms/step",
+        "faster: y -50.0 % (p = 0.004), -1 µs",
+        "changed: z -20.0 % (p = 0.002), -10 %",
+        "slower: new new in B (p = 0.003), +3 ms",
+    ]
