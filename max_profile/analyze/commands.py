@@ -168,10 +168,11 @@ def python(cmd: Command) -> str:
             f"{_kw(a)}), print)"
         )
     elif cmd.verb == "serve":
+        a.setdefault("duration", 10)
         line = (
             "from max_profile.serve import ServePlan, free_port, run_serve_capture; raw = "
             f"run_serve_capture(ServePlan({_kw(a, {'duration': 'duration_s'})}, "
-            "duration_s=10, port=free_port(), metrics_port=free_port()), confirm=True)"
+            "port=free_port(), metrics_port=free_port()), confirm=True)"
         )
     else:
         return cli(cmd)
