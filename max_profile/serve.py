@@ -60,7 +60,7 @@ from max_profile.collect.server.server_process import (
     server_tmpdir,
     wait_ready,
 )
-from max_profile.errors import CaptureError, InputError
+from max_profile.errors import CaptureError, InputError, ToolMissingError
 from max_profile.model import (
     Capture,
     Environment,
@@ -163,7 +163,7 @@ class ServePlan:
         for c in self.custom_architectures:
             cmd += ["--custom-architectures", c]
         chosen = {"--device-graph-capture", "--no-device-graph-capture"} & set(self.extra_args)
-        if self.spec.records_kernels and self.vendor != "nvidia" and not chosen:
+        if (self.spec.op_ranges or (self.spec.records_kernels and self.vendor != "nvidia")) and not chosen:
             cmd.append("--no-device-graph-capture")
         return cmd + list(self.extra_args)
 
@@ -231,6 +231,10 @@ def check_plan(plan: ServePlan) -> None:
         raise InputError(f"unknown --mode {plan.mode!r}: use {' or '.join(SERVE_MODES)}")
     if not plan.duration_s > 0:
         raise InputError("--duration must be > 0 seconds")
+    if plan.spec.op_ranges and plan.resolved_profiling_mode() == "off":
+        if plan.profiling_mode == "off":
+            raise InputError(f"--mode {plan.mode} records MAX's op ranges: leave --profiling-mode auto (or on)")
+        raise ToolMissingError(f"--mode {plan.mode} on {plan.devices}: {MAX_GPU_NVTX_PROBLEM}; fix: {NVTX_V2_FIX}")
     if not plan.concurrency or any(c < 1 for c in plan.concurrency):
         raise InputError("--concurrency needs levels >= 1 (e.g. 1,4,16)")
     if len(plan.concurrency) > 1 and not plan.spec.sweeps:
@@ -309,6 +313,18 @@ def _kernels_recorder(plan: ServePlan, ctx: ModeContext) -> tuple[ServeRecorder,
     ), ctx.artifacts_dir
 
 
+def _ops_recorder(plan: ServePlan, ctx: ModeContext) -> tuple[ServeRecorder, str | None]:
+    """The kernels mode's worker recording with MAX's op ranges kept beside CUPTI's kernels (the whole window: an op
+    table of slices would miss the ops between them); without CUPTI the ops are the work (as --kernels nvtx-log)."""
+    return WorkerKernelRecorder(
+        ctx.tmp,
+        cupti=ctx.env.vendor == "nvidia",
+        profiling=plan.resolved_profiling_mode(),
+        progress=ctx.progress,
+        ops_beside_kernels=True,
+    ), ctx.artifacts_dir
+
+
 def _nsys_recorder(plan: ServePlan, ctx: ModeContext) -> tuple[ServeRecorder, str | None]:
     """nsys keeps its report: in a folder of its own when none is given."""
 
@@ -358,6 +374,21 @@ def _kernels_lines(plan: ServePlan) -> list[str]:
     return lines + _server_line(plan)
 
 
+def _ops_lines(plan: ServePlan) -> list[str]:
+    joined = (
+        "joined to the kernels CUPTI records in the model worker (the whole window)"
+        if plan.vendor == "nvidia"
+        else "the ops are the work here (no GPU kernel tracer)"
+    )
+    return [
+        f"recording    MAX's op ranges (MODULAR_ENABLE_PROFILING={plan.resolved_profiling_mode()}, device graphs off: "
+        f"every op launched eagerly), {joined}",
+        "mode cost    a compile key of its own, and a longer host step (2.6x on an H200); --mode kernels measures the "
+        "server's own speed",
+        *_server_line(plan),
+    ]
+
+
 def _nsys_lines(plan: ServePlan) -> list[str]:
     return [
         "server       nsys launch --session-new=max-profile-<pid>-<random> --trace=cuda,nvtx --cuda-graph-trace=node "
@@ -396,6 +427,9 @@ class ServeMode:
     make_recorder: Callable[[ServePlan, ModeContext], tuple[ServeRecorder, str | None]]
     plan_lines: Callable[[ServePlan], list[str]]
     """What the printed plan says of the mode's recording and server command."""
+    op_ranges: bool = False
+    """Needs MAX's op ranges (MODULAR_ENABLE_PROFILING=on, checked before anything starts) with every op launched
+    eagerly: device graphs off on every vendor (a graph replay runs its ops without their ranges)."""
 
 
 SERVE_MODES: dict[str, ServeMode] = {
@@ -422,6 +456,18 @@ SERVE_MODES: dict[str, ServeMode] = {
             tool=None,
             make_recorder=_kernels_recorder,
             plan_lines=_kernels_lines,
+        ),
+        ServeMode(
+            "ops",
+            "MAX's ops joined to the kernels they launched (profiling mode, device graphs off)",
+            records_kernels=True,
+            sweeps=False,
+            reference=False,
+            load_ahead=True,
+            tool=None,
+            make_recorder=_ops_recorder,
+            plan_lines=_ops_lines,
+            op_ranges=True,
         ),
         ServeMode(
             "nsys",

@@ -52,20 +52,20 @@ KernelMode = Literal["off", "cupti", "nvtx-log", "ops", "auto"]
 KERNEL_MODES: tuple[str, ...] = ("off", "cupti", "nvtx-log", "ops", "auto")
 
 
-def resolve_kernel_mode(mode: KernelMode | bool, vendor: str, nvtx_log_attached: bool) -> KernelMode:
+def resolve_kernel_mode(kernel_mode: KernelMode | bool, vendor: str, nvtx_log_attached: bool) -> KernelMode:
     """``auto``: CUPTI on NVIDIA, MAX's op ranges when an NVTX log is attached, else off. True means CUPTI.
     ``ops``: MAX's op ranges joined to CUPTI's kernels on NVIDIA; elsewhere the op ranges are the work (nvtx-log)."""
-    if mode is True:
+    if kernel_mode is True:
         return "cupti"
-    if mode is False:
+    if kernel_mode is False:
         return "off"
-    if mode not in KERNEL_MODES:
-        raise InputError(f"kernels={mode!r}: use one of {', '.join(KERNEL_MODES)}")
-    if mode == "auto":
+    if kernel_mode not in KERNEL_MODES:
+        raise InputError(f"kernels={kernel_mode!r}: use one of {', '.join(KERNEL_MODES)}")
+    if kernel_mode == "auto":
         return "cupti" if vendor == "nvidia" else "nvtx-log" if nvtx_log_attached else "off"
-    if mode == "ops" and vendor != "nvidia":
+    if kernel_mode == "ops" and vendor != "nvidia":
         return "nvtx-log"
-    return mode
+    return kernel_mode
 
 
 def attached_nvtx_log() -> str | None:

@@ -222,3 +222,33 @@ def test_far_below_and_the_warning_size() -> None:
     just_under = Thresholds(slow_matmul_roofline_pct=20.0)  # 20 % is not under 20 %
     again = [f for f in evaluate(slowed, just_under) if f.id == "op-below-roofline" and f.evidence["phase"] == "decode"]
     assert " far " not in again[0].title
+
+
+def test_a_servers_ops_capture_points_to_the_server_as_max_runs_it() -> None:
+    """``serve --mode ops``: the mode's idle verdicts send to ``serve --mode kernels`` (device graphs as MAX runs them),
+    not to a generation."""
+    from max_profile.model import ServeSummary
+
+    r = report(OPS_A)
+    served = msgspec.structs.replace(
+        r,
+        serve=ServeSummary(
+            mode="ops",
+            port=8000,
+            window_s=10.0,
+            requests=5,
+            failed_requests=0,
+            output_tokens=320,
+            ttft_ms_p50=None,
+            ttft_ms_p90=None,
+            itl_ms_p50=None,
+            itl_ms_p90=None,
+            tokens_per_s=None,
+            time_to_ready_s=None,
+        ),
+    )
+    idle = [f for f in evaluate(served) if f.id == "host-bound"]
+    assert idle and all(f.command is not None and f.command.verb == "serve" for f in idle)
+    assert idle[0].command is not None and idle[0].command.args["mode"] == "kernels"
+    plain = [f for f in r.findings if f.id == "host-bound"]
+    assert plain[0].command is not None and plain[0].command.verb == "run"

@@ -409,6 +409,23 @@ def test_kernel_modes_keep_maxs_device_graphs_on_nvidia_only(tiny_model_dir: Pat
         == 1
     )
     assert "--cuda-graph-trace=node" in _plan(tiny_model_dir, mode="nsys", vendor="nvidia").describe()
+    # the ops mode needs every op launched eagerly, with its range: graphs off on NVIDIA too, unless the user says on
+    assert "--no-device-graph-capture" in cmd(mode="ops", vendor="nvidia")
+    assert "--no-device-graph-capture" not in cmd(mode="ops", vendor="nvidia", extra_args=["--device-graph-capture"])
+
+
+def test_ops_mode_on_the_cpu_records_maxs_ops(tiny_model_dir: Path) -> None:
+    """`serve --mode ops` on the CPU: no GPU kernel tracer, so MAX's op ranges are the work (as `--kernels nvtx-log`),
+    with the worker's steps; the server runs with device graphs off and the capture says which mode recorded it."""
+    plan = _plan(tiny_model_dir, mode="ops", warm=False, duration_s=2.0)
+    raw = capture_raw(plan, confirm=True)
+    assert raw.capture.collectors == ["serve:ops"] and raw.capture.profiling_mode == "on"
+    assert raw.kernel_source == "nvtx-log (model worker ops, host time)" and len(raw.kernels)
+    assert not len(raw.op_ranges)  # beside kernels only where CUPTI recorded them (NVIDIA)
+    report = build_report(raw)
+    k = report.kernels
+    assert isinstance(k, KernelBreakdown) and any(p.phase == "decode" for p in k.phases)
+    assert "--no-device-graph-capture" in report.serve.commands[0]  # type: ignore[union-attr]
 
 
 def test_reference_window_is_planned_for_kernels_mode_and_can_be_skipped(tiny_model_dir: Path) -> None:

@@ -34,7 +34,8 @@ def test_each_mode_builds_its_own_recorder_and_says_its_plan(name: str, tiny_mod
     described = p.describe(width=400)
     for line in p.spec.plan_lines(p):
         assert line in described
-    assert ("--no-device-graph-capture" in p.serve_command()) is False  # NVIDIA keeps graphs: its tracers see into them
+    # NVIDIA keeps graphs (its tracers see into them), unless the mode records MAX's op ranges (ops launched eagerly)
+    assert ("--no-device-graph-capture" in p.serve_command()) == SERVE_MODES[name].op_ranges
     other = plan(name, tiny_model_dir, vendor="amd")
     assert ("--no-device-graph-capture" in other.serve_command()) == SERVE_MODES[name].records_kernels
 
@@ -49,7 +50,7 @@ def test_sweeps_only_where_the_mode_records_several_windows(tiny_model_dir: Path
         else:
             with pytest.raises(InputError, match="one window per server: sweep with --mode utilization or kernels"):
                 check_plan(p)
-    with pytest.raises(InputError, match="unknown --mode 'gpu': use utilization or kernels or nsys or rocprof"):
+    with pytest.raises(InputError, match="unknown --mode 'gpu': use utilization or kernels or ops or nsys or rocprof"):
         serve_mode("gpu")
 
 
@@ -62,3 +63,33 @@ def test_no_code_outside_the_registry_branches_on_a_serve_mode_name() -> None:
             if branch.search(line) and "kernel_mode" not in line and "profiling_mode" not in line:
                 found.append(f"{path.relative_to(REPO)}:{lineno}: {line.strip()}")
     assert not found, found
+
+
+def test_ops_mode_needs_maxs_op_ranges_before_anything_starts(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``serve --mode ops``: MAX's profiling mode must be on (its op ranges); asked off, or on a GPU where MAX cannot
+    run it (CUDA 13 without CUDA 12's NVTX v2 library), the plan is refused with the fix, before the server or the
+    load."""
+    from max_profile.errors import ToolMissingError
+    from max_profile.serve import free_port
+
+    ports = {"port": free_port(), "metrics_port": free_port()}
+    check_plan(plan("ops", tiny_model_dir, **ports))  # a CPU: MAX's op ranges always work
+    with pytest.raises(InputError, match="--mode ops records MAX's op ranges: leave --profiling-mode auto"):
+        check_plan(plan("ops", tiny_model_dir, profiling_mode="off", **ports))
+    with pytest.raises(InputError, match="--mode ops records one window per server"):
+        check_plan(plan("ops", tiny_model_dir, concurrency=[1, 4], **ports))
+    described = plan("ops", tiny_model_dir, vendor="nvidia").describe(width=400)
+    assert (
+        "MAX's op ranges (MODULAR_ENABLE_PROFILING=on, device graphs off: every op launched eagerly), joined to the "
+        in described
+    )
+    assert "--no-device-graph-capture" in described
+    monkeypatch.setattr("max_profile.serve.max_profiling_usable", lambda devices: False)  # CUDA 13, no NVTX v2
+    gpu = ServePlan(model_path=str(tiny_model_dir), devices="gpu", mode="ops", duration_s=1.0, **ports)  # type: ignore[arg-type]
+    with pytest.raises(
+        ToolMissingError, match=r"--mode ops on gpu: MAX 26.7 on a GPU .* fix: pip install 'nvidia-nvtx-cu12"
+    ):
+        check_plan(gpu)
+    check_plan(ServePlan(model_path=str(tiny_model_dir), devices="gpu", mode="kernels", duration_s=1.0, **ports))  # type: ignore[arg-type]

@@ -80,7 +80,12 @@ def _host_command(report: Report) -> Command:
 
 def _default_run_command(report: Report) -> Command:
     """The capture's workload as MAX runs it by default (device graphs as MAX decides, kernels recorded as ``auto``
-    records them): the run that judges host time after a ``--kernels ops`` capture, whose graphs the mode turned off."""
+    records them): the run that judges host time after a ``--kernels ops`` capture, whose graphs the mode turned off (a
+    server: ``serve --mode kernels``)."""
+    if report.serve is not None:  # serve --mode ops: the same server in the kernels mode (device graphs as MAX runs)
+        return for_model(
+            report, "serve", mode="kernels", comment="the server as MAX runs it: its steps judge host time"
+        )
     run = for_model(report, "run", comment="MAX's default run of this workload: its steps judge the host's time")
     return msgspec.structs.replace(run, args={k: v for k, v in run.args.items() if k != "device_graph_capture"})
 

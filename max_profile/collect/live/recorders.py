@@ -391,6 +391,15 @@ OPS_MODE_NOTE = (
     "step times are those of this mode, not of MAX's default run (compare with --kernels auto for those)"
 )
 """Said in every ``--kernels ops`` capture (issue 35: the mode's own cost)."""
+NO_OPS_IN_WINDOW = (
+    "the NVTX log has no MAX op ranges in the profiled window: MAX emits them only with MODULAR_ENABLE_PROFILING=on "
+    "set before the model is loaded"
+)
+SERVE_OPS_MODE_NOTE = (
+    "serve --mode ops changes what it measures: MODULAR_ENABLE_PROFILING=on is a compile key of its own, device graphs "
+    "are off (every op launched eagerly, with its NVTX range) and CUPTI records the whole window: the server's step "
+    "times and tokens/s are this mode's (--mode kernels measures the server as MAX runs it)"
+)
 
 
 class NvtxLogRecorder:
@@ -439,10 +448,7 @@ class NvtxLogRecorder:
             raw.op_ranges = table
             raw.notes.append(OPS_MODE_NOTE)
             if not len(table):
-                raw.notes.append(
-                    "the NVTX log has no MAX op ranges in the profiled window: MAX emits them only with "
-                    "MODULAR_ENABLE_PROFILING=on set before the model is loaded"
-                )
+                raw.notes.append(NO_OPS_IN_WINDOW)
             return
         raw.kernels, raw.ranges = table, ranges
         raw.kernel_source = "nvtx-log (MAX op ranges, host time)"

@@ -29,7 +29,13 @@ import msgspec
 
 from max_profile.collect.live.cupti_native import build_cupti_library
 from max_profile.collect.live.nvtx_log import build_injection_library
-from max_profile.collect.live.recorders import ProcessTool, Recorder, ops_in_window
+from max_profile.collect.live.recorders import (
+    NO_OPS_IN_WINDOW,
+    SERVE_OPS_MODE_NOTE,
+    ProcessTool,
+    Recorder,
+    ops_in_window,
+)
 from max_profile.collect.readers.nsys import export_sqlite, merge_trace, read_nsys_sqlite
 from max_profile.collect.readers.rocprof import rocprof_csv_capture
 from max_profile.collect.server import serve_profilers as sp
@@ -119,8 +125,13 @@ class WorkerKernelRecorder(UtilizationRecorder):
         progress: Progress,
         record_share: float = 1.0,
         slice_s: float = 0.5,
+        ops_beside_kernels: bool = False,
     ) -> None:
         self.tmp = tmp
+        self.mode = "ops" if ops_beside_kernels else "kernels"
+        self.ops_beside_kernels = ops_beside_kernels
+        """``serve --mode ops``: MAX's op ranges go beside CUPTI's kernels (``raw.op_ranges``, joined by the report)
+        instead of standing in for them."""
         self.record_share, self.slice_s = record_share, slice_s
         self.window_plans: dict[int, dict[str, object]] = {}
         """Server window -> what the worker records in it, instead of the share above (``benchmarks/serve_ab.py``'s
@@ -232,6 +243,10 @@ class WorkerKernelWindow:
                     m.coverage[self.index] = coverage
                 if kernels is not None and len(kernels):
                     raw.kernels = KernelTable.concat([raw.kernels, kernels])
+                    if m.ops_beside_kernels:
+                        raw.op_ranges = KernelTable.concat([raw.op_ranges, op_table])
+                        said = [SERVE_OPS_MODE_NOTE] + ([] if len(op_table) else [NO_OPS_IN_WINDOW])
+                        raw.notes = [*raw.notes, *(n for n in said if n not in raw.notes)]
                     raw.kernel_source = "cupti (model worker" + (coverage.describe() if coverage else "") + ")"
                     if coverage is not None:
                         if coverage.sampled:
