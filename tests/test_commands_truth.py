@@ -34,10 +34,11 @@ from max_profile.model import (
     KernelBreakdown,
     RawCapture,
     Report,
-    ServeSummary,
     Unavailable,
     Workload,
 )
+
+from .builders import serve_summary
 
 B1 = Path(__file__).parent / "data" / "h200" / "session7" / "run_b1_raw.json.gz"
 _built: dict[str, Report] = {}
@@ -78,23 +79,7 @@ def test_the_workload_from_the_capture_else_its_steps() -> None:
         9,
         7,
     )
-    served = msgspec.structs.replace(
-        said,
-        serve=ServeSummary(
-            mode="kernels",
-            port=1,
-            window_s=1.0,
-            requests=1,
-            failed_requests=0,
-            output_tokens=1,
-            ttft_ms_p50=None,
-            ttft_ms_p90=None,
-            itl_ms_p50=None,
-            itl_ms_p90=None,
-            tokens_per_s=None,
-            time_to_ready_s=None,
-        ),
-    )
+    served = msgspec.structs.replace(said, serve=serve_summary())
     assert workload_of(served) == said.capture.workload  # a server's steps say nothing of one generation
     assert workload_of(msgspec.structs.replace(r, steps=[])) == Workload()
 
@@ -268,20 +253,7 @@ def test_a_servers_deep_dive_is_a_generation_at_its_decode_batch() -> None:
     r = base()
     k = r.kernels
     assert isinstance(k, KernelBreakdown)
-    serve = ServeSummary(
-        mode="kernels",
-        port=1,
-        window_s=1.0,
-        requests=1,
-        failed_requests=0,
-        output_tokens=1,
-        ttft_ms_p50=None,
-        ttft_ms_p90=None,
-        itl_ms_p50=None,
-        itl_ms_p90=None,
-        tokens_per_s=None,
-        time_to_ready_s=None,
-    )
+    serve = serve_summary()
     steps = [msgspec.structs.replace(s, batch_size=6) if s.phase == "decode" else s for s in r.steps]
     served = msgspec.structs.replace(r, serve=serve, steps=steps)
     decode = next(p for p in k.phases if p.phase == "decode")

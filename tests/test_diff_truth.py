@@ -37,6 +37,8 @@ from max_profile.model import (
     UtilizationSection,
 )
 
+from .builders import serve_summary
+
 B1 = Path(__file__).parent / "data" / "h200" / "session7" / "run_b1_raw.json.gz"
 _built: dict[str, Report] = {}
 
@@ -337,23 +339,8 @@ def test_serve_latency_from_the_raw_requests_else_the_summaries() -> None:
             raw, requests=[RequestRecord(started_ns=0, ended_ns=1, ok=True, tokens=len(gaps) + 1, itl_ms=gaps)]
         )
 
-    from max_profile.model import ServeSummary
-
     def served(itl: float | None, ttft: float | None) -> Report:
-        s = ServeSummary(
-            mode="kernels",
-            port=1,
-            window_s=10.0,
-            requests=1,
-            failed_requests=0,
-            output_tokens=9,
-            ttft_ms_p50=ttft,
-            ttft_ms_p90=None,
-            itl_ms_p50=itl,
-            itl_ms_p90=None,
-            tokens_per_s=None,
-            time_to_ready_s=None,
-        )
+        s = serve_summary(output_tokens=9, ttft_ms_p50=ttft, itl_ms_p50=itl)
         return msgspec.structs.replace(a, serve=s, steps=[], kernels=None)
 
     ra, rb = served(10.0, 50.0), served(12.0, 60.0)

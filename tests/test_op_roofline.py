@@ -29,6 +29,8 @@ from max_profile.analyze.rules import evaluate
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import OpBreakdown, OpRoofline, OpRow, RawCapture, Report
 
+from .builders import serve_summary
+
 H200 = Path(__file__).parent / "data" / "h200"
 OPS_A = H200 / "session17" / "ops" / "ops_a_raw.json.gz"  # the fused Llama, custom architecture, --kernels ops
 OPS_B = H200 / "session14" / "ops" / "ops_b_raw.json.gz"  # the same Llama with attention written as generic ops
@@ -227,26 +229,9 @@ def test_far_below_and_the_warning_size() -> None:
 def test_a_servers_ops_capture_points_to_the_server_as_max_runs_it() -> None:
     """``serve --mode ops``: the mode's idle verdicts send to ``serve --mode kernels`` (device graphs as MAX runs them),
     not to a generation."""
-    from max_profile.model import ServeSummary
 
     r = report(OPS_A)
-    served = msgspec.structs.replace(
-        r,
-        serve=ServeSummary(
-            mode="ops",
-            port=8000,
-            window_s=10.0,
-            requests=5,
-            failed_requests=0,
-            output_tokens=320,
-            ttft_ms_p50=None,
-            ttft_ms_p90=None,
-            itl_ms_p50=None,
-            itl_ms_p90=None,
-            tokens_per_s=None,
-            time_to_ready_s=None,
-        ),
-    )
+    served = msgspec.structs.replace(r, serve=serve_summary("ops", requests=5, output_tokens=320))
     idle = [f for f in evaluate(served) if f.id == "host-bound"]
     assert idle and all(f.command is not None and f.command.verb == "serve" for f in idle)
     assert idle[0].command is not None and idle[0].command.args["mode"] == "kernels"

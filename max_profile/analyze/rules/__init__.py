@@ -44,6 +44,16 @@ __all__ = [
     "nvml_window_long_enough",
 ]
 
+_PRICED_LEVER = (
+    "attainable_bandwidth_pct",
+    "attainable_compute_pct",
+    "kernel_floor_us",
+    "lever_warning_pct",
+    "lever_info_pct",
+    "lever_min_steps",
+)
+"""What a lever priced against the roofline decides by: the attainable peaks, the kernel floor, the lever's size."""
+
 RULES: tuple[RuleSpec, ...] = (
     RuleSpec(
         "kv-cache",
@@ -96,45 +106,15 @@ RULES: tuple[RuleSpec, ...] = (
         rule_matmul,
         ("matmul-slow-path", "matmul-below-roofline"),
         ("ledger", "gpu_kernels"),
-        (
-            "slow_matmul_share_pct",
-            "slow_matmul_roofline_pct",
-            "attainable_bandwidth_pct",
-            "attainable_compute_pct",
-            "kernel_floor_us",
-            "lever_warning_pct",
-            "lever_info_pct",
-            "lever_min_steps",
-        ),
+        ("slow_matmul_share_pct", "slow_matmul_roofline_pct", *_PRICED_LEVER),
     ),
-    RuleSpec(
-        "attention",
-        rule_attention,
-        ("attention-below-roofline",),
-        ("ledger", "gpu_kernels"),
-        (
-            "attainable_bandwidth_pct",
-            "attainable_compute_pct",
-            "kernel_floor_us",
-            "lever_warning_pct",
-            "lever_info_pct",
-            "lever_min_steps",
-        ),
-    ),
+    RuleSpec("attention", rule_attention, ("attention-below-roofline",), ("ledger", "gpu_kernels"), _PRICED_LEVER),
     RuleSpec(
         "op-roofline",
         rule_op_roofline,
         ("op-below-roofline",),
         ("ledger", "gpu_kernels"),
-        (
-            "slow_matmul_roofline_pct",
-            "attainable_bandwidth_pct",
-            "attainable_compute_pct",
-            "kernel_floor_us",
-            "lever_warning_pct",
-            "lever_info_pct",
-            "lever_min_steps",
-        ),
+        ("slow_matmul_roofline_pct", *_PRICED_LEVER),
     ),
     RuleSpec(
         "gpu-bound",
