@@ -335,3 +335,28 @@ def test_why_there_is_no_next_measurement() -> None:
     missing = msgspec.structs.replace(r, findings=[], kernels=Unavailable("CUPTI missing"), utilization=Unavailable(""))
     assert no_next_reason(missing) == "none here, but not everything asked for was measured: kernels: CUPTI missing"
     assert no_next_reason(msgspec.structs.replace(r, findings=[])) == "none — the question is answered at this level"
+
+
+def test_the_next_measurement_as_said() -> None:
+    from max_profile.analyze.commands import next_measurement
+
+    r = base()
+    k = r.kernels
+    assert isinstance(k, KernelBreakdown)
+    decode = next(p for p in k.phases if p.phase == "decode")
+    norm = msgspec.structs.replace(decode.top_kernels[0], family="norm", share_pct=30.0)
+    swapped = msgspec.structs.replace(
+        r,
+        findings=[],
+        kernels=msgspec.structs.replace(
+            k, phases=[msgspec.structs.replace(p, top_kernels=[norm]) if p.phase == "decode" else p for p in k.phases]
+        ),
+    )
+    said = next_measurement(swapped)  # a norm at 30 % of decode: one Nsight Compute run
+    assert said is not None and said.startswith("max-profile kernel ")
+    assert next_measurement(swapped, Thresholds(plan_suspicious_share_pct=31.0)) is None  # the caller's threshold
+    py = msgspec.structs.replace(swapped, capture=msgspec.structs.replace(swapped.capture, interface="python"))
+    assert (next_measurement(py) or "").startswith("from max_profile.ncu_run import KernelRun, profile_kernel")
+    assert next_measurement(msgspec.structs.replace(r, findings=[_finding("host-bound")])) is None
+    gpu_ops = python(Command(verb="run", args={"model_path": "m", "devices": "gpu", "kernels": "nvtx-log"}))
+    assert gpu_ops.startswith("max_profile.restart_with_op_ranges('gpu')")
