@@ -237,3 +237,36 @@ def test_a_servers_ops_capture_points_to_the_server_as_max_runs_it() -> None:
     assert idle[0].command is not None and idle[0].command.args["mode"] == "kernels"
     plain = [f for f in r.findings if f.id == "host-bound"]
     assert plain[0].command is not None and plain[0].command.verb == "run"
+
+
+def test_group_figures_at_their_edges() -> None:
+    from max_profile.analyze.ledger import Roofs
+    from max_profile.analyze.op_roofline import _group
+
+    def row(gpu_ms: float, kernels: int) -> OpRow:
+        return OpRow(
+            op="matmulmo.matmul",
+            phase="decode",
+            calls=kernels,
+            kernels=kernels,
+            gpu_ms=gpu_ms,
+            share_pct=1.0,
+            host_ms=0.0,
+            top_kernels=["gemv"],
+        )
+
+    roofs = Roofs(bandwidth=1e12, compute=None, basis="test roofs")
+    g = _group("decode", WEIGHTS, [row(1.0, 10)], 3, 1e6, 0.0, roofs, Thresholds())
+    assert g.ms_per_step == 0.333333 and g.kernels_per_step == 3.33  # 6 and 2 decimals
+    assert g.ideal_ms_per_step == round(max(1e3 * 1e6 / 1e12, 10 / 3 * 2e-3), 6)
+    idle = _group("decode", WEIGHTS, [row(0.0, 0)], 3, 1e6, 0.0, roofs, Thresholds())
+    assert idle.pct_of_roofline == 100.0 and idle.recoverable_ms_per_step == 0.0  # no time: nothing to gain
+    assert op_role(msgspec.structs.replace(row(1.0, 1), top_kernels=[])) is None  # kernels without names: no role
+    layer1, odd = row(1.0, 4), msgspec.structs.replace(row(1.0, 3), op="lm_head")
+    assert split_weight_ops([layer1, odd], steps=2, layers=1) == [(LAYERS, [layer1]), (OUTPUT, [odd])]
+    assert split_weight_ops([layer1, odd], steps=0, layers=8) == [(WEIGHTS, [layer1, odd])]  # no steps: no split
+    r = report(OPS_A)
+    assert isinstance(r.ops, OpBreakdown)
+    raw = RawCapture.load(str(OPS_A))
+    by_config = price_ops(r.ops, r.steps, raw.capture.model_config, None, "NVIDIA H200", Thresholds())
+    assert {g.part for g in by_config} == {LAYERS, OUTPUT, ATTENTION}  # config.json alone prices them too

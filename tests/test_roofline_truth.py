@@ -285,3 +285,50 @@ def test_a_prefill_step_attends_causally_and_writes_its_kv() -> None:
         tied_embeddings=True,
     )
     assert step_cost(LLAMA, tied, batch=1, context_tokens=0)["output_bytes"] == VOCAB * H * 2  # type: ignore[index]
+
+
+def test_a_family_row_at_its_edges() -> None:
+    from max_profile.analyze.roofline import _family_row
+
+    none = _family_row("x", 0.0, 1e9, 1e12, 4.8e12, 989e12)
+    assert (none.achieved_GBps, none.achieved_TFLOPs, none.pct_of_peak_bandwidth, none.pct_of_peak_compute) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    huge = _family_row("x", 1e-3, 1e12, 1e15, 4.8e12, 989e12)  # figures large enough for every digit to show
+    assert huge.achieved_GBps == 1e9 and huge.achieved_TFLOPs == 1e9
+    assert huge.pct_of_peak_bandwidth == round(100.0 * 1e18 / 4.8e12, 1)
+    assert huge.pct_of_peak_compute == round(100.0 * 1e21 / 989e12, 1)
+    no_peaks = _family_row("x", 1.0, 1e9, 1e12, None, None)
+    assert no_peaks.pct_of_peak_bandwidth is None and no_peaks.pct_of_peak_compute is None
+
+
+def test_every_row_against_both_peaks_and_the_stored_operand() -> None:
+    fp8 = ModelWeights(
+        source="t",
+        groups={"layers": WeightGroup(bytes=DENSE, elements=DENSE, tensors=1)},
+        dtypes={"F8_E4M3": DENSE},
+        tied_embeddings=True,
+    )
+    got = decode_roofline(
+        LLAMA,
+        fp8,
+        "NVIDIA H200",
+        batch=1,
+        context_tokens=300.25,
+        step_ms=0.5,
+        family_ms_per_step={"gemv": 0.25, "attention": 0.02},
+    )
+    assert got is not None and got.operand == "fp8" and got.peak_TFLOPs == 1979.0  # the file's FP8, not the config
+    assert got.context_tokens == 300.2
+    for row in (got.step, got.kernels, *got.families):
+        assert row is not None and row.pct_of_peak_bandwidth is not None and row.pct_of_peak_compute is not None
+        assert row.ms_per_step
+        fl = row.flops_per_step / (row.ms_per_step / 1e3)
+        assert row.pct_of_peak_compute == round(100.0 * fl / 1979e12, 1)
+    unknown = _config_weights({**LLAMA, "torch_dtype": "no-such-type"})
+    assert unknown is not None and unknown[0] == 2 * DENSE  # an unknown dtype counts 2 bytes
+    one_wide = _config_weights({**LLAMA, "quantization_config": {"quant_method": "fp8", "weight_block_size": [1, 128]}})
+    assert one_wide is not None and one_wide[0] == exact(DENSE * (1.0 + 4.0 / 128))
