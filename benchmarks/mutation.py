@@ -289,6 +289,88 @@ EQUIVALENT: dict[str, str] = {
         f"max_profile.analyze.breakdown.xǁ_Namesǁ__init____mutmut_{i}": "an empty name list is indexed by no kernel"
         for i in (13, 25)
     },
+    # analyze.load
+    "max_profile.analyze.load.x_server_metrics__mutmut_20": "the loop above returned for a missing scrape: both set",
+    **{
+        f"max_profile.analyze.load.x_server_metrics__mutmut_{i}": "a suffix of None or '' is no suffix (if suffix:)"
+        for i in (35, 173, 180, 244)
+    },
+    **{
+        f"max_profile.analyze.load.x__delta__mutmut_{i}": "a missing label as None or '' groups the same; both say all"
+        for i in (20, 22, 24)
+    },
+    **{
+        f"max_profile.analyze.load.x_{fn}__mutmut_{i}": "Python numbers: float64 either way (ints: same percentiles)"
+        for fn, ids in (("latency", (10, 12)), ("histogram", (4, 6)))
+        for i in ids
+    },
+    "max_profile.analyze.load.x_histogram__mutmut_27": "clipping at the data's own minimum changes nothing",
+    **{
+        f"max_profile.analyze.load.x_in_flight__mutmut_{i}": "merged_spans drops the empty and negative spans these add"
+        for i in (18, 19, 20, 25)
+    },
+    # analyze.commands
+    "max_profile.analyze.commands.x_python__mutmut_33": "str(None) names no backend either: auto",
+    # analyze.diff: a line of one value per run (the totals, sweep levels, start-up phases, serve p50s) is under
+    # MIN_SAMPLES, so it is never tested, never significant, never a regression, whatever its flags say
+    **{
+        f"max_profile.analyze.diff.x_{fn}__mutmut_{i}": "one value per run: never tested, significant or a regression"
+        for fn, ids in (
+            (
+                "diff_reports",
+                (175, 176, 177, 178, 185, 186, 191, 192, 249, 250, 251, 258, 261)
+                + (295, 296, 297, 304, 309, 316, 317, 318, 325, 330, 336, 337, 350, 351),
+            ),
+            ("_startup_lines", (6, 7, 8, 15, 20, 35, 36, 37, 44, 47)),
+            ("_sweep_lines", (13, 14, 15, 16, 23, 24, 27, 28, 43, 44, 45, 52, 55)),
+            ("_line", (18, 28, 31, 32)),
+        )
+        for i in ids
+    },
+    "max_profile.analyze.diff.x__line__mutmut_29": "a zero delta is 0 %, above no threshold",
+    **{
+        f"max_profile.analyze.diff.x_comparability__mutmut_{i}": "a tracer's source is words split by single spaces"
+        for i in (54, 62)
+    },
+    **{
+        f"max_profile.analyze.diff.x__test__mutmut_{i}": "equal constant samples: Mann-Whitney's p is 1.0 as well"
+        for i in (15, 18)
+    },
+    "max_profile.analyze.diff.x__test__mutmut_28": "two-sided is mannwhitneyu's default alternative",
+    "max_profile.analyze.diff.x__test__mutmut_31": "a p-value equal to alpha to the last bit does not occur",
+    **{
+        f"max_profile.analyze.diff.x_diff_reports__mutmut_{i}": "zip over the equal-length step lists of one run"
+        for i in (80, 82, 83, 88, 90, 91)
+    },
+    **{
+        f"max_profile.analyze.diff.x_diff_reports__mutmut_{i}": "no families: zip() of nothing is [] anyway"
+        for i in (78, 86)
+    },
+    **{
+        f"max_profile.analyze.diff.x_diff_reports__mutmut_{i}": "no decode phase: None, 0 or 1 steps all become 1"
+        for i in (210, 216, 221, 227)
+    },
+    "max_profile.analyze.diff.x_diff_reports__mutmut_331": "a sweep against an empty one has no common level",
+    # analyze.roofline
+    **{
+        f"max_profile.analyze.roofline.x__by_name__mutmut_{i}": "no GPU name holds two table fragments of one length"
+        for i in (10, 12)
+    },
+    "max_profile.analyze.roofline.x_peak_flops__mutmut_15": "every GPU of the table has a bf16 peak",
+    **{
+        f"max_profile.analyze.roofline.x_weight_operand__mutmut_{i}": "str(None) is 'none': no fp8 either way"
+        for i in (29, 31, 41, 43)
+    },
+    "max_profile.analyze.roofline.x__config_weights__mutmut_86": "no experts: 0 expert elements either way",
+    "max_profile.analyze.roofline.x_decode_roofline__mutmut_44": "'' and None are both no kernel time",
+    **{
+        f"max_profile.analyze.roofline.x_decode_roofline__mutmut_{i}": "the datasheet peaks are whole GB/s and TFLOP/s"
+        for i in (194, 196, 198, 199, 203, 205, 207, 208)
+    },
+    # analyze.op_roofline
+    "max_profile.analyze.op_roofline.x_split_weight_ops__mutmut_3": "one op is one group either way",
+    "max_profile.analyze.op_roofline.x__group__mutmut_39": "roofline equal to the floor: the same ideal either way",
+    "max_profile.analyze.op_roofline.x_price_ops__mutmut_6": "no model description: no step cost, nothing priced",
 }
 
 

@@ -156,6 +156,8 @@ def test_top_kernels_per_decode_step_in_either_run() -> None:
     flat = diff_reports(msgspec.structs.replace(a, kernels=phaseless), a).lines
     top0 = k.top_kernels[0]
     assert line(flat, f"kernel {top0.name}").a == top0.total_ms  # one step when the run has no decode phase
+    flat_b = diff_reports(a, msgspec.structs.replace(a, kernels=phaseless)).lines
+    assert line(flat_b, f"kernel {top0.name}").b == top0.total_ms
 
 
 def test_a_regression_of_exactly_the_threshold_is_not_one() -> None:
@@ -250,3 +252,15 @@ def test_serve_latency_lines_need_both_runs_requests(metric: str) -> None:
     assert metric not in [x.metric for x in got.lines]
     both = diff_reports(a, a, a_raw=gaps, b_raw=gaps)
     assert line(both.lines, metric).unit == "ms" and line(both.lines, metric).samples == (9, 9)
+
+
+def test_a_spread_sample_against_a_constant_one_is_tested() -> None:
+    from scipy.stats import mannwhitneyu
+
+    from max_profile.analyze.diff import _test
+
+    spread, constant = [1.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0], [2.0] * 8  # the same median, more above it
+    for a, b in ((spread, constant), (constant, spread)):
+        p, significant = _test(a, b, 0.01)
+        assert p == float(mannwhitneyu(a, b, alternative="two-sided").pvalue) and p < 1.0 and not significant
+    assert _test(constant, constant, 0.01) == (1.0, False)
