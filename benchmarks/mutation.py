@@ -1,8 +1,8 @@
 """Mutation testing of the analysis (``max_profile/analyze``) with mutmut: which single-token changes of the code the
 fast rule and capture tests notice, and a report of those they do not.
 
-    python benchmarks/mutation.py [--max-children 2] [--module DOTTED ...] [--report benchmarks/mutation_report.md]
-    [--skip-run | --recheck]
+    python benchmarks/mutation.py [--max-children 2] [--module DOTTED ... | --function MODULE:FUNCTION ...]
+    [--report benchmarks/mutation_report.md] [--skip-run | --recheck]
 
 Runs ``mutmut run`` from the repository root with the ``[tool.mutmut]`` settings of pyproject.toml (the analysis
 modules; the test files named there, in one process each, stopping at the first failure), then reads every mutant's
@@ -34,7 +34,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -397,11 +397,19 @@ def log_run(modules: list[str]) -> None:
     RUNS.write_text(json.dumps(runs, indent=1) + "\n")
 
 
-def run(max_children: int, modules: list[str]) -> int:
+def function_pattern(spec: str) -> str:
+    """``MODULE:FUNCTION`` (``*`` for every function of the module itself, not of its submodules) as mutmut's name
+    pattern for that function's mutants."""
+    module, _, function = spec.partition(":")
+    return f"{module}.x_{function or '*'}__mutmut_*"
+
+
+def run(max_children: int, modules: list[str], functions: Sequence[str] = ()) -> int:
     """A fresh run: mutmut keeps a mutant's result from an earlier run (a test added since never gets to kill it) unless
-    the mutant is named, so the previous ``mutants/`` folder goes first."""
+    the mutant is named, so the previous ``mutants/`` folder goes first. ``functions``: only those functions' mutants
+    (``MODULE:FUNCTION``), e.g. the functions a change touched since the module ran."""
     shutil.rmtree(REPO / "mutants", ignore_errors=True)
-    names = [f"{m}.*" for m in modules]
+    names = [f"{m}.*" for m in modules] + [function_pattern(f) for f in functions]
     return subprocess.call([*MUTMUT, "run", "--max-children", str(max_children), *names], cwd=REPO)
 
 
@@ -717,6 +725,14 @@ def main() -> int:
         "[tool.mutmut]",
     )
     ap.add_argument(
+        "--function",
+        action="append",
+        default=[],
+        metavar="MODULE:FUNCTION",
+        help="mutate only this function (e.g. max_profile.analyze.rules.levers:rule_op_roofline; FUNCTION * for every "
+        "function of the module itself; repeatable): the functions a change touched since their module ran",
+    )
+    ap.add_argument(
         "--root",
         default=str(REPO),
         help="--recheck in the mutants/ folder under this folder (with its pyproject.toml): a copy of a run's, so the "
@@ -734,9 +750,10 @@ def main() -> int:
         results = recheck(args.module, args.max_children, Path(args.root))
         log_run([f"recheck of the survivors of {m}" for m in args.module] or ["recheck of all survivors"])
     elif not args.skip_run:
-        run(args.max_children, args.module)
-        results = merge_results(args.module)
-        log_run(args.module)
+        run(args.max_children, args.module, args.function)
+        touched = sorted({*args.module, *(f.partition(":")[0] for f in args.function)})
+        results = merge_results(touched)
+        log_run([*args.module, *(f"{f} (that function)" for f in args.function)])
     else:
         results = json.loads(RESULTS.read_text())
     report(Path(args.report), results)
