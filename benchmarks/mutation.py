@@ -371,6 +371,9 @@ EQUIVALENT: dict[str, str] = {
     "max_profile.analyze.op_roofline.x_split_weight_ops__mutmut_3": "one op is one group either way",
     "max_profile.analyze.op_roofline.x__group__mutmut_39": "roofline equal to the floor: the same ideal either way",
     "max_profile.analyze.op_roofline.x_price_ops__mutmut_6": "no model description: no step cost, nothing priced",
+    # analyze.report
+    "max_profile.analyze.report.x_decode_cost_of__mutmut_20": "'' and None are both no family times",
+    "max_profile.analyze.report.x_build_report__mutmut_77": "1 ns more of a sampling interval moves no recorded sample",
 }
 
 

@@ -247,3 +247,57 @@ def test_the_decode_cost_models_inputs() -> None:
     assert decode_cost_of(msgspec.structs.replace(r, steps=[s for s in r.steps if s.phase != "decode"])) is None
     bare = msgspec.structs.replace(r, capture=msgspec.structs.replace(r.capture, model_config=None, model_weights=None))
     assert decode_cost_of(bare) is None
+
+
+def test_a_trace_clock_ledger_keeps_the_trace_window() -> None:
+    raw = capture()
+    first, last = min(s.start_ns for s in raw.steps), max(s.end_ns for s in raw.steps)
+    host = build_report(raw).ledger
+    assert isinstance(host, StepLedger) and host.window_ms == (last - first) / 1e6
+    wide = (first - 5_000_000, last + 5_000_000)
+    trace = msgspec.structs.replace(
+        raw, kernel_clock="trace", trace_window_ns=wide, recorded_spans=[(first, first + 1_000_000)]
+    )
+    from max_profile.analyze.report import ledger_of
+
+    lg = ledger_of(trace, build_report(raw), list(raw.steps), (first, last), Thresholds())
+    # the trace's own window (10 ms wider), and no host-clock slices applied to it
+    assert isinstance(lg, StepLedger) and lg.window_ms == (wide[1] - wide[0]) / 1e6
+
+
+def test_report_fields_carried_over_and_said() -> None:
+    from max_profile.model import PreflightResult
+
+    raw = capture()
+    check = PreflightResult(spec="custom_archs/llama_custom", max_version="26.7.0", checks=[])
+    r = build_report(msgspec.structs.replace(raw, preflight=[check]), tool_version="9.9")
+    assert r.tool_version == "9.9" and r.preflight == [check]
+    assert "host step(s) with invalid timestamps" not in notes(r)  # none left out: nothing said
+    served = build_report(msgspec.structs.replace(raw, serve=ServeRun(mode="kernels", port=1)))
+    assert served.step_summary.source == "model worker steps"  # type: ignore[union-attr]
+    raw_sampled = msgspec.structs.replace(
+        synthetic([1.0] * 12, [DENSE] * 12, samples=_samples(50.0, 0.5, [])), sample_source="pynvml (1 s)"
+    )
+    sampled = build_report(raw_sampled)
+    assert isinstance(sampled.utilization, UtilizationSection) and sampled.utilization.source == "pynvml (1 s)"
+
+
+def test_the_decode_cost_model_without_a_decode_phase_or_context() -> None:
+    r = build_report(RawCapture.load(str(H200 / "session7" / "run_b32_raw.json.gz")))
+    k = r.kernels
+    assert isinstance(k, KernelBreakdown)
+    no_phase = msgspec.structs.replace(
+        r, kernels=msgspec.structs.replace(k, phases=[p for p in k.phases if p.phase != "decode"])
+    )
+    cost = decode_cost_of(no_phase)
+    assert cost is not None and cost.kernels is None and cost.families == []
+    no_steps = msgspec.structs.replace(
+        r, kernels=msgspec.structs.replace(k, phases=[msgspec.structs.replace(p, steps=0) for p in k.phases])
+    )
+    assert decode_cost_of(no_steps).kernels is None  # type: ignore[union-attr]
+    decode = [s for s in r.steps if s.phase == "decode"]
+    idle = [msgspec.structs.replace(s, batch_size=0, index=10_000 + i) for i, s in enumerate(decode * 2)]
+    padded = msgspec.structs.replace(r, steps=[*r.steps, *idle])
+    assert decode_cost_of(padded).batch == decode_cost_of(r).batch  # type: ignore[union-attr]  # idle steps left out
+    unknown = msgspec.structs.replace(r, steps=[msgspec.structs.replace(s, context_tokens=None) for s in r.steps])
+    assert decode_cost_of(unknown).context_tokens == 0.0  # type: ignore[union-attr]
