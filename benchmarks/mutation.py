@@ -311,6 +311,9 @@ EQUIVALENT: dict[str, str] = {
     },
     # analyze.commands
     "max_profile.analyze.commands.x_python__mutmut_33": "str(None) names no backend either: auto",
+    "max_profile.analyze.commands.x__row_in__mutmut_3": "no phase asked: no phase of the breakdown is named None",
+    "max_profile.analyze.commands.x__row_in__mutmut_19": "no phase row: 0 or 1 steps give no step to skip into",
+    "max_profile.analyze.commands.x_launch_skip_for__mutmut_17": "no steps: min(2, max(-1, 0)) is 0 steps in anyway",
     # analyze.diff: a line of one value per run (the totals, sweep levels, start-up phases, serve p50s) is under
     # MIN_SAMPLES, so it is never tested, never significant, never a regression, whatever its flags say
     **{

@@ -360,3 +360,73 @@ def test_the_next_measurement_as_said() -> None:
     assert next_measurement(msgspec.structs.replace(r, findings=[_finding("host-bound")])) is None
     gpu_ops = python(Command(verb="run", args={"model_path": "m", "devices": "gpu", "kernels": "nvtx-log"}))
     assert gpu_ops.startswith("max_profile.restart_with_op_ranges('gpu')")
+
+
+def test_workloads_deep_dives_and_server_batches_at_their_edges() -> None:
+    r = msgspec.structs.replace(base(), capture=msgspec.structs.replace(base().capture, workload=None))
+    decode = [s for s in r.steps if s.phase == "decode"]
+    idle = [msgspec.structs.replace(s, batch_size=0, index=5000 + i) for i, s in enumerate(decode)]
+    assert workload_of(msgspec.structs.replace(r, steps=[*r.steps, *idle])) == workload_of(r)  # idle steps: no tokens
+    two = [
+        msgspec.structs.replace(s, batch_size=2, input_tokens=2 * s.input_tokens) if s.phase == "prefill" else s
+        for s in r.steps
+    ]
+    assert workload_of(msgspec.structs.replace(r, steps=two)).prompt_tokens == workload_of(r).prompt_tokens
+    assert cli(Command(verb="shell", args={})) == ""
+    assert say(Command(verb="run", args={}), "python").startswith("with max_profile.profile(pipeline")
+    k = r.kernels
+    assert isinstance(k, KernelBreakdown)
+    top = k.top_kernels[0]
+    # a phase the breakdown does not have: the capture's rows, no steps to skip into
+    assert launch_skip_for(r, top.name, "mixed") == top.launches_before
+    # several prefill steps: a prefill deep dive starts at the phase's first launch, not steps into it
+    pre = next(p for p in k.phases if p.phase == "prefill")
+    prow = pre.top_kernels[0]
+    many = msgspec.structs.replace(
+        k, phases=[msgspec.structs.replace(p, steps=3) if p.phase == "prefill" else p for p in k.phases]
+    )
+    assert launch_skip_for(msgspec.structs.replace(r, kernels=many), prow.name, "prefill") == prow.launches_before
+    dec = next(p for p in k.phases if p.phase == "decode")
+    drow = dec.top_kernels[0]
+    two_steps = msgspec.structs.replace(
+        k, phases=[msgspec.structs.replace(p, steps=2) if p.phase == "decode" else p for p in k.phases]
+    )
+    assert launch_skip_for(msgspec.structs.replace(r, kernels=two_steps), drow.name, "decode") == (
+        drow.launches_before + int(drow.count / 2 * 1)  # one step in: the first is the only one before the last
+    )
+    missing = kernel_command(r, "no_such_kernel", "decode")
+    assert missing.comment is None and "launch_skip" not in missing.args
+
+
+def _served(decode_batches: list[int], prefill_steps: int = 1) -> Report:
+    r = base()
+    decode = [s for s in r.steps if s.phase == "decode"][: len(decode_batches)]
+    prefill = next(s for s in r.steps if s.phase == "prefill")
+    steps = [msgspec.structs.replace(prefill, index=i, batch_size=1) for i in range(prefill_steps)]
+    steps += [msgspec.structs.replace(s, batch_size=b) for s, b in zip(decode, decode_batches, strict=True)]
+    return msgspec.structs.replace(r, serve=serve_summary(), steps=steps)
+
+
+def test_a_servers_deep_dive_batch_is_its_median_decode_batch() -> None:
+    name = base().kernels.top_kernels[0].name  # type: ignore[union-attr]
+    assert kernel_command(_served([2] * 9), name).args["batch_size"] == 2
+    assert "batch_size" not in kernel_command(_served([1] * 9), name).args  # batch 1: the run's default
+    assert "batch_size" not in kernel_command(_served([1] * 5 + [6] * 4), name).args  # median 1
+    assert kernel_command(_served([0] * 5 + [6] * 4), name).args["batch_size"] == 6  # idle steps are no batch
+    assert kernel_command(_served([6] * 9, prefill_steps=20), name).args["batch_size"] == 6  # prefill is no decode
+    assert "batch_size" not in kernel_command(_served([]), name).args  # no decode step: no batch to keep
+
+
+def test_a_servers_deep_dive_skips_a_prefill_steps_launches() -> None:
+    r = _served([6] * 64)
+    k = r.kernels
+    assert isinstance(k, KernelBreakdown)
+    dec = next(p for p in k.phases if p.phase == "decode")
+    pre = next(p for p in k.phases if p.phase == "prefill")
+    both = next(x for x in dec.top_kernels if any(y.name == x.name for y in pre.top_kernels))
+    in_prefill = next(y for y in pre.top_kernels if y.name == both.name)
+    two = msgspec.structs.replace(
+        k, phases=[msgspec.structs.replace(p, steps=2) if p.phase == "prefill" else p for p in k.phases]
+    )
+    got = launch_skip_for(msgspec.structs.replace(r, kernels=two), both.name, "decode")
+    assert got == round(in_prefill.count / 2) + int(both.count / dec.steps * DEEP_DIVE_STEPS_IN)
