@@ -27,7 +27,6 @@ from max_profile.model import (
     Finding,
     GpuInfo,
     KernelBreakdown,
-    LatencyStats,
     LoadLevel,
     RawCapture,
     Report,
@@ -38,6 +37,7 @@ from max_profile.model import (
 )
 
 from .builders import serve_summary
+from .test_latency_knee import level
 
 B1 = Path(__file__).parent / "data" / "h200" / "session7" / "run_b1_raw.json.gz"
 _built: dict[str, Report] = {}
@@ -300,18 +300,8 @@ def test_startup_lines_and_verdicts() -> None:
 
 
 def _level(c: int, tok: float, ttft: float | None, itl: float | None) -> LoadLevel:
-    return LoadLevel(
-        concurrency=c,
-        window_s=10.0,
-        requests=10,
-        completed=10,
-        failed=0,
-        output_tokens=int(tok * 10),
-        output_tok_per_s=tok,
-        request_rate_rps=1.0,
-        ttft_ms=LatencyStats(p50=ttft, p90=None, p99=None, samples=10 if ttft else 0),
-        itl_ms=LatencyStats(p50=itl, p90=None, p99=None, samples=10 if itl else 0),
-    )
+    """One level of a sweep with these medians (tests/test_latency_knee.py's builder)."""
+    return level(c, tok, itl=itl, itl_p99=itl, ttft=ttft)
 
 
 def test_load_sweeps_compare_level_by_level() -> None:
