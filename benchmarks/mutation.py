@@ -305,6 +305,12 @@ EQUIVALENT: dict[str, str] = {
         for i in ids
     },
     "max_profile.analyze.load.x_histogram__mutmut_27": "clipping at the data's own minimum changes nothing",
+    "max_profile.analyze.load.x__decode_step_ms__mutmut_14": "no step: a nan median scales by min(1, nan) = 1 anyway",
+    **{
+        f"max_profile.analyze.load.x_tracer_cost__mutmut_{i}": "no objectives as {} or None: no goodput either way"
+        for i in (17, 21)
+    },
+    "max_profile.analyze.load.x_tracing_cost_statement__mutmut_110": "a scale above 1 is never shown (>= 0.999)",
     **{
         f"max_profile.analyze.load.x_in_flight__mutmut_{i}": "merged_spans drops the empty and negative spans these add"
         for i in (18, 19, 20, 25)
@@ -354,6 +360,7 @@ EQUIVALENT: dict[str, str] = {
         for i in (210, 216, 221, 227)
     },
     "max_profile.analyze.diff.x_diff_reports__mutmut_331": "a sweep against an empty one has no common level",
+    "max_profile.analyze.diff.x__clock__mutmut_5": "no clock read: a nan mean is no reason either (nan > 5 is False)",
     # analyze.roofline
     **{
         f"max_profile.analyze.roofline.x__by_name__mutmut_{i}": "no GPU name holds two table fragments of one length"

@@ -430,3 +430,41 @@ def test_a_servers_deep_dive_skips_a_prefill_steps_launches() -> None:
     )
     got = launch_skip_for(msgspec.structs.replace(r, kernels=two), both.name, "decode")
     assert got == round(in_prefill.count / 2) + int(both.count / dec.steps * DEEP_DIVE_STEPS_IN)
+
+
+def test_the_escalation_plan_at_its_edges() -> None:
+    r = base()
+
+    def fs(*findings: Finding, **fields: object) -> Report:
+        return msgspec.structs.replace(r, findings=list(findings), **fields)
+
+    deep = Command(verb="kernel", args={}, positional=["k"])
+    light = Command(verb="run", args={"batch_size": 8})
+    # the lightly-loaded finding's own command, not the first finding's that has one
+    assert next_command(fs(_finding("x", "info", deep), _finding("lightly-loaded", "info", light))) == light
+    served = fs(_finding("tracer-overhead"), serve=serve_summary())
+    util = next_command(served)
+    assert util is not None and util.verb == "serve" and util.args["mode"] == "utilization"
+    assert util.comment == "then --mode nsys for kernels with timing kept"
+    for vendor, mode in (("nvidia", "nsys"), ("amd", "rocprof"), ("intel", "kernels")):
+        env = msgspec.structs.replace(r.environment, vendor=vendor)
+        cmd = next_command(fs(kernels=None, serve=serve_summary(), environment=env))
+        assert cmd is not None and cmd.args["mode"] == mode
+    k = r.kernels
+    assert isinstance(k, KernelBreakdown)
+    decode = next(p for p in k.phases if p.phase == "decode")
+    th = Thresholds()
+    rows = [msgspec.structs.replace(x, family="gemv", share_pct=50.0) for x in decode.top_kernels[:3]]
+    norm4 = msgspec.structs.replace(decode.top_kernels[3], family="norm", share_pct=th.plan_suspicious_share_pct)
+    fourth = msgspec.structs.replace(
+        k,
+        phases=[msgspec.structs.replace(p, top_kernels=[*rows, norm4]) if p.phase == "decode" else p for p in k.phases],
+    )
+    assert next_command(fs(kernels=fourth)) is None  # only the top three kernels are looked at
+    flat = msgspec.structs.replace(
+        k,
+        phases=[p for p in k.phases if p.phase != "decode"],
+        top_kernels=[msgspec.structs.replace(k.top_kernels[0], family="norm", share_pct=th.plan_suspicious_share_pct)],
+    )
+    cmd = next_command(fs(kernels=flat))
+    assert cmd is not None and cmd.comment is None  # no decode phase: the capture's launches, no phase to land in

@@ -264,3 +264,23 @@ def test_a_spread_sample_against_a_constant_one_is_tested() -> None:
         p, significant = _test(a, b, 0.01)
         assert p == float(mannwhitneyu(a, b, alternative="two-sided").pvalue) and p < 1.0 and not significant
     assert _test(constant, constant, 0.01) == (1.0, False)
+
+
+def test_family_lines_ordered_by_both_runs() -> None:
+    a = a_run()
+    k = kernels_of(a)
+
+    def fams(values: dict[str, float]) -> Report:
+        rows = [msgspec.structs.replace(p, families=dict(values)) if p.phase == "decode" else p for p in k.per_step]
+        return msgspec.structs.replace(a, kernels=msgspec.structs.replace(k, per_step=rows))
+
+    ra = fams({"gemv": 0.5, "norm": 0.05})
+    rb = fams({"gemv": 0.1, "norm": 0.3, "tiny_new": 0.002})
+    got = [x.metric for x in diff_reports(ra, rb).lines if x.metric.startswith("decode ") and "per step" in x.metric]
+    # by A and B together (gemv 0.6, norm 0.35, tiny_new 0.002: 0 in A), not by B alone (norm first)
+    assert got == [
+        "decode kernel time per step",
+        "decode gemv per step",
+        "decode norm per step",
+        "decode tiny_new per step",
+    ]

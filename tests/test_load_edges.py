@@ -81,6 +81,8 @@ def test_requests_at_the_window_edges() -> None:
     share, rate = in_flight([at_start, at_end, req(w0 + S, w1)], (w0, w1))
     assert share == 90.0 and rate == round(2 / 10, 4)  # ended at w0 and at w1 both count as done inside
     assert requests_in_window([at_start], (w0, w1)) == [at_start]
+    inside = req(w0 + 1, w1 - 1)
+    assert requests_in_window([at_start, inside, at_end], (w0, w1)) == [at_start, inside, at_end]
     assert requests_in_window([req(0, w0 - 1), at_end], (w0, w1)) == [at_end]
 
 
@@ -130,12 +132,12 @@ def test_rates_and_shares_with_their_decimals() -> None:
 
 
 def test_objectives_met_exactly_count_as_met() -> None:
-    exactly = req(0, S, ttft=60.0, itl=(10.0,) * 9 + (50.0,))  # p90 of the gaps: 10 + 0.1 x 40 = 14 ms
+    exactly = req(0, S, ttft=60.0, itl=tuple(float(i) for i in range(11)))  # gaps 0..10 ms: p90 exactly 9 ms
     w = LoadWindow(concurrency=1, window_ns=(0, S), requests=[exactly])
-    assert load_level(w, {"ttft": 60.0, "itl": 14.0}).slo_met_pct == 100.0
+    assert load_level(w, {"ttft": 60.0, "itl": 9.0}).slo_met_pct == 100.0
     assert load_level(w, {"ttft": 59.99}).slo_met_pct == 0.0
-    assert load_level(w, {"itl": 13.99}).slo_met_pct == 0.0  # the 90th percentile, not the 91st (14.4 ms)
-    assert load_level(w, {"itl": 14.2}).slo_met_pct == 100.0
+    assert load_level(w, {"itl": 8.99}).slo_met_pct == 0.0
+    assert load_level(w, {"itl": 9.05}).slo_met_pct == 100.0  # the 90th percentile, not the 91st (9.1 ms)
 
 
 def test_the_client_summary_of_a_window_that_does_not_start_at_zero() -> None:

@@ -418,3 +418,32 @@ def test_tracing_cost_expected_for_in_process_recording() -> None:
     )
     no_steps = tracing_cost_statement(msgspec.structs.replace(r, kernels=cupti, steps=[]))
     assert no_steps is not None and "decode step:" not in no_steps
+
+
+def test_the_recorders_cost_with_its_decimals_and_the_decode_step_it_is_scaled_by() -> None:
+    cost = tracer_cost([_traced(1, 90, reference=True, traced=False), _traced(1, 30)])
+    assert cost is not None and cost.throughput_ratio == 0.3333  # 15 / 45 tok/s, four decimals
+    r = _report(B1)
+    k = r.kernels
+    assert isinstance(k, KernelBreakdown)
+    cupti = msgspec.structs.replace(k, source="cupti (activity API)", recorded_ms=None)
+    base_steps = _steps_of(8.2)
+    low, high = MEASURED_TRACING_COST[("cupti, every step", True)]
+
+    def said(extra: list[Step]) -> str:
+        return tracing_cost_statement(msgspec.structs.replace(r, kernels=cupti, steps=[*base_steps, *extra])) or ""
+
+    expected = f"this 8.20 ms decode step: about {100 * low * 2.05 / 8.2:.1f}-{100 * high * 2.05 / 8.2:.1f} %"
+    assert expected in said([])
+    noise = [
+        msgspec.structs.replace(s, phase="prefill", end_ns=s.start_ns + 90_000_000) for s in _steps_of(1.0, n=20)
+    ]  # long prefill steps
+    idle = [msgspec.structs.replace(s, batch_size=0, end_ns=s.start_ns + 90_000_000) for s in _steps_of(1.0, n=20)]
+    empty = [msgspec.structs.replace(s, end_ns=s.start_ns) for s in _steps_of(1.0, n=20)]  # 0 ns
+    tick = [msgspec.structs.replace(s, end_ns=s.start_ns + 1) for s in _steps_of(1.0, n=4)]  # 1 ns
+    for extra in (noise, idle, empty):
+        assert expected in said(extra)  # only working decode steps of some length set the step
+    with_ticks = said(tick)  # 1 ns steps are steps: 9 of 8.2 ms and 4 of 1 ns, median 8.2 ms still
+    assert expected in with_ticks
+    more_ticks = [msgspec.structs.replace(s, end_ns=s.start_ns + 1) for s in _steps_of(1.0, n=10)]
+    assert "this 0.00 ms decode step" not in said(more_ticks) and "decode step: about" not in said(more_ticks)
