@@ -311,6 +311,8 @@ EQUIVALENT: dict[str, str] = {
         for i in (17, 21)
     },
     "max_profile.analyze.load.x_tracing_cost_statement__mutmut_110": "a scale above 1 is never shown (>= 0.999)",
+    "max_profile.analyze.load.x_tracing_cost_statement__mutmut_112": "a scale of 2 is not shown either (>= 0.999)",
+    "max_profile.analyze.load.x_tracing_cost_statement__mutmut_117": "a scale of exactly 0.999 does not occur",
     **{
         f"max_profile.analyze.load.x_in_flight__mutmut_{i}": "merged_spans drops the empty and negative spans these add"
         for i in (18, 19, 20, 25)
@@ -381,9 +383,12 @@ EQUIVALENT: dict[str, str] = {
     "max_profile.analyze.op_roofline.x_split_weight_ops__mutmut_3": "one op is one group either way",
     "max_profile.analyze.op_roofline.x__group__mutmut_39": "roofline equal to the floor: the same ideal either way",
     "max_profile.analyze.op_roofline.x_price_ops__mutmut_6": "no model description: no step cost, nothing priced",
+    "max_profile.analyze.op_roofline.x_price_ops__mutmut_93": "a KV cache of exactly one byte does not occur",
     # analyze.report
     "max_profile.analyze.report.x_decode_cost_of__mutmut_20": "'' and None are both no family times",
     "max_profile.analyze.report.x_build_report__mutmut_77": "1 ns more of a sampling interval moves no recorded sample",
+    "max_profile.analyze.report.x_build_report__mutmut_103": "a window's seconds at 2 decimals: 1e9 + 1 does not show",
+    "max_profile.analyze.report.x_build_report__mutmut_146": "a longest gap 1 ns per ms longer moves no recorded gap",
 }
 
 

@@ -270,3 +270,37 @@ def test_group_figures_at_their_edges() -> None:
     raw = RawCapture.load(str(OPS_A))
     by_config = price_ops(r.ops, r.steps, raw.capture.model_config, None, "NVIDIA H200", Thresholds())
     assert {g.part for g in by_config} == {LAYERS, OUTPUT, ATTENTION}  # config.json alone prices them too
+
+
+def test_pricing_at_its_edges() -> None:
+    r = report(OPS_A)
+    raw = RawCapture.load(str(OPS_A))
+    assert isinstance(r.ops, OpBreakdown)
+    cfg, w, th = raw.capture.model_config, raw.capture.model_weights, Thresholds()
+    assert w is not None
+    fp8 = msgspec.structs.replace(w, dtypes={"F8_E4M3": sum(w.dtypes.values())})
+    layers = next(g for g in price_ops(r.ops, r.steps, cfg, fp8, "NVIDIA H200", th) if g.part == LAYERS)
+    assert "1979 fp8 TFLOP/s" in layers.basis  # the stored weights' operand
+    assert price_ops(r.ops, [], cfg, w, "NVIDIA H200", th) == []  # no steps: no step to price
+    decode_only = [s for s in r.steps if s.phase == "decode"]
+    assert {g.phase for g in price_ops(r.ops, decode_only, cfg, w, "NVIDIA H200", th)} == {"decode"}
+    stepless = msgspec.structs.replace(
+        r.ops, coverage=[msgspec.structs.replace(c, steps=0) if c.phase == "prefill" else c for c in r.ops.coverage]
+    )
+    assert {g.phase for g in price_ops(stepless, r.steps, cfg, w, "NVIDIA H200", th)} == {"decode"}
+    no_attention = msgspec.structs.replace(r.ops, rows=[x for x in r.ops.rows if op_role(x) != ATTENTION])
+    assert ATTENTION not in {g.part for g in price_ops(no_attention, r.steps, cfg, w, "NVIDIA H200", th)}
+    cold = [msgspec.structs.replace(s, context_tokens=0) if s.phase == "decode" else s for s in r.steps]
+    decode_parts = {g.part for g in price_ops(r.ops, cold, cfg, w, "NVIDIA H200", th) if g.phase == "decode"}
+    assert ATTENTION not in decode_parts  # no cached token: no KV cache to price
+    # no layer count in the config: the matmul ops priced together, even where call counts differ
+    odd = msgspec.structs.replace(
+        r.ops,
+        rows=[
+            msgspec.structs.replace(x, calls=x.calls + 1) if x.op.startswith("matmulEpilogue") else x
+            for x in r.ops.rows
+        ],
+    )
+    nolayers = {k: v for k, v in (cfg or {}).items() if k != "num_hidden_layers"}
+    parts = {g.part for g in price_ops(odd, r.steps, nolayers, w, "NVIDIA H200", th) if g.phase == "decode"}
+    assert WEIGHTS in parts and LAYERS not in parts

@@ -301,3 +301,38 @@ def test_the_decode_cost_model_without_a_decode_phase_or_context() -> None:
     assert decode_cost_of(padded).batch == decode_cost_of(r).batch  # type: ignore[union-attr]  # idle steps left out
     unknown = msgspec.structs.replace(r, steps=[msgspec.structs.replace(s, context_tokens=None) for s in r.steps])
     assert decode_cost_of(unknown).context_tokens == 0.0  # type: ignore[union-attr]
+
+
+def test_breakdown_inputs_from_the_capture_and_the_thresholds() -> None:
+    raw = capture()
+    # graph capture on, no launch records and no kernel of a graph: the tracer saw replays only
+    blind = msgspec.structs.replace(
+        raw,
+        kernels=msgspec.structs.replace(raw.kernels, launch_ns=None, launch_tid=None),
+        capture=msgspec.structs.replace(raw.capture, device_graph_capture=True),
+    )
+    k = build_report(blind).kernels
+    assert isinstance(k, KernelBreakdown) and k.unreliable is not None
+    waits = build_report(raw).kernels
+    strict = build_report(raw, thresholds=Thresholds(gpu_wait_min_us=500.0)).kernels
+    assert isinstance(waits, KernelBreakdown) and isinstance(strict, KernelBreakdown)
+    assert waits.gpu_waits is not None and strict.gpu_waits is not None
+    assert waits.gpu_waits.gaps > 0 and strict.gpu_waits.gaps == 0 and strict.gpu_waits.min_gap_us == 500.0
+    first, last = min(s.start_ns for s in raw.steps), max(s.end_ns for s in raw.steps)
+    wide = (first - 5_000_000, last + 5_000_000)
+    trace = build_report(msgspec.structs.replace(raw, kernel_clock="trace", trace_window_ns=wide)).kernels
+    assert isinstance(trace, KernelBreakdown) and trace.window_ms == (wide[1] - wide[0]) / 1e6
+    assert trace.recorded_ms is None
+
+
+def test_samples_without_a_window_and_load_levels_with_their_samples() -> None:
+    raw = synthetic([1.0] * 3, [DENSE] * 3, samples=_samples(50.0, 0.5, [])[:2])
+    idle = build_report(
+        msgspec.structs.replace(raw, steps=[msgspec.structs.replace(s, batch_size=0) for s in raw.steps])
+    )
+    assert "GPU utilization over a 0.00 s window (" in notes(idle)
+    reqs = [RequestRecord(started_ns=0, ended_ns=10**9, ok=True, tokens=10, ttft_ms=5.0, itl_ms=[1.0])]
+    window = LoadWindow(concurrency=1, window_ns=(0, 10**9), requests=reqs)
+    level = build_report(msgspec.structs.replace(raw, load_windows=[window])).window_load
+    assert level is not None and level.goodput_rps is None  # no objectives: no goodput
+    assert level.gpu_utilization_pct == 50.0  # the capture's samples inside the window
