@@ -336,3 +336,32 @@ def test_samples_without_a_window_and_load_levels_with_their_samples() -> None:
     level = build_report(msgspec.structs.replace(raw, load_windows=[window])).window_load
     assert level is not None and level.goodput_rps is None  # no objectives: no goodput
     assert level.gpu_utilization_pct == 50.0  # the capture's samples inside the window
+
+
+def test_the_callers_thresholds_reach_the_kernel_analyses_and_the_plan() -> None:
+    import max_profile
+
+    ncu = max_profile.load(str(H200 / "small_ncu_gemv_raw.csv.gz"))
+    assert isinstance(ncu, RawCapture)
+    assert build_report(ncu).kernel_analyses[0].bound == "memory"  # 53 % of memory, 20 % of compute
+    assert build_report(ncu, thresholds=Thresholds(ncu_latency_bound_pct=99.0)).kernel_analyses[0].bound == "latency"
+    norms = [
+        ("rms_norm_fused_residual_0123456789abcdef", 0.5),
+        ("gemv_split_k_bf16_128_0123456789abcdef", 0.45),
+        ("sm90_mha_depth128_0123456789abcdef", 0.04),
+    ]
+    busy = synthetic([1.0] * 20, [norms] * 20)
+    planned = build_report(busy).next_command  # a norm at half the decode kernel time: one Nsight Compute run
+    assert planned is not None and planned.verb == "kernel" and planned.positional == ["rms_norm_fused_residual"]
+    assert build_report(busy, thresholds=Thresholds(plan_suspicious_share_pct=60.0)).next_command is None
+
+
+def test_a_serve_window_is_the_clients_summary_window() -> None:
+    raw = capture()
+    reqs = [RequestRecord(started_ns=0, ended_ns=3 * 10**9, ok=True, tokens=30, ttft_ms=5.0, itl_ms=[1.0])]
+    served = build_report(
+        msgspec.structs.replace(
+            raw, serve=ServeRun(mode="utilization", port=1), requests=reqs, window_ns=(10**9, 2 * 10**9)
+        )
+    )
+    assert served.serve is not None and served.serve.window_s == 1.0 and served.serve.output_tok_per_s == 30.0
