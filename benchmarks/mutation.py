@@ -615,6 +615,7 @@ FAST_FIRST = (
     "tests/test_report_truth.py",
     "tests/test_load_edges.py",
     "tests/test_diff_edges.py",
+    "tests/test_op_finding.py",
     "tests/test_golden_findings.py",
     "tests/test_host_bound_without_ledger.py",
 )
