@@ -376,6 +376,11 @@ EQUIVALENT: dict[str, str] = {
     "max_profile.analyze.roofline.x__config_weights__mutmut_86": "no experts: 0 expert elements either way",
     "max_profile.analyze.roofline.x_decode_roofline__mutmut_44": "'' and None are both no kernel time",
     **{
+        f"max_profile.analyze.roofline.x_activation_bytes__mutmut_{i}": "no table dtype lies between 2 and 3 bytes"
+        for i in (21, 22)
+    },
+    **{f"max_profile.analyze.roofline.x__shape__mutmut_{i}": "heads defaults to 1: never 0" for i in (49, 51)},
+    **{
         f"max_profile.analyze.roofline.x_decode_roofline__mutmut_{i}": "the datasheet peaks are whole GB/s and TFLOP/s"
         for i in (194, 196, 198, 199, 203, 205, 207, 208)
     },

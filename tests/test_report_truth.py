@@ -365,3 +365,17 @@ def test_a_serve_window_is_the_clients_summary_window() -> None:
         )
     )
     assert served.serve is not None and served.serve.window_s == 1.0 and served.serve.output_tok_per_s == 30.0
+
+
+def test_the_next_measurement_in_the_captures_interface_and_its_samples_kept() -> None:
+    norms = [
+        ("rms_norm_fused_residual_0123456789abcdef", 0.5),
+        ("gemv_split_k_bf16_128_0123456789abcdef", 0.45),
+        ("sm90_mha_depth128_0123456789abcdef", 0.04),
+    ]
+    busy = synthetic([1.0] * 20, [norms] * 20)
+    py = build_report(msgspec.structs.replace(busy, capture=msgspec.structs.replace(busy.capture, interface="python")))
+    assert (py.next_measurement or "").startswith("from max_profile.ncu_run import KernelRun, profile_kernel")
+    sampled = synthetic([1.0] * 12, [DENSE] * 12, samples=_samples(50.0, 0.5, []))
+    u = build_report(sampled).utilization
+    assert isinstance(u, UtilizationSection) and u.samples == sampled.samples

@@ -332,3 +332,38 @@ def test_every_row_against_both_peaks_and_the_stored_operand() -> None:
     assert unknown is not None and unknown[0] == 2 * DENSE  # an unknown dtype counts 2 bytes
     one_wide = _config_weights({**LLAMA, "quantization_config": {"quant_method": "fp8", "weight_block_size": [1, 128]}})
     assert one_wide is not None and one_wide[0] == exact(DENSE * (1.0 + 4.0 / 128))
+
+
+def test_shapes_from_every_config_name_and_default() -> None:
+    from max_profile.analyze.roofline import (
+        _expert_share_per_token,
+        _shape,
+        experts_active_fraction,
+        kv_bytes_per_token,
+    )
+
+    assert _shape({"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10}) == (64, 2, 1, 1, 64, 10)
+    assert _shape({"hidden_size": 100, "num_attention_heads": 8})[4] == 12  # hidden // heads
+    assert _shape({"hidden_size": 64, "num_attention_heads": 8, "head_dim": 100})[4] == 100
+    assert _shape({"hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 1})[3] == 1
+    assert _shape({"hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 0})[3] == 8  # 0: not said
+    # MLA: the compressed latent plus the RoPE part per layer, in the activation dtype
+    mla = {"hidden_size": 64, "num_hidden_layers": 2, "kv_lora_rank": 512}
+    assert kv_bytes_per_token(mla) == 2 * (512 + 64) * 2
+    assert kv_bytes_per_token({**mla, "qk_rope_head_dim": 32}) == 2 * (512 + 32) * 2
+    assert kv_bytes_per_token({**mla, "torch_dtype": "float32"}) == 2 * (512 + 64) * 4
+    for name in ("num_local_experts", "num_experts", "n_routed_experts"):
+        cfg = {name: 8, "num_experts_per_tok": 2}
+        assert _expert_share_per_token(cfg) == 0.25
+        assert experts_active_fraction(cfg, 1)[0] == 0.25
+    assert _expert_share_per_token({"num_experts_per_tok": 2}) == 1.0  # no expert count: whole
+    assert _expert_share_per_token({"num_experts": 8}) == 1.0
+    assert experts_active_fraction({"num_experts_per_tok": 2}, 4)[0] == 1.0
+    assert experts_active_fraction({"num_experts": 8}, 4)[0] == 1.0
+    assert activation_bytes({"dtype": "float32"}) == 4.0  # the newer config name
+
+
+def test_tera_flops_with_every_digit() -> None:
+    from max_profile.analyze.roofline import _family_row
+
+    assert _family_row("x", 1e-3, 1.0, 1e18, None, None).achieved_TFLOPs == 1e12
