@@ -367,3 +367,35 @@ def test_tera_flops_with_every_digit() -> None:
     from max_profile.analyze.roofline import _family_row
 
     assert _family_row("x", 1e-3, 1.0, 1e18, None, None).achieved_TFLOPs == 1e12
+
+
+def test_a_step_from_stored_moe_weights() -> None:
+    from max_profile.analyze.roofline import kv_bytes_per_token
+
+    moe = {**LLAMA, "num_local_experts": 8, "num_experts_per_tok": 2}
+    groups = {
+        "layers": WeightGroup(bytes=1000, elements=500, tensors=1),
+        "shared_experts": WeightGroup(bytes=300, elements=150, tensors=1),
+        "experts": WeightGroup(bytes=8000, elements=4000, tensors=1),
+        "embedding": WeightGroup(bytes=VOCAB * H * 4, elements=VOCAB * H, tensors=1),  # float32 rows
+        "lm_head": WeightGroup(bytes=VOCAB * H * 2, elements=VOCAB * H, tensors=1),
+    }
+    w = ModelWeights(source="t", groups=groups, dtypes={"BF16": 1}, tied_embeddings=False)
+    got = step_cost(moe, w, batch=2, context_tokens=10)
+    assert got is not None
+    fraction = 1 - (1 - 2 / 8) ** 2  # two tokens: the union of their experts
+    assert got["weight_bytes"] == exact(1000 + 300 + VOCAB * H * 2 + 8000 * fraction)
+    assert got["matmul_flops"] == exact(2.0 * (2 * (500 + 150 + 4000 * 2 / 8) + 2 * VOCAB * H))
+    assert got["embedding_bytes"] == exact(2 * 4 * H)  # one float32 row per request
+    assert got["output_bytes"] == VOCAB * H * 2  # the lm_head's bf16, not the embedding's float32
+    assert got["basis"].startswith("stored weights, t: BF16") and "2 of 8 routed experts" in got["basis"]
+    est = step_cost(LLAMA, None, batch=2, context_tokens=10)
+    assert est is not None and est["embedding_bytes"] == exact(2 * H * 2)
+    assert step_cost(LLAMA, w, batch=1, context_tokens=0)["kv_bytes"] == 0.0  # type: ignore[index]
+    flat = {"vocab_size": VOCAB}  # no layers or hidden size: no KV cache priced
+    assert kv_bytes_per_token(flat) is None and kv_bytes_per_token({"num_hidden_layers": 2}) is None
+    assert step_cost(flat, w, batch=1, context_tokens=10)["kv_bytes"] == 0.0  # type: ignore[index]
+    one = step_cost(LLAMA, w, batch=2, context_tokens=10, new_tokens=1)  # a prefill of one token for two requests?
+    assert one is not None and one["embedding_bytes"] == exact(1 * 4 * H)  # one new token, as said
+    none_new = step_cost(LLAMA, w, batch=2, context_tokens=10, new_tokens=0)
+    assert none_new == step_cost(LLAMA, w, batch=2, context_tokens=10)  # 0 new tokens: a decode step
