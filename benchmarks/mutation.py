@@ -389,6 +389,9 @@ EQUIVALENT: dict[str, str] = {
     "max_profile.analyze.op_roofline.x__group__mutmut_39": "roofline equal to the floor: the same ideal either way",
     "max_profile.analyze.op_roofline.x_price_ops__mutmut_6": "no model description: no step cost, nothing priced",
     "max_profile.analyze.op_roofline.x_price_ops__mutmut_93": "a KV cache of exactly one byte does not occur",
+    # analyze.rules (the engine)
+    "max_profile.analyze.rules.x__rank__mutmut_11": "findings without a lever rank apart (second key): the third ties",
+    "max_profile.analyze.rules.x_evaluate_rules__mutmut_44": "a stable sort of findings in rule order: ties stay in it",
     # analyze.report
     "max_profile.analyze.report.x_decode_cost_of__mutmut_20": "'' and None are both no family times",
     "max_profile.analyze.report.x_build_report__mutmut_77": "1 ns more of a sampling interval moves no recorded sample",

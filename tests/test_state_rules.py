@@ -249,3 +249,42 @@ def test_worst_lever_pct_and_phase_lever_of_a_phase() -> None:
     lever = phase_lever(phase, "matmul", 0.123456)
     assert (lever.phase, lever.part, lever.ms_per_step, lever.pct_of_step) == ("decode", "matmul", 0.1235, 15.4)
     assert phase_lever(msgspec.structs.replace(phase, step_ms=0.0), "matmul", 0.1).pct_of_step == 0.0
+
+
+def test_findings_are_ranked_by_severity_then_what_fixing_them_buys() -> None:
+    """The engine's ranking, on findings a registered rule returns in the worst order: errors, then warnings, then
+    info; inside each, the findings with a lever by the ms they buy over the capture, most first, then those without
+    one in rule order."""
+    from max_profile.analyze.rules import RuleSpec, evaluate_rules
+    from max_profile.model import Finding, Lever
+
+    def f(fid: str, severity: str, total_ms: float | None) -> Finding:
+        lever = (
+            Lever(phase="decode", part="x", ms_per_step=1.0, pct_of_step=1.0, total_ms=total_ms) if total_ms else None
+        )
+        return Finding(id=fid, severity=severity, title=fid, evidence={}, confidence=0.5, lever=lever)  # type: ignore[arg-type]
+
+    emitted = [
+        f("info-no-lever-1", "info", None),
+        f("info-small", "info", 2.0),
+        f("warning-no-lever", "warning", None),
+        f("info-no-lever-2", "info", None),
+        f("info-big", "info", 50.0),
+        f("warning-lever", "warning", 0.5),
+        f("error", "error", None),
+    ]
+    rule = RuleSpec("test", lambda report, th: list(emitted), tuple(x.id for x in emitted), ())
+    from max_profile.model import Capture, Environment
+
+    empty = Report(environment=Environment(vendor="none", vendor_reason="test"), capture=Capture(started_unix_s=0.0))
+    found, skipped = evaluate_rules(empty, rules=(rule,))
+    assert skipped == []
+    assert [x.id for x in found] == [
+        "error",
+        "warning-lever",
+        "warning-no-lever",
+        "info-big",
+        "info-small",
+        "info-no-lever-1",
+        "info-no-lever-2",
+    ]
