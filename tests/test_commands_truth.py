@@ -464,7 +464,11 @@ def test_the_escalation_plan_at_its_edges() -> None:
     flat = msgspec.structs.replace(
         k,
         phases=[p for p in k.phases if p.phase != "decode"],
-        top_kernels=[msgspec.structs.replace(k.top_kernels[0], family="norm", share_pct=th.plan_suspicious_share_pct)],
+        top_kernels=[
+            msgspec.structs.replace(
+                k.top_kernels[0], family="norm", share_pct=th.plan_suspicious_share_pct, launches_before=5
+            )
+        ],
     )
     cmd = next_command(fs(kernels=flat))
-    assert cmd is not None and cmd.comment is None  # no decode phase: the capture's launches, no phase to land in
+    assert cmd is not None and cmd.comment is None and "launch_skip" not in cmd.args  # no decode phase to land in
