@@ -392,6 +392,10 @@ EQUIVALENT: dict[str, str] = {
     # analyze.rules (the engine)
     "max_profile.analyze.rules.x__rank__mutmut_11": "findings without a lever rank apart (second key): the third ties",
     "max_profile.analyze.rules.x_evaluate_rules__mutmut_44": "a stable sort of findings in rule order: ties stay in it",
+    # rules.levers: the op verdict's helpers, called only with an op table and its rows
+    "max_profile.analyze.rules.levers.x__op_top_kernel__mutmut_4": "called only with an op table (the rule checks)",
+    "max_profile.analyze.rules.levers.x__op_top_kernel__mutmut_16": "only the first top kernel is read",
+    "max_profile.analyze.rules.levers.x__idle_finding__mutmut_20": "a 0 ms step: 0 % or 1 % is no lever either way",
     # analyze.report
     "max_profile.analyze.report.x_decode_cost_of__mutmut_20": "'' and None are both no family times",
     "max_profile.analyze.report.x_build_report__mutmut_77": "1 ns more of a sampling interval moves no recorded sample",

@@ -447,3 +447,18 @@ def test_the_recorders_cost_with_its_decimals_and_the_decode_step_it_is_scaled_b
     assert expected in with_ticks
     more_ticks = [msgspec.structs.replace(s, end_ns=s.start_ns + 1) for s in _steps_of(1.0, n=10)]
     assert "this 0.00 ms decode step" not in said(more_ticks) and "decode step: about" not in said(more_ticks)
+
+
+def test_tracing_cost_of_a_capture_without_a_kernel_table_or_decode_ops() -> None:
+    from max_profile.model import Unavailable
+
+    r = _report(B1)
+    said = tracing_cost_statement(msgspec.structs.replace(r, kernels=Unavailable("no CUPTI")))
+    assert said is not None and "step hook and GPU sampler" in said
+    ops = build_report(RawCapture.load(str(DATA / "h200" / "session17" / "ops" / "ops_a_raw.json.gz")))
+    from max_profile.model import OpBreakdown
+
+    assert isinstance(ops.ops, OpBreakdown)
+    prefill_only = msgspec.structs.replace(ops.ops, coverage=[c for c in ops.ops.coverage if c.phase != "decode"])
+    note = tracing_cost_statement(msgspec.structs.replace(ops, ops=prefill_only))
+    assert note is not None and note.startswith("tracing cost, expected") and "op calls per decode step" not in note

@@ -183,10 +183,20 @@ def test_the_ops_modes_idle_verdicts() -> None:
         idle[0].next_step
         == "These steps are the ops mode's; MAX's default run of this workload judges the host's time per step:"
     )
-    cov = [msgspec.structs.replace(c, calls=c.calls + 1) if c.phase == "decode" else c for c in ops_of(a).coverage]
+    cov = [msgspec.structs.replace(c, calls=c.calls + 26) if c.phase == "decode" else c for c in ops_of(a).coverage]
     odd = msgspec.structs.replace(a, ops=msgspec.structs.replace(ops_of(a), coverage=cov))
     host = next(f for f in evaluate(odd) if f.id == "host-bound" and f.evidence["phase"] == "decode")
-    assert host.evidence["ops_mode_calls_per_step"] == round(5505 / 64, 1) == 86.0
+    assert host.evidence["ops_mode_calls_per_step"] == round(5530 / 64, 1) == 86.4
     served = msgspec.structs.replace(a, serve=serve_summary("ops"))
     cmd = next(f for f in evaluate(served) if f.id == "host-bound").command
     assert cmd is not None and cmd.comment == "the server as MAX runs it: its steps judge host time"
+
+
+def test_the_attention_family_verdict_yields_to_the_op_groups() -> None:
+    a = report(OPS_A)
+    th = Thresholds(lever_info_pct=0.1)  # prefill's attention: 0.03 of 8.18 ms to gain, a lever at this size
+    from max_profile.analyze.rules.levers import rule_attention
+
+    assert rule_attention(a, th) == []  # its op group says it (op-below-roofline)
+    bare = msgspec.structs.replace(a, ops=msgspec.structs.replace(ops_of(a), priced=[]))
+    assert [f.evidence["phase"] for f in rule_attention(bare, th)] == ["prefill", "decode"]

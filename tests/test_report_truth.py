@@ -320,7 +320,11 @@ def test_breakdown_inputs_from_the_capture_and_the_thresholds() -> None:
     assert waits.gpu_waits.gaps > 0 and strict.gpu_waits.gaps == 0 and strict.gpu_waits.min_gap_us == 500.0
     first, last = min(s.start_ns for s in raw.steps), max(s.end_ns for s in raw.steps)
     wide = (first - 5_000_000, last + 5_000_000)
-    trace = build_report(msgspec.structs.replace(raw, kernel_clock="trace", trace_window_ns=wide)).kernels
+    trace = build_report(
+        msgspec.structs.replace(
+            raw, kernel_clock="trace", trace_window_ns=wide, recorded_spans=[(first, first + 10**6)]
+        )
+    ).kernels  # host-clock slices say nothing of a trace-clock recording
     assert isinstance(trace, KernelBreakdown) and trace.window_ms == (wide[1] - wide[0]) / 1e6
     assert trace.recorded_ms is None
 

@@ -399,3 +399,14 @@ def test_a_step_from_stored_moe_weights() -> None:
     assert one is not None and one["embedding_bytes"] == exact(1 * 4 * H)  # one new token, as said
     none_new = step_cost(LLAMA, w, batch=2, context_tokens=10, new_tokens=0)
     assert none_new == step_cost(LLAMA, w, batch=2, context_tokens=10)  # 0 new tokens: a decode step
+
+
+def test_stored_weights_without_an_embedding_table() -> None:
+    w = ModelWeights(
+        source="t",
+        groups={"layers": WeightGroup(bytes=1000, elements=500, tensors=1)},
+        dtypes={"BF16": 1000},
+        tied_embeddings=True,
+    )
+    got = step_cost(LLAMA, w, batch=2, context_tokens=0)
+    assert got is not None and got["embedding_bytes"] == exact(2 * H * 2)  # a row in the activation dtype
