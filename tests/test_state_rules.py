@@ -260,7 +260,9 @@ def test_findings_are_ranked_by_severity_then_what_fixing_them_buys() -> None:
 
     def f(fid: str, severity: str, total_ms: float | None) -> Finding:
         lever = (
-            Lever(phase="decode", part="x", ms_per_step=1.0, pct_of_step=1.0, total_ms=total_ms) if total_ms else None
+            Lever(phase="decode", part="x", ms_per_step=1.0, pct_of_step=1.0, total_ms=total_ms)
+            if total_ms is not None
+            else None
         )
         return Finding(id=fid, severity=severity, title=fid, evidence={}, confidence=0.5, lever=lever)  # type: ignore[arg-type]
 
@@ -272,6 +274,7 @@ def test_findings_are_ranked_by_severity_then_what_fixing_them_buys() -> None:
         f("info-big", "info", 50.0),
         f("warning-lever", "warning", 0.5),
         f("error", "error", None),
+        f("info-zero-lever", "info", 0.0),  # a lever that buys nothing still ranks above no lever
     ]
     rule = RuleSpec("test", lambda report, th: list(emitted), tuple(x.id for x in emitted), ())
     from max_profile.model import Capture, Environment
@@ -285,6 +288,7 @@ def test_findings_are_ranked_by_severity_then_what_fixing_them_buys() -> None:
         "warning-no-lever",
         "info-big",
         "info-small",
+        "info-zero-lever",
         "info-no-lever-1",
         "info-no-lever-2",
     ]
