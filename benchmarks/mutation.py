@@ -392,6 +392,7 @@ EQUIVALENT: dict[str, str] = {
     # analyze.rules (the engine)
     "max_profile.analyze.rules.x__rank__mutmut_11": "findings without a lever rank apart (second key): the third ties",
     "max_profile.analyze.rules.x_evaluate_rules__mutmut_44": "a stable sort of findings in rule order: ties stay in it",
+    "max_profile.analyze.rules.x__rank__mutmut_6": "1 or 2 for no lever: either sorts after a lever's 0",
     # rules.levers: the op verdict's helpers, called only with an op table and its rows
     "max_profile.analyze.rules.levers.x__op_top_kernel__mutmut_4": "called only with an op table (the rule checks)",
     "max_profile.analyze.rules.levers.x__op_top_kernel__mutmut_16": "only the first top kernel is read",

@@ -98,6 +98,7 @@ LOST_CTRL_C = """
 import os, signal, sys, time
 from max_profile.util.procs import raise_on_signals, raise_pending_signal
 
+signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C as in a foreground run, even under a background pytest
 raise_on_signals()
 
 
