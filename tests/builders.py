@@ -2,7 +2,25 @@
 
 from __future__ import annotations
 
-from max_profile.model import ServeSummary
+from pathlib import Path
+
+from max_profile.analyze.report import build_report
+from max_profile.model import RawCapture, Report, ServeSummary
+
+_BUILT: dict[Path, Report] = {}
+
+
+def built_report(path: Path) -> Report:
+    """The report of a recorded raw capture, built once per test session (tests/conftest.py empties the cache at each
+    session's start: a mutation run forks sessions from one process, and a report built by other code would hide a
+    mutant). Tests change copies of it (msgspec.structs.replace), never the report itself."""
+    if path not in _BUILT:
+        _BUILT[path] = build_report(RawCapture.load(str(path)))
+    return _BUILT[path]
+
+
+def forget_built_reports() -> None:
+    _BUILT.clear()
 
 
 def serve_summary(mode: str = "kernels", **fields: object) -> ServeSummary:

@@ -52,12 +52,16 @@ def _c_environment_back_to_os_environ() -> Iterator[None]:
 
 @pytest.fixture(autouse=True, scope="session")
 def _fresh_name_caches() -> None:
-    """The kernel-name caches start empty in every test session: a mutation-testing run forks sessions from one process,
-    and names classified by the unmutated code would hide a mutant of the classifier (benchmarks/mutation.py)."""
+    """The kernel-name caches and the built-report cache (tests/builders.py) start empty in every test session: a
+    mutation-testing run forks sessions from one process, and names classified (or reports built) by the unmutated code
+    would hide a mutant (benchmarks/mutation.py)."""
     from max_profile.analyze.families import base_name, classify_kernel
 
     base_name.cache_clear()
     classify_kernel.cache_clear()
+    from .builders import forget_built_reports
+
+    forget_built_reports()
 
 
 CAPTURE_CACHE_ENV = "MAX_PROFILE_TEST_CAPTURE_CACHE"

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
-import pytest
 
 from max_profile.analyze.commands import (
     DEEP_DIVE_STEPS_IN,
@@ -24,7 +23,6 @@ from max_profile.analyze.commands import (
     shell,
     workload_of,
 )
-from max_profile.analyze.report import build_report
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import (
     Command,
@@ -32,27 +30,18 @@ from max_profile.model import (
     Finding,
     KernelAnalysis,
     KernelBreakdown,
-    RawCapture,
     Report,
     Unavailable,
     Workload,
 )
 
-from .builders import serve_summary
+from .builders import built_report, serve_summary
 
 B1 = Path(__file__).parent / "data" / "h200" / "session7" / "run_b1_raw.json.gz"
-_built: dict[str, Report] = {}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _built_here() -> None:
-    _built.clear()
 
 
 def base() -> Report:
-    if "b1" not in _built:
-        _built["b1"] = build_report(RawCapture.load(str(B1)))
-    return _built["b1"]
+    return built_report(B1)
 
 
 def with_workload(r: Report, **fields: object) -> Report:

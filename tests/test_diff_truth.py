@@ -22,7 +22,6 @@ from max_profile.analyze.diff import (
     diff_reports,
     startup_verdicts,
 )
-from max_profile.analyze.report import build_report
 from max_profile.model import (
     Finding,
     GpuInfo,
@@ -36,23 +35,15 @@ from max_profile.model import (
     UtilizationSection,
 )
 
-from .builders import serve_summary
+from .builders import built_report, serve_summary
 from .test_latency_knee import level
 
 B1 = Path(__file__).parent / "data" / "h200" / "session7" / "run_b1_raw.json.gz"
-_built: dict[str, Report] = {}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _built_here() -> None:
-    _built.clear()
 
 
 def a_run() -> Report:
-    if "a" not in _built:
-        # without its start-up section (tested on its own below): the lines and verdicts of the steps and kernels
-        _built["a"] = msgspec.structs.replace(build_report(RawCapture.load(str(B1))), startup=None)
-    return _built["a"]
+    # without its start-up section (tested on its own below): the lines and verdicts of the steps and kernels
+    return msgspec.structs.replace(built_report(B1), startup=None)
 
 
 def slower_decode(r: Report, factor: float, every: int = 1) -> Report:

@@ -6,33 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
-import pytest
 
 from max_profile.analyze.families import distinctive_regex
 from max_profile.analyze.op_roofline import ATTENTION, LAYERS
-from max_profile.analyze.report import build_report
 from max_profile.analyze.rules import evaluate
 from max_profile.analyze.rules.levers import rule_matmul, rule_op_roofline
 from max_profile.analyze.thresholds import Thresholds
-from max_profile.model import KernelBreakdown, OpBreakdown, OpRoofline, RawCapture, Report, StepLedger
+from max_profile.model import KernelBreakdown, OpBreakdown, OpRoofline, Report, StepLedger
 
-from .builders import serve_summary
+from .builders import built_report, serve_summary
 
 H200 = Path(__file__).parent / "data" / "h200"
 OPS_A = H200 / "session17" / "ops" / "ops_a_raw.json.gz"
 OPS_B = H200 / "session14" / "ops" / "ops_b_raw.json.gz"
-_built: dict[Path, Report] = {}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _built_here() -> None:
-    _built.clear()
-
-
-def report(path: Path) -> Report:
-    if path not in _built:
-        _built[path] = build_report(RawCapture.load(str(path)))
-    return _built[path]
+report = built_report
 
 
 def ops_of(r: Report) -> OpBreakdown:

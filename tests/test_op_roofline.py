@@ -24,12 +24,11 @@ from max_profile.analyze.op_roofline import (
     split_weight_ops,
 )
 from max_profile.analyze.ops import UNATTRIBUTED
-from max_profile.analyze.report import build_report
 from max_profile.analyze.rules import evaluate
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import OpBreakdown, OpRoofline, OpRow, RawCapture, Report
 
-from .builders import serve_summary
+from .builders import built_report, serve_summary
 
 H200 = Path(__file__).parent / "data" / "h200"
 OPS_A = H200 / "session17" / "ops" / "ops_a_raw.json.gz"  # the fused Llama, custom architecture, --kernels ops
@@ -39,18 +38,7 @@ BANDWIDTH = 0.85 * 4.8e12  # H200: 85 % of 4.8 TB/s
 COMPUTE = 0.80 * 989e12  # 80 % of 989 bf16 TFLOP/s
 FLOOR_MS = 2.0e-3  # 2 µs per kernel
 
-_reports: dict[Path, Report] = {}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _built_here() -> None:
-    _reports.clear()  # a mutation run forks test sessions: never keep a report built by other code
-
-
-def report(path: Path) -> Report:
-    if path not in _reports:
-        _reports[path] = build_report(RawCapture.load(str(path)))
-    return _reports[path]
+report = built_report
 
 
 def groups(r: Report, phase: str) -> dict[str, OpRoofline]:
