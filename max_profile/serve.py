@@ -98,6 +98,20 @@ __all__ = [
 READY_TIMEOUT_S = 900.0
 
 
+def local_path(path: str) -> str:
+    """``path`` made absolute where it names something on this machine; as given otherwise (a Hugging Face repo id)."""
+    return os.path.abspath(path) if path and os.path.exists(path) else path
+
+
+def local_arch_spec(spec: str) -> str:
+    """A ``--custom-architectures`` spec (a package folder, or ``IMPORT_PATH:MODULE``) with its folder made absolute
+    where it exists here (MAX appends the folder to ``sys.path`` as given, in the server's working folder)."""
+    parts = spec.split(":")
+    if len(parts) == 2 and not (len(parts[0]) == 1 and parts[0].isalpha()):
+        return f"{local_path(parts[0])}:{parts[1]}"
+    return local_path(spec)
+
+
 @dataclass
 class ServePlan:
     model_path: str
@@ -131,6 +145,12 @@ class ServePlan:
     """MODULAR_ENABLE_PROFILING in the kernel modes: ``on`` carries MAX's scheduler ranges (the phases; it shares
     the compile cache with ``max-profile run --kernels nvtx-log``); ``detailed`` adds Python spans (another compile);
     ``off`` has no ranges (kernels are not split by phase). ``auto``: ``on`` where MAX can use it, else ``off``."""
+
+    def __post_init__(self) -> None:
+        # The server runs in a folder of its own (its TMPDIR and log): a model folder or custom-architecture package
+        # named relative to here would not be found there (MAX: "No module named ...").
+        self.model_path = local_path(self.model_path)
+        self.custom_architectures = [local_arch_spec(s) for s in self.custom_architectures]
 
     def resolved_profiling_mode(self) -> str:
         if self.profiling_mode != "auto":

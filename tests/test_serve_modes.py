@@ -93,3 +93,29 @@ def test_ops_mode_needs_maxs_op_ranges_before_anything_starts(
     ):
         check_plan(gpu)
     check_plan(ServePlan(model_path=str(tiny_model_dir), devices="gpu", mode="kernels", duration_s=1.0, **ports))  # type: ignore[arg-type]
+
+
+def test_relative_model_and_package_paths_reach_the_server_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server runs in a folder of its own: `--custom-architectures custom_archs/llama_custom` from the repository
+    root failed there with MAX's "No module named 'llama_custom'" (seen on the CPU, session 19). Local paths go to the
+    server absolute; a hub id and a folder that is not here go as given."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "archs" / "pkg").mkdir(parents=True)
+    plan = ServePlan(
+        model_path="model",
+        devices="cpu",
+        mode="utilization",
+        duration_s=1.0,
+        port=1,
+        metrics_port=2,
+        custom_architectures=["archs/pkg", "archs:pkg", "elsewhere/pkg"],
+    )
+    for cmd in (plan.serve_command(), plan.warm_command()):
+        assert cmd[cmd.index("--model-path") + 1] == str(tmp_path / "model")
+        archs = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--custom-architectures"]
+        assert archs == [str(tmp_path / "archs" / "pkg"), f"{tmp_path / 'archs'}:pkg", "elsewhere/pkg"]
+    hub = ServePlan(model_path="org/model", devices="cpu", mode="utilization", duration_s=1.0, port=1, metrics_port=2)
+    assert hub.serve_command()[hub.serve_command().index("--model-path") + 1] == "org/model"
