@@ -85,3 +85,39 @@ def test_no_deep_dive_without_an_attention_kernel_in_the_phase_s_top_rows() -> N
     bare = msgspec.structs.replace(report, kernels=msgspec.structs.replace(k, phases=phases))
     found = rule_attention(bare, TH)
     assert found and all(f.command is None for f in found)
+
+
+def test_the_severity_turns_at_the_lever_s_exact_share_of_the_step() -> None:
+    """The lever's share of the step, to the last bit, is what the thresholds see: a warning threshold at that share
+    warns, one 0.5 % above it does not."""
+    import dataclasses
+
+    report = _b64()
+    lg = report.ledger
+    assert isinstance(lg, StepLedger)
+    for f in rule_attention(report, TH):
+        assert f.lever is not None
+        p = next(x for x in lg.phases if x.phase == f.lever.phase)
+        row = next(r for r in p.rows if r.part == "attention")
+        assert row.recoverable_ms_per_step is not None
+        pct = 100 * row.recoverable_ms_per_step / p.step_ms
+        th = dataclasses.replace(TH, lever_info_pct=pct / 2, lever_min_steps=1)
+        at = [g for g in rule_attention(report, dataclasses.replace(th, lever_warning_pct=pct)) if g.lever == f.lever]
+        above = [
+            g
+            for g in rule_attention(report, dataclasses.replace(th, lever_warning_pct=pct * 1.005))
+            if g.lever == f.lever
+        ]
+        assert [g.severity for g in at] == ["warning"] and [g.severity for g in above] == ["info"]
+
+
+def test_a_phase_of_no_length_has_no_attention_lever() -> None:
+    """Steps of 0 ns (a ledger can hold them): the lever's share of such a step is 0, not a division by zero or 1 %."""
+    import dataclasses
+
+    report = _b64()
+    lg = report.ledger
+    assert isinstance(lg, StepLedger)
+    zero = with_phases(report, [msgspec.structs.replace(p, step_ms=0.0) for p in lg.phases])
+    low = dataclasses.replace(TH, lever_info_pct=0.5, lever_warning_pct=0.75, lever_min_steps=1)
+    assert rule_attention(report, low) and rule_attention(zero, low) == []

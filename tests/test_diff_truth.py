@@ -108,6 +108,10 @@ def test_the_same_run_changes_nothing() -> None:
     assert diff_reports(a, a, alpha=0.05, fail_above_pct=2.5).verdicts == [
         "no significant change (Mann-Whitney U at alpha 0.05; threshold 2.5 %)"
     ]
+    # the JSON written by `max-profile diff --json`: the result, field by field
+    written = msgspec.json.decode(got.to_json())
+    assert written["verdicts"] == got.verdicts and written["regression"] is False
+    assert [(x["metric"], x["a"], x["b"]) for x in written["lines"]] == [(x.metric, x.a, x.b) for x in got.lines]
 
 
 def test_few_steps_or_constant_samples_are_no_test() -> None:

@@ -118,3 +118,30 @@ def test_op_lanes_in_perfetto_and_the_op_table_in_html() -> None:
     assert len(op_events) == 2 * len(raw.op_ranges)  # a begin and an end per op range
     page = render_html(report)
     assert 'data-section="ops"' in page and "flash_attention" in page and "100.0 % of" in page
+
+
+def test_unfused_attention_per_step_over_one_step_where_the_phase_counts_no_steps() -> None:
+    """The op table's coverage counts no steps for the phase: the attention ops' time is given per one step, not
+    halved; the top families are the breakdown's first five."""
+    import msgspec
+
+    from max_profile.analyze.rules.kernel_mix import rule_unfused
+    from max_profile.analyze.thresholds import Thresholds
+    from max_profile.model import KernelBreakdown
+
+    _, report = _load("ops_b")
+    assert isinstance(report.ops, OpBreakdown) and isinstance(report.kernels, KernelBreakdown)
+    assert len(report.kernels.families) > 5
+    parts = [
+        r
+        for r in report.ops.rows
+        if r.phase == "decode"
+        and (r.op == "batched_matmul" or "kv_cache_gather_rows_ragged" in r.op or "reduce.softmax" in r.op)
+    ]
+    assert len(parts) == 3
+    coverage = [msgspec.structs.replace(c, steps=0) for c in report.ops.coverage]
+    bare = msgspec.structs.replace(report, ops=msgspec.structs.replace(report.ops, coverage=coverage))
+    [f] = [f for f in rule_unfused(bare, Thresholds()) if f.id == "unfused-attention"]
+    assert f.evidence["attention_ops_ms_per_step"] == round(sum(r.gpu_ms for r in parts), 4)
+    top = str(f.evidence["top_families"]).split(",")
+    assert len(top) == 5 and top == [r.family for r in report.kernels.families][:5]

@@ -278,8 +278,8 @@ def test_unfused_attention_per_step_to_two_decimals() -> None:
 def test_unfused_norm_every_field() -> None:
     from max_profile.analyze.rules.kernel_mix import rule_unfused
 
-    names = [f"elementwise_op_{i}" for i in range(6)] + ["sm90_mha_d128", GEMV]
-    kernels = [[(n, 0.01) for n in names]] * 8  # 64 kernels, no norm among them
+    names = [f"elementwise_op_{i}" for i in range(2)] + ["sm90_mha_d128", GEMV, GEMM, QUANT, GATHER, ROUTE]
+    kernels = [[(n, 0.01) for n in names]] * 8  # 64 kernels of 7 families, no norm among them
     report = build_report(synthetic([3.0] * 8, kernels))
     (f,) = [x for x in rule_unfused(report, TH) if x.id == "unfused-norm"]
     k = report.kernels
@@ -291,6 +291,7 @@ def test_unfused_norm_every_field() -> None:
         "kernels": k.kernels,
         "top_families": ",".join(r.family for r in k.families[:5]),
     }
+    assert len(k.families) > 5 and len(str(f.evidence["top_families"]).split(",")) == 5
     assert f.next_step == (
         "If the architecture uses RMS norm, check it is built from MAX's fused op rather than elementwise pieces."
     )
@@ -309,3 +310,43 @@ def test_healthy_moe_every_field_and_not_while_a_decode_lever_remains() -> None:
     }
     idle = build_report(synthetic([3.0] * 11, [[(GROUPED, 1.0), (ROUTE, 0.1)]] * 11))  # 1.9 ms of 3 idle: a lever
     assert rule_moe(idle, TH) == []
+
+
+def test_moe_boundaries_exact_in_binary() -> None:
+    """Figures exact in binary (0.5 ms + 0.25 ms of routing against 1 ms of experts per step): a ratio exactly at the
+    threshold is heavy, and a decode lever exactly at the warning size keeps the healthy verdict away."""
+    from max_profile.analyze.rules.base import ledger_phase, worst_lever_pct
+
+    report = build_report(synthetic([3.0] * 11, [[(GROUPED, 1.0), (ROUTE, 0.5), (GATHER, 0.25)]] * 11))
+    at = dataclasses.replace(TH, routing_vs_matmul_ratio=0.75)
+    assert [f.id for f in rule_moe(report, at)][:1] == ["moe-routing-heavy"]
+    above = dataclasses.replace(TH, routing_vs_matmul_ratio=0.75 + 1e-12)
+    assert "moe-routing-heavy" not in [f.id for f in rule_moe(report, above)]
+    busy = build_report(synthetic([1.2] * 11, [[(GROUPED, 1.0), (ROUTE, 0.1)]] * 11))
+    dl = ledger_phase(busy, "decode")
+    assert dl is not None
+    lever = worst_lever_pct(dl)
+    assert [f.id for f in rule_moe(busy, dataclasses.replace(TH, lever_warning_pct=lever + 1e-9))] == ["healthy-moe"]
+    assert rule_moe(busy, dataclasses.replace(TH, lever_warning_pct=lever)) == []
+
+
+def test_moe_evidence_to_three_decimals() -> None:
+    report = build_report(synthetic([3.0] * 11, [[(GROUPED, 1.00017), (ROUTE, 0.65432)]] * 11))
+    (f,) = rule_moe(report, TH)
+    grouped, routing = 10 * 1_000_170 / 1e6, 10 * 654_320 / 1e6  # decode's 10 steps, whole nanoseconds
+    assert f.evidence["grouped_matmul_ms"] == round(grouped, 3) == 10.002
+    assert f.evidence["routing_and_gather_ms"] == round(routing, 3) == 6.543
+    assert f.evidence["ratio"] == round(routing / grouped, 2)
+
+
+def test_moe_and_quant_prep_read_gpu_kernels_only() -> None:
+    """MAX's op ranges on the host (nvtx-log) are not GPU kernels: neither rule reads them."""
+    for report in (
+        _moe(0.6543, gather_ms=0.2109),
+        build_report(synthetic([3.0] * 11, [[(QUANT, 2.0), (GEMM, 1.0)]] * 11)),
+    ):
+        k = report.kernels
+        assert isinstance(k, KernelBreakdown)
+        assert rule_moe(report, TH) or rule_quant_prep(report, TH)
+        host = msgspec.structs.replace(report, kernels=msgspec.structs.replace(k, source="nvtx-log (MAX op ranges)"))
+        assert rule_moe(host, TH) == [] and rule_quant_prep(host, TH) == []

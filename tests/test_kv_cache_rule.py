@@ -535,6 +535,9 @@ def test_op_ranges_on_a_cpu_are_evidence_not_a_trigger() -> None:
     assert kv_finding(build_report(capture(rows, [(GEMM, 1.0)]))).evidence["signals"] == "kernel time"
     gpu_ops = build_report(capture(rows, [("mo.matmul", 1.0)], kernel_source="nvtx-log"))  # a GPU, op ranges
     assert kv_finding(gpu_ops).evidence["signals"] == "kernel time"
+    # GPU kernels in a capture whose steps carry CPU time (read on a host without a GPU library): they trigger
+    gpu_on_cpu_host = build_report(capture(rows, [(GEMM, 1.0)], on_cpu=True))
+    assert kv_finding(gpu_on_cpu_host).evidence["signals"] == "kernel time"
 
 
 def test_the_sequence_must_grow_by_the_minimum_context() -> None:

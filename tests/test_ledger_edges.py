@@ -557,3 +557,78 @@ def test_a_slice_without_kernels_is_idle_between_launches_and_later_slices_count
     decode = got[0]["decode"]
     assert decode.idle_other_ns == 1000.0 + 400.0  # the first slice whole, the second's tail after the kernel
     assert decode.idle_before_graph_ns == 100.0  # the second slice's start until the graph kernel
+
+
+def test_kernels_between_steps_count_outside_to_the_nanosecond() -> None:
+    """Two decode steps 5 ms apart with a 1.5 ms kernel launched between them: 5 ms outside the steps, 1.5 ms of it
+    kernels, each figure exact at 6 decimals of ms (whole nanoseconds)."""
+    from max_profile.analyze.ledger import build_ledger
+
+    table = table_of((100, 900_100), (3_000_000, 4_500_000), (6_000_100, 6_900_100))
+    steps = decode_steps((0, 1_000_000), (6_000_000, 7_000_000))
+    lg = build_ledger(table, steps, window=None, model_config=None, weights=None, gpu=None, th=TH)
+    assert lg is not None
+    assert (lg.window_ms, lg.outside_steps_ms, lg.outside_kernels_ms) == (7.0, 5.0, 1.5)
+    assert lg.outside_steps_pct == round(100 * 5 / 7, 2) == 71.43
+
+
+def test_a_window_of_no_length_has_nothing_outside_its_steps() -> None:
+    from max_profile.analyze.ledger import build_ledger
+
+    lg = build_ledger(
+        table_of((1000, 1000)),
+        decode_steps((1000, 1000)),
+        window=None,
+        model_config=None,
+        weights=None,
+        gpu=None,
+        th=TH,
+    )
+    assert lg is not None and lg.window_ms == 0.0
+    assert (lg.outside_steps_ms, lg.outside_steps_pct, lg.outside_kernels_ms) == (0.0, 0.0, 0.0)
+
+
+def test_fp8_weights_price_the_ledger_at_the_fp8_peak_without_a_quantization_config() -> None:
+    """The stored weights' dtype names the matmul operand where config.json says nothing of FP8."""
+    from max_profile.analyze.ledger import build_ledger
+    from max_profile.model import ModelWeights
+
+    table, steps = small_capture()
+    fp8 = ModelWeights(source="test", groups={}, dtypes={"F8_E4M3": 1000, "F32": 10}, tied_embeddings=False)
+    lg = build_ledger(table, steps, window=None, model_config=CFG, weights=fp8, gpu="NVIDIA H200", th=TH)
+    bf16 = build_ledger(table, steps, window=None, model_config=CFG, weights=None, gpu="NVIDIA H200", th=TH)
+    assert lg is not None and bf16 is not None
+    fp8_roofs, bf16_roofs = roofs_for("NVIDIA H200", "fp8", TH), roofs_for("NVIDIA H200", "bf16", TH)
+    assert fp8_roofs is not None and bf16_roofs is not None
+    prefill_matmul = next(r for r in lg.phases[0].rows if r.part.startswith("matmul"))
+    assert prefill_matmul.basis is not None and prefill_matmul.basis.endswith(fp8_roofs.basis)
+    assert next(r for r in bf16.phases[0].rows if r.part.startswith("matmul")).basis.endswith(bf16_roofs.basis)  # type: ignore[union-attr]
+
+
+def test_phase_step_cost_of_steps_without_a_context_and_of_a_phase_that_fed_nothing() -> None:
+    """Steps that carry no context length (an importer that does not know it) are priced over no context, not one
+    token of it; a phase none of whose steps fed requests has no batch and no cost, with a config or without."""
+    from max_profile.analyze.ledger import phase_step_cost
+    from max_profile.analyze.roofline import step_cost
+
+    steps = [
+        Step(
+            index=i,
+            phase="decode",
+            batch_size=2,
+            input_tokens=2,
+            context_tokens=None,
+            start_ns=10 * i,
+            end_ns=10 * i + 5,
+        )
+        for i in range(3)
+    ]
+    sel, batch, tokens, cost = phase_step_cost(steps, "decode", CFG, None)
+    assert (len(sel), batch, tokens) == (3, 2, 2)
+    assert cost == step_cost(CFG, None, batch=2, context_tokens=0.0)
+    assert cost != step_cost(CFG, None, batch=2, context_tokens=1.0)
+    zero = [msgspec.structs.replace(s, context_tokens=0) for s in steps]
+    assert phase_step_cost(zero, "decode", CFG, None)[3] == cost
+    drained = [msgspec.structs.replace(s, batch_size=0) for s in steps]
+    assert phase_step_cost(drained, "decode", CFG, None) == ([], None, None, None)
+    assert phase_step_cost(steps, "decode", {}, None)[3] is None

@@ -20,6 +20,8 @@ from max_profile.model import KernelBreakdown, LedgerRow, PhaseLedger, RawCaptur
 
 S7 = Path(__file__).parent / "data" / "h200" / "session7"
 S13 = Path(__file__).parent / "data" / "h200" / "session13"
+H200 = Path(__file__).parent / "data" / "h200"
+TH = Thresholds()
 
 
 @pytest.fixture(scope="module")
@@ -394,3 +396,112 @@ def test_edges_a_matmul_part_without_a_top_kernel_a_phase_without_host_steps_two
     decode = next(ph for ph in ops.ledger.phases if ph.phase == "decode")  # type: ignore[union-attr]
     two = _ops_bound_finding(ops, msgspec.structs.replace(decode, steps=2), 60.0, Thresholds())
     assert "of each decode step" in two.title
+
+
+def test_gpu_bound_without_a_decode_phase_without_family_rows_or_gpu_kernels() -> None:
+    """Edges of the same capture: a ledger and a breakdown with prefill only give no verdict, even at a threshold of 0
+    (no decode to judge, and the capture's share is not read where phases exist); a breakdown without family rows names
+    no top family; MAX's op ranges on the host are not GPU kernels; the capture scope's confidence rounds to 2
+    decimals."""
+    from max_profile.analyze.rules.levers import rule_gpu_bound
+
+    report = build_report(RawCapture.load(str(S13 / "run_b64_3b_sampled_raw.json.gz")))
+    k, lg = report.kernels, report.ledger
+    assert isinstance(k, KernelBreakdown) and isinstance(lg, StepLedger)
+    prefill_only = msgspec.structs.replace(
+        report,
+        ledger=msgspec.structs.replace(lg, phases=[p for p in lg.phases if p.phase == "prefill"]),
+        kernels=msgspec.structs.replace(k, phases=[p for p in k.phases if p.phase == "prefill"]),
+    )
+    assert rule_gpu_bound(prefill_only, Thresholds(gpu_bound_busy_pct=0.0)) == []
+    flat = msgspec.structs.replace(report, ledger=None, kernels=msgspec.structs.replace(k, phases=[], families=[]))
+    [f] = rule_gpu_bound(flat, Thresholds(gpu_bound_busy_pct=0.0, no_phase_confidence_scale=0.333))
+    assert f.evidence["top_family"] is None and f.confidence == round(0.8 * 0.333, 2) == 0.27
+    host = msgspec.structs.replace(report, kernels=msgspec.structs.replace(k, source="nvtx-log (MAX op ranges)"))
+    assert rule_gpu_bound(host, Thresholds(gpu_bound_busy_pct=0.0)) == []
+
+
+def test_healthy_dense_decode_every_field_and_its_edges() -> None:
+    """Session 7's batch-1 run (a healthy dense decode), its decode ledger phase given figures whose every rounding
+    shows: the evidence field by field; the batch read off the ledger, else the decode cost; a ledger without decode;
+    a phase without a per-token figure; the capture scope's confidence to 2 decimals."""
+    from max_profile.analyze.rules.base import phase_of, worst_lever_pct
+    from max_profile.analyze.rules.levers import rule_healthy_decode
+
+    base = build_report(RawCapture.load(str(H200 / "session7" / "run_b1_raw.json.gz")))
+    k, lg, cost = base.kernels, base.ledger, base.decode_cost
+    assert isinstance(k, KernelBreakdown) and isinstance(lg, StepLedger) and cost is not None
+    d = phase_of(k, "decode")
+    assert d is not None and d.kernel_us_per_token is not None
+    dl = msgspec.structs.replace(
+        next(p for p in lg.phases if p.phase == "decode"), step_ms=2.3, recoverable_ms_per_step=0.123456
+    )
+    k = msgspec.structs.replace(
+        k,
+        phases=[
+            p if p.phase != "decode" else msgspec.structs.replace(p, kernel_us_per_token=2931.1237) for p in k.phases
+        ],
+    )
+    report = msgspec.structs.replace(
+        base,
+        kernels=k,
+        ledger=msgspec.structs.replace(lg, phases=[p if p.phase != "decode" else dl for p in lg.phases]),
+    )
+    worst = worst_lever_pct(dl)
+    assert round(worst, 1) != round(worst)  # the data tells one decimal from none
+    [f] = rule_healthy_decode(report, TH)
+    fam = d.families
+    gemv = next(r for r in fam if r.family == "gemv")
+    assert f.evidence == {
+        "top_family": "gemv",
+        "top_family_share_pct": round(fam[0].share_pct, 1),
+        "top_families": ",".join(r.family for r in fam[:4]),
+        "largest_lever_pct_of_step": round(worst, 1),
+        "decode_step_ms": 2.3,
+        "recoverable_ms_per_step": 0.1235,
+        "batch": 1,
+        "pct_of_ideal_step": round(100 * (dl.ideal_ms_per_step or 0) / 2.3, 1),
+        "gemv_share_pct": round(gemv.share_pct, 1),
+        "decode_kernel_us_per_token": 2931.12,
+    }
+    assert f.confidence == 0.8
+    # the ledger's batch, not the decode cost's
+    batched_cost = msgspec.structs.replace(report, decode_cost=msgspec.structs.replace(cost, batch=64))
+    assert [x.id for x in rule_healthy_decode(batched_cost, TH)] == ["healthy-dense-decode"]
+    # without a ledger the decode cost's batch: 64 needs a ledger to call a batched decode healthy
+    assert rule_healthy_decode(msgspec.structs.replace(batched_cost, ledger=None), TH) == []
+    # a ledger without a decode phase: the breakdown's decode is still read
+    no_decode = msgspec.structs.replace(
+        report, ledger=msgspec.structs.replace(lg, phases=[p for p in lg.phases if p.phase != "decode"])
+    )
+    [g] = rule_healthy_decode(no_decode, TH)
+    assert "largest_lever_pct_of_step" not in g.evidence
+    # a decode phase without a per-token figure
+    no_rate = msgspec.structs.replace(
+        report,
+        kernels=msgspec.structs.replace(
+            k,
+            phases=[
+                p if p.phase != "decode" else msgspec.structs.replace(p, kernel_us_per_token=None) for p in k.phases
+            ],
+        ),
+    )
+    assert rule_healthy_decode(no_rate, TH)[0].evidence["decode_kernel_us_per_token"] == 0
+    flat = msgspec.structs.replace(base, ledger=None, kernels=msgspec.structs.replace(k, phases=[]))
+    [c] = rule_healthy_decode(flat, Thresholds(no_phase_confidence_scale=0.333))
+    assert c.confidence == round(0.8 * 0.333, 2) == 0.27
+
+
+def test_decode_bandwidth_needs_a_decode_cost_with_a_peak_to_compare() -> None:
+    from max_profile.analyze.rules.levers import rule_decode_bandwidth
+
+    base = build_report(RawCapture.load(str(H200 / "session7" / "run_b1_raw.json.gz")))
+    cost = base.decode_cost
+    assert cost is not None and cost.step.pct_of_peak_bandwidth is not None
+    assert [f.id for f in rule_decode_bandwidth(base, TH)] == ["decode-bandwidth"]
+    unknown_peak = msgspec.structs.replace(
+        base,
+        decode_cost=msgspec.structs.replace(cost, step=msgspec.structs.replace(cost.step, pct_of_peak_bandwidth=None)),
+    )
+    assert rule_decode_bandwidth(unknown_peak, TH) == []
+    assert rule_decode_bandwidth(msgspec.structs.replace(base, decode_cost=None), TH) == []

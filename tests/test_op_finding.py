@@ -106,6 +106,7 @@ def test_no_verdict_without_a_kernel_ledger_or_a_step() -> None:
         ),
     )
     assert rule_op_roofline(zero, Thresholds()) == []
+    assert rule_op_roofline(zero, Thresholds(lever_info_pct=0.5, lever_warning_pct=0.75)) == []  # not 1 % or more
 
 
 def test_the_deep_dive_names_the_kernel_as_the_trace_does() -> None:
