@@ -10,14 +10,17 @@ One process, one model load (device graphs as MAX decides unless --no-device-gra
   hook               ``profile(kernels="off", gpu_sampling=False)``: the step hook and its NVTX phase ranges
   sampler            ``profile(kernels="off")``: + the GPU sampler (a child process reading NVML)
   cupti              ``profile(kernels="cupti")`` as it records by default: + the C CUPTI recorder, launch records on, a
-                     quarter of the steps in slices of 8 (kernel_share=0.25)
+                     sixteenth of the steps in slices of 8 (kernel_share=0.0625)
+  cupti-quarter      ``profile(kernels="cupti", kernel_share=0.25)``: a
+                     quarter of the steps (the default before session 19)
   cupti-all          ``profile(kernels="cupti", kernel_share=1)``: every step's kernels
   cupti-eighth       ``profile(kernels="cupti", kernel_share=0.125)``: an eighth of the steps
   cupti-sixteenth    ``profile(kernels="cupti", kernel_share=0.0625)``: a sixteenth of the steps
   cupti-no-launches  the hook and sampler + the C recorder of every step with no launch-call records
 
 Every arm is timed the same way: new tokens x batch over the wall time of the whole generation (prefill included),
-so the reference arm needs no hook. Prints every round (each arm's tok/s and the host's load around the round), each
+so the reference arm needs no hook. Prints every round (each arm's tok/s and the host's load around the round; each
+arm's median step and the time its stalls took, from the benchmark's own clock after every step), each
 arm's median, min, max and spread, and its ratio to ``none``: of the medians and paired per round.
 """
 
@@ -36,19 +39,53 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from repeats import RepeatLoad, report_arms  # noqa: E402
 
 ARMS = ("none", "hook", "sampler", "cupti", "cupti-all")
-ALL_ARMS = (*ARMS, "cupti-eighth", "cupti-sixteenth", "cupti-no-launches")
-SHARES = {"cupti-all": 1.0, "cupti-eighth": 0.125, "cupti-sixteenth": 0.0625}
+ALL_ARMS = (*ARMS, "cupti-quarter", "cupti-eighth", "cupti-sixteenth", "cupti-no-launches")
+SHARES = {"cupti-all": 1.0, "cupti-quarter": 0.25, "cupti-eighth": 0.125, "cupti-sixteenth": 0.0625}
 LAST_NOTES: dict[str, list[str]] = {}
 """The notes of each arm's last capture (the recorder's slices and pause / resume time, CUPTI's callback time)."""
 
 
+LAST_STEPS: list[float] = []
+"""The step times (ms, host clock between successive steps' returns) of the last generation."""
+
+
 def _generate(model: Any, prompts: list[str], tokens: int) -> float:
-    """tok/s of one generation by its wall time."""
+    """tok/s of one generation by its wall time; its step times land in LAST_STEPS."""
     from max_profile.runner import generate
 
+    stamps: list[float] = []
     t0 = time.perf_counter()
-    out = generate(model, prompts, tokens)
-    return sum(len(x) for x in out) / (time.perf_counter() - t0)
+    out = generate(model, prompts, tokens, on_step=lambda: stamps.append(time.perf_counter()))
+    wall = time.perf_counter() - t0
+    LAST_STEPS[:] = [1e3 * (b - a) for a, b in zip(stamps, stamps[1:], strict=False)]
+    return sum(len(x) for x in out) / wall
+
+
+def step_summary(steps: list[float]) -> dict[str, float]:
+    """One generation's decode steps: the median (ms), and the time lost to stalls (ms above 3x the median, summed): a
+    slower step shows in the median, a stall (a long pause of the host) in the stall time."""
+    if not steps:
+        return {"p50_ms": float("nan"), "stall_ms": 0.0}
+    ordered = sorted(steps)
+    p50 = ordered[len(ordered) // 2]
+    return {"p50_ms": p50, "stall_ms": sum(s - p50 for s in steps if s > 3 * p50)}
+
+
+def print_step_summary(steps: dict[str, list[dict[str, float]]]) -> None:
+    """Each arm's median decode step over the rounds, its ratio to ``none`` paired per round (none's step over the
+    arm's: below 1 is slower, as for tokens/s), and the median time its stalls took per generation: a slower step shows
+    in the first two, a stalled host in the last."""
+    import statistics
+
+    ref = steps.get("none")
+    for arm, rows in steps.items():
+        p50 = statistics.median(r["p50_ms"] for r in rows)
+        stall = statistics.median(r["stall_ms"] for r in rows)
+        paired = ""
+        if ref is not None and arm != "none":
+            ratio = statistics.median(a["p50_ms"] / b["p50_ms"] for a, b in zip(ref, rows, strict=True))
+            paired = f", paired ratio to none {ratio:.4f}"
+        print(f"{arm:<16} step p50 median {p50:.4f} ms{paired}, stalls median {stall:.1f} ms per generation")
 
 
 def run_arm(arm: str, model: Any, prompts: list[str], tokens: int, interval_s: float) -> float:
@@ -115,6 +152,7 @@ def main() -> int:
     for arm in arms:  # one warm pass of every arm (CUPTI's first enable, the recorder's library, the sampler's start)
         run_arm(arm, model, prompts, 16, args.interval)
     tps: dict[str, list[float]] = {a: [] for a in arms}
+    steps: dict[str, list[dict[str, float]]] = {a: [] for a in arms}
     load = RepeatLoad()
     print(
         f"model {args.model_path}, batch {args.batch}, {args.tokens} new tokens, device graphs "
@@ -127,13 +165,20 @@ def main() -> int:
         with load.repeat(i):
             for arm in order:
                 tps[arm].append(run_arm(arm, model, prompts, args.tokens, args.interval))
+                steps[arm].append(step_summary(LAST_STEPS))
         print(
             f"round {i:2d}: "
             + ", ".join(f"{a} {tps[a][-1]:.1f}" for a in arms)
             + f"   (order {','.join(order)}; {load.describe(i)})",
             flush=True,
         )
+        print(
+            "          step p50 / stalls ms: "
+            + ", ".join(f"{a} {steps[a][-1]['p50_ms']:.3f} / {steps[a][-1]['stall_ms']:.1f}" for a in arms),
+            flush=True,
+        )
     summary = report_arms(tps, {a: "none" for a in arms}, load)
+    print_step_summary(steps)
     for arm, notes in LAST_NOTES.items():
         for note in notes:
             print(f"{arm}: {note}")
@@ -147,6 +192,7 @@ def main() -> int:
             "device_graph_capture": model.device_graph_capture,
             "busy_repeats": summary.pop("_busy_repeats"),
             "arms": summary,
+            "steps": steps,
             "notes": LAST_NOTES,
         }
         Path(args.json).write_text(json.dumps(out, indent=2))

@@ -242,10 +242,14 @@ def make_request(prompt: str, max_new_tokens: int, *, use_chat_template: bool = 
 
 
 def generate(
-    model: LoadedModel, prompts: Sequence[str], max_new_tokens: int, on_first_token: Callable[[], None] | None = None
+    model: LoadedModel,
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    on_first_token: Callable[[], None] | None = None,
+    on_step: Callable[[], None] | None = None,
 ) -> list[list[int]]:
     """Run one batch of prompts to ``max_new_tokens`` tokens each; returns the token ids. ``on_first_token``: called
-    once, when the first step has returned tokens."""
+    once, when the first step has returned tokens; ``on_step``: after every step (a benchmark's step clock)."""
     from max.pipelines.lib.generate import GenerateIterator
 
     has_template = bool(getattr(getattr(model.tokenizer, "delegate", None), "chat_template", None))
@@ -265,6 +269,8 @@ def generate(
                 if tokens and on_first_token is not None:
                     on_first_token()
                     on_first_token = None
+            if on_step is not None:
+                on_step()
     return produced
 
 

@@ -20,6 +20,11 @@ if [ -d .gpu/debs ]; then
   export LD_LIBRARY_PATH="/tmp/dw/usr/lib/x86_64-linux-gnu:/tmp/dw/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 fi
 export PATH="/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64:/usr/local/cuda/bin:$PATH"   # nsys, ncu
+# CUDA 12's NVTX v2 library for MAX's profiling mode (the ops steps), from the nvidia-nvtx-cu12 wheel carried in .gpu/nvtx/:
+# on PYTHONPATH, where max_profile finds it and puts it on the model worker's library path
+if ls .gpu/nvtx/nvidia_nvtx_cu12-*.whl > /dev/null 2>&1; then
+  python3 -m zipfile -e .gpu/nvtx/nvidia_nvtx_cu12-*.whl /tmp/nvtxw && export PYTHONPATH="$PYTHONPATH:/tmp/nvtxw"
+fi
 MP=(python3 -m max_profile)
 M24=/tmp/m24 FP8=/tmp/fp8 CUSTOM=/tmp/m24custom
 TABLE=$ACC/acceptance.tsv
@@ -69,6 +74,18 @@ DEMO=/tmp/mpc/models/demo-llama-bfloat16-h2048-l4   # the model `max-profile dem
 step startup_m24_cold "$ACC/startup_m24_cold.json" -- "${MP[@]}" startup --model-path $M24 --devices gpu --json "$ACC/startup_m24_cold.json" --html "$ACC/startup_m24_cold.html"
 wait
 
+# --- session 19 (issue 35): `serve --mode ops` on the 8-layer custom-architecture Llama of the ops runs (bf16, hidden 2048,
+# 16 / 8 heads, intermediate 8192; benchmarks/h200/ops.sh): MAX's op ranges from the server's model worker joined to its
+# CUPTI kernels, the server cold (its compile with profiling on is part of the run)
+MOPS=/tmp/mops_custom MOPSU=/tmp/mops_unfused
+[ -f $MOPS/model.safetensors ] || step make_mops - -- "${MP[@]}" make-model $MOPS --dtype bfloat16 --hidden 2048 --layers 8 --heads 16 --kv-heads 8 --intermediate 8192
+if [ -f $MOPS/model.safetensors ]; then
+  python3 -c "import json; p = '$MOPS/config.json'; c = json.load(open(p)); c['architectures'] = ['MaxProfileLlamaForCausalLM']; json.dump(c, open(p, 'w'))"
+  mkdir -p $MOPSU && for f in $MOPS/*; do ln -sf "$f" $MOPSU/; done && rm -f $MOPSU/config.json \
+    && python3 -c "import json; c = json.load(open('$MOPS/config.json')); c['architectures'] = ['MaxProfileUnfusedAttentionLlamaForCausalLM']; json.dump(c, open('$MOPSU/config.json', 'w'))"
+fi
+step serve_ops_custom "$ACC/serve_ops_custom.json" -- "${MP[@]}" serve --model-path $MOPS --custom-architectures custom_archs/llama_custom --mode ops --no-warm --yes --json "$ACC/serve_ops_custom.json" --raw "$ACC/serve_ops_custom_raw.json.gz" --text "$ACC/serve_ops_custom.txt"
+
 # --- one at a time: what each number rests on (GPU to itself)
 step kernel_gemv "$ACC/kernel_gemv.json" -- "${MP[@]}" kernel gemv_split_k --model-path $M24 --launches 2 --output-dir "$ACC/ncu" --json "$ACC/kernel_gemv.json"
 step serve_ab - -- python3 benchmarks/serve_ab.py --model-path $M24 --devices gpu --pairs "${AB_PAIRS:-3}" --duration 10 --variants "${AB_VARIANTS:-default,full}" --json "$ACC/serve_ab.json"
@@ -112,6 +129,8 @@ python3 -c "import json, shutil, sys; d = json.load(open(sys.argv[1])); src = ne
 step import_fp8_noconfig "$ACC/import_fp8_noconfig.json" -- "${MP[@]}" report "$ACC/nsys_fp8.sqlite" --json "$ACC/import_fp8_noconfig.json" --text "$ACC/import_fp8_noconfig.txt"
 rm -f "$ACC/nsys_fp8.sqlite"
 step overhead_3b_eager - -- python3 benchmarks/untraced_overhead.py --model-path $M3B --devices gpu --tokens "${OVERHEAD_TOKENS:-128}" --repeats "${OVERHEAD_REPEATS:-11}" --max-batch-size 64 --arms "${OVERHEAD_ARMS:-none,hook,sampler,cupti,cupti-all}" --no-device-graph-capture --json "$ACC/overhead_3b_eager.json"
+# session 19 (issue 35): the unfused-attention architecture (attention as separate matmul / softmax ops) served in ops mode
+step serve_ops_unfused "$ACC/serve_ops_unfused.json" -- "${MP[@]}" serve --model-path $MOPSU --custom-architectures custom_archs/llama_unfused_attention --mode ops --no-warm --yes --json "$ACC/serve_ops_unfused.json" --raw "$ACC/serve_ops_unfused_raw.json.gz" --text "$ACC/serve_ops_unfused.txt"
 rm -rf "$ACC/ncu"/*.ncu-rep "$ACC/ncu3b"/*.ncu-rep "$ACC/nsys"/*.nsys-rep "$ACC/nsys"/*.sqlite 2>/dev/null  # big; their readings are in the reports
 # the table, aligned (the H200 image has no `column`)
 python3 -c "import csv, sys; rows = list(csv.reader(open(sys.argv[1]), delimiter='\t')); w = [max(len(r[i]) for r in rows) for i in range(4)]
