@@ -40,7 +40,7 @@ def switches(share: float, slice_steps: int, steps: int) -> list[tuple[int, str]
 
 
 def test_the_default_records_a_quarter_in_slices_of_eight_from_the_start() -> None:
-    assert (DEFAULT_KERNEL_SHARE, DEFAULT_SLICE_STEPS) == (0.25, 8)
+    assert (DEFAULT_KERNEL_SHARE, DEFAULT_SLICE_STEPS) == (0.0625, 8)
     # the pause comes one step after the slice (its last step must finish on the GPU first); the period stays 32 steps
     assert switches(0.25, 8, 70) == [(8, "pause"), (31, "resume"), (40, "pause"), (63, "resume")]
     s = StepSlices(0.25, 8)

@@ -281,6 +281,15 @@ REFERENCE_STEP_MS = {True: 2.05, False: 3.4}
 share."""
 
 
+def cupti_cost_row(recorded_share: float | None) -> str:
+    """The row of MEASURED_TRACING_COST nearest a CUPTI recording's share of the window (the shares recorded by default
+    were a quarter before session 19 and a sixteenth since; a short run records more than its share: the first slice
+    holds prefill and the first decode steps)."""
+    if recorded_share is None or recorded_share >= 0.5:
+        return "cupti, every step"
+    return "cupti, a quarter of the steps" if recorded_share >= 0.125 else "cupti, a sixteenth of the steps"
+
+
 def tracing_cost_statement(report: Report) -> str | None:
     """What tracing cost this capture, and how that is known: measured on the same server (serve's untraced reference
     window), or expected from the H200 measurements for this way of recording, scaled to this decode step; ``None`` for
@@ -325,15 +334,15 @@ def tracing_cost_statement(report: Report) -> str | None:
             "emits a range per op on the host; compare step times with a run without it (--kernels off)"
         )
     graphs = report.capture.device_graph_capture is not False
-    if source.startswith("cupti"):
-        what = (
-            "cupti, a quarter of the steps"
-            if recorded_share is not None and recorded_share < 0.5
-            else "cupti, every step"
-        )
-    else:
-        what = "step hook and GPU sampler"
-    low, high = MEASURED_TRACING_COST[(what, graphs)]
+    what = cupti_cost_row(recorded_share) if source.startswith("cupti") else "step hook and GPU sampler"
+    scaled = ""
+    if (what, graphs) in MEASURED_TRACING_COST:
+        low, high = MEASURED_TRACING_COST[(what, graphs)]
+    else:  # a share not measured on its own: every step's cost, paid on the steps recorded
+        every_low, every_high = MEASURED_TRACING_COST[("cupti, every step", graphs)]
+        share_recorded = recorded_share or 0.0
+        low, high = every_low * share_recorded, every_high * share_recorded
+        scaled = f" (every step's {100 * every_low:.1f}-{100 * every_high:.1f} % times the share recorded)"
     step_ms = _decode_step_ms(report)
     scale = min(1.0, REFERENCE_STEP_MS[graphs] / step_ms) if step_ms else 1.0
     shown = (
@@ -350,7 +359,7 @@ def tracing_cost_statement(report: Report) -> str | None:
         f"tracing cost, expected (not measured in this capture): {what}{share}, device graphs "
         f"{'on' if graphs else 'off'}: "
         f"{100 * low:.1f}-{100 * high:.1f} % slower than untraced on an H200 at a {REFERENCE_STEP_MS[graphs]:g} ms "
-        "decode step"
+        f"decode step{scaled}"
         f"{shown} (benchmarks/untraced_overhead.py measures it on this model)"
     )
 
