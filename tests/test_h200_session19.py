@@ -1,0 +1,122 @@
+"""`serve --mode ops` on a GPU (issue 35; tests/data/h200/session19/README.md): a lease of the device tool's H100 (the
+H200 was not lent that session), MAX 26.7, CUDA 13, the 8-layer custom-architecture Llama of the ops runs served with
+MAX's op ranges from the model worker joined to its CUPTI kernels over a 10 s window (2,203 decode steps, 192,374
+kernels, 194,608 op ranges). The join is checked here by brute force on a sample of the kernels: each launch against
+every op range of the op thread that holds most launches, no sorted search."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from max_profile.analyze.ops import UNATTRIBUTED
+from max_profile.collect.live.recorders import SERVE_OPS_MODE_NOTE
+from max_profile.model import OpBreakdown, RawCapture, Report, StepLedger
+
+from .builders import built_report
+
+S19 = Path(__file__).parent / "data" / "h200" / "session19"
+RAW = S19 / "serve_ops_custom_raw.json.gz"
+STRIDE = 11
+"""Every 11th decode kernel is joined by brute force (~12,000 of them)."""
+
+
+def _report() -> tuple[RawCapture, Report]:
+    return RawCapture.load(str(RAW)), built_report(RAW)
+
+
+def _sampled_join(raw: RawCapture) -> tuple[int, int, dict[str, float]]:
+    """Of every STRIDE-th decode kernel (by its launch inside a decode step): how many there are, how many launched
+    inside some range of the op thread that holds most launches, and GPU ns per op (the shortest range holding it)."""
+    k, o = raw.kernels, raw.op_ranges
+    assert k.launch_ns is not None and o.launch_tid is not None
+    decode = sorted((s.start_ns, s.end_ns) for s in raw.steps if s.phase == "decode")
+    launch = k.launch_ns
+    starts = np.array([a for a, _ in decode])
+    ends = np.array([b for _, b in decode])
+    at = np.searchsorted(starts, launch, side="right") - 1
+    in_decode = (at >= 0) & (launch <= ends[np.maximum(at, 0)])
+    sample = np.flatnonzero(in_decode)[::STRIDE]
+    threads = np.unique(o.launch_tid)
+    hits = {
+        int(t): int(
+            sum(((o.launch_tid == t) & (o.start_ns <= x) & (o.end_ns >= x)).any() for x in launch[sample[::50]])
+        )
+        for t in threads
+    }
+    on_thread = o.launch_tid == max(hits, key=hits.__getitem__)
+    st, en = o.start_ns[on_thread], o.end_ns[on_thread]
+    names = np.array([o.names[i] for i in o.name_idx])[on_thread]
+    length = en - st
+    per_op: dict[str, float] = {}
+    inside = 0
+    for i in sample:
+        holds = np.flatnonzero((st <= launch[i]) & (en >= launch[i]))
+        if holds.size:
+            inside += 1
+            name = str(names[holds[np.argmin(length[holds])]])
+            per_op[name] = per_op.get(name, 0.0) + float(k.end_ns[i] - k.start_ns[i])
+    return len(sample), inside, per_op
+
+
+def test_decode_kernel_time_of_a_served_model_is_attributed_to_named_ops() -> None:
+    """The issue's bar (>= 95 % of decode kernel time inside named MAX ops) on a server: the report says 100 %, and
+    every sampled decode kernel launched inside a range of the op thread; each op's share of the sample's time is
+    the report's within the sample's error."""
+    raw, report = _report()
+    ops = report.ops
+    assert isinstance(ops, OpBreakdown)
+    decode = next(c for c in ops.coverage if c.phase == "decode")
+    assert decode.steps == 2203 and decode.attributed_pct >= 95.0
+    n, inside, per_op = _sampled_join(raw)
+    assert n > 10_000 and inside == n and decode.attributed_pct == 100.0
+    assert "1 of 1 launching thread(s) matched" in ops.join
+    rows = {r.op: r for r in ops.rows if r.phase == "decode"}
+    assert UNATTRIBUTED not in rows
+    total = sum(per_op.values())
+    for op, ns in per_op.items():
+        if ns / total > 0.05:  # the ops of more than 5 % of the sample: its share within 1.5 points
+            assert rows[op].share_pct == pytest.approx(100 * ns / total, abs=1.5), op
+    assert max(rows.values(), key=lambda r: r.gpu_ms).op == "matmulmo.matmul"
+
+
+def test_the_served_ops_mode_says_what_it_changed_and_judges_host_time_by_the_default_run() -> None:
+    """Device graphs off, profiling on, CUPTI over the whole window: the report says so; host-bound stays at info (the
+    mode's own eager launches) and points to the server as MAX runs it; the host-only ops are marked."""
+    raw, report = _report()
+    assert raw.capture.device_graph_capture is False and SERVE_OPS_MODE_NOTE in report.notes
+    ops = report.ops
+    assert isinstance(ops, OpBreakdown)
+    assert ops.ops_without_kernels == ["record_request_end", "tokenizer.decode_chunk(1 toks)"]
+    host = [f for f in report.findings if f.id == "host-bound"]
+    assert [f.evidence["phase"] for f in host] == ["prefill", "decode"]
+    for f in host:
+        assert f.severity == "info" and f.lever is None and f.command is not None
+        assert (f.command.verb, f.command.args) == (  # the run's server and package, MAX's default capture
+            "serve",
+            {
+                "model_path": "/tmp/mops_custom",
+                "devices": "gpu",
+                "custom_architectures": ["/tmp/acc_repo/custom_archs/llama_custom"],
+                "mode": "kernels",
+            },
+        )
+        assert float(f.evidence["ops_mode_calls_per_step"]) > 50  # type: ignore[arg-type]
+
+
+def test_the_layers_matmul_op_of_prefill_against_its_roofline() -> None:
+    """Prefill's layers matmul op (matmulmo.matmul) is the one op group with time to gain: its figures are the priced
+    group's, its recoverable time the op's time less its ideal; decode's same op runs at 91 % of its roofline."""
+    _, report = _report()
+    ops, lg = report.ops, report.ledger
+    assert isinstance(ops, OpBreakdown) and isinstance(lg, StepLedger)
+    [f] = [f for f in report.findings if f.id == "op-below-roofline"]
+    [g] = [g for g in ops.priced if g.phase == "prefill" and g.ops == ["matmulmo.matmul"]]
+    step = next(p for p in lg.phases if p.phase == "prefill")
+    assert f.evidence["ops"] == "matmulmo.matmul" and f.evidence["priced_as"] == "weights: layers"
+    assert f.evidence["recoverable_ms_per_step"] == pytest.approx(g.ms_per_step - g.ideal_ms_per_step, abs=1e-3)
+    assert f.lever is not None and f.lever.pct_of_step == round(100 * g.recoverable_ms_per_step / step.step_ms, 1)
+    decode = next(g for g in ops.priced if g.phase == "decode" and g.ops == ["matmulmo.matmul"])
+    assert 85 <= decode.pct_of_roofline <= 95
