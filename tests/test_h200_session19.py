@@ -120,3 +120,21 @@ def test_the_layers_matmul_op_of_prefill_against_its_roofline() -> None:
     assert f.lever is not None and f.lever.pct_of_step == round(100 * g.recoverable_ms_per_step / step.step_ms, 1)
     decode = next(g for g in ops.priced if g.phase == "decode" and g.ops == ["matmulmo.matmul"])
     assert 85 <= decode.pct_of_roofline <= 95
+
+
+def test_the_op_table_says_what_its_unknown_phase_holds() -> None:
+    """The server's batch-0 calls between requests (35 here, one per request) carry no phase: the text and HTML op
+    tables name what they hold instead of printing ``unknown``."""
+    from max_profile.render.html import render_html
+    from max_profile.render.text import render_text
+
+    _, report = _report()
+    ops = report.ops
+    assert isinstance(ops, OpBreakdown)
+    other = next(c for c in ops.coverage if c.phase == "unknown")
+    assert other.steps == 35
+    heading = "outside prefill and decode (calls that fed no request, ops between steps): 35 steps"
+    text = " ".join(render_text(report, width=400).split())
+    assert heading in text and "decode: 2203 steps, 100.0 % of" in text and "unknown: 35" not in text
+    html = render_html(report)
+    assert f"<h3>{heading}, " in html and "<h3>decode: 2203 steps, " in html

@@ -30,7 +30,14 @@ from max_profile.model import (
     UtilizationSection,
 )
 from max_profile.render.html_base import CSS, HEATMAP_COLUMNS, PHASE_COLORS, SEVERITY_COLORS, esc, na, new_figure, thin
-from max_profile.render.tables import OP_COLUMNS, OP_ROOF_COLUMNS, op_coverage_text, op_figures, op_roof_figures
+from max_profile.render.tables import (
+    OP_COLUMNS,
+    OP_ROOF_COLUMNS,
+    op_coverage_text,
+    op_figures,
+    op_phase_heading,
+    op_roof_figures,
+)
 
 SECTIONS = (
     "summary",
@@ -414,7 +421,7 @@ def _ops_table(report: Report) -> str:
         return na(ops.reason)
     parts = [f'<p class="meta">{esc(ops.source)}; {esc(ops.join)}</p>']
     for c in ops.coverage:
-        parts.append(f"<h3>{esc(c.phase)}: {c.steps} steps, {esc(op_coverage_text(c))}</h3>")
+        parts.append(f"<h3>{esc(op_phase_heading(c))}, {esc(op_coverage_text(c))}</h3>")
         rows = [[r.op, *op_figures(r), ", ".join(r.top_kernels)] for r in ops.rows if r.phase == c.phase]
         parts.append(_figures_table(OP_COLUMNS, rows))
         priced = [[g.part, ops_text(g), *op_roof_figures(g), g.basis] for g in ops.priced if g.phase == c.phase]

@@ -124,6 +124,15 @@ def op_roof_figures(g: OpRoofline) -> list[str]:
     ]
 
 
+def op_phase_heading(c: OpCoverage) -> str:
+    """A phase of the op table by name and steps; ``unknown`` said as what it holds: the calls that fed no request (a
+    server's batch-0 calls between requests) and ops outside every step."""
+    name = (
+        "outside prefill and decode (calls that fed no request, ops between steps)" if c.phase == "unknown" else c.phase
+    )
+    return f"{name}: {c.steps} step{'s' if c.steps != 1 else ''}"
+
+
 def op_coverage_text(c: OpCoverage) -> str:
     """How much of a phase's kernel time the named ops hold, and the op calls that launched nothing."""
     return (

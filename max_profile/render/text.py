@@ -35,6 +35,7 @@ from max_profile.render.tables import (
     na_text,
     op_coverage_text,
     op_figures,
+    op_phase_heading,
     op_roof_figures,
 )
 from max_profile.render.terminal import DEFAULT_WIDTH, terminal_width
@@ -544,7 +545,7 @@ def ops_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableType | 
     for c in ops.coverage:
         if not c.kernels and not c.calls:
             continue
-        head = Text(f"{c.phase}: {c.steps} step{'s' if c.steps != 1 else ''}, ", style="bold")
+        head = Text(f"{op_phase_heading(c)}, ", style="bold")
         head.append(op_coverage_text(c), style="dim")
         rows = [r for r in ops.rows if r.phase == c.phase]
         table = [
