@@ -71,7 +71,7 @@ from max_profile.model import (
     Unavailable,
     Workload,
 )
-from max_profile.preflight import preflight_gate
+from max_profile.preflight import import_path_form, preflight_gate
 from max_profile.render.terminal import fit_to_terminal
 from max_profile.util.models import check_model_folder
 from max_profile.util.procs import clean_child_env, die_with_parent, kill_group, raise_pending_signal
@@ -106,10 +106,8 @@ def local_path(path: str) -> str:
 def local_arch_spec(spec: str) -> str:
     """A ``--custom-architectures`` spec (a package folder, or ``IMPORT_PATH:MODULE``) with its folder made absolute
     where it exists here (MAX appends the folder to ``sys.path`` as given, in the server's working folder)."""
-    parts = spec.split(":")
-    if len(parts) == 2 and not (len(parts[0]) == 1 and parts[0].isalpha()):
-        return f"{local_path(parts[0])}:{parts[1]}"
-    return local_path(spec)
+    colon = import_path_form(spec)
+    return local_path(spec) if colon is None else f"{local_path(colon[0])}:{colon[1]}"
 
 
 @dataclass

@@ -39,6 +39,15 @@ def _check(
     return PreflightCheck(id=cid, ok=ok, severity=severity, message=message, fix=fix, where=where)
 
 
+def import_path_form(spec: str) -> tuple[str, str] | None:
+    """(import path, module name) of a spec written ``IMPORT_PATH:MODULE``; None for a package folder path (a drive
+    letter's colon is not the separator)."""
+    parts = spec.split(":")
+    if len(parts) == 2 and not (len(parts[0]) == 1 and parts[0].isalpha()):
+        return parts[0], parts[1]
+    return None
+
+
 def parse_spec(spec: str) -> tuple[str, str, list[PreflightCheck]]:
     """(import path, module name, problems) — the way MAX 26.7's ArchLookup splits a spec."""
     problems: list[PreflightCheck] = []
@@ -54,8 +63,9 @@ def parse_spec(spec: str) -> tuple[str, str, list[PreflightCheck]]:
             )
         )
         return "", "", problems
-    if len(parts) == 2 and not (len(parts[0]) == 1 and parts[0].isalpha()):
-        return parts[0], parts[1], problems
+    colon = import_path_form(spec)
+    if colon is not None:
+        return colon[0], colon[1], problems
     path, name = os.path.dirname(spec), os.path.basename(spec)
     if spec.endswith(("/", os.sep)):
         problems.append(
