@@ -24,9 +24,11 @@ def _load(name: str) -> tuple[RawCapture, Report]:
     return raw, build_report(raw)
 
 
-def _brute_force_decode_share(raw: RawCapture) -> tuple[float, dict[str, float]]:
-    """Share of decode kernel time launched inside some op range (the shortest range holding the launch), and GPU ns per
-    op name, from the raw records alone."""
+def brute_force_decode_join(raw: RawCapture, stride: int = 1) -> tuple[float, dict[str, float], int, int]:
+    """Of every ``stride``-th kernel launched inside a decode step: the share of their GPU time launched inside some op
+    range of the op thread that holds most launches (the shortest range holding the launch), GPU ns per op name, how
+    many kernels were looked at and how many of them lay inside a range; from the raw records alone, each launch
+    against every range of that thread (no sorted search)."""
     k, o = raw.kernels, raw.op_ranges
     assert k.launch_ns is not None
     decode = [(s.start_ns, s.end_ns) for s in raw.steps if s.phase == "decode"]
@@ -34,24 +36,29 @@ def _brute_force_decode_share(raw: RawCapture) -> tuple[float, dict[str, float]]
     in_decode = np.zeros(len(k), dtype=bool)
     for a, b in decode:
         in_decode |= (launch >= a) & (launch <= b)
+    sample = np.flatnonzero(in_decode)[::stride]
     dur = (k.end_ns - k.start_ns).astype(np.float64)
-    names = [o.names[i] for i in o.name_idx]
-    length = o.end_ns - o.start_ns
     assert o.launch_tid is not None
     hits = {
-        int(t): sum(bool(((o.launch_tid == t) & (o.start_ns <= x) & (o.end_ns >= x)).any()) for x in launch[::7])
+        int(t): sum(
+            bool(((o.launch_tid == t) & (o.start_ns <= x) & (o.end_ns >= x)).any()) for x in launch[:: 7 * stride]
+        )
         for t in np.unique(o.launch_tid)
     }
     on_thread = o.launch_tid == max(hits, key=hits.__getitem__)  # the op thread that launches kernels
+    st, en = o.start_ns[on_thread], o.end_ns[on_thread]
+    names = [o.names[i] for i in o.name_idx[on_thread]]
+    length = en - st
     per_op: dict[str, float] = {}
-    attributed = 0.0
-    for i in np.flatnonzero(in_decode):
-        holds = np.flatnonzero(on_thread & (o.start_ns <= launch[i]) & (o.end_ns >= launch[i]))
+    attributed, inside = 0.0, 0
+    for i in sample:
+        holds = np.flatnonzero((st <= launch[i]) & (en >= launch[i]))
         if holds.size:
             j = holds[np.argmin(length[holds])]
             attributed += dur[i]
+            inside += 1
             per_op[names[j]] = per_op.get(names[j], 0.0) + dur[i]
-    return 100.0 * attributed / dur[in_decode].sum(), per_op
+    return 100.0 * attributed / dur[sample].sum(), per_op, len(sample), inside
 
 
 @pytest.mark.parametrize("name", ["ops_a", "ops_b"])
@@ -61,7 +68,7 @@ def test_decode_kernel_time_is_attributed_to_named_ops(name: str) -> None:
     ops = report.ops
     assert isinstance(ops, OpBreakdown)
     decode = next(c for c in ops.coverage if c.phase == "decode")
-    truth, per_op = _brute_force_decode_share(raw)
+    truth, per_op, _, _ = brute_force_decode_join(raw)
     assert decode.attributed_pct >= 95.0 and decode.attributed_pct == pytest.approx(truth, rel=1e-9)
     assert decode.steps == 64 and "1 of 1 launching thread(s) matched" in ops.join
     rows = {r.op: r for r in ops.rows if r.phase == "decode"}

@@ -6,9 +6,9 @@ every op range of the op thread that holds most launches, no sorted search."""
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from max_profile.analyze.ops import UNATTRIBUTED
@@ -16,6 +16,7 @@ from max_profile.collect.live.recorders import SERVE_OPS_MODE_NOTE
 from max_profile.model import OpBreakdown, RawCapture, Report, StepLedger
 
 from .builders import built_report
+from .test_h200_ops import brute_force_decode_join
 
 S19 = Path(__file__).parent / "data" / "h200" / "session19"
 RAW = S19 / "serve_ops_custom_raw.json.gz"
@@ -23,42 +24,13 @@ STRIDE = 11
 """Every 11th decode kernel is joined by brute force (~12,000 of them)."""
 
 
+@cache
+def _raw() -> RawCapture:
+    return RawCapture.load(str(RAW))
+
+
 def _report() -> tuple[RawCapture, Report]:
-    return RawCapture.load(str(RAW)), built_report(RAW)
-
-
-def _sampled_join(raw: RawCapture) -> tuple[int, int, dict[str, float]]:
-    """Of every STRIDE-th decode kernel (by its launch inside a decode step): how many there are, how many launched
-    inside some range of the op thread that holds most launches, and GPU ns per op (the shortest range holding it)."""
-    k, o = raw.kernels, raw.op_ranges
-    assert k.launch_ns is not None and o.launch_tid is not None
-    decode = sorted((s.start_ns, s.end_ns) for s in raw.steps if s.phase == "decode")
-    launch = k.launch_ns
-    starts = np.array([a for a, _ in decode])
-    ends = np.array([b for _, b in decode])
-    at = np.searchsorted(starts, launch, side="right") - 1
-    in_decode = (at >= 0) & (launch <= ends[np.maximum(at, 0)])
-    sample = np.flatnonzero(in_decode)[::STRIDE]
-    threads = np.unique(o.launch_tid)
-    hits = {
-        int(t): int(
-            sum(((o.launch_tid == t) & (o.start_ns <= x) & (o.end_ns >= x)).any() for x in launch[sample[::50]])
-        )
-        for t in threads
-    }
-    on_thread = o.launch_tid == max(hits, key=hits.__getitem__)
-    st, en = o.start_ns[on_thread], o.end_ns[on_thread]
-    names = np.array([o.names[i] for i in o.name_idx])[on_thread]
-    length = en - st
-    per_op: dict[str, float] = {}
-    inside = 0
-    for i in sample:
-        holds = np.flatnonzero((st <= launch[i]) & (en >= launch[i]))
-        if holds.size:
-            inside += 1
-            name = str(names[holds[np.argmin(length[holds])]])
-            per_op[name] = per_op.get(name, 0.0) + float(k.end_ns[i] - k.start_ns[i])
-    return len(sample), inside, per_op
+    return _raw(), built_report(RAW)
 
 
 def test_decode_kernel_time_of_a_served_model_is_attributed_to_named_ops() -> None:
@@ -70,7 +42,7 @@ def test_decode_kernel_time_of_a_served_model_is_attributed_to_named_ops() -> No
     assert isinstance(ops, OpBreakdown)
     decode = next(c for c in ops.coverage if c.phase == "decode")
     assert decode.steps == 2203 and decode.attributed_pct >= 95.0
-    n, inside, per_op = _sampled_join(raw)
+    _, per_op, n, inside = brute_force_decode_join(raw, STRIDE)
     assert n > 10_000 and inside == n and decode.attributed_pct == 100.0
     assert "1 of 1 launching thread(s) matched" in ops.join
     rows = {r.op: r for r in ops.rows if r.phase == "decode"}
