@@ -510,12 +510,12 @@ def update_results(change: Callable[[dict[str, dict[str, str]]], None]) -> dict[
 def recheck(modules: list[str], max_children: int, root: Path = REPO) -> dict[str, dict[str, str]]:
     """Re-judge the stored survivors (and mutants no test reached or no run got to) of ``modules`` with the tests as
     they are now (tests written to kill them), in the ``mutants/`` folder of the last run: the current tests are copied
-    in, and each survivor is switched on by mutmut's
-    own ``MUTANT_UNDER_TEST`` while the ``[tool.mutmut]`` test selection runs (fastest files first, stopping at the
-    first failure). A mutmut run would regenerate the mutants of any source changed since and lose the run's results;
-    this keeps them. ``max_children`` survivors are judged at a time. ``root``: the folder holding that ``mutants/``
-    (a copy, so a run in progress keeps its own); a survivor whose diff there is not the stored one (its function
-    changed since: mutmut numbers a function's mutants in order) is left as it was and listed."""
+    in, and each survivor is switched on by mutmut's own ``MUTANT_UNDER_TEST`` while the ``[tool.mutmut]`` test
+    selection runs (fastest files first, stopping at the first failure). A mutmut run would regenerate the mutants of
+    any source changed since and lose the run's results; this keeps them. ``max_children`` survivors are judged at a
+    time. ``root``: the folder holding that ``mutants/`` (a copy, so a run in progress keeps its own); a survivor whose
+    diff there is not the stored one (its function changed since: mutmut numbers a function's mutants in order) is left
+    as it was and listed."""
     import tomllib
 
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]
