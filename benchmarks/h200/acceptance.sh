@@ -30,7 +30,8 @@ M24=/tmp/m24 FP8=/tmp/fp8 CUSTOM=/tmp/m24custom
 TABLE=$ACC/acceptance.tsv
 [ -f "$TABLE" ] || printf 'step\texit\tseconds\tfindings\tcommand\n' > "$TABLE"
 
-pack() { tar czf /tmp/acceptance.tgz.part -C "$ACC" . 2>/dev/null && mv /tmp/acceptance.tgz.part /tmp/acceptance.tgz; [ -n "${OUT:-}" ] && cp /tmp/acceptance.tgz "$OUT/" 2>/dev/null; return 0; }
+# (a part file per shell: the warm-cache steps run in subshells beside the measured one)
+pack() { local part=/tmp/acceptance.tgz.part.$BASHPID; tar czf "$part" -C "$ACC" . 2>/dev/null && mv "$part" /tmp/acceptance.tgz; [ -n "${OUT:-}" ] && cp /tmp/acceptance.tgz "$OUT/" 2>/dev/null; return 0; }
 findings() {  # the finding ids (severity) of a --json report
   python3 - "$1" <<'PY' 2>/dev/null
 import json, sys
@@ -49,7 +50,15 @@ step() {
   local name=$1 json=$2; shift 3
   if [ -n "${ACC_ONLY:-}" ] && [[ " $ACC_ONLY " != *" $name "* ]]; then echo "== skipped $name (ACC_ONLY)"; return 0; fi
   local t0=$(date +%s.%N)
-  "$@" > "$ACC/$name.out" 2> "$ACC/$name.err"
+  # packed every PACK_EVERY s (default 30) while it runs: a machine taken back mid-step still leaves the step's output so
+  # far in /tmp/acceptance.tgz (session 20 lost a whole serve_ab window table that was printed only at its end)
+  "$@" > "$ACC/$name.out" 2> "$ACC/$name.err" &
+  local pid=$! waited=0
+  while kill -0 "$pid" 2> /dev/null; do
+    sleep 1; waited=$((waited + 1))
+    [ $((waited % ${PACK_EVERY:-30})) -eq 0 ] && pack
+  done
+  wait "$pid"
   local rc=$?
   local secs=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
   printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$rc" "$secs" "$( [ "$json" = - ] && echo - || findings "$json")" "$*" >> "$TABLE"
