@@ -42,6 +42,16 @@ except Exception:
 print(",".join(f"{f['id']}({f['severity'][0]})" for f in d.get("findings", [])) or "none")
 PY
 }
+# with_arch SRC DST ARCH: DST is model SRC under architecture ARCH (SRC's files linked, config.json's architectures
+# [ARCH]); DST = SRC rewrites SRC's config.json in place
+with_arch() {
+  local src=$1 dst=$2 arch=$3
+  if [ "$src" != "$dst" ]; then
+    mkdir -p "$dst" && for f in "$src"/*; do ln -sf "$f" "$dst"/; done && rm -f "$dst/config.json" || return 1
+  fi
+  python3 -c "import json, sys; c = json.load(open(sys.argv[1])); c['architectures'] = [sys.argv[3]]; json.dump(c, open(sys.argv[2], 'w'))" \
+    "$src/config.json" "$dst/config.json" "$arch"
+}
 # step NAME JSON -- command...: run it, keep stdout/stderr, one table row (exit code, wall seconds, findings of JSON).
 # ACC_ONLY="make_m24 startup_m24_cold serve_ab ..." runs only the named steps (short device time; name the make_* a step needs);
 # AB_PAIRS=5 gives serve_ab more rounds (default 3); AB_VARIANTS its recording variants (default: "default,full", what
@@ -72,8 +82,7 @@ step doctor "$ACC/doctor.json" -- "${MP[@]}" doctor --json "$ACC/doctor.json"
 # --- models, then three cold compiles side by side (they only use CPU cores and the cache; startup reports are cold)
 [ -f $M24/model.safetensors ] || step make_m24 - -- "${MP[@]}" make-model $M24 --dtype bfloat16 --hidden 4096 --layers 24 --heads 32 --kv-heads 8 --intermediate 14336
 [ -f $FP8/model.safetensors ] || step make_fp8 - -- "${MP[@]}" make-model $FP8 --dtype float8_e4m3fn --hidden 4096 --layers 8 --heads 32 --kv-heads 8 --intermediate 14336
-mkdir -p $CUSTOM && for f in $M24/*; do ln -sf "$f" $CUSTOM/; done && rm -f $CUSTOM/config.json \
-  && python3 -c "import json; c = json.load(open('$M24/config.json')); c['architectures'] = ['MaxProfileLlamaForCausalLM']; json.dump(c, open('$CUSTOM/config.json', 'w'))"
+with_arch $M24 $CUSTOM MaxProfileLlamaForCausalLM
 DEMO=/tmp/mpc/models/demo-llama-bfloat16-h2048-l4   # the model `max-profile demo` builds on a GPU (same shape, same compile key)
 [ -f $DEMO/model.safetensors ] || step make_demo - -- "${MP[@]}" make-model $DEMO --dtype bfloat16 --hidden 2048 --layers 4 --heads 16 --kv-heads 4 --intermediate 5632
 # the GPU compiles m24 (its cold start-up, recorded); meanwhile MAX compiles the other two for sm_90 on virtual devices
@@ -89,9 +98,7 @@ wait
 MOPS=/tmp/mops_custom MOPSU=/tmp/mops_unfused
 [ -f $MOPS/model.safetensors ] || step make_mops - -- "${MP[@]}" make-model $MOPS --dtype bfloat16 --hidden 2048 --layers 8 --heads 16 --kv-heads 8 --intermediate 8192
 if [ -f $MOPS/model.safetensors ]; then
-  python3 -c "import json; p = '$MOPS/config.json'; c = json.load(open(p)); c['architectures'] = ['MaxProfileLlamaForCausalLM']; json.dump(c, open(p, 'w'))"
-  mkdir -p $MOPSU && for f in $MOPS/*; do ln -sf "$f" $MOPSU/; done && rm -f $MOPSU/config.json \
-    && python3 -c "import json; c = json.load(open('$MOPS/config.json')); c['architectures'] = ['MaxProfileUnfusedAttentionLlamaForCausalLM']; json.dump(c, open('$MOPSU/config.json', 'w'))"
+  with_arch $MOPS $MOPS MaxProfileLlamaForCausalLM && with_arch $MOPS $MOPSU MaxProfileUnfusedAttentionLlamaForCausalLM
 fi
 step serve_ops_custom "$ACC/serve_ops_custom.json" -- "${MP[@]}" serve --model-path $MOPS --custom-architectures custom_archs/llama_custom --mode ops --no-warm --yes --json "$ACC/serve_ops_custom.json" --raw "$ACC/serve_ops_custom_raw.json.gz" --text "$ACC/serve_ops_custom.txt"
 
