@@ -39,8 +39,10 @@ def switches(share: float, slice_steps: int, steps: int) -> list[tuple[int, str]
     return out
 
 
-def test_the_default_records_a_quarter_in_slices_of_eight_from_the_start() -> None:
+def test_the_default_records_a_sixteenth_in_slices_of_eight_from_the_start() -> None:
     assert (DEFAULT_KERNEL_SHARE, DEFAULT_SLICE_STEPS) == (0.0625, 8)
+    # a sixteenth: a slice of 8 steps every 128
+    assert switches(DEFAULT_KERNEL_SHARE, 8, 260) == [(8, "pause"), (127, "resume"), (136, "pause"), (255, "resume")]
     # the pause comes one step after the slice (its last step must finish on the GPU first); the period stays 32 steps
     assert switches(0.25, 8, 70) == [(8, "pause"), (31, "resume"), (40, "pause"), (63, "resume")]
     s = StepSlices(0.25, 8)
