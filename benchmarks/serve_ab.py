@@ -9,7 +9,9 @@ A round is one untraced window and one window per recording variant, back to bac
 ratio of streamed tokens/s recorded / untraced is reported per variant and round, with every window, the median and the
 spread, and the host's load per window. Variants (``+`` combines): ``default`` what ``serve --mode kernels`` records
 (``ServePlan.record_share`` of each window, in slices), ``full`` every kernel of the whole window, ``share=F`` a share F
-in slices of ``--slice`` s, ``zeroed`` CUPTI handed zeroed buffers (``cupti_native.RECORDING_OPTIONS``).
+in slices of ``--slice`` s, ``zeroed`` CUPTI handed zeroed buffers (``cupti_native.RECORDING_OPTIONS``), ``steps`` the
+worker's step hook alone with CUPTI left off (what stamping each batch costs). ``share=0.001`` records only the slice
+before the window opens: CUPTI subscribed and paused through the whole window (what the paused state costs).
 Per window also: the inter-token gaps inside it (p50 / p99 / max: a stall shows as a few long gaps, a slower decode step
 as a higher median) and the tokens of each second (a start-up cost shows in the first ones). A recorded window opens
 once the worker's recording runs plus ``--settle`` seconds (the recorder's own ``settle_s`` by default; 0 measures
@@ -87,8 +89,10 @@ def variant_plan(spec: str, default_share: float, slice_s: float) -> dict[str, A
             plan["share"] = float(part.removeprefix("share="))
         elif part == "zeroed":
             plan["options"].append("zeroed-buffers")
+        elif part == "steps":
+            plan["kernels"] = False
         else:
-            raise SystemExit(f"unknown variant part {part!r} (default, full, share=F, zeroed; + combines)")
+            raise SystemExit(f"unknown variant part {part!r} (default, full, share=F, zeroed, steps; + combines)")
     return plan
 
 
@@ -230,6 +234,11 @@ def main() -> int:
                 "tokens_per_second": per_second,
                 "gpu_waits_before_graphs": waits.before_graph_gaps if waits else None,
                 "gpu_waits_before_graphs_pct": round(waits.before_graph_pct, 2) if waits else None,
+                # the worker's whole recording (its first slice runs before the window opens): kernels kept, by slice,
+                # and those left out for a time outside every slice
+                "worker_kernels": cov.recorded_kernels if cov is not None else None,
+                "worker_per_slice": list(cov.per_slice) if cov is not None else None,
+                "worker_outside_slices": cov.outside_slices if cov is not None else None,
             }
         )
         print(
@@ -242,6 +251,12 @@ def main() -> int:
                 f", GPU waited before {waits.before_graph_gaps} graph launches ({waits.before_graph_pct:.1f} % of the "
                 "recorded time)"
                 if waits
+                else ""
+            )
+            + (
+                f"; the worker kept {cov.recorded_kernels} kernels, by slice {list(cov.per_slice)}, "
+                f"{cov.outside_slices} left out outside every slice"
+                if cov is not None and cov.recorded_kernels is not None
                 else ""
             )
             + f"; ITL p50 {gaps['p50']:.3f} / p99 {gaps['p99']:.3f} / max {gaps['max']:.1f} ms; tokens per second "

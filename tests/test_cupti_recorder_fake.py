@@ -304,7 +304,11 @@ fake = ctypes.CDLL(sys.argv[1])  # mapped under a name holding "libcuda.so": the
 fake.fake_emit.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32]
 folder = sys.argv[2]
 open(os.path.join(folder, "loaded"), "w").close()
+bogus = os.path.join(folder, "bogus")
 while not os.path.exists(os.path.join(folder, "done")):  # a model worker launching kernels all the time
+    if os.path.exists(bogus):  # once: a graph's 50 kernel records stamped 5 s in the past (a CUPTI fault)
+        os.remove(bogus)
+        fake.fake_emit(50, time.monotonic_ns() - 5_000_000_000, 1000, 9)
     fake.fake_emit(200, time.monotonic_ns(), 1000, 0)
     time.sleep(0.002)
 """
@@ -355,6 +359,10 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
             )
             assert "CUPTI enable" in coverage.describe()
             assert len(kernels) > 100 and kernels.start_ns.min() >= span[0] and kernels.start_ns.max() <= span[1]
+            # the worker's own account of its whole recording: every kernel it kept inside its one slice, none left
+            # out, at least those of the window
+            assert coverage.recorded_kernels is not None and coverage.recorded_kernels >= len(kernels)
+            assert coverage.per_slice == (coverage.recorded_kernels,) and coverage.outside_slices == 0
         assert not hook.wait_started(3, alive, timeout_s=0.2)  # no start-3 asked: the wait gives up and says so
         # window 3 sampled: slices of 0.1 s, half the time; kernels only inside them, the pauses between them empty
         hook.start(3, {"share": 0.5, "slice_s": 0.1})
@@ -376,11 +384,39 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
             and coverage.covered_s < coverage.window_s
         )
         assert "slice" in coverage.describe()
+        assert coverage.outside_slices == 0 and len(coverage.per_slice) >= len(slices)
+        assert sum(coverage.per_slice) == coverage.recorded_kernels and coverage.recorded_kernels >= len(kernels)
         margin = 1_000_000  # a launch just before a pause: its kernels start up to 0.2 ms after it
         in_slice = [any(a <= t <= b + margin for a, b in slices) for t in kernels.start_ns.tolist()]
         assert all(in_slice)
         paused = [(b0, a1) for (_, b0), (a1, _) in zip(slices, slices[1:], strict=False)]
         assert all(not ((kernels.start_ns > b0 + margin) & (kernels.start_ns < a1)).any() for b0, a1 in paused)
+        # window 4, steps only (serve_ab's `steps` variant): CUPTI stays off, nothing recorded, the coverage says so
+        hook.start(4, {"kernels": False})
+        assert hook.wait_started(4, alive, timeout_s=30)
+        span_start = time.perf_counter_ns()
+        time.sleep(0.3)
+        span = (span_start, time.perf_counter_ns())
+        hook.stop(4)
+        kernels, coverage = hook.read(4, span, alive, timeout_s=60)
+        assert kernels is not None and len(kernels) == 0 and coverage is not None
+        assert coverage.covered_s == 0 and coverage.slices == () and coverage.recorded_kernels == 0
+        assert any("steps only (CUPTI off)" in n for n in coverage.notes)
+        # the next window records again; records stamped 5 s before it began are left out, counted and said
+        hook.start(5)
+        assert hook.wait_started(5, alive, timeout_s=30)
+        span_start = time.perf_counter_ns()
+        (hook.folder / "bogus").touch()
+        time.sleep(0.3)
+        span = (span_start, time.perf_counter_ns())
+        hook.stop(5)
+        assert not (hook.folder / "bogus").exists()
+        kernels, coverage = hook.read(5, span, alive, timeout_s=60)
+        assert kernels is not None and len(kernels) > 100 and coverage is not None
+        assert coverage.outside_slices == 50 and "50 left out for a time outside every slice" in coverage.describe()
+        assert any("50 kernel record(s) carried a time outside every recorded slice" in n for n in coverage.notes)
+        assert kernels.graph_id is not None and not (kernels.graph_id == 9).any()
+        assert coverage.per_slice == (coverage.recorded_kernels,)
     finally:
         hook.quit()
         (hook.folder / "done").touch()

@@ -386,3 +386,35 @@ def test_the_worker_hook_drops_kernels_stamped_across_a_pause_of_a_sampled_recor
     raw = build_breakdown(table, source="test", window=(0, 3000 * ms), recorded=two_processes)
     assert raw.paused_kernels == 2 and raw.kernels == 4 and raw.recorded_ms == pytest.approx(1001)
     assert raw.kernel_ms == pytest.approx(kept.end_ns.sum() / 1e6 - kept.start_ns.sum() / 1e6)
+
+
+def test_kernels_are_counted_by_the_slice_they_were_asked_for_in() -> None:
+    """A sampled recording's kernels by recorded slice (launch time where recorded, else start), and those asked for in
+    none: CUPTI records nothing while paused, so a launch 0.5 s into a pause, or a start stamped before the recording
+    began, is a record whose time cannot be right (session 21: whole windows of a served recording fell outside the
+    window when read). A kernel queued in a slice that starts up to 250 ms after it, or launched just before it began
+    (10 ms), still counts; one near two slices counts once."""
+    from max_profile.model import KernelRecord, KernelTable
+
+    ms = 1_000_000
+    slices = [(1000 * ms, 1500 * ms), (3000 * ms, 3500 * ms)]
+    recs = [
+        KernelRecord(name="gemv", start_ns=1100 * ms, end_ns=1101 * ms, launch_ns=1099 * ms),
+        KernelRecord(name="gemv", start_ns=1700 * ms, end_ns=1701 * ms),  # no launch: queued, started 200 ms after
+        KernelRecord(name="gemv", start_ns=1600 * ms, end_ns=1601 * ms, launch_ns=1499 * ms),  # launched in it
+        KernelRecord(name="mha", start_ns=2100 * ms, end_ns=2101 * ms, launch_ns=2000 * ms),  # launched mid-pause
+        KernelRecord(name="mha", start_ns=995 * ms, end_ns=996 * ms),  # 5 ms before the first slice: kept
+        KernelRecord(name="mha", start_ns=3 * ms, end_ns=4 * ms),  # long before the recording began
+        KernelRecord(name="norm", start_ns=3400 * ms, end_ns=3401 * ms, launch_ns=3399 * ms),
+        KernelRecord(name="norm", start_ns=9000 * ms, end_ns=9001 * ms),  # 5.5 s after the last slice
+    ]
+    table = KernelTable.from_records(recs)
+    counts, outside = table.per_slice(slices)
+    assert counts == [4, 1] and outside.tolist() == [False, False, False, True, False, True, False, True]
+    # the 1700 ms start is near both slices: counted for the first only; the 2000 ms launch is 200 ms after the second
+    near_both, left = table.per_slice([(1000 * ms, 1500 * ms), (1600 * ms, 1800 * ms)])
+    assert near_both == [4, 1] and left.tolist() == [False, False, False, False, False, True, True, True]
+    no_slices, all_out = table.per_slice([])
+    assert no_slices == [] and all_out.all()
+    none_counts, none_outside = KernelTable.empty().per_slice(slices)
+    assert none_counts == [0, 0] and none_outside.size == 0

@@ -228,6 +228,22 @@ class KernelTable(msgspec.Struct):
         out[inside] = self.end_ns[inside] > middle[k[inside]]
         return out
 
+    def per_slice(
+        self, slices: Sequence[tuple[int, int]], before_ns: int = 10_000_000, after_ns: int = 250_000_000
+    ) -> tuple[list[int], np.ndarray]:
+        """The kernels of a sampled recording counted by the slice they were asked for in (:meth:`attribution_time`
+        from ``before_ns`` before a slice starts to ``after_ns`` after it ends: a kernel queued in a slice starts after
+        it), and the mask of those asked for in none: CUPTI records work only while a slice runs, so such a record
+        carries a time that cannot be right. Slices in the order given; a kernel near two counts for the first."""
+        t = self.attribution_time()
+        outside = np.ones(len(self), dtype=bool)
+        counts: list[int] = []
+        for a, b in slices:
+            near = outside & (t >= a - before_ns) & (t <= b + after_ns)
+            counts.append(int(near.sum()))
+            outside &= ~near
+        return counts, outside
+
     def select(self, mask: np.ndarray) -> KernelTable:
         """The kernels where ``mask`` is True (names kept as they are)."""
 

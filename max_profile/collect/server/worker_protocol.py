@@ -45,6 +45,13 @@ class WindowCoverage:
     """The spans (host perf_counter ns, inside the window) in which kernels were recorded."""
     sampled: bool = False
     """Whether recording ran in slices (a share of the window), paused between them."""
+    recorded_kernels: int | None = None
+    """The kernels the worker kept from its whole recording, inside the window or not (the first slice runs before
+    the window opens); None from an older hook."""
+    per_slice: tuple[int, ...] = ()
+    """Those kernels by the recorded slice they were asked for in (every slice of the recording, in order)."""
+    outside_slices: int = 0
+    """Kernel records the worker left out for a time outside every recorded slice (see ``KernelTable.per_slice``)."""
 
     def describe(self) -> str:
         text = f", recorded {self.covered_s:.1f} of {self.window_s:.1f} s"
@@ -52,6 +59,8 @@ class WindowCoverage:
             text += f" in {len(self.slices)} slice(s)"
         if self.dropped:
             text += f", {self.dropped} dropped"
+        if self.outside_slices:
+            text += f", {self.outside_slices} left out for a time outside every slice"
         if self.collector == "CuptiKernelCollector":
             text += ", cupti-python per-record callbacks"
         if self.callback_s is not None:
@@ -220,7 +229,11 @@ class WorkerHook:
         for path in sorted(self.folder.glob(f"coverage-{pid}-{window}.json")):
             try:
                 c = json.loads(path.read_text())
-                recorded = [(int(a), int(b)) for a, b in c.get("slices") or [(c["started_ns"], c["stopped_ns"])]]
+                recorded = (
+                    [(int(a), int(b)) for a, b in c.get("slices") or [(c["started_ns"], c["stopped_ns"])]]
+                    if c.get("kernels_recorded", True)
+                    else []
+                )  # steps only: no kernels recorded at all
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             inside = tuple((max(a, span[0]), min(b, span[1])) for a, b in recorded if min(b, span[1]) > max(a, span[0]))
@@ -236,5 +249,8 @@ class WorkerHook:
                 api_records=int(c.get("api_records") or 0),
                 collector=str(c.get("collector", "")),
                 notes=tuple(str(n) for n in c.get("notes", [])),
+                recorded_kernels=int(c["kernels"]) if isinstance(c.get("kernels"), int) else None,
+                per_slice=tuple(int(n) for n in c.get("per_slice") or ()),
+                outside_slices=int(c.get("outside_slices") or 0),
             )
         return None

@@ -11,7 +11,8 @@ follows files that max_profile creates in that folder:
   write ``ready-<pid>`` (JSON: what they record), or ``unavailable-<pid>.txt`` with the reason;
 - ``start-N`` / ``stop-N`` (N = 1, 2, ...: one server, several windows): kernels are recorded in between;
   ``start-N`` may hold JSON: ``{"share": 0.25, "slice_s": 0.5}`` records slices of ``slice_s`` seconds, a ``share`` of
-  the time (recording paused in between), ``"options"`` the recorder's (``cupti_native.RECORDING_OPTIONS``);
+  the time (recording paused in between), ``"options"`` the recorder's (``cupti_native.RECORDING_OPTIONS``),
+  ``"kernels": false`` only the steps (CUPTI left off: what the step hook alone costs, benchmarks/serve_ab.py);
   ``started-<pid>-N`` (the seconds CUPTI's enable took) says recording runs, so the window opens after it;
   then written as ``kernels-<pid>-N.json`` (a KernelTable as JSON, host perf_counter clock) with
   ``coverage-<pid>-N.json`` (when the recording really ran, records CUPTI dropped, its callback time), and
@@ -97,6 +98,18 @@ def _drop_pause_spanning(kernels: KernelTable, slices: list[list[int]], stopped:
     return (kernels.select(~spanning), int(spanning.sum())) if spanning.any() else (kernels, 0)
 
 
+def _spans_recorded(slices: list[list[int]], enabled_at: int, stopped: int, stop_at: int) -> list[tuple[int, int]]:
+    """When CUPTI really recorded: the slices, the first from when its enable began (``enabled_at``: launches during
+    the enable are recorded) and a last one that ran to the stop until the recorder stopped (``stop_at``: the steps are
+    written first)."""
+    spans = [(int(a), int(b)) for a, b in slices]
+    if spans:
+        spans[0] = (min(spans[0][0], enabled_at), spans[0][1])
+        if spans[-1][1] >= stopped - 1_000_000:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], stop_at))
+    return spans
+
+
 def _wait_until(path: str, deadline_ns: int) -> bool:
     """Whether ``path`` appeared before the deadline (perf_counter ns)."""
     while time.perf_counter_ns() < deadline_ns:
@@ -177,6 +190,15 @@ def _watch(folder: str) -> None:
         if steps is not None:
             steps.open()
         t0 = time.perf_counter_ns()
+        if plan.get("kernels") is False and not isinstance(collector, _NoKernels):  # steps only: CUPTI stays off
+            _write(os.path.join(folder, f"started-{pid}-{window}"), "0\n")
+            _wait_for(os.path.join(folder, f"stop-{window}"), None, 0.02)
+            now = time.perf_counter_ns()
+            if steps is not None:
+                steps.dump(folder, pid, window)
+            note = "kernels not recorded in this window: steps only (CUPTI off)"
+            _dump(folder, pid, window, type(collector.kernels).empty(), collector, t0, t0, now, [*notes, note], [], 1.0)
+            continue
         try:
             if hasattr(collector, "options"):
                 collector.options = tuple(str(o) for o in plan.get("options", ()))
@@ -225,6 +247,7 @@ def _watch(folder: str) -> None:
             )  # first: a step running now is waited for by the next window's open, not here
         if isinstance(collector, _NoKernels):
             continue
+        stop_at = time.perf_counter_ns()
         kernels = collector.stop()
         window_notes = list(notes)
         kernels, spanning = _drop_pause_spanning(kernels, slices, stopped)
@@ -239,13 +262,33 @@ def _watch(folder: str) -> None:
                 f"CUPTI: {collector.unfinished} kernel(s) were still running when the window closed (no end time): "
                 "left out"
             )
+        counts, outside = kernels.per_slice(_spans_recorded(slices, t0, stopped, stop_at))
+        if outside.any():
+            kernels = kernels.select(~outside)
+            window_notes.append(
+                f"CUPTI: {int(outside.sum())} kernel record(s) carried a time outside every recorded slice (asked for "
+                "over 10 ms before one began or 250 ms after it ended, where CUPTI records nothing): left out"
+            )
         share = float(plan.get("share", 1.0))
         if share < 1 and getattr(collector, "pause", None) is None:
             window_notes.append(
                 "this recorder cannot pause (cupti-python): the whole window was recorded, not a share of it"
             )
             share = 1.0
-        _dump(folder, pid, window, kernels, collector, t0, started, stopped, window_notes, slices, share)
+        _dump(
+            folder,
+            pid,
+            window,
+            kernels,
+            collector,
+            t0,
+            started,
+            stopped,
+            window_notes,
+            slices,
+            share,
+            {"per_slice": counts, "outside_slices": int(outside.sum()), "spanning_pauses": spanning},
+        )
 
 
 class _StepStamps:
@@ -296,9 +339,10 @@ def _dump(
     notes: list[str],
     slices: list[list[int]],
     share: float,
+    counts: dict[str, object] | None = None,
 ) -> None:
     """``coverage-<pid>-<window>.json`` then ``kernels-<pid>-<window>.json`` (a KernelTable), each written whole or not
-    at all."""
+    at all; ``counts``: the kernels per recorded slice and those left out (outside every slice, across a pause)."""
     import json
 
     coverage = {
@@ -316,6 +360,8 @@ def _dump(
         "slices": slices,
         "share": share,
         "options": list(getattr(collector, "options", ())),
+        "kernels_recorded": bool(slices),
+        **(counts or {}),
     }
     # coverage first: the kernels file appearing is what the controller waits for
     for name, data in (
