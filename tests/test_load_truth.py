@@ -389,7 +389,8 @@ def test_tracing_cost_expected_for_in_process_recording() -> None:
         base = _with_capture(
             msgspec.structs.replace(r, kernels=cupti, steps=_steps_of(ref / 2)), device_graph_capture=graphs
         )
-        low, high = MEASURED_TRACING_COST[("cupti, every step", graphs is not False)]
+        low, high, gpu, step = MEASURED_TRACING_COST[("cupti, every step", graphs is not False)]
+        assert (gpu, step) == ("H200", ref)
         said = tracing_cost_statement(base)
         assert said == (
             f"tracing cost, expected (not measured in this capture): cupti, every step, device graphs "
@@ -399,7 +400,7 @@ def test_tracing_cost_expected_for_in_process_recording() -> None:
     # a quarter of the window recorded, a 8.2 ms step: the share scaled by 2.05 / 8.2
     sampled = msgspec.structs.replace(cupti, recorded_ms=250.0, window_ms=1000.0)
     long_steps = msgspec.structs.replace(r, kernels=sampled, steps=_steps_of(8.2))
-    low, high = MEASURED_TRACING_COST[("cupti, a quarter of the steps", True)]
+    low, high, _, _ = MEASURED_TRACING_COST[("cupti, a quarter of the steps", True)]
     said = tracing_cost_statement(_with_capture(long_steps, device_graph_capture=True))
     scale = 2.05 / 8.2
     assert said is not None
@@ -408,20 +409,31 @@ def test_tracing_cost_expected_for_in_process_recording() -> None:
     half = msgspec.structs.replace(cupti, recorded_ms=500.0, window_ms=1000.0)
     said = tracing_cost_statement(msgspec.structs.replace(r, kernels=half))
     assert said is not None and "cupti, every step (50 % of the window recorded)" in said  # half is not "a quarter"
-    # an eighth is a quarter's row; under it a sixteenth's, with no H200 row: every step's cost times the share
+    # an eighth is a quarter's row; under it a sixteenth's, measured on H100s (the H200 was not lent): its own card
+    # and step in the statement, scaled only for a longer step than its own
     eighth = msgspec.structs.replace(cupti, recorded_ms=125.0, window_ms=1000.0)
     said = tracing_cost_statement(msgspec.structs.replace(r, kernels=eighth))
     assert said is not None and "cupti, a quarter of the steps (12 % of the window recorded)" in said
     sixteenth = msgspec.structs.replace(cupti, recorded_ms=62.5, window_ms=1000.0)
-    said = tracing_cost_statement(msgspec.structs.replace(r, kernels=sixteenth, steps=_steps_of(2.05)))
-    assert said is not None and "cupti, a sixteenth of the steps (6 % of the window recorded), device graphs on" in said
-    assert ("cupti, a sixteenth of the steps", True) not in MEASURED_TRACING_COST  # no H200 row: scaled
-    every_low, every_high = MEASURED_TRACING_COST[("cupti, every step", True)]
-    assert (
-        f": {100 * every_low * 0.0625:.1f}-{100 * every_high * 0.0625:.1f} % slower than untraced on an H200 at a "
-        f"2.05 ms decode step (every step's {100 * every_low:.1f}-{100 * every_high:.1f} % times the share "
-        "recorded) (benchmarks"
-    ) in said
+    for graphs, step, measured, at_twice in (
+        (True, 2.47, "0.0-1.2 %", "0.0-0.6 %"),
+        (False, 2.8, "0.0-5.1 %", "0.0-2.5 %"),
+    ):
+        on_off = "on" if graphs else "off"
+        for ms in (step, 2 * step):
+            steps = _steps_of(ms)
+            said = tracing_cost_statement(
+                _with_capture(msgspec.structs.replace(r, kernels=sixteenth, steps=steps), device_graph_capture=graphs)
+            )
+            assert said is not None
+            assert (
+                f"cupti, a sixteenth of the steps (6 % of the window recorded), device graphs {on_off}: {measured} "
+                f"slower than untraced on an H100 at a {step:g} ms decode step"
+            ) in said
+            if ms == step:  # its own step: nothing scaled
+                assert "decode step:" not in said
+            else:  # twice as long: half the share
+                assert f"; this {ms:.2f} ms decode step: about {at_twice}" in said
     whole = msgspec.structs.replace(cupti, recorded_ms=1000.0, window_ms=1000.0)
     assert "recorded)" not in (tracing_cost_statement(msgspec.structs.replace(r, kernels=whole)) or "x")
     hook = tracing_cost_statement(msgspec.structs.replace(r, kernels=None, steps=_steps_of(1.0)))
@@ -442,7 +454,7 @@ def test_the_recorders_cost_with_its_decimals_and_the_decode_step_it_is_scaled_b
     assert isinstance(k, KernelBreakdown)
     cupti = msgspec.structs.replace(k, source="cupti (activity API)", recorded_ms=None)
     base_steps = _steps_of(8.2)
-    low, high = MEASURED_TRACING_COST[("cupti, every step", True)]
+    low, high, _, _ = MEASURED_TRACING_COST[("cupti, every step", True)]
 
     def said(extra: list[Step]) -> str:
         return tracing_cost_statement(msgspec.structs.replace(r, kernels=cupti, steps=[*base_steps, *extra])) or ""

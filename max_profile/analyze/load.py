@@ -9,6 +9,7 @@ completed inside the window, its TTFT is within the TTFT objective and its p90 i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -260,27 +261,38 @@ def tracer_cost(windows: Sequence[LoadWindow]) -> TracerCost | None:
     )
 
 
-MEASURED_TRACING_COST: dict[tuple[str, bool], tuple[float, float]] = {
-    # (what recorded, device graphs on) -> the range of the slowdown (1 - tokens/s ratio to untraced) measured on one
-    # H200:
-    # a Llama-3.2-3B-shaped bf16 model, batch 1, 128 tokens, 2.0-2.1 ms decode steps with graphs (3.3-3.5 ms without),
-    # `benchmarks/untraced_overhead.py`, 11-15 interleaved rounds, three leases (tests/data/h200/session12, session13);
-    # every step also from session 17 (256 tokens, 13 rounds: 0.856 / 0.874 with graphs, 0.869 without). Session 17's
-    # sampled arms ran a pause variant not kept (the API kinds left on) and are not in this table. A sixteenth of the
-    # steps (the default since session 19) has no H200 row: every step's cost times the share recorded stands for it
-    # (session 19 measured it on an H100, another card: 0.999 of untraced with graphs, 0.987 eager)
-    ("cupti, a quarter of the steps", True): (0.022, 0.032),
-    ("cupti, every step", True): (0.035, 0.19),
-    ("cupti, a quarter of the steps", False): (0.06, 0.105),
-    ("cupti, every step", False): (0.045, 0.135),
-    ("step hook and GPU sampler", True): (0.0, 0.04),
-    ("step hook and GPU sampler", False): (0.0, 0.07),
+class MeasuredCost(NamedTuple):
+    """The slowdown (1 - tokens/s ratio to untraced, both the ratio of medians and the median of the per-round ratios)
+    one way of recording was measured at, the card and the decode step (ms) it was measured with."""
+
+    low: float
+    high: float
+    gpu: str
+    step_ms: float
+
+
+MEASURED_TRACING_COST: dict[tuple[str, bool], MeasuredCost] = {
+    # (what recorded, device graphs on) -> the measured range, by `benchmarks/untraced_overhead.py`, interleaved rounds
+    # against the pipeline with no max_profile code, batch 1, a Llama-3.2-3B-shaped bf16 model.
+    # H200: 128 tokens, 2.0-2.1 ms decode steps with graphs (3.3-3.5 ms without), 11-15 rounds, three leases
+    # (tests/data/h200/session12, session13); every step also from session 17 (256 tokens, 13 rounds: 0.856 / 0.874 with
+    # graphs, 0.869 without).
+    ("cupti, a quarter of the steps", True): MeasuredCost(0.022, 0.032, "H200", 2.05),
+    ("cupti, every step", True): MeasuredCost(0.035, 0.19, "H200", 2.05),
+    ("cupti, a quarter of the steps", False): MeasuredCost(0.06, 0.105, "H200", 3.4),
+    ("cupti, every step", False): MeasuredCost(0.045, 0.135, "H200", 3.4),
+    ("step hook and GPU sampler", True): MeasuredCost(0.0, 0.04, "H200", 2.05),
+    ("step hook and GPU sampler", False): MeasuredCost(0.0, 0.07, "H200", 3.4),
+    # A sixteenth of the steps (the default since session 19) was measured only on H100s (the H200 was not lent):
+    # 256 tokens, sessions 19 and 21 (tests/data/h200/session19, session21). Graphs on, 2.47 ms steps: 0.999 / 1.007,
+    # 0.9894 / 0.9883 (11 rounds), 1.0286 / 1.0083 (15). Eager, 2.8-3.6 ms steps: 0.987 / 1.003, 0.9492 / 0.9696 (on a
+    # lease where the hook alone, no CUPTI, read 0.9471 paired: eager's spread is as large as the cost).
+    ("cupti, a sixteenth of the steps", True): MeasuredCost(0.0, 0.012, "H100", 2.47),
+    ("cupti, a sixteenth of the steps", False): MeasuredCost(0.0, 0.051, "H100", 2.8),
 }
 """What tracing cost in-process where the capture itself did not measure it (issue 34). Equivalent measurement:
-``python benchmarks/untraced_overhead.py --model-path M`` (every arm against the pipeline with no max_profile code)."""
-REFERENCE_STEP_MS = {True: 2.05, False: 3.4}
-"""The decode step (ms) of those measurements: the cost per step is about fixed, so a longer step pays a smaller
-share."""
+``python benchmarks/untraced_overhead.py --model-path M`` (every arm against the pipeline with no max_profile code).
+The cost per step is about fixed, so a longer decode step than the row's pays a smaller share."""
 
 
 def cupti_cost_row(recorded_share: float | None) -> str:
@@ -337,20 +349,13 @@ def tracing_cost_statement(report: Report) -> str | None:
         )
     graphs = report.capture.device_graph_capture is not False
     what = cupti_cost_row(recorded_share) if source.startswith("cupti") else "step hook and GPU sampler"
-    scaled = ""
-    if (what, graphs) in MEASURED_TRACING_COST:
-        low, high = MEASURED_TRACING_COST[(what, graphs)]
-    else:  # a share not measured on its own: every step's cost, paid on the steps recorded
-        every_low, every_high = MEASURED_TRACING_COST[("cupti, every step", graphs)]
-        share_recorded = recorded_share or 0.0
-        low, high = every_low * share_recorded, every_high * share_recorded
-        scaled = f" (every step's {100 * every_low:.1f}-{100 * every_high:.1f} % times the share recorded)"
+    row = MEASURED_TRACING_COST[(what, graphs)]
     step_ms = _decode_step_ms(report)
-    scale = min(1.0, REFERENCE_STEP_MS[graphs] / step_ms) if step_ms else 1.0
+    scale = min(1.0, row.step_ms / step_ms) if step_ms else 1.0
     shown = (
         ""
         if scale >= 0.999
-        else f"; this {step_ms:.2f} ms decode step: about {100 * low * scale:.1f}-{100 * high * scale:.1f} %"
+        else f"; this {step_ms:.2f} ms decode step: about {100 * row.low * scale:.1f}-{100 * row.high * scale:.1f} %"
     )
     share = (
         f" ({100 * recorded_share:.0f} % of the window recorded)"
@@ -360,9 +365,8 @@ def tracing_cost_statement(report: Report) -> str | None:
     return (
         f"tracing cost, expected (not measured in this capture): {what}{share}, device graphs "
         f"{'on' if graphs else 'off'}: "
-        f"{100 * low:.1f}-{100 * high:.1f} % slower than untraced on an H200 at a {REFERENCE_STEP_MS[graphs]:g} ms "
-        f"decode step{scaled}"
-        f"{shown} (benchmarks/untraced_overhead.py measures it on this model)"
+        f"{100 * row.low:.1f}-{100 * row.high:.1f} % slower than untraced on an {row.gpu} at a {row.step_ms:g} ms "
+        f"decode step{shown} (benchmarks/untraced_overhead.py measures it on this model)"
     )
 
 
