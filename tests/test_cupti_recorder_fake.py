@@ -320,7 +320,8 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
     window after CUPTI's enable), and writes each window's kernels and coverage (the enable's seconds among it)."""
     import time
 
-    from max_profile.collect.server.worker_protocol import WorkerHook
+    from max_profile.collect.server.worker_protocol import WindowCoverage, WorkerHook
+    from max_profile.model import KernelTable
 
     as_cuda = tmp_path / "libcuda.so.fake-cupti"  # the FAKE library again, named so the hook's libcuda check passes
     shutil.copy(fake_libcupti, as_cuda)
@@ -342,15 +343,25 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
             time.sleep(0.02)
         said = hook.prepare(alive, timeout_s=120)
         assert "worker hook ready" in said and "CUPTI" in said, said
-        for window in (1, 2):
-            hook.start(window)
+
+        def record(
+            window: int, plan: dict[str, object] | None = None, seconds: float = 0.3, bogus: bool = False
+        ) -> tuple[KernelTable, WindowCoverage, tuple[int, int]]:
+            """One window as the controller runs it: started, opened once recording runs, stopped, read."""
+            hook.start(window, plan)
             assert hook.wait_started(window, alive, timeout_s=30)
             span_start = time.perf_counter_ns()
-            time.sleep(0.3)
+            if bogus:
+                (hook.folder / "bogus").touch()
+            time.sleep(seconds)
             span = (span_start, time.perf_counter_ns())
             hook.stop(window)
             kernels, coverage = hook.read(window, span, alive, timeout_s=60)
             assert kernels is not None and coverage is not None
+            return kernels, coverage, span
+
+        for window in (1, 2):
+            kernels, coverage, span = record(window)
             # recording ran before the window opened: the whole window is covered, the enable's time is said
             assert (
                 coverage.covered_s == pytest.approx(coverage.window_s, abs=1e-6)
@@ -365,14 +376,8 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
             assert coverage.per_slice == (coverage.recorded_kernels,) and coverage.outside_slices == 0
         assert not hook.wait_started(3, alive, timeout_s=0.2)  # no start-3 asked: the wait gives up and says so
         # window 3 sampled: slices of 0.1 s, half the time; kernels only inside them, the pauses between them empty
-        hook.start(3, {"share": 0.5, "slice_s": 0.1})
-        assert hook.wait_started(3, alive, timeout_s=30)
-        span_start = time.perf_counter_ns()
-        time.sleep(1.0)
-        span = (span_start, time.perf_counter_ns())
-        hook.stop(3)
-        kernels, coverage = hook.read(3, span, alive, timeout_s=60)
-        assert kernels is not None and coverage is not None and coverage.sampled and len(kernels) > 100
+        kernels, coverage, span = record(3, {"share": 0.5, "slice_s": 0.1}, seconds=1.0)
+        assert coverage.sampled and len(kernels) > 100
         slices = coverage.slices
         assert (
             len(slices) >= 3
@@ -392,27 +397,13 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
         paused = [(b0, a1) for (_, b0), (a1, _) in zip(slices, slices[1:], strict=False)]
         assert all(not ((kernels.start_ns > b0 + margin) & (kernels.start_ns < a1)).any() for b0, a1 in paused)
         # window 4, steps only (serve_ab's `steps` variant): CUPTI stays off, nothing recorded, the coverage says so
-        hook.start(4, {"kernels": False})
-        assert hook.wait_started(4, alive, timeout_s=30)
-        span_start = time.perf_counter_ns()
-        time.sleep(0.3)
-        span = (span_start, time.perf_counter_ns())
-        hook.stop(4)
-        kernels, coverage = hook.read(4, span, alive, timeout_s=60)
-        assert kernels is not None and len(kernels) == 0 and coverage is not None
+        kernels, coverage, _ = record(4, {"kernels": False})
+        assert len(kernels) == 0
         assert coverage.covered_s == 0 and coverage.slices == () and coverage.recorded_kernels == 0
         assert any("steps only (CUPTI off)" in n for n in coverage.notes)
         # the next window records again; records stamped 5 s before it began are left out, counted and said
-        hook.start(5)
-        assert hook.wait_started(5, alive, timeout_s=30)
-        span_start = time.perf_counter_ns()
-        (hook.folder / "bogus").touch()
-        time.sleep(0.3)
-        span = (span_start, time.perf_counter_ns())
-        hook.stop(5)
-        assert not (hook.folder / "bogus").exists()
-        kernels, coverage = hook.read(5, span, alive, timeout_s=60)
-        assert kernels is not None and len(kernels) > 100 and coverage is not None
+        kernels, coverage, _ = record(5, bogus=True)
+        assert not (hook.folder / "bogus").exists() and len(kernels) > 100
         assert coverage.outside_slices == 50 and "50 left out for a time outside every slice" in coverage.describe()
         assert any("50 kernel record(s) carried a time outside every recorded slice" in n for n in coverage.notes)
         assert kernels.graph_id is not None and not (kernels.graph_id == 9).any()

@@ -169,7 +169,7 @@ class WorkerHook:
 
     def start(self, window: int, plan: dict[str, object] | None = None) -> None:
         """Ask for window ``window``'s recording; ``plan`` as the hook reads it (``share``, ``slice_s``,
-        ``options``)."""
+        ``options``, ``kernels``)."""
         target = self.folder / f"start-{window}"
         tmp = self.folder / f".start-{window}"
         tmp.write_text(json.dumps(plan or {}))
