@@ -164,6 +164,40 @@ def recorded_in_window(window: tuple[int, int], recorded: Sequence[tuple[int, in
     return merged_spans((max(a, window[0]), min(b, window[1])) for a, b in recorded)
 
 
+LOST_RECORDS_RATIO = 0.2
+"""A recorded slice whose kernels per working step fall below this share of the median slice's lost its records."""
+
+
+def slices_without_records(
+    table: KernelTable,
+    steps: Sequence[Step],
+    recorded: Sequence[tuple[int, int]],
+    window: tuple[int, int] | None,
+    min_steps: int = 3,
+) -> tuple[list[tuple[int, int]], float, float]:
+    """The recorded slices of a sampled recording that held working steps but almost no kernel records: each of at
+    least ``min_steps`` steps, and kernels per step (by :meth:`KernelTable.attribution_time`) under
+    ``LOST_RECORDS_RATIO`` of the median of such slices (judged with three or more). A GPU step launches its kernels
+    every time, so such a slice lost its records (session 21: served windows whose ~230k kernels came back as 0 or
+    10k with none of their device graphs'), and its busy and idle shares would blame the host. Returns those slices
+    (clipped to the window, merged), their kernels per step and the median's."""
+    if not recorded or window is None:
+        return [], 0.0, 0.0
+    slices = recorded_in_window(window, recorded)
+    begins = np.sort(np.array([s.start_ns for s in steps if s.batch_size > 0], dtype=np.int64))
+    t = np.sort(table.attribution_time()) if len(table) else np.zeros(0, dtype=np.int64)
+    rated: list[tuple[tuple[int, int], float]] = []
+    for a, b in slices:
+        n_steps = int(np.searchsorted(begins, b) - np.searchsorted(begins, a))
+        if n_steps >= min_steps:
+            rated.append(((a, b), float(np.searchsorted(t, b) - np.searchsorted(t, a)) / n_steps))
+    if len(rated) < 3:
+        return [], 0.0, 0.0
+    typical = float(np.median([r for _, r in rated]))
+    lost = [(span, r) for span, r in rated if r < LOST_RECORDS_RATIO * typical]
+    return [span for span, _ in lost], float(np.median([r for _, r in lost])) if lost else 0.0, typical
+
+
 def gpu_waits(
     table: KernelTable,
     window: tuple[int, int] | None,

@@ -9,10 +9,17 @@ and the next measurement planned once (:func:`~max_profile.analyze.commands.next
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 import numpy as np
 
-from max_profile.analyze.breakdown import breakdown_from_totals, build_breakdown
+from max_profile.analyze.breakdown import (
+    breakdown_from_totals,
+    build_breakdown,
+    recorded_in_window,
+    slices_without_records,
+)
 from max_profile.analyze.commands import next_command, say
 from max_profile.analyze.ledger import HOST_OPS, build_ledger, server_ledger, with_load
 from max_profile.analyze.load import load_level, summarize_serve, tracer_cost, tracing_cost_statement
@@ -126,6 +133,30 @@ def ledger_of(
     )
 
 
+def _without_lost_slices(
+    raw: RawCapture, steps: Sequence[Step], host_window: tuple[int, int] | None, notes: list[str]
+) -> RawCapture:
+    """The capture without the recorded slices that lost their kernel records (:func:`slices_without_records`) and the
+    kernels asked for in them, said in ``notes``: their busy and idle shares would put the GPU's work on the host."""
+    if raw.kernel_clock != "host" or not raw.recorded_spans or not len(raw.kernels):
+        return raw
+    lost, lost_rate, typical = slices_without_records(raw.kernels, steps, raw.recorded_spans, host_window)
+    if not lost:
+        return raw
+    t = raw.kernels.attribution_time()
+    in_lost = np.zeros(len(raw.kernels), dtype=bool)
+    for a, b in lost:
+        in_lost |= (t >= a) & (t < b)
+    kept_spans = [(a, b) for a, b in raw.recorded_spans if not any(a < lb and la < b for la, lb in lost)]
+    merged = recorded_in_window(host_window, raw.recorded_spans) if host_window else []
+    notes.append(
+        f"{len(lost)} of {len(merged)} recorded slices held steps but almost no kernel records ({lost_rate:.1f} "
+        f"kernels per step against {typical:.1f} in the median slice): records were lost there (CUPTI), so those "
+        f"slices and their {int(in_lost.sum())} kernels are left out of the busy, idle and per-step accounts"
+    )
+    return msgspec.structs.replace(raw, kernels=raw.kernels.select(~in_lost), recorded_spans=kept_spans)
+
+
 def build_report(
     raw: RawCapture,
     *,
@@ -189,6 +220,7 @@ def build_report(
                 "says nothing about a window this short (no verdict is drawn from it); generate more tokens for one"
             )
 
+    raw = _without_lost_slices(raw, timeline.steps, host_window, notes)
     kernels: KernelBreakdown | Unavailable | None = None
     if raw.kernels_unavailable is not None:
         kernels = raw.kernels_unavailable
