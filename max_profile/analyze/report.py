@@ -151,7 +151,7 @@ def _without_lost_slices(
     merged = recorded_in_window(host_window, raw.recorded_spans) if host_window else []
     notes.append(
         f"{len(lost)} of {len(merged)} recorded slices held steps but almost no kernel records ({lost_rate:.1f} "
-        f"kernels per step against {typical:.1f} in the median slice): records were lost there (CUPTI), so those "
+        f"kernels per step against {typical:.1f} in the median slice): records were lost there, so those "
         f"slices and their {int(in_lost.sum())} kernels are left out of the busy, idle and per-step accounts"
     )
     return msgspec.structs.replace(raw, kernels=raw.kernels.select(~in_lost), recorded_spans=kept_spans)
