@@ -101,6 +101,8 @@ if [ -f $MOPS/model.safetensors ]; then
   with_arch $MOPS $MOPS MaxProfileLlamaForCausalLM && with_arch $MOPS $MOPSU MaxProfileUnfusedAttentionLlamaForCausalLM
 fi
 step serve_ops_custom "$ACC/serve_ops_custom.json" -- "${MP[@]}" serve --model-path $MOPS --custom-architectures custom_archs/llama_custom --mode ops --no-warm --yes --json "$ACC/serve_ops_custom.json" --raw "$ACC/serve_ops_custom_raw.json.gz" --text "$ACC/serve_ops_custom.txt"
+# session 22: the deep dive that ops capture's `op-below-roofline` prints, run as printed (its argv, output flags added)
+step kernel_ops_custom "$ACC/kernel_ops_custom.json" -- python3 benchmarks/h200/run_printed.py "$ACC/serve_ops_custom.json" kernel@op-below-roofline --json "$ACC/kernel_ops_custom.json" --output-dir "$ACC/ncu_ops"
 
 # --- one at a time: what each number rests on (GPU to itself)
 step kernel_gemv "$ACC/kernel_gemv.json" -- "${MP[@]}" kernel gemv_split_k --model-path $M24 --launches 2 --output-dir "$ACC/ncu" --json "$ACC/kernel_gemv.json"
@@ -153,7 +155,7 @@ step serve_ops_unfused "$ACC/serve_ops_unfused.json" -- "${MP[@]}" serve --model
 # profiler, graphs on
 step serve_ab_3b - -- python3 benchmarks/serve_ab.py --model-path $M3B --devices gpu --pairs "${AB_PAIRS:-3}" --duration 10 --variants "${AB3_VARIANTS:-default,share=0.0625,steps,share=0.001}" --json "$ACC/serve_ab_3b.json"
 step overhead_m24_graphs - -- python3 benchmarks/untraced_overhead.py --model-path $M24 --devices gpu --tokens "${OVERHEAD_TOKENS:-128}" --repeats "${OVERHEAD_REPEATS:-11}" --arms "${OVERHEAD_M24_ARMS:-none,sampler,cupti}" --json "$ACC/overhead_m24_graphs.json"
-rm -rf "$ACC/ncu"/*.ncu-rep "$ACC/ncu3b"/*.ncu-rep "$ACC/nsys"/*.nsys-rep "$ACC/nsys"/*.sqlite 2>/dev/null  # big; their readings are in the reports
+rm -rf "$ACC/ncu"/*.ncu-rep "$ACC/ncu3b"/*.ncu-rep "$ACC/ncu_ops"/*.ncu-rep "$ACC/nsys"/*.nsys-rep "$ACC/nsys"/*.sqlite 2>/dev/null  # big; their readings are in the reports
 # the table, aligned (the H200 image has no `column`)
 python3 -c "import csv, sys; rows = list(csv.reader(open(sys.argv[1]), delimiter='\t')); w = [max(len(r[i]) for r in rows) for i in range(4)]
 for r in rows: print('  '.join(c.ljust(n) for c, n in zip(r, w)), ' ', r[4][:100])" "$TABLE"

@@ -1,9 +1,10 @@
 """Run the command a report printed, as printed: its argv, with only output flags appended.
 
-    python3 benchmarks/h200/run_printed.py REPORT.json VERB [extra flags...]
+    python3 benchmarks/h200/run_printed.py REPORT.json VERB[@FINDING_ID] [extra flags...]
 
-Takes the first finding whose command has verb VERB (the findings are ranked: the biggest lever's), prints it, and runs
-``python3 -m max_profile`` with those arguments plus the extra flags (--json, --output-dir). Exit code: the command's.
+Takes the first finding whose command has verb VERB (the findings are ranked: the biggest lever's), or with @FINDING_ID
+the first such finding of that id, prints it, and runs ``python3 -m max_profile`` with those arguments plus the extra
+flags (--json, --output-dir). Exit code: the command's.
 """
 
 from __future__ import annotations
@@ -21,11 +22,19 @@ from max_profile.model import Report  # noqa: E402
 
 
 def main() -> int:
-    report_path, verb, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
+    report_path, (verb, _, finding_id), extra = sys.argv[1], sys.argv[2].partition("@"), sys.argv[3:]
     report = Report.load(report_path)
-    cmd = next((f.command for f in report.findings if f.command is not None and f.command.verb == verb), None)
+    cmd = next(
+        (
+            f.command
+            for f in report.findings
+            if f.command is not None and f.command.verb == verb and finding_id in ("", f.id)
+        ),
+        None,
+    )
     if cmd is None:
-        print(f"no finding of {report_path} prints a `{verb}` command", file=sys.stderr)
+        which = f"{finding_id} finding" if finding_id else "finding"
+        print(f"no {which} of {report_path} prints a `{verb}` command", file=sys.stderr)
         return 2
     line = cli(cmd).split("   # ")[0]
     print("as printed:", line, file=sys.stderr)
