@@ -121,6 +121,7 @@ def main() -> int:
         help="seconds per recorded slice of a sampled variant (default: ServePlan's)",
     )
     ap.add_argument("--json", help="write every number here")
+    ap.add_argument("--raw", help="save the capture (every window's kernels and steps: RawCapture, .json.gz) here")
     ap.add_argument("--no-warm", action="store_true")
     ap.add_argument(
         "--settle",
@@ -239,6 +240,8 @@ def main() -> int:
                 "worker_kernels": cov.recorded_kernels if cov is not None else None,
                 "worker_per_slice": list(cov.per_slice) if cov is not None else None,
                 "worker_outside_slices": cov.outside_slices if cov is not None else None,
+                "worker_dropped": cov.dropped if cov is not None else None,
+                "worker_notes": list(cov.notes) if cov is not None else None,
             }
         )
         print(
@@ -263,6 +266,8 @@ def main() -> int:
             f"{per_second}",
             flush=True,
         )
+    if args.raw:
+        raw.save(args.raw)
     per_round = len(variants) + 1
     summary: dict[str, Any] = {
         "order": order,
