@@ -176,3 +176,60 @@ def test_graphs_on_recording_from_the_h200_ties_graph_kernels_to_their_graph_lau
     for c in graph_corr[:5]:
         same = t.correlation_id == c
         assert np.unique(t.launch_ns[same]).size == 1 and np.unique(t.launch_tid[same]).size == 1
+
+
+def test_a_graph_kernel_joined_to_an_earlier_launch_is_timed_by_its_start() -> None:
+    """CUPTI 13.0 can give graph kernels of later recording sessions the correlation id of an earlier graph launch
+    (fixed in CUDA 13.1 Update 1). The H200's graphs-on recording with the second half of its graph launches' kernels
+    given the first launch's id: each such join breaks the stream's launch order, so those kernels (and the first
+    launch's own, which now share an id with them) lose their launch time and are timed by their start; the rest keep
+    their joins. Unchanged, the recording has no impossible join."""
+    data = np.load(RECORDING.with_name("cupti_recording_graphs.npz"))
+    meta = json.loads(data["meta"].tobytes())
+    layout = RecordLayout.from_values(meta["layout"])
+    names = {int(k): v for k, v in meta["names"].items()}
+    clock = [tuple(p) for p in meta["clock"]]
+    whole = decode(data["kernels"].tobytes(), data["apis"].tobytes(), layout, names, clock)
+    assert whole.rejected_launches == 0
+
+    k = np.frombuffer(data["kernels"].tobytes(), dtype=layout.kernel_dtype()).copy()
+    in_graph = k["graphId"] > 0
+    launches = np.unique(k["correlationId"][in_graph])
+    first, later = launches[0], launches[launches.size // 2 :]
+    stale = in_graph & np.isin(k["correlationId"], later)
+    k["correlationId"][stale] = first
+    hurt = decode(k.tobytes(), data["apis"].tobytes(), layout, names, clock)
+
+    t, w = hurt.table, whole.table
+    assert t.launch_ns is not None and w.launch_ns is not None and t.correlation_id is not None
+    rows = t.correlation_id == first  # the first launch's kernels and the re-labelled ones (decode sorts by start)
+    assert hurt.rejected_launches == int(rows.sum()) > int(stale.sum()) > 1000
+    assert (t.launch_ns[rows] == -1).all() and (t.attribution_time()[rows] == t.start_ns[rows]).all()
+    assert (t.launch_ns[~rows] == w.launch_ns[~rows]).all() and (t.launch_ns[~rows] > 0).all()
+    # without the check they would have been put at the first launch's time, up to the whole recording earlier
+    moved = w.launch_ns[rows].min() - t.start_ns[rows]
+    assert moved.min() < -20_000_000
+
+
+def test_a_kernel_on_an_idle_stream_long_after_its_joined_launch_is_not_its_launch() -> None:
+    """A kernel that starts on an idle stream 100 ms after the launch call joined to it was not launched by that call;
+    behind a queue of work on its stream the same wait is real; a launch call that starts after its kernel never is."""
+    ms = 1_000_000
+
+    def one(prev_end: int, start: int, launch: int) -> int:
+        kernels, apis = _records(
+            [
+                {"kind": 10, "start": 1 * ms, "end": prev_end, "streamId": 7, "correlationId": 1, "name": 1},
+                {"kind": 10, "start": start, "end": start + ms, "streamId": 7, "correlationId": 2, "name": 1},
+            ],
+            [
+                {"kind": 4, "cbid": 1, "start": ms // 2, "end": ms // 2 + 10, "correlationId": 1},
+                {"kind": 4, "cbid": 1, "start": launch, "end": launch + 10, "correlationId": 2},
+            ],
+        )
+        return decode(kernels, apis, LAYOUT, {1: "gemv"}, [(0, 0), (10**9, 10**9)]).rejected_launches
+
+    assert one(prev_end=2 * ms, start=200 * ms, launch=100 * ms) == 1  # idle for 198 ms, launched 100 ms before
+    assert one(prev_end=199 * ms, start=200 * ms, launch=100 * ms) == 0  # queued behind 198 ms of work: real
+    assert one(prev_end=2 * ms, start=200 * ms, launch=190 * ms) == 0  # 10 ms launch latency: judged possible
+    assert one(prev_end=2 * ms, start=200 * ms, launch=205 * ms) == 1  # launched after it started

@@ -113,6 +113,7 @@ class CuptiKernelCollector:
         self.dropped = 0
         self.kernels: KernelTable = KernelTable.empty()
         self.graph_launches = 0
+        self.rejected_launches = 0  # joined per record on correlation id as CUPTI hands them out: not judged here
         self.api_records = 0
         self.callback_s = 0.0
         self.callback_s_before_stop = 0.0

@@ -214,6 +214,7 @@ class NativeCuptiCollector:
         self.other_records = 0
         self.api_records = 0
         self.graph_launches = 0
+        self.rejected_launches = 0
         self.callback_s = 0.0
         self.callback_s_before_stop = 0.0
         self.stop_s = 0.0
@@ -302,6 +303,7 @@ class NativeCuptiCollector:
         self._lib.mp_clear()
         self.kernels = decoded.table
         self.api_records, self.graph_launches = decoded.api_records, decoded.graph_launches
+        self.rejected_launches = decoded.rejected_launches
         self.stop_s = time.perf_counter() - t0
         return self.kernels
 
@@ -352,6 +354,8 @@ class KernelCollector(Protocol):
     api_filter: str
     """Which driver / runtime API records were kept (launch calls only, where CUPTI can filter)."""
     graph_launches: int
+    rejected_launches: int
+    """Kernels whose launch-call join was impossible (``cupti_decode.impossible_launch_joins``): timed by start."""
     callback_s: float
     """Seconds spent in CUPTI's buffer callbacks (the recorder's own cost)."""
     callback_s_before_stop: float

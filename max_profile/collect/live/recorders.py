@@ -24,6 +24,7 @@ from typing import Protocol
 
 import numpy as np
 
+from max_profile.collect.live.cupti_decode import impossible_joins_note
 from max_profile.collect.live.cupti_native import KernelCollector, make_cupti_collector
 from max_profile.collect.live.gpu_sampling import GpuSampler
 from max_profile.collect.live.host_load import HostLoadProbe
@@ -377,6 +378,8 @@ class CuptiRecorder:
                 raw.notes.append(
                     f"CUPTI: {c.unfinished} kernel(s) had no start or end time: still running when recording stopped"
                 )
+            if c.rejected_launches:
+                raw.notes.append(impossible_joins_note(c.rejected_launches))
             raw.notes.append(
                 f"CUPTI cost: {c.callback_s:.3f} s in buffer callbacks, {c.api_records} API records ({c.api_filter})"
                 + (f", {c.stop_s:.3f} s to stop and decode" if c.stop_s else "")

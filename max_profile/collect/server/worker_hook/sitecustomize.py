@@ -257,6 +257,10 @@ def _watch(folder: str) -> None:
                 "stamped "
                 "only when recording resumed or stopped): left out"
             )
+        if getattr(collector, "rejected_launches", 0):
+            from max_profile.collect.live.cupti_decode import impossible_joins_note
+
+            window_notes.append(impossible_joins_note(collector.rejected_launches))
         if getattr(collector, "unfinished", 0):
             window_notes.append(
                 f"CUPTI: {collector.unfinished} kernel(s) were still running when the window closed (no end time): "
