@@ -221,8 +221,10 @@ class WorkerHook:
         dumps = sorted(self.folder.glob(f"kernels-*-{window}.json"))
         if not dumps:
             return None, None
-        tables = {p.name.split("-")[1]: KernelTable.from_json(p.read_bytes(), str(p)).within(span) for p in dumps}
-        busiest = max(tables, key=lambda pid: len(tables[pid]))
+        whole = {p.name.split("-")[1]: KernelTable.from_json(p.read_bytes(), str(p)) for p in dumps}
+        tables = {pid: t.within(span) for pid, t in whole.items()}
+        # the model worker, also where none of its kernels fell inside the window (not the API server's empty file)
+        busiest = max(tables, key=lambda pid: (len(tables[pid]), len(whole[pid])))
         return KernelTable.concat(tables.values()), self._coverage(window, span, busiest)
 
     def _coverage(self, window: int, span: tuple[int, int], pid: str = "*") -> WindowCoverage | None:
