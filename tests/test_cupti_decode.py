@@ -233,3 +233,24 @@ def test_a_kernel_on_an_idle_stream_long_after_its_joined_launch_is_not_its_laun
     assert one(prev_end=199 * ms, start=200 * ms, launch=100 * ms) == 0  # queued behind 198 ms of work: real
     assert one(prev_end=2 * ms, start=200 * ms, launch=190 * ms) == 0  # 10 ms launch latency: judged possible
     assert one(prev_end=2 * ms, start=200 * ms, launch=205 * ms) == 1  # launched after it started
+
+
+def test_a_kernel_joins_the_last_launch_before_it_among_calls_sharing_its_id() -> None:
+    """Against a brute force over random records: with one call per id the join is that call; where calls share an id
+    (CUPTI 13.0 repeats graph launches' ids in later sessions) the last that started no later than the kernel, else the
+    first; no call, no join."""
+    from max_profile.collect.live.cupti_decode import _launch_rows
+
+    rng = np.random.default_rng(22)
+    for _ in range(200):
+        n_calls, n_kernels = int(rng.integers(1, 40)), int(rng.integers(1, 60))
+        call_id, call_start = rng.integers(0, 6, n_calls).astype(np.int64), rng.integers(0, 100, n_calls)
+        kernel_id, kernel_start = rng.integers(0, 8, n_kernels).astype(np.int64), rng.integers(0, 100, n_kernels)
+        rows, hit = _launch_rows(kernel_id, kernel_start.astype(np.uint64), call_id, call_start.astype(np.uint64))
+        for i in range(n_kernels):
+            same = [j for j in range(n_calls) if call_id[j] == kernel_id[i]]
+            assert hit[i] == bool(same)
+            if same:
+                before = [call_start[j] for j in same if call_start[j] <= kernel_start[i]]
+                want = max(before) if before else min(call_start[j] for j in same)
+                assert call_id[rows[i]] == kernel_id[i] and call_start[rows[i]] == want

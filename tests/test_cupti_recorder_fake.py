@@ -63,6 +63,7 @@ fake = ctypes.CDLL(sys.argv[1])
 fake.fake_emit.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32]
 fake.fake_emit_unfinished.argtypes = [ctypes.c_uint64]
 fake.fake_set_holder.argtypes = [ctypes.c_char_p]
+fake.fake_set_repeated_graph_ids.argtypes = [ctypes.c_int]
 scenario = sys.argv[2]
 out = {}
 
@@ -174,6 +175,19 @@ elif scenario == "sampled-launches":
     k = c.stop()
     out = {"slices": slices, "kernels": len(k), "api_records": c.api_records, "started": started,
            "switches": switches, "launched": int((k.launch_ns > 0).sum()), "between": between}
+elif scenario == "repeated-graph-ids":
+    # three graph launches 100 ms apart in a second recording session, all carrying one correlation id
+    c = NativeCuptiCollector(buffer_bytes=1 << 20, launches=True)
+    c.start(); fake.fake_emit(10, now_cupti(), 1000, 3); c.stop()  # the first session
+    fake.fake_set_repeated_graph_ids(1)
+    c.start(); t0 = now_cupti()
+    for i in range(3):
+        fake.fake_emit(100, t0 + i * 100_000_000, 1000, 5)
+    k = c.stop()
+    fake.fake_set_repeated_graph_ids(0)
+    lag = (k.start_ns - k.launch_ns).tolist()
+    out = {"kernels": len(k), "ids": len(set(k.correlation_id.tolist())), "lag_min": min(lag), "lag_max": max(lag),
+           "rejected": c.rejected_launches, "api_records": c.api_records}
 elif scenario == "busy":
     fake.fake_set_holder(b"Nsight Systems 2025.3")
     c = NativeCuptiCollector(launches=False)
@@ -285,6 +299,16 @@ def test_sampled_recording_leaves_the_steps_between_slices_alone(fake_libcupti: 
     assert out["between"] == [0, 0, 0]  # nothing recorded or intercepted between slices
     full = out["started"]  # the filter at the start: every driver and runtime call of CUPTI's tables
     assert full > 100 and out["switches"] == [0, full, 0, full, 0]  # pause, resume, pause, resume, pause
+
+
+def test_graph_launches_sharing_one_id_keep_their_own_launch_times(fake_libcupti: Path, tmp_path: Path) -> None:
+    """The FAKE libcupti gives three graph launches of a second session one correlation id (CUPTI 13.0's bug, as
+    modelled there): through the real C recorder and decoder each kernel joins its own launch call, the last one
+    before it (1 us before its first node), not the first launch 100-200 ms earlier, and no join is undone."""
+    out = run_child(fake_libcupti, "repeated-graph-ids", tmp_path)
+    assert out["kernels"] == 300 and out["ids"] == 1 and out["api_records"] == 3
+    assert out["rejected"] == 0
+    assert 0 < out["lag_min"] and out["lag_max"] < 200_000  # within its own graph's 100 us of nodes
 
 
 def test_recorder_caps_its_arrays_and_counts_the_rest(fake_libcupti: Path, tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ if [ -d .gpu/debs ]; then
   export LD_LIBRARY_PATH="/tmp/dw/usr/lib/x86_64-linux-gnu:/tmp/dw/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 fi
 export PATH="/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64:/usr/local/cuda/bin:$PATH"   # nsys, ncu
-# CUDA 12's NVTX v2 library for MAX's profiling mode (the ops steps), from the nvidia-nvtx-cu12 wheel carried in .gpu/nvtx/:
+# CUDA 12's NVTX v2 library for MAX's profiling mode (the ops steps), from the nvidia-nvtx-cu12 wheel carried in .gpu/nvtx/
+# (12.1.105, as the refusal's fix names: 12.9's wheel holds headers only, session 22):
 # on PYTHONPATH, where max_profile finds it and puts it on the model worker's library path
 if ls .gpu/nvtx/nvidia_nvtx_cu12-*.whl > /dev/null 2>&1; then
   python3 -m zipfile -e .gpu/nvtx/nvidia_nvtx_cu12-*.whl /tmp/nvtxw && export PYTHONPATH="$PYTHONPATH:/tmp/nvtxw"

@@ -13,7 +13,8 @@
  * recorder was built with (MP_KERNEL_RECORD), launch-call records as CUpti_ActivityAPI. A full buffer is handed to
  * the client's completion callback from another thread (CUPTI's worker thread does that), then a new one requested.
  *
- * Test controls (not CUPTI): fake_emit(), fake_emit_unfinished(), fake_set_async(), fake_set_holder(), fake_stats().
+ * Test controls (not CUPTI): fake_emit(), fake_emit_unfinished(), fake_set_async(), fake_set_holder(), fake_stats(),
+ * fake_set_repeated_graph_ids() (CUPTI 13.0's wrong graph-launch correlation ids, as modelled there).
  * Build: gcc -shared -fPIC -I<cuda>/include -DMP_KERNEL_RECORD=CUpti_ActivityKernel10 -o libfake_cupti.so fake_cupti.c -lpthread
  */
 #include <cupti.h>
@@ -40,6 +41,8 @@ static uint64_t dirty_buffers; /* buffers handed over not zeroed although the cl
 static uint8_t *buffer;
 static size_t buffer_size, buffer_used;
 static uint32_t next_correlation = 1;
+static int repeat_graph_ids;          /* fake_set_repeated_graph_ids */
+static uint32_t repeated_graph_id;   /* the id every graph launch reuses while that is on (0: none taken yet) */
 static char holder[64];
 static uint64_t buffers_requested, buffers_completed, distinct_buffers, undersized_buffers;
 static uint8_t *seen_buffers[1024];
@@ -265,6 +268,10 @@ int fake_emit(int n, uint64_t start_ns, uint64_t step_ns, uint32_t graph_id) {
     uint32_t graph_launch_correlation = 0;
     if (graph_id) {
         graph_launch_correlation = next_correlation++;
+        if (repeat_graph_ids) {
+            if (!repeated_graph_id) repeated_graph_id = graph_launch_correlation;
+            graph_launch_correlation = repeated_graph_id;
+        }
         write_launch(CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, start_ns, graph_launch_correlation);
     }
     for (int i = 0; i < n; i++) {
@@ -301,6 +308,11 @@ int fake_emit_unfinished(uint64_t start_ns) {
     if (n == 1) ((MP_KERNEL_RECORD *)(buffer + buffer_used - sizeof(MP_KERNEL_RECORD)))->end = 0;
     return n;
 }
+
+/* 1: every graph launch from now on (its cuGraphLaunch record and its kernels) carries the id of the first graph launch
+ * made after this, as CUPTI 13.0 can give graph launches wrong correlation ids in sessions after the first (fixed in
+ * CUDA 13.1 Update 1, CUPTI's release notes; what wrong ids it gives is not documented: repeated ones modelled here) */
+void fake_set_repeated_graph_ids(int on) { repeat_graph_ids = on; repeated_graph_id = 0; }
 
 /* 1: buffers are handed over without waiting for the client's callback (completions overlap later requests) */
 void fake_set_async(int on) { async_mode = on; }

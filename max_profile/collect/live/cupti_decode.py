@@ -4,7 +4,8 @@ The C recorder (``native/cupti_ring.c``) copies each kernel record (``CUpti_Acti
 each launch-call record (``CUpti_ActivityAPI``) into two contiguous arrays. Their layout — record
 sizes and field offsets, as compiled against the installed CUPTI headers — travels with the bytes
 (:class:`RecordLayout`), so a recording can be decoded anywhere (the tests decode one recorded on an
-H200). Kernels are joined to their launch call on ``correlationId`` (launch time and thread); CUPTI
+H200). Kernels are joined to their launch call on ``correlationId`` (launch time and thread; where ids
+repeat, the last call before the kernel; a join that cannot be right is undone); CUPTI
 timestamps are mapped to the host ``perf_counter_ns`` clock by a line through (host, CUPTI) pairs
 taken at start and stop. Zero timestamps (CUPTI hands some out) become -1: invalid, dropped and
 counted by the analysis, never a time.
@@ -199,6 +200,37 @@ def unfinished_records(kernel_bytes: bytes, layout: RecordLayout) -> int:
     return int(((k["start"] == 0) | (k["end"] == 0)).sum())
 
 
+def _launch_rows(
+    kernel_corr: np.ndarray, kernel_start: np.ndarray, api_corr: np.ndarray, api_start: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each kernel, the row of its launch call among the API records (``correlationId`` equal) and whether it has
+    one. Where several calls share an id (CUPTI 13.0 repeats graph launches' ids in later sessions), the last one that
+    started no later than the kernel (CUPTI clock), else the first: a launch comes before its work."""
+    order = np.lexsort((api_start, api_corr))
+    keys, starts = api_corr[order], api_start[order]
+    first = np.searchsorted(keys, kernel_corr, side="left")
+    last = np.searchsorted(keys, kernel_corr, side="right")
+    hit = last > first
+    pos = np.minimum(first, keys.size - 1)
+    shared = np.flatnonzero(hit & (last - first > 1))
+    if shared.size:
+        # one pass over the shared ids' calls and kernels in (id, time) order, a call before a kernel at the same time:
+        # each kernel takes the position of the last call before it, when that call has its id
+        calls = np.flatnonzero(np.isin(keys, kernel_corr[shared]))
+        ids = np.concatenate([keys[calls], kernel_corr[shared]])
+        times = np.concatenate([starts[calls], kernel_start[shared]])
+        is_kernel = np.concatenate([np.zeros(calls.size, dtype=bool), np.ones(shared.size, dtype=bool)])
+        merged = np.lexsort((is_kernel, times, ids))
+        call_pos = np.concatenate([calls, np.full(shared.size, -1)])[merged]
+        latest = np.maximum.accumulate(call_pos)
+        at_kernel = is_kernel[merged]
+        kernel_rows = np.concatenate([np.full(calls.size, -1), shared])[merged][at_kernel]
+        found = latest[at_kernel]
+        own = (found >= 0) & (keys[np.maximum(found, 0)] == kernel_corr[kernel_rows])
+        pos[kernel_rows] = np.where(own, found, first[kernel_rows])
+    return order[pos], hit
+
+
 def decode(
     kernel_bytes: bytes,
     api_bytes: bytes,
@@ -240,11 +272,7 @@ def decode(
     launch = np.full(k.size, -1, dtype=np.int64)
     tid = np.full(k.size, -1, dtype=np.int64)
     if a.size and k.size:
-        order = np.argsort(a["correlationId"], kind="stable")
-        keys = a["correlationId"][order].astype(np.int64)
-        pos = np.minimum(np.searchsorted(keys, corr), keys.size - 1)
-        hit = keys[pos] == corr
-        rows = order[pos]
+        rows, hit = _launch_rows(corr, k["start"], a["correlationId"].astype(np.int64), a["start"])
         launch = np.where(hit, to_host(a["start"][rows]), -1)
         tid = np.where(hit, a["threadId"][rows].astype(np.int64), -1)
     start, end, stream = to_host(k["start"]), to_host(k["end"]), k["streamId"].astype(np.int64)
