@@ -254,3 +254,17 @@ def test_a_kernel_joins_the_last_launch_before_it_among_calls_sharing_its_id() -
                 before = [call_start[j] for j in same if call_start[j] <= kernel_start[i]]
                 want = max(before) if before else min(call_start[j] for j in same)
                 assert call_id[rows[i]] == kernel_id[i] and call_start[rows[i]] == want
+
+
+def test_a_badly_stamped_kernel_does_not_put_the_rest_of_its_stream_out_of_order() -> None:
+    """A kernel stamped as starting 100 ms before its own launch call is flagged, and only it: its late launch time
+    does not make every later kernel of the stream look launched out of order. Kernels without a start time are not
+    judged."""
+    from max_profile.collect.live.cupti_decode import impossible_launch_joins
+
+    ms = 1_000_000
+    start = np.array([1, 10, 20, 30, -1], dtype=np.int64) * ms
+    end = start + ms // 2
+    launch = np.array([101, 9, 19, 29, 500], dtype=np.int64) * ms
+    bad = impossible_launch_joins(start, end, np.full(5, 7), launch, np.arange(5))
+    assert bad.tolist() == [True, False, False, False, False]
