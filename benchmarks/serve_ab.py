@@ -239,6 +239,7 @@ def main() -> int:
                 # and those left out for a time outside every slice
                 "worker_kernels": cov.recorded_kernels if cov is not None else None,
                 "worker_per_slice": list(cov.per_slice) if cov is not None else None,
+                "worker_per_slice_by_start": list(cov.per_slice_by_start) if cov is not None else None,
                 "worker_outside_slices": cov.outside_slices if cov is not None else None,
                 "worker_dropped": cov.dropped if cov is not None else None,
                 "worker_notes": list(cov.notes) if cov is not None else None,
@@ -257,7 +258,8 @@ def main() -> int:
                 else ""
             )
             + (
-                f"; the worker kept {cov.recorded_kernels} kernels, by slice {list(cov.per_slice)}, "
+                f"; the worker kept {cov.recorded_kernels} kernels, by slice {list(cov.per_slice)} "
+                f"(by their own start {list(cov.per_slice_by_start)}), "
                 f"{cov.outside_slices} left out outside every slice"
                 if cov is not None and cov.recorded_kernels is not None
                 else ""

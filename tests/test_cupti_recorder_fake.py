@@ -415,6 +415,7 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
         assert "slice" in coverage.describe()
         assert coverage.outside_slices == 0 and len(coverage.per_slice) >= len(slices)
         assert sum(coverage.per_slice) == coverage.recorded_kernels and coverage.recorded_kernels >= len(kernels)
+        assert coverage.per_slice_by_start == coverage.per_slice  # the fake's launch calls are 1 us before their work
         margin = 1_000_000  # a launch just before a pause: its kernels start up to 0.2 ms after it
         in_slice = [any(a <= t <= b + margin for a, b in slices) for t in kernels.start_ns.tolist()]
         assert all(in_slice)

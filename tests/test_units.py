@@ -418,3 +418,12 @@ def test_kernels_are_counted_by_the_slice_they_were_asked_for_in() -> None:
     assert no_slices == [] and all_out.all()
     none_counts, none_outside = KernelTable.empty().per_slice(slices)
     assert none_counts == [0, 0] and none_outside.size == 0
+    # by their own start: a kernel that ran in the second slice but was joined to a launch in the first (a wrong
+    # correlation id) counts where it ran
+    wrong = KernelTable.from_records(
+        [
+            KernelRecord(name="gemv", start_ns=(3100 + i) * ms, end_ns=(3100 + i) * ms + 1, launch_ns=1200 * ms)
+            for i in range(5)
+        ]
+    )
+    assert wrong.per_slice(slices)[0] == [5, 0] and wrong.per_slice(slices, by_start=True)[0] == [0, 5]

@@ -229,13 +229,18 @@ class KernelTable(msgspec.Struct):
         return out
 
     def per_slice(
-        self, slices: Sequence[tuple[int, int]], before_ns: int = 10_000_000, after_ns: int = 250_000_000
+        self,
+        slices: Sequence[tuple[int, int]],
+        before_ns: int = 10_000_000,
+        after_ns: int = 250_000_000,
+        by_start: bool = False,
     ) -> tuple[list[int], np.ndarray]:
         """The kernels of a sampled recording counted by the slice they were asked for in (:meth:`attribution_time`
         from ``before_ns`` before a slice starts to ``after_ns`` after it ends: a kernel queued in a slice starts after
         it), and the mask of those asked for in none: CUPTI records work only while a slice runs, so such a record
-        carries a time that cannot be right. Slices in the order given; a kernel near two counts for the first."""
-        t = self.attribution_time()
+        carries a time that cannot be right. Slices in the order given; a kernel near two counts for the first.
+        ``by_start``: by the kernels' own start instead (where the two disagree, the launch joins are wrong)."""
+        t = self.start_ns if by_start else self.attribution_time()
         outside = np.ones(len(self), dtype=bool)
         counts: list[int] = []
         for a, b in slices:

@@ -52,6 +52,8 @@ class WindowCoverage:
     """Those kernels by the recorded slice they were asked for in (every slice of the recording, in order)."""
     outside_slices: int = 0
     """Kernel records the worker left out for a time outside every recorded slice (see ``KernelTable.per_slice``)."""
+    per_slice_by_start: tuple[int, ...] = ()
+    """The same kernels by the slice their own start falls in: unlike ``per_slice`` where launch joins were wrong."""
 
     def describe(self) -> str:
         text = f", recorded {self.covered_s:.1f} of {self.window_s:.1f} s"
@@ -254,5 +256,6 @@ class WorkerHook:
                 recorded_kernels=int(c["kernels"]) if isinstance(c.get("kernels"), int) else None,
                 per_slice=tuple(int(n) for n in c.get("per_slice") or ()),
                 outside_slices=int(c.get("outside_slices") or 0),
+                per_slice_by_start=tuple(int(n) for n in c.get("per_slice_by_start") or ()),
             )
         return None

@@ -266,7 +266,9 @@ def _watch(folder: str) -> None:
                 f"CUPTI: {collector.unfinished} kernel(s) were still running when the window closed (no end time): "
                 "left out"
             )
-        counts, outside = kernels.per_slice(_spans_recorded(slices, t0, stopped, stop_at))
+        spans = _spans_recorded(slices, t0, stopped, stop_at)
+        counts, outside = kernels.per_slice(spans)
+        by_start, _ = kernels.per_slice(spans, by_start=True)  # beside the launch-time counts: a wrong join shows
         if outside.any():
             kernels = kernels.select(~outside)
             window_notes.append(
@@ -291,7 +293,13 @@ def _watch(folder: str) -> None:
             window_notes,
             slices,
             share,
-            {"per_slice": counts, "outside_slices": int(outside.sum()), "spanning_pauses": spanning},
+            {
+                "per_slice": counts,
+                "per_slice_by_start": by_start,
+                "outside_slices": int(outside.sum()),
+                "spanning_pauses": spanning,
+                "rejected_launches": int(getattr(collector, "rejected_launches", 0)),
+            },
         )
 
 
