@@ -128,6 +128,7 @@ def test_cupti_recording_waits_for_the_gpu_and_says_what_it_cost(
         callback_s_before_stop = callback_s = stop_s = 0.0
         graph_launches = dropped = 0
         unfinished, api_records, api_filter = 3, 2, "launch calls only (27 kept)"
+        rejected_launches = 5  # joins cupti_decode undid
 
         def start(self) -> None:
             order.append("start")
@@ -159,6 +160,7 @@ def test_cupti_recording_waits_for_the_gpu_and_says_what_it_cost(
     raw = prof.raw_capture
     assert len(raw.kernels) == 2 and raw.capture.device_graph_capture is False
     assert any("3 kernel(s) had no start or end time" in n for n in raw.notes)
+    assert any(n.startswith("CUPTI: 5 kernel(s) were joined to a launch call that cannot be theirs") for n in raw.notes)
     from max_profile.collect.live.recorders import CUPTI_WITHOUT_GRAPHS_NOTE
 
     assert CUPTI_WITHOUT_GRAPHS_NOTE in raw.notes
