@@ -284,9 +284,10 @@ MEASURED_TRACING_COST: dict[tuple[str, bool], MeasuredCost] = {
     ("step hook and GPU sampler", True): MeasuredCost(0.0, 0.04, "H200", 2.05),
     ("step hook and GPU sampler", False): MeasuredCost(0.0, 0.07, "H200", 3.4),
     # A sixteenth of the steps (the default since session 19) was measured only on H100s (the H200 was not lent):
-    # 256 tokens, sessions 19 and 21 (tests/data/h200/session19, session21). Graphs on, 2.47 ms steps: 0.999 / 1.007,
-    # 0.9894 / 0.9883 (11 rounds), 1.0286 / 1.0083 (15). Eager, 2.8-3.6 ms steps: 0.987 / 1.003, 0.9492 / 0.9696 (on a
-    # lease where the hook alone, no CUPTI, read 0.9471 paired: eager's spread is as large as the cost).
+    # 256 tokens, sessions 19, 21 and 22 (tests/data/h200/session19, session21, session22). Graphs on, 2.47 ms steps:
+    # 0.999 / 1.007, 0.9894 / 0.9883 (11 rounds), 1.0286 / 1.0083 (15). Eager, 2.8-3.6 ms steps: 0.987 / 1.003, 0.9492 /
+    # 0.9696 (on a lease where the hook alone, no CUPTI, read 0.9471 paired: eager's spread is as large as the cost),
+    # 0.9580 / 0.9530 (21 rounds, the untraced step ranging 2.50-3.02 ms between rounds).
     ("cupti, a sixteenth of the steps", True): MeasuredCost(0.0, 0.012, "H100", 2.47),
     ("cupti, a sixteenth of the steps", False): MeasuredCost(0.0, 0.051, "H100", 2.8),
 }
