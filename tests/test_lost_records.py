@@ -55,16 +55,19 @@ def test_a_slice_with_steps_and_a_twentieth_of_the_kernels_is_lost() -> None:
         *_kernels(600, 10_000, 0.01),
     ]
     table = KernelTable.from_records(recs)
-    lost, rate, typical = slices_without_records(table, steps, [*slices, (1000 * MS, 1100 * MS)], (0, 1100 * MS))
-    assert lost == [(200 * MS, 300 * MS)] and rate == pytest.approx(10.0) and typical == pytest.approx(250.0)
+    lost = slices_without_records(table, steps, [*slices, (1000 * MS, 1100 * MS)], (0, 1100 * MS))
+    assert lost.spans == [(200 * MS, 300 * MS)] and lost.slices == 6
+    assert lost.kernels_per_step == pytest.approx(10.0) and lost.typical == pytest.approx(250.0)
+    assert int(lost.kernels.sum()) == 400 and not lost.kernels[:10_000].any()  # the lost slice's 400 kernels only
     # a slice with half the median's kernels per step is a busier or lighter mix, not lost records
     half = KernelTable.from_records(
         [*_kernels(0, 10_000, 0.01), *_kernels(200, 5000, 0.02), *_kernels(400, 10_000, 0.01)]
     )
-    assert slices_without_records(half, steps, slices[:3], (0, 500 * MS))[0] == []
+    assert slices_without_records(half, steps, slices[:3], (0, 500 * MS)).spans == []
     # two judged slices: no median to judge by
-    assert slices_without_records(table, steps, slices[:2], (0, 300 * MS))[0] == []
-    assert slices_without_records(table, steps, [], (0, 300 * MS)) == ([], 0.0, 0.0)  # not sampled: nothing judged
+    assert slices_without_records(table, steps, slices[:2], (0, 300 * MS)).spans == []
+    unsampled = slices_without_records(table, steps, [], (0, 300 * MS))  # not sampled: nothing judged
+    assert unsampled.spans == [] and unsampled.slices == 0 and not unsampled.kernels.any()
 
 
 def test_a_served_capture_that_lost_one_slice_reads_as_the_whole_one() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import msgspec
 import numpy as np
@@ -168,34 +169,53 @@ LOST_RECORDS_RATIO = 0.2
 """A recorded slice whose kernels per working step fall below this share of the median slice's lost its records."""
 
 
+class LostSlices(NamedTuple):
+    """What :func:`slices_without_records` found."""
+
+    spans: list[tuple[int, int]]
+    """The recorded slices that lost their records (clipped to the window, merged)."""
+    kernels_per_step: float
+    """The median kernels per step of those slices (0 when none)."""
+    typical: float
+    """The median kernels per step of the judged slices (0 when none was judged)."""
+    slices: int
+    """The recorded slices inside the window."""
+    kernels: np.ndarray
+    """Mask over the table: the kernels asked for inside a lost slice."""
+
+
 def slices_without_records(
     table: KernelTable,
     steps: Sequence[Step],
     recorded: Sequence[tuple[int, int]],
     window: tuple[int, int] | None,
     min_steps: int = 3,
-) -> tuple[list[tuple[int, int]], float, float]:
+) -> LostSlices:
     """The recorded slices of a sampled recording that held working steps but almost no kernel records: each of at
     least ``min_steps`` steps, and kernels per step (by :meth:`KernelTable.attribution_time`) under
     ``LOST_RECORDS_RATIO`` of the median of such slices (judged with three or more). A GPU step launches its kernels
     every time, so such a slice lost its records (session 21: served windows whose ~230k kernels came back as 0 or
-    10k with none of their device graphs'), and its busy and idle shares would blame the host. Returns those slices
-    (clipped to the window, merged), their kernels per step and the median's."""
+    10k with none of their device graphs'), and its busy and idle shares would blame the host."""
+    nothing = np.zeros(len(table), dtype=bool)
     if not recorded or window is None:
-        return [], 0.0, 0.0
+        return LostSlices([], 0.0, 0.0, 0, nothing)
     slices = recorded_in_window(window, recorded)
     begins = np.sort(np.array([s.start_ns for s in steps if s.batch_size > 0], dtype=np.int64))
-    t = np.sort(table.attribution_time()) if len(table) else np.zeros(0, dtype=np.int64)
+    asked = table.attribution_time() if len(table) else np.zeros(0, dtype=np.int64)
+    t = np.sort(asked)
     rated: list[tuple[tuple[int, int], float]] = []
     for a, b in slices:
         n_steps = int(np.searchsorted(begins, b) - np.searchsorted(begins, a))
         if n_steps >= min_steps:
             rated.append(((a, b), float(np.searchsorted(t, b) - np.searchsorted(t, a)) / n_steps))
     if len(rated) < 3:
-        return [], 0.0, 0.0
+        return LostSlices([], 0.0, 0.0, len(slices), nothing)
     typical = float(np.median([r for _, r in rated]))
     lost = [(span, r) for span, r in rated if r < LOST_RECORDS_RATIO * typical]
-    return [span for span, _ in lost], float(np.median([r for _, r in lost])) if lost else 0.0, typical
+    for (a, b), _ in lost:
+        nothing |= (asked >= a) & (asked < b)
+    rate = float(np.median([r for _, r in lost])) if lost else 0.0
+    return LostSlices([span for span, _ in lost], rate, typical, len(slices), nothing)
 
 
 def gpu_waits(

@@ -14,12 +14,7 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
-from max_profile.analyze.breakdown import (
-    breakdown_from_totals,
-    build_breakdown,
-    recorded_in_window,
-    slices_without_records,
-)
+from max_profile.analyze.breakdown import breakdown_from_totals, build_breakdown, slices_without_records
 from max_profile.analyze.commands import next_command, say
 from max_profile.analyze.ledger import HOST_OPS, build_ledger, server_ledger, with_load
 from max_profile.analyze.load import load_level, summarize_serve, tracer_cost, tracing_cost_statement
@@ -140,21 +135,17 @@ def _without_lost_slices(
     kernels asked for in them, said in ``notes``: their busy and idle shares would put the GPU's work on the host."""
     if raw.kernel_clock != "host" or not raw.recorded_spans or not len(raw.kernels):
         return raw
-    lost, lost_rate, typical = slices_without_records(raw.kernels, steps, raw.recorded_spans, host_window)
-    if not lost:
+    lost = slices_without_records(raw.kernels, steps, raw.recorded_spans, host_window)
+    if not lost.spans:
         return raw
-    t = raw.kernels.attribution_time()
-    in_lost = np.zeros(len(raw.kernels), dtype=bool)
-    for a, b in lost:
-        in_lost |= (t >= a) & (t < b)
-    kept_spans = [(a, b) for a, b in raw.recorded_spans if not any(a < lb and la < b for la, lb in lost)]
-    merged = recorded_in_window(host_window, raw.recorded_spans) if host_window else []
+    kept_spans = [(a, b) for a, b in raw.recorded_spans if not any(a < lb and la < b for la, lb in lost.spans)]
     notes.append(
-        f"{len(lost)} of {len(merged)} recorded slices held steps but almost no kernel records ({lost_rate:.1f} "
-        f"kernels per step against {typical:.1f} in the median slice): records were lost there, so those "
-        f"slices and their {int(in_lost.sum())} kernels are left out of the busy, idle and per-step accounts"
+        f"{len(lost.spans)} of {lost.slices} recorded slices held steps but almost no kernel records "
+        f"({lost.kernels_per_step:.1f} kernels per step against {lost.typical:.1f} in the median slice): records were "
+        f"lost there, so those slices and their {int(lost.kernels.sum())} kernels are left out of the busy, idle and "
+        "per-step accounts"
     )
-    return msgspec.structs.replace(raw, kernels=raw.kernels.select(~in_lost), recorded_spans=kept_spans)
+    return msgspec.structs.replace(raw, kernels=raw.kernels.select(~lost.kernels), recorded_spans=kept_spans)
 
 
 def build_report(
