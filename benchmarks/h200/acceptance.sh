@@ -83,7 +83,7 @@ step doctor "$ACC/doctor.json" -- "${MP[@]}" doctor --json "$ACC/doctor.json"
 # --- models, then three cold compiles side by side (they only use CPU cores and the cache; startup reports are cold)
 [ -f $M24/model.safetensors ] || step make_m24 - -- "${MP[@]}" make-model $M24 --dtype bfloat16 --hidden 4096 --layers 24 --heads 32 --kv-heads 8 --intermediate 14336
 [ -f $FP8/model.safetensors ] || step make_fp8 - -- "${MP[@]}" make-model $FP8 --dtype float8_e4m3fn --hidden 4096 --layers 8 --heads 32 --kv-heads 8 --intermediate 14336
-with_arch $M24 $CUSTOM MaxProfileLlamaForCausalLM
+[ -f $M24/model.safetensors ] && with_arch $M24 $CUSTOM MaxProfileLlamaForCausalLM  # not when ACC_ONLY skipped m24
 DEMO=/tmp/mpc/models/demo-llama-bfloat16-h2048-l4   # the model `max-profile demo` builds on a GPU (same shape, same compile key)
 [ -f $DEMO/model.safetensors ] || step make_demo - -- "${MP[@]}" make-model $DEMO --dtype bfloat16 --hidden 2048 --layers 4 --heads 16 --kv-heads 4 --intermediate 5632
 # the GPU compiles m24 (its cold start-up, recorded); meanwhile MAX compiles the other two for sm_90 on virtual devices
