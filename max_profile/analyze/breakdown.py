@@ -196,9 +196,9 @@ def slices_without_records(
     ``LOST_RECORDS_RATIO`` of the median of such slices (judged with three or more). A GPU step launches its kernels
     every time, so such a slice lost its records (session 21: served windows whose ~230k kernels came back as 0 or
     10k with none of their device graphs'), and its busy and idle shares would blame the host."""
-    nothing = np.zeros(len(table), dtype=bool)
+    in_lost = np.zeros(len(table), dtype=bool)
     if not recorded or window is None:
-        return LostSlices([], 0.0, 0.0, 0, nothing)
+        return LostSlices([], 0.0, 0.0, 0, in_lost)
     slices = recorded_in_window(window, recorded)
     begins = np.sort(np.array([s.start_ns for s in steps if s.batch_size > 0], dtype=np.int64))
     asked = table.attribution_time() if len(table) else np.zeros(0, dtype=np.int64)
@@ -209,13 +209,13 @@ def slices_without_records(
         if n_steps >= min_steps:
             rated.append(((a, b), float(np.searchsorted(t, b) - np.searchsorted(t, a)) / n_steps))
     if len(rated) < 3:
-        return LostSlices([], 0.0, 0.0, len(slices), nothing)
+        return LostSlices([], 0.0, 0.0, len(slices), in_lost)
     typical = float(np.median([r for _, r in rated]))
     lost = [(span, r) for span, r in rated if r < LOST_RECORDS_RATIO * typical]
     for (a, b), _ in lost:
-        nothing |= (asked >= a) & (asked < b)
+        in_lost |= (asked >= a) & (asked < b)
     rate = float(np.median([r for _, r in lost])) if lost else 0.0
-    return LostSlices([span for span, _ in lost], rate, typical, len(slices), nothing)
+    return LostSlices([span for span, _ in lost], rate, typical, len(slices), in_lost)
 
 
 def gpu_waits(
