@@ -268,3 +268,26 @@ def test_a_badly_stamped_kernel_does_not_put_the_rest_of_its_stream_out_of_order
     launch = np.array([101, 9, 19, 29, 500], dtype=np.int64) * ms
     bad = impossible_launch_joins(start, end, np.full(5, 7), launch, np.arange(5))
     assert bad.tolist() == [True, False, False, False, False]
+
+
+def test_the_cupti_python_recorder_undoes_an_impossible_join_as_the_c_one_does() -> None:
+    """The cupti-python fallback joins a kernel to the last launch call of its id it was handed; a kernel that started
+    on an idle stream 300 ms after that call (a wrong id) is timed by its start, and the count is kept. Its records
+    are set here directly (no cupti-python on CI): kernel rows and launch calls as ``_take`` stores them."""
+    from max_profile.collect.live.cupti_kernels import CuptiKernelCollector
+
+    ms = 1_000_000
+    c = object.__new__(CuptiKernelCollector)
+    c._sync = [(0, 0), (10**9, 10**9)]
+    c._record_launches = True
+    dims = ((1, 1, 1), (128, 1, 1))
+    c._kernels = [
+        ("gemv", 10 * ms, 11 * ms, 0, 7, 1, *dims, 32, 0, 0),
+        ("gemv", 400 * ms, 401 * ms, 0, 7, 1, *dims, 32, 0, 0),  # the same id, 390 ms later on an idle stream
+        ("norm", 500 * ms, 501 * ms, 0, 7, 2, *dims, 32, 0, 0),
+    ]
+    c._launches = {1: (9 * ms, 9 * ms + 10, 4242), 2: (499 * ms, 499 * ms + 10, 4242)}
+    table = c._to_table()
+    assert table.launch_ns is not None and table.launch_tid is not None
+    assert table.launch_ns.tolist() == [-1, -1, 499 * ms] and table.launch_tid.tolist() == [-1, -1, 4242]
+    assert c.rejected_launches == 2  # the wrong join, and the right one that shares its id

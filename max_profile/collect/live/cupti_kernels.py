@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from max_profile.collect.live.cupti_decode import impossible_launch_joins
 from max_profile.errors import ToolMissingError
 from max_profile.model import KernelTable
 
@@ -113,7 +114,7 @@ class CuptiKernelCollector:
         self.dropped = 0
         self.kernels: KernelTable = KernelTable.empty()
         self.graph_launches = 0
-        self.rejected_launches = 0  # joined per record on correlation id as CUPTI hands them out: not judged here
+        self.rejected_launches = 0
         self.api_records = 0
         self.callback_s = 0.0
         self.callback_s_before_stop = 0.0
@@ -242,15 +243,20 @@ class CuptiKernelCollector:
         corr = np.fromiter((r[5] for r in rows), dtype=np.int64, count=n)
         launch_raw = np.array([self._launches.get(int(c), (0, 0, -1))[0] for c in corr], dtype=np.int64)
         tid = np.array([self._launches.get(int(c), (0, 0, -1))[2] for c in corr], dtype=np.int64)
+        stream = np.fromiter((r[4] for r in rows), dtype=np.int64, count=n)
+        launch = host(launch_raw)
+        rejected = impossible_launch_joins(start, end, stream, launch, corr)  # as the C recorder's decode does
+        self.rejected_launches = int(rejected.sum()) if self._record_launches else 0
+        launch, tid = np.where(rejected, -1, launch), np.where(rejected, -1, tid)
         table = KernelTable(
             names=list(names),
             name_idx=name_idx,
             start_ns=start,
             end_ns=end,
             device=np.fromiter((r[3] for r in rows), dtype=np.int32, count=n),
-            stream=np.fromiter((r[4] for r in rows), dtype=np.int64, count=n),
+            stream=stream,
             correlation_id=corr,
-            launch_ns=host(launch_raw) if self._record_launches else None,
+            launch_ns=launch if self._record_launches else None,
             launch_tid=tid if self._record_launches else None,
             grid=np.array([r[6] for r in rows], dtype=np.int32).reshape(-1, 3),
             block=np.array([r[7] for r in rows], dtype=np.int32).reshape(-1, 3),
