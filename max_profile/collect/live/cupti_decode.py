@@ -279,7 +279,7 @@ def decode(
         launch = np.where(hit, to_host(a["start"][rows]), -1)
         tid = np.where(hit, a["threadId"][rows].astype(np.int64), -1)
     start, end, stream = to_host(k["start"]), to_host(k["end"]), k["streamId"].astype(np.int64)
-    rejected = impossible_launch_joins(start, end, stream, launch, corr) if k.size else np.zeros(0, dtype=bool)
+    rejected = impossible_launch_joins(start, end, stream, launch, corr)
     launch, tid = np.where(rejected, -1, launch), np.where(rejected, -1, tid)
     table = KernelTable(
         names=text,

@@ -298,7 +298,6 @@ def _watch(folder: str) -> None:
                 "per_slice_by_start": by_start,
                 "outside_slices": int(outside.sum()),
                 "spanning_pauses": spanning,
-                "rejected_launches": int(getattr(collector, "rejected_launches", 0)),
             },
         )
 
