@@ -188,6 +188,30 @@ elif scenario == "repeated-graph-ids":
     lag = (k.start_ns - k.launch_ns).tolist()
     out = {"kernels": len(k), "ids": len(set(k.correlation_id.tolist())), "lag_min": min(lag), "lag_max": max(lag),
            "rejected": c.rejected_launches, "api_records": c.api_records}
+elif scenario == "release-while-paused":
+    # the subscription given up at each pause and taken again at resume; a client that subscribes meanwhile keeps it
+    def free():  # whether a client could subscribe now (then lets go again)
+        handle = ctypes.c_void_p()
+        if fake.cuptiSubscribe(ctypes.byref(handle), None, None) != 0:
+            return False
+        fake.cuptiUnsubscribe(handle)
+        return True
+    c = NativeCuptiCollector(buffer_bytes=1 << 20, launches=True)
+    c.options = ("release-while-paused",)
+    c.start(); t0 = now_cupti()
+    states = [free()]
+    a = fake.fake_emit(100, t0, 1000, 0); c.pause(); states.append(free())
+    fake.fake_emit(100, t0 + 1_000_000, 1000, 0); c.resume(); states.append(free())
+    b = fake.fake_emit(100, t0 + 2_000_000, 1000, 0); c.pause()
+    fake.fake_set_holder(b"Nsight Systems 2025.3"); c.resume()
+    fake.fake_emit(100, t0 + 3_000_000, 1000, 0)
+    problem = c.resume_problem
+    c.resume()  # stays paused: the holder keeps CUPTI
+    fake.fake_set_holder(b"")
+    fake.fake_emit(100, t0 + 4_000_000, 1000, 0)
+    k = c.stop()
+    out = {"free": states, "recorded": a + b, "kernels": len(k), "launched": int((k.launch_ns > 0).sum()),
+           "problem": problem, "free_after_stop": free()}
 elif scenario == "busy":
     fake.fake_set_holder(b"Nsight Systems 2025.3")
     c = NativeCuptiCollector(launches=False)
@@ -299,6 +323,17 @@ def test_sampled_recording_leaves_the_steps_between_slices_alone(fake_libcupti: 
     assert out["between"] == [0, 0, 0]  # nothing recorded or intercepted between slices
     full = out["started"]  # the filter at the start: every driver and runtime call of CUPTI's tables
     assert full > 100 and out["switches"] == [0, full, 0, full, 0]  # pause, resume, pause, resume, pause
+
+
+def test_release_while_paused_leaves_cupti_unsubscribed_between_slices(fake_libcupti: Path, tmp_path: Path) -> None:
+    """``release-while-paused``: between slices the process has no CUPTI subscriber (a probe can subscribe), each
+    slice records with its launch calls, and a client that subscribes during a pause keeps CUPTI: the later slices are
+    not recorded and the collector says why."""
+    out = run_child(fake_libcupti, "release-while-paused", tmp_path)
+    assert out["free"] == [False, True, False]
+    assert out["recorded"] == 200 and out["kernels"] == 200 and out["launched"] == 200
+    assert out["problem"] and "Nsight Systems 2025.3" in out["problem"]
+    assert out["free_after_stop"] is True
 
 
 def test_graph_launches_sharing_one_id_keep_their_own_launch_times(fake_libcupti: Path, tmp_path: Path) -> None:

@@ -129,6 +129,7 @@ def test_cupti_recording_waits_for_the_gpu_and_says_what_it_cost(
         graph_launches = dropped = 0
         unfinished, api_records, api_filter = 3, 2, "launch calls only (27 kept)"
         rejected_launches = 5  # joins cupti_decode undid
+        resume_problem = "CUPTI was taken by Nsight Systems while the recording was paused"
 
         def start(self) -> None:
             order.append("start")
@@ -161,6 +162,7 @@ def test_cupti_recording_waits_for_the_gpu_and_says_what_it_cost(
     assert len(raw.kernels) == 2 and raw.capture.device_graph_capture is False
     assert any("3 kernel(s) had no start or end time" in n for n in raw.notes)
     assert any(n.startswith("CUPTI: 5 kernel(s) were joined to a launch call that cannot be theirs") for n in raw.notes)
+    assert StandInRecorder.resume_problem in raw.notes
     from max_profile.collect.live.recorders import CUPTI_WITHOUT_GRAPHS_NOTE
 
     assert CUPTI_WITHOUT_GRAPHS_NOTE in raw.notes

@@ -115,6 +115,7 @@ class CuptiKernelCollector:
         self.kernels: KernelTable = KernelTable.empty()
         self.graph_launches = 0
         self.rejected_launches = 0
+        self.resume_problem: str | None = None
         self.api_records = 0
         self.callback_s = 0.0
         self.callback_s_before_stop = 0.0

@@ -23,7 +23,7 @@ import subprocess
 import sysconfig
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from max_profile.collect.live.cupti_decode import (
     CUPTI_13_LAYOUT,
@@ -43,11 +43,16 @@ KERNEL_RECORD_STRUCTS = ("CUpti_ActivityKernel10", "CUpti_ActivityKernel9")
 DEFAULT_BUFFER_BYTES = 16 << 20
 DEFAULT_MAX_BYTES = 4 << 30
 """Recorded arrays are capped here (about 18M kernel records); records past it are counted as dropped."""
-RECORDING_OPTIONS = {"zeroed-buffers": 1}
+RECORDING_OPTIONS = {"zeroed-buffers": 1, "release-while-paused": 2}
 """What :meth:`NativeCuptiCollector.start` can be asked to record differently (cupti_ring.c's ``mp_set_options``):
 ``zeroed-buffers`` hands CUPTI buffers zeroed on CUPTI's own thread (``CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER``:
-otherwise CUPTI zeroes each buffer on the launching thread). (Graph-level records, ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``
-switched on in a running ``max serve`` worker, crashed it on the H200: segmentation fault; not offered.)"""
+otherwise CUPTI zeroes each buffer on the launching thread). ``release-while-paused`` gives up the CUPTI subscription at
+each pause and takes it again at resume (between slices the process has no CUPTI subscriber; a client that takes CUPTI
+meanwhile ends the recording's slices, :attr:`NativeCuptiCollector.resume_problem` says so); not the default: on an
+H100 (session 23, 3B shape, 256 tokens) it bought nothing measurable, 0.9905 of untraced with device graphs against the
+default's 0.9907, and eager within the rounds' spread. (Graph-level records,
+``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` switched on in a running ``max serve`` worker, crashed it on the H200: segmentation
+fault; not offered.)"""
 RESERVE_ARENA_BYTES = 128 << 20
 RESERVE_BUFFERS = 4
 """What :meth:`NativeCuptiCollector.reserve` faults in ahead: about 600k kernel records and four activity buffers
@@ -179,6 +184,9 @@ class NativeCuptiCollector:
 
     native = True
     """The C recorder (nothing per record in Python); cupti-python's collector says False."""
+    default_options: ClassVar[tuple[str, ...]] = ()
+    """The :data:`RECORDING_OPTIONS` a new collector starts with (``benchmarks/untraced_overhead.py`` sets them per
+    arm)."""
 
     def __init__(
         self, buffer_bytes: int = DEFAULT_BUFFER_BYTES, launches: bool = True, max_bytes: int = DEFAULT_MAX_BYTES
@@ -219,8 +227,10 @@ class NativeCuptiCollector:
         self.callback_s_before_stop = 0.0
         self.stop_s = 0.0
         self.recorded_bytes = 0
-        self.options: tuple[str, ...] = ()
+        self.options: tuple[str, ...] = self.default_options
         """:data:`RECORDING_OPTIONS` of the next :meth:`start` (none: the default recording)."""
+        self.resume_problem: str | None = None
+        """Why a paused recording could not resume (another CUPTI client took the released subscription)."""
         self.api_filter = "no API records (kernels only)" if not launches else "all API records"
         self.raw: tuple[bytes, bytes, dict[int, str]] | None = None
         """The recorded arrays and the kernel names by address (what tests decode offline)."""
@@ -274,6 +284,7 @@ class NativeCuptiCollector:
                 if stats[4]
                 else "all API records (this CUPTI cannot filter by call)"
             )
+        self.resume_problem = None
         self._sync = [self._pair()]
 
     def pause(self) -> None:
@@ -281,8 +292,13 @@ class NativeCuptiCollector:
         self._lib.mp_pause()
 
     def resume(self) -> None:
-        """Record again after :meth:`pause`."""
-        self._lib.mp_resume()
+        """Record again after :meth:`pause`; where that cannot be (``release-while-paused`` and another CUPTI client
+        subscribed meanwhile) the recording stays paused and :attr:`resume_problem` says why."""
+        if self._lib.mp_resume() == 1 and self.resume_problem is None:
+            holder = self._lib.mp_holder().decode(errors="replace") or "another CUPTI client"
+            self.resume_problem = (
+                f"CUPTI was taken by {holder} while the recording was paused: the slices after it were not recorded"
+            )
 
     def stop(self) -> KernelTable:
         t0 = time.perf_counter()
@@ -356,6 +372,8 @@ class KernelCollector(Protocol):
     graph_launches: int
     rejected_launches: int
     """Kernels whose launch-call join was impossible (``cupti_decode.impossible_launch_joins``): timed by start."""
+    resume_problem: str | None
+    """Why a paused recording could not resume (its later slices are missing), or None."""
     callback_s: float
     """Seconds spent in CUPTI's buffer callbacks (the recorder's own cost)."""
     callback_s_before_stop: float

@@ -380,6 +380,8 @@ class CuptiRecorder:
                 )
             if c.rejected_launches:
                 raw.notes.append(impossible_joins_note(c.rejected_launches))
+            if c.resume_problem:
+                raw.notes.append(c.resume_problem)
             raw.notes.append(
                 f"CUPTI cost: {c.callback_s:.3f} s in buffer callbacks, {c.api_records} API records ({c.api_filter})"
                 + (f", {c.stop_s:.3f} s to stop and decode" if c.stop_s else "")

@@ -43,6 +43,7 @@ typedef CUptiResult (*fn_set_attribute_t)(CUpti_ActivityAttribute, size_t *, voi
 
 /* mp_set_options() flags */
 #define MP_ZEROED_BUFFERS 1u /* hand CUPTI zeroed buffers (zeroed on CUPTI's thread, after their records are copied) */
+#define MP_RELEASE_WHILE_PAUSED 2u /* unsubscribe at each pause, subscribe again at resume (the process is CUPTI-free between slices) */
 
 typedef struct {
     char *data;
@@ -66,7 +67,7 @@ static struct {
     fn_unsubscribe_t unsubscribe;
     fn_set_attribute_t set_attribute;
     CUpti_SubscriberHandle subscriber;
-    int subscribed, recording, paused, launches;
+    int subscribed, recording, paused, launches, lost_at_resume;
     unsigned options, active_options;
     size_t buffer_bytes, max_bytes;
     pthread_mutex_t lock, free_lock; /* lock: the arrays and counters; free_lock: the free buffers only */
@@ -294,18 +295,9 @@ static int give_up(void) {
     return -1;
 }
 
-/* Options for the next mp_start (MP_ZEROED_BUFFERS); 0 is the default recording. */
-void mp_set_options(unsigned options) { S.options = options; }
-
-/* Start recording. launches: also record launch API calls (launch time and thread per kernel); max_bytes caps
- * the recorded arrays (records past it are counted as dropped).
- * Returns 0, or 1 when another CUPTI client holds the process (mp_holder() names it), or -1 on error. */
-int mp_start(size_t buffer_bytes, int launches, size_t max_bytes) {
-    if (!S.lib) {
-        snprintf(S.error, sizeof S.error, "mp_open was not called");
-        return -1;
-    }
-    if (S.recording) return 0;
+/* Subscribe as "max_profile" (a client holding CUPTI already makes this fail: recording backs off rather than garble
+ * both traces). 0, 1 when another client holds the process (S.holder names it), -1 on error (S.error). */
+static int subscribe_self(void) {
     CUptiResult r;
     S.holder[0] = 0;
     if (S.subscribe2) {
@@ -330,6 +322,24 @@ int mp_start(size_t buffer_bytes, int launches, size_t max_bytes) {
         return -1;
     }
     S.subscribed = S.subscribe2 || S.subscribe;
+    return 0;
+}
+
+/* Options for the next mp_start (MP_ZEROED_BUFFERS, MP_RELEASE_WHILE_PAUSED); 0 is the default recording. */
+void mp_set_options(unsigned options) { S.options = options; }
+
+/* Start recording. launches: also record launch API calls (launch time and thread per kernel); max_bytes caps
+ * the recorded arrays (records past it are counted as dropped).
+ * Returns 0, or 1 when another CUPTI client holds the process (mp_holder() names it), or -1 on error. */
+int mp_start(size_t buffer_bytes, int launches, size_t max_bytes) {
+    if (!S.lib) {
+        snprintf(S.error, sizeof S.error, "mp_open was not called");
+        return -1;
+    }
+    if (S.recording) return 0;
+    CUptiResult r;
+    int busy = subscribe_self();
+    if (busy) return busy;
     set_buffer_bytes(buffer_bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : buffer_bytes);
     S.max_bytes = max_bytes;
     S.launches = launches;
@@ -365,6 +375,7 @@ int mp_start(size_t buffer_bytes, int launches, size_t max_bytes) {
     }
     S.recording = 1;
     S.paused = 0;
+    S.lost_at_resume = 0;
     return 0;
 }
 
@@ -379,19 +390,38 @@ static void switch_kinds(int on) {
     }
 }
 
-/* Pause recording inside a recording (a slice of a sampled window ended): the activity kinds off, nothing flushed, the
- * subscription kept; records of work launched before it still arrive. 0, or -1 when not recording. */
+/* Pause recording inside a recording (a slice of a sampled window ended): the activity kinds off, nothing flushed;
+ * records of work launched before it still arrive. The subscription is kept, or with MP_RELEASE_WHILE_PAUSED given
+ * up until mp_resume. 0, or -1 when not recording. */
 int mp_pause(void) {
     if (!S.recording) return -1;
-    if (!S.paused) switch_kinds(0);
+    if (!S.paused) {
+        switch_kinds(0);
+        if ((S.active_options & MP_RELEASE_WHILE_PAUSED) && S.subscribed && S.unsubscribe) {
+            S.unsubscribe(S.subscriber);
+            S.subscribed = 0;
+        }
+    }
     S.paused = 1;
     return 0;
 }
 
-/* Resume a paused recording (the next slice). 0, or -1 when not recording. */
+/* Resume a paused recording (the next slice). 0; 1 when, released while paused, the subscription was taken by another
+ * CUPTI client meanwhile (the recording stays paused to its end, S.holder names the client); -1 when not recording or
+ * on error. */
 int mp_resume(void) {
     if (!S.recording) return -1;
-    if (S.paused) switch_kinds(1);
+    if (S.lost_at_resume) return 1;
+    if (S.paused) {
+        if ((S.active_options & MP_RELEASE_WHILE_PAUSED) && !S.subscribed && (S.subscribe2 || S.subscribe)) {
+            int busy = subscribe_self();
+            if (busy) {
+                S.lost_at_resume = busy > 0;
+                return busy;
+            }
+        }
+        switch_kinds(1);
+    }
     S.paused = 0;
     return 0;
 }

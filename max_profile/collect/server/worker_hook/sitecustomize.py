@@ -261,6 +261,8 @@ def _watch(folder: str) -> None:
             from max_profile.collect.live.cupti_decode import impossible_joins_note
 
             window_notes.append(impossible_joins_note(collector.rejected_launches))
+        if getattr(collector, "resume_problem", None):
+            window_notes.append(str(collector.resume_problem))
         if getattr(collector, "unfinished", 0):
             window_notes.append(
                 f"CUPTI: {collector.unfinished} kernel(s) were still running when the window closed (no end time): "
