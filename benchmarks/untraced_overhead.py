@@ -17,6 +17,11 @@ One process, one model load (device graphs as MAX decides unless --no-device-gra
   cupti-eighth       ``profile(kernels="cupti", kernel_share=0.125)``: an eighth of the steps
   cupti-sixteenth    ``profile(kernels="cupti", kernel_share=0.0625)``: a sixteenth of the steps
   cupti-no-launches  the hook and sampler + the C recorder of every step with no launch-call records
+  cupti-paused       ``kernel_share=0.001``: the first slice of 8 steps recorded, then CUPTI subscribed and paused to
+                     the end (what a paused recording costs the steps between slices)
+  cupti-release      ``cupti`` with the recorder's ``release-while-paused`` option: the CUPTI subscription given up at
+                     each pause, taken again at resume
+  cupti-paused-release  ``cupti-paused`` with ``release-while-paused``
 
 Every arm is timed the same way: new tokens x batch over the wall time of the whole generation (prefill included),
 so the reference arm needs no hook. Prints every round (each arm's tok/s and the host's load around the round; each
@@ -39,14 +44,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from repeats import RepeatLoad, report_arms  # noqa: E402
 
 ARMS = ("none", "hook", "sampler", "cupti", "cupti-all")
-ALL_ARMS = (*ARMS, "cupti-quarter", "cupti-eighth", "cupti-sixteenth", "cupti-no-launches")
-SHARES = {"cupti-all": 1.0, "cupti-quarter": 0.25, "cupti-eighth": 0.125, "cupti-sixteenth": 0.0625}
+ALL_ARMS = (
+    *ARMS,
+    "cupti-quarter",
+    "cupti-eighth",
+    "cupti-sixteenth",
+    "cupti-no-launches",
+    "cupti-paused",
+    "cupti-release",
+    "cupti-paused-release",
+)
+SHARES = {
+    "cupti-all": 1.0,
+    "cupti-quarter": 0.25,
+    "cupti-eighth": 0.125,
+    "cupti-sixteenth": 0.0625,
+    "cupti-paused": 0.001,
+    "cupti-paused-release": 0.001,
+}
+RECORDER_OPTIONS = {"cupti-release": ("release-while-paused",), "cupti-paused-release": ("release-while-paused",)}
+"""The C recorder's options (``cupti_native.RECORDING_OPTIONS``) an arm records with."""
 LAST_NOTES: dict[str, list[str]] = {}
 """The notes of each arm's last capture (the recorder's slices and pause / resume time, CUPTI's callback time)."""
 
 
 LAST_STEPS: list[float] = []
 """The step times (ms, host clock between successive steps' returns) of the last generation."""
+LAST_WALL_MS: list[float] = [0.0]
+"""The last generation's wall time (ms): what its steps do not cover is the prefill, the first step and the ends."""
 
 
 def _generate(model: Any, prompts: list[str], tokens: int) -> float:
@@ -58,24 +83,98 @@ def _generate(model: Any, prompts: list[str], tokens: int) -> float:
     out = generate(model, prompts, tokens, on_step=lambda: stamps.append(time.perf_counter()))
     wall = time.perf_counter() - t0
     LAST_STEPS[:] = [1e3 * (b - a) for a, b in zip(stamps, stamps[1:], strict=False)]
+    LAST_WALL_MS[0] = 1e3 * wall
     return sum(len(x) for x in out) / wall
 
 
-def step_summary(steps: list[float]) -> dict[str, float]:
-    """One generation's decode steps: the median (ms), and the time lost to stalls (ms above 3x the median, summed): a
-    slower step shows in the median, a stall (a long pause of the host) in the stall time."""
+def step_summary(steps: list[float], wall_ms: float = 0.0) -> dict[str, Any]:
+    """One generation's decode steps: the median (ms), the time lost to stalls (ms above 3x the median, summed) and
+    where they were (``stall_at``: step indices, 0 the step after the first; a sampled recording's slices start at 0
+    and every ``slice / share`` steps after), and the wall time the steps do not cover (``outside_ms``: the prefill,
+    the first step, the recording's start). A slower step shows in the median, a stall (a long pause of the host, or a
+    costly resume) in the stall time and its place, a costly start in the time outside."""
     if not steps:
-        return {"p50_ms": float("nan"), "stall_ms": 0.0}
+        return {"p50_ms": float("nan"), "stall_ms": 0.0, "stall_at": [], "outside_ms": wall_ms, "steps_ms": []}
     ordered = sorted(steps)
     p50 = ordered[len(ordered) // 2]
-    return {"p50_ms": p50, "stall_ms": sum(s - p50 for s in steps if s > 3 * p50)}
+    return {
+        "steps_ms": [round(x, 4) for x in steps],
+        "p50_ms": p50,
+        "stall_ms": sum(s - p50 for s in steps if s > 3 * p50),
+        "stall_at": [i for i, s in enumerate(steps) if s > 3 * p50],
+        "outside_ms": wall_ms - sum(steps),
+    }
 
 
-def print_step_summary(steps: dict[str, list[dict[str, float]]]) -> None:
-    """Each arm's median decode step over the rounds, its ratio to ``none`` paired per round (none's step over the
-    arm's: below 1 is slower, as for tokens/s), and the median time its stalls took per generation: a slower step shows
-    in the first two, a stalled host in the last."""
+def step_labels(share: float, n: int, slice_steps: int = 8) -> list[str]:
+    """What the recorder did during each of ``n`` work steps (0: the prefill) at ``share``: ``recorded`` (launched
+    with CUPTI on, the step after a slice included), ``paused, before any resume`` or ``paused, after a resume`` (the
+    recorder's own :class:`StepSlices` decides)."""
+    from max_profile.collect.live.recorders import StepSlices
+
+    slices = StepSlices(share, slice_steps)
+    slices.opened(0)
+    labels, state, resumes = [], "recorded", 0
+    for i in range(n):
+        labels.append(state)
+        toggle = slices.step_done(i)
+        if toggle is not None:
+            slices.toggled(toggle, i, i)
+        if toggle == "pause":
+            state = "paused, before any resume" if resumes == 0 else "paused, after a resume"
+        elif toggle == "resume":
+            resumes, state = resumes + 1, "recorded"
+    return labels
+
+
+def arm_share(arm: str) -> float | None:
+    """The share of steps a CUPTI arm records (None: no CUPTI, or every step)."""
+    from max_profile.collect.live.recorders import DEFAULT_KERNEL_SHARE
+
+    if not arm.startswith("cupti") or arm == "cupti-no-launches":
+        return None
+    share = SHARES.get(arm, DEFAULT_KERNEL_SHARE)
+    return share if share < 1 else None
+
+
+def print_segment_summary(steps: dict[str, list[dict[str, Any]]]) -> None:
+    """Where a sampled CUPTI arm's cost falls: per kind of step (recorded, paused before the first resume, paused after
+    one), the median over rounds of the arm's median step there, and its ratio to ``none`` over the same step indices
+    of the same round (none's over the arm's: below 1 is slower)."""
     import statistics
+
+    ref = steps.get("none")
+    if ref is None:
+        return
+    for arm, rows in steps.items():
+        share = arm_share(arm)
+        if share is None:
+            continue
+        per_label: dict[str, list[tuple[float, float]]] = {}
+        for mine, base in zip(rows, ref, strict=True):
+            a, b = mine.get("steps_ms", []), base.get("steps_ms", [])
+            n = min(len(a), len(b))
+            labels = step_labels(share, n + 1)[1:]  # steps_ms[j] is work step j + 1 (step 0, the prefill, has none)
+            for label in dict.fromkeys(labels):
+                idx = [j for j in range(n) if labels[j] == label]
+                per_label.setdefault(label, []).append(
+                    (statistics.median(a[j] for j in idx), statistics.median(b[j] for j in idx))
+                )
+        parts = [
+            f"{label} ({statistics.median(x for x, _ in pairs):.3f} ms, paired to none "
+            f"{statistics.median(y / x for x, y in pairs):.4f})"
+            for label, pairs in per_label.items()
+        ]
+        print(f"{arm:<16} steps by recorder state: " + "; ".join(parts))
+
+
+def print_step_summary(steps: dict[str, list[dict[str, Any]]]) -> None:
+    """Each arm's median decode step over the rounds, its ratio to ``none`` paired per round (none's step over the
+    arm's: below 1 is slower, as for tokens/s), the median time its stalls took per generation and where they fell, and
+    the median wall time outside the steps: a slower step shows in the first two, a stalled host in the stalls, a
+    costly recording start in the time outside."""
+    import statistics
+    from collections import Counter
 
     ref = steps.get("none")
     for arm, rows in steps.items():
@@ -85,7 +184,13 @@ def print_step_summary(steps: dict[str, list[dict[str, float]]]) -> None:
         if ref is not None and arm != "none":
             ratio = statistics.median(a["p50_ms"] / b["p50_ms"] for a, b in zip(ref, rows, strict=True))
             paired = f", paired ratio to none {ratio:.4f}"
-        print(f"{arm:<16} step p50 median {p50:.4f} ms{paired}, stalls median {stall:.1f} ms per generation")
+        outside = statistics.median(r.get("outside_ms", 0.0) for r in rows)
+        places = Counter(i for r in rows for i in r.get("stall_at", ()))
+        where = ", ".join(f"{i} x{n}" for i, n in sorted(places.items(), key=lambda kv: (-kv[1], kv[0]))[:8])
+        print(
+            f"{arm:<16} step p50 median {p50:.4f} ms{paired}, stalls median {stall:.1f} ms per generation"
+            f" (at step {where or '-'}), outside the steps median {outside:.1f} ms"
+        )
 
 
 def run_arm(arm: str, model: Any, prompts: list[str], tokens: int, interval_s: float) -> float:
@@ -95,13 +200,19 @@ def run_arm(arm: str, model: Any, prompts: list[str], tokens: int, interval_s: f
 
     if arm == "none":
         return _generate(model, prompts, tokens)
-    if arm in ("hook", "sampler", "cupti", *SHARES):
+    if arm in ("hook", "sampler", "cupti", *SHARES, *RECORDER_OPTIONS):
+        from max_profile.collect.live.cupti_native import NativeCuptiCollector
+
         kernels = "cupti" if arm.startswith("cupti") else "off"
         share = {"kernel_share": SHARES[arm]} if arm in SHARES else {}
-        with profile(
-            model.pipeline, kernels=kernels, gpu_sampling=arm != "hook", sample_interval_s=interval_s, **share
-        ) as prof:  # type: ignore[arg-type]
-            tps = _generate(model, prompts, tokens)
+        NativeCuptiCollector.default_options = RECORDER_OPTIONS.get(arm, ())
+        try:
+            with profile(
+                model.pipeline, kernels=kernels, gpu_sampling=arm != "hook", sample_interval_s=interval_s, **share
+            ) as prof:  # type: ignore[arg-type]
+                tps = _generate(model, prompts, tokens)
+        finally:
+            NativeCuptiCollector.default_options = ()
         LAST_NOTES[arm] = [n for n in prof.raw_capture.notes if "CUPTI" in n]
         return tps
     if arm == "cupti-no-launches":
@@ -152,7 +263,7 @@ def main() -> int:
     for arm in arms:  # one warm pass of every arm (CUPTI's first enable, the recorder's library, the sampler's start)
         run_arm(arm, model, prompts, 16, args.interval)
     tps: dict[str, list[float]] = {a: [] for a in arms}
-    steps: dict[str, list[dict[str, float]]] = {a: [] for a in arms}
+    steps: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
     load = RepeatLoad()
     print(
         f"model {args.model_path}, batch {args.batch}, {args.tokens} new tokens, device graphs "
@@ -165,7 +276,7 @@ def main() -> int:
         with load.repeat(i):
             for arm in order:
                 tps[arm].append(run_arm(arm, model, prompts, args.tokens, args.interval))
-                steps[arm].append(step_summary(LAST_STEPS))
+                steps[arm].append(step_summary(LAST_STEPS, LAST_WALL_MS[0]))
         print(
             f"round {i:2d}: "
             + ", ".join(f"{a} {tps[a][-1]:.1f}" for a in arms)
@@ -173,12 +284,18 @@ def main() -> int:
             flush=True,
         )
         print(
-            "          step p50 / stalls ms: "
-            + ", ".join(f"{a} {steps[a][-1]['p50_ms']:.3f} / {steps[a][-1]['stall_ms']:.1f}" for a in arms),
+            "          step p50 / stalls / outside the steps ms: "
+            + ", ".join(
+                f"{a} {steps[a][-1]['p50_ms']:.3f} / {steps[a][-1]['stall_ms']:.1f}"
+                + (f" at {','.join(map(str, steps[a][-1]['stall_at'][:4]))}" if steps[a][-1]["stall_at"] else "")
+                + f" / {steps[a][-1]['outside_ms']:.1f}"
+                for a in arms
+            ),
             flush=True,
         )
     summary = report_arms(tps, {a: "none" for a in arms}, load)
     print_step_summary(steps)
+    print_segment_summary(steps)
     for arm, notes in LAST_NOTES.items():
         for note in notes:
             print(f"{arm}: {note}")
