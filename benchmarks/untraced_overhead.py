@@ -89,10 +89,11 @@ def _generate(model: Any, prompts: list[str], tokens: int) -> float:
 
 def step_summary(steps: list[float], wall_ms: float = 0.0) -> dict[str, Any]:
     """One generation's decode steps: the median (ms), the time lost to stalls (ms above 3x the median, summed) and
-    where they were (``stall_at``: step indices, 0 the step after the first; a sampled recording's slices start at 0
-    and every ``slice / share`` steps after), and the wall time the steps do not cover (``outside_ms``: the prefill,
-    the first step, the recording's start). A slower step shows in the median, a stall (a long pause of the host, or a
-    costly resume) in the stall time and its place, a costly start in the time outside."""
+    where they were (``stall_at``: indices into ``steps``, whose entry j is work step j + 1, work step 0 being the
+    prefill; a sampled recording's slices start at work steps 0, ``slice / share``, twice that...), and the wall time
+    the steps do not cover (``outside_ms``: the prefill, the recording's start, the generation's ends). A slower step
+    shows in the median, a stall (a long pause of the host, or a costly resume) in the stall time and its place, a
+    costly start in the time outside."""
     if not steps:
         return {"p50_ms": float("nan"), "stall_ms": 0.0, "stall_at": [], "outside_ms": wall_ms, "steps_ms": []}
     ordered = sorted(steps)

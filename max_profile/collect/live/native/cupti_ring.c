@@ -43,7 +43,7 @@ typedef CUptiResult (*fn_set_attribute_t)(CUpti_ActivityAttribute, size_t *, voi
 
 /* mp_set_options() flags */
 #define MP_ZEROED_BUFFERS 1u /* hand CUPTI zeroed buffers (zeroed on CUPTI's thread, after their records are copied) */
-#define MP_RELEASE_WHILE_PAUSED 2u /* unsubscribe at each pause, subscribe again at resume (the process is CUPTI-free between slices) */
+#define MP_RELEASE_WHILE_PAUSED 2u /* unsubscribe at each pause, subscribe again at resume (no CUPTI subscriber between slices) */
 
 typedef struct {
     char *data;
