@@ -139,9 +139,11 @@ def arm_share(arm: str) -> float | None:
 
 
 def print_segment_summary(steps: dict[str, list[dict[str, Any]]]) -> None:
-    """Where a sampled CUPTI arm's cost falls: per kind of step (recorded, paused before the first resume, paused after
-    one), the median over rounds of the arm's median step there, and its ratio to ``none`` over the same step indices
-    of the same round (none's over the arm's: below 1 is slower)."""
+    """Where a sampled CUPTI arm's cost falls: per run of steps in one recorder state (``recorded 128-136``, ``paused,
+    after a resume 137-255``: work steps, 0 the prefill), the median over rounds of the arm's median step there, and
+    its ratio to ``none`` over the same steps of the same round (none's over the arm's: below 1 is slower). With
+    ``cupti-eighth`` beside the default, a cost that starts at the first resume and one that starts at a context
+    length show apart."""
     import statistics
 
     ref = steps.get("none")
@@ -151,20 +153,23 @@ def print_segment_summary(steps: dict[str, list[dict[str, Any]]]) -> None:
         share = arm_share(arm)
         if share is None:
             continue
-        per_label: dict[str, list[tuple[float, float]]] = {}
+        per_run: dict[tuple[str, int, int], list[tuple[float, float]]] = {}
         for mine, base in zip(rows, ref, strict=True):
             a, b = mine.get("steps_ms", []), base.get("steps_ms", [])
             n = min(len(a), len(b))
-            labels = step_labels(share, n + 1)[1:]  # steps_ms[j] is work step j + 1 (step 0, the prefill, has none)
-            for label in dict.fromkeys(labels):
-                idx = [j for j in range(n) if labels[j] == label]
-                per_label.setdefault(label, []).append(
-                    (statistics.median(a[j] for j in idx), statistics.median(b[j] for j in idx))
-                )
+            labels = step_labels(share, n + 1)  # steps_ms[j] is work step j + 1 (step 0, the prefill, has none)
+            first = 1
+            for step in range(2, n + 2):
+                if step == n + 1 or labels[step] != labels[first]:
+                    idx = range(first - 1, step - 1)
+                    per_run.setdefault((labels[first], first, step - 1), []).append(
+                        (statistics.median(a[j] for j in idx), statistics.median(b[j] for j in idx))
+                    )
+                    first = step
         parts = [
-            f"{label} ({statistics.median(x for x, _ in pairs):.3f} ms, paired to none "
+            f"{label} {lo}-{hi} ({statistics.median(x for x, _ in pairs):.3f} ms, paired to none "
             f"{statistics.median(y / x for x, y in pairs):.4f})"
-            for label, pairs in per_label.items()
+            for (label, lo, hi), pairs in per_run.items()
         ]
         print(f"{arm:<16} steps by recorder state: " + "; ".join(parts))
 

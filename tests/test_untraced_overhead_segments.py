@@ -40,7 +40,8 @@ def test_step_labels_follow_the_recorder_slices() -> None:
 
 
 def test_segment_summary_puts_the_cost_where_the_steps_were_slower(capsys: pytest.CaptureFixture[str]) -> None:
-    """Steps after a resume 10 % slower than untraced, the rest equal: only that state's ratio moves."""
+    """Steps after a resume 10 % slower than untraced, the rest equal: only that run's ratio moves, each run named by
+    its work steps (the prefill, step 0, has no step time)."""
     n = 257
     labels = bench.step_labels(0.0625, n + 1)[1:]
     base = [{"steps_ms": [2.0] * n}, {"steps_ms": [3.0] * n}]
@@ -48,6 +49,8 @@ def test_segment_summary_puts_the_cost_where_the_steps_were_slower(capsys: pytes
     bench.print_segment_summary({"none": base, "cupti": slow, "hook": base})
     out = capsys.readouterr().out
     assert "hook" not in out  # no CUPTI: no recorder states
-    assert "recorded (2.500 ms, paired to none 1.0000)" in out
-    assert "paused, before any resume (2.500 ms, paired to none 1.0000)" in out
-    assert "paused, after a resume (2.750 ms, paired to none 0.9091)" in out
+    assert "recorded 1-8 (2.500 ms, paired to none 1.0000)" in out
+    assert "paused, before any resume 9-127 (2.500 ms, paired to none 1.0000)" in out
+    assert "recorded 128-136 (2.500 ms, paired to none 1.0000)" in out
+    assert "paused, after a resume 137-255 (2.750 ms, paired to none 0.9091)" in out
+    assert out.rstrip().endswith("recorded 256-257 (2.500 ms, paired to none 1.0000)")
