@@ -6,27 +6,18 @@ round the benchmarks wrote (no package code judged here, except the reading of s
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from .h200_data import against_none
 
 S21 = Path(__file__).parent / "data" / "h200" / "session21"
 
 
 def _doc(name: str) -> dict[str, Any]:
     return json.loads((S21 / name).read_text())  # type: ignore[no-any-return]
-
-
-def _against_none(docs: list[dict[str, Any]], arm: str) -> tuple[float, float, float]:
-    """An arm against ``none`` over the rounds of ``docs``: the ratio of the median tokens/s, the median of the
-    per-round ratios, and the median decode step paired per round (none's over the arm's)."""
-    none = [x for d in docs for x in d["arms"]["none"]["all"]]
-    traced = [x for d in docs for x in d["arms"][arm]["all"]]
-    steps = [a["p50_ms"] / b["p50_ms"] for d in docs for a, b in zip(d["steps"]["none"], d["steps"][arm], strict=True)]
-    paired = statistics.median(t / n for n, t in zip(none, traced, strict=True))
-    return statistics.median(traced) / statistics.median(none), paired, statistics.median(steps)
 
 
 def test_every_step_ran_and_the_card_is_named() -> None:
@@ -62,7 +53,7 @@ def test_in_process_figures_as_the_readme_states(
     docs = [_doc(f) for f in files]
     assert sum(d["repeats"] for d in docs) == rounds and all(d["tokens"] == 256 and d["batch"] == 1 for d in docs)
     assert all(d["device_graph_capture"] is ("eager" not in f) for d, f in zip(docs, files, strict=True))
-    assert _against_none(docs, arm) == pytest.approx(expected, abs=5e-5)
+    assert against_none(docs, arm) == pytest.approx(expected, abs=5e-5)
 
 
 def test_with_graphs_the_sixteenth_leaves_every_step_as_untraced() -> None:

@@ -5,11 +5,12 @@ the README states, recomputed from each round and window the benchmarks wrote.""
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from .h200_data import against_none, paired_steps
 
 S22 = Path(__file__).parent / "data" / "h200" / "session22"
 
@@ -40,18 +41,11 @@ def test_the_steps_that_ran_and_the_card() -> None:
 def test_eager_against_no_profiler_over_21_rounds(arm: str, expected: tuple[float, float, float]) -> None:
     doc = _doc("lease1/overhead_3b_eager.json")
     assert doc["repeats"] == 21 and doc["tokens"] == 256 and doc["batch"] == 1 and doc["device_graph_capture"] is False
-    none, traced = doc["arms"]["none"]["all"], doc["arms"][arm]["all"]
-    steps = [a["p50_ms"] / b["p50_ms"] for a, b in zip(doc["steps"]["none"], doc["steps"][arm], strict=True)]
-    got = (
-        statistics.median(traced) / statistics.median(none),
-        statistics.median(t / n for n, t in zip(none, traced, strict=True)),
-        statistics.median(steps),
-    )
-    assert got == pytest.approx(expected, abs=5e-5)
+    assert against_none([doc], arm) == pytest.approx(expected, abs=5e-5)
     if arm == "cupti":
         said = " ".join(doc["notes"]["cupti"])
         assert "CUPTI recorded 17 of 257 steps" in said and "4 pause / resume calls took 0.85 ms" in said
-        assert sum(s < 1 for s in steps) == 14
+        assert sum(s < 1 for s in paired_steps([doc], "cupti")) == 14
 
 
 @pytest.mark.parametrize(

@@ -12,22 +12,13 @@ from typing import Any
 
 import pytest
 
+from .h200_data import against_none
+
 S23 = Path(__file__).parent / "data" / "h200" / "session23"
 
 
 def _doc(name: str) -> dict[str, Any]:
     return json.loads((S23 / name).read_text())  # type: ignore[no-any-return]
-
-
-def _ratios(doc: dict[str, Any], arm: str) -> tuple[float, float, float]:
-    """The ratio of the medians, the median of the per-round ratios, and the decode step's p50 paired per round."""
-    none, traced = doc["arms"]["none"]["all"], doc["arms"][arm]["all"]
-    steps = [a["p50_ms"] / b["p50_ms"] for a, b in zip(doc["steps"]["none"], doc["steps"][arm], strict=True)]
-    return (
-        statistics.median(traced) / statistics.median(none),
-        statistics.median(t / n for n, t in zip(none, traced, strict=True)),
-        statistics.median(steps),
-    )
 
 
 def test_the_steps_that_ran_and_the_cards() -> None:
@@ -55,7 +46,7 @@ def test_eager_against_no_profiler(lease: str, arm: str, expected: tuple[float, 
     doc = _doc(f"{lease}/overhead_3b_eager.json")
     assert doc["tokens"] == 256 and doc["batch"] == 1 and doc["device_graph_capture"] is False
     assert doc["repeats"] == {"lease1": 31, "lease2": 15}[lease]
-    assert _ratios(doc, arm) == pytest.approx(expected, abs=5e-5)
+    assert against_none([doc], arm) == pytest.approx(expected, abs=5e-5)
 
 
 def test_eager_cost_follows_the_second_slice_not_the_paused_subscription() -> None:
@@ -80,7 +71,7 @@ def test_eager_cost_follows_the_second_slice_not_the_paused_subscription() -> No
 def test_graphs_against_no_profiler(arm: str, expected: tuple[float, float, float]) -> None:
     doc = _doc("lease1/overhead_3b_graphs.json")
     assert doc["repeats"] == 21 and doc["tokens"] == 256 and doc["device_graph_capture"] is True
-    assert _ratios(doc, arm) == pytest.approx(expected, abs=5e-5)
+    assert against_none([doc], arm) == pytest.approx(expected, abs=5e-5)
 
 
 def test_served_windows_all_recorded_and_the_wrong_joins_grew_session_by_session() -> None:
