@@ -22,6 +22,8 @@ One process, one model load (device graphs as MAX decides unless --no-device-gra
   cupti-release      ``cupti`` with the recorder's ``release-while-paused`` option: the CUPTI subscription given up at
                      each pause, taken again at resume
   cupti-paused-release  ``cupti-paused`` with ``release-while-paused``
+  cupti-flush        ``cupti`` with the recorder's ``flush-at-pause`` option: every CUPTI buffer handed over at each
+                     pause, so no partly filled buffer is carried into the next slice
 
 Every arm is timed the same way: new tokens x batch over the wall time of the whole generation (prefill included),
 so the reference arm needs no hook. Prints every round (each arm's tok/s and the host's load around the round; each
@@ -53,6 +55,7 @@ ALL_ARMS = (
     "cupti-paused",
     "cupti-release",
     "cupti-paused-release",
+    "cupti-flush",
 )
 SHARES = {
     "cupti-all": 1.0,
@@ -62,7 +65,11 @@ SHARES = {
     "cupti-paused": 0.001,
     "cupti-paused-release": 0.001,
 }
-RECORDER_OPTIONS = {"cupti-release": ("release-while-paused",), "cupti-paused-release": ("release-while-paused",)}
+RECORDER_OPTIONS = {
+    "cupti-release": ("release-while-paused",),
+    "cupti-paused-release": ("release-while-paused",),
+    "cupti-flush": ("flush-at-pause",),
+}
 """The C recorder's options (``cupti_native.RECORDING_OPTIONS``) an arm records with."""
 LAST_NOTES: dict[str, list[str]] = {}
 """The notes of each arm's last capture (the recorder's slices and pause / resume time, CUPTI's callback time)."""

@@ -212,6 +212,25 @@ elif scenario == "release-while-paused":
     k = c.stop()
     out = {"free": states, "recorded": a + b, "kernels": len(k), "launched": int((k.launch_ns > 0).sum()),
            "problem": problem, "free_after_stop": free()}
+elif scenario == "flush-at-pause":
+    # buffers handed over at each pause (flush-at-pause) or left partly filled (the default); 100 kernels per slice
+    runs = {}
+    for options in ((), ("flush-at-pause",)):
+        c = NativeCuptiCollector(buffer_bytes=1 << 20, launches=True)
+        c.options = options
+        c.start(); t0 = now_cupti()
+        at_pause = []
+        for i in range(2):
+            if i:
+                c.resume()
+            fake.fake_emit(100, t0 + i * 2_000_000, 1000, 0)
+            before = stats()["completed"]
+            c.pause()
+            at_pause.append(stats()["completed"] - before)
+        k = c.stop()
+        runs["+".join(options) or "default"] = {"at_pause": at_pause, "kernels": len(k),
+                                                 "launched": int((k.launch_ns > 0).sum()), "unfinished": c.unfinished}
+    out = runs
 elif scenario == "busy":
     fake.fake_set_holder(b"Nsight Systems 2025.3")
     c = NativeCuptiCollector(launches=False)
@@ -334,6 +353,16 @@ def test_release_while_paused_leaves_cupti_unsubscribed_between_slices(fake_libc
     assert out["recorded"] == 200 and out["kernels"] == 200 and out["launched"] == 200
     assert out["problem"] and "Nsight Systems 2025.3" in out["problem"]
     assert out["free_after_stop"] is True
+
+
+def test_flush_at_pause_hands_each_slices_buffer_over_at_its_pause(fake_libcupti: Path, tmp_path: Path) -> None:
+    """``flush-at-pause``: each pause hands the partly filled buffer over (the default leaves it to fill on in the next
+    slice), and every slice's kernels still come out once, joined to their launch calls."""
+    out = run_child(fake_libcupti, "flush-at-pause", tmp_path)
+    assert out["default"]["at_pause"] == [0, 0]
+    assert out["flush-at-pause"]["at_pause"] == [1, 1]
+    for run in out.values():
+        assert run["kernels"] == run["launched"] == 200 and run["unfinished"] == 0
 
 
 def test_graph_launches_sharing_one_id_keep_their_own_launch_times(fake_libcupti: Path, tmp_path: Path) -> None:

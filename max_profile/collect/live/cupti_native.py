@@ -43,14 +43,17 @@ KERNEL_RECORD_STRUCTS = ("CUpti_ActivityKernel10", "CUpti_ActivityKernel9")
 DEFAULT_BUFFER_BYTES = 16 << 20
 DEFAULT_MAX_BYTES = 4 << 30
 """Recorded arrays are capped here (about 18M kernel records); records past it are counted as dropped."""
-RECORDING_OPTIONS = {"zeroed-buffers": 1, "release-while-paused": 2}
+RECORDING_OPTIONS = {"zeroed-buffers": 1, "release-while-paused": 2, "flush-at-pause": 4}
 """What :meth:`NativeCuptiCollector.start` can be asked to record differently (cupti_ring.c's ``mp_set_options``):
 ``zeroed-buffers`` hands CUPTI buffers zeroed on CUPTI's own thread (``CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER``:
 otherwise CUPTI zeroes each buffer on the launching thread). ``release-while-paused`` gives up the CUPTI subscription at
 each pause and takes it again at resume (between slices the process has no CUPTI subscriber; a client that takes CUPTI
 meanwhile ends the recording's slices, :attr:`NativeCuptiCollector.resume_problem` says so); not the default: on an
 H100 (session 23, 3B shape, 256 tokens) it bought nothing measurable, 0.9905 of untraced with device graphs against the
-default's 0.9907, and eager within the rounds' spread. (Graph-level records,
+default's 0.9907, and eager within the rounds' spread. ``flush-at-pause`` hands every CUPTI buffer over at each
+pause (a forced flush), so no partly filled buffer is carried from one slice into the next: an experiment on where
+eager's cost after a resume comes from (``benchmarks/untraced_overhead.py``'s ``cupti-flush`` arm), not the default.
+(Graph-level records,
 ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` switched on in a running ``max serve`` worker, crashed it on the H200: segmentation
 fault; not offered.)"""
 RESERVE_ARENA_BYTES = 128 << 20
@@ -288,7 +291,8 @@ class NativeCuptiCollector:
         self._sync = [self._pair()]
 
     def pause(self) -> None:
-        """Stop recording new work until :meth:`resume` (one slice of a sampled window ended); nothing is flushed."""
+        """Stop recording new work until :meth:`resume` (one slice of a sampled window ended); nothing is flushed
+        unless ``flush-at-pause`` is among :attr:`options`."""
         self._lib.mp_pause()
 
     def resume(self) -> None:

@@ -44,6 +44,7 @@ typedef CUptiResult (*fn_set_attribute_t)(CUpti_ActivityAttribute, size_t *, voi
 /* mp_set_options() flags */
 #define MP_ZEROED_BUFFERS 1u /* hand CUPTI zeroed buffers (zeroed on CUPTI's thread, after their records are copied) */
 #define MP_RELEASE_WHILE_PAUSED 2u /* unsubscribe at each pause, subscribe again at resume (no CUPTI subscriber between slices) */
+#define MP_FLUSH_AT_PAUSE 4u /* a forced flush at each pause: no partly filled buffer carried from one slice into the next */
 
 typedef struct {
     char *data;
@@ -325,7 +326,8 @@ static int subscribe_self(void) {
     return 0;
 }
 
-/* Options for the next mp_start (MP_ZEROED_BUFFERS, MP_RELEASE_WHILE_PAUSED); 0 is the default recording. */
+/* Options for the next mp_start (MP_ZEROED_BUFFERS, MP_RELEASE_WHILE_PAUSED, MP_FLUSH_AT_PAUSE); 0 is the default
+ * recording. */
 void mp_set_options(unsigned options) { S.options = options; }
 
 /* Start recording. launches: also record launch API calls (launch time and thread per kernel); max_bytes caps
@@ -390,13 +392,15 @@ static void switch_kinds(int on) {
     }
 }
 
-/* Pause recording inside a recording (a slice of a sampled window ended): the activity kinds off, nothing flushed;
+/* Pause recording inside a recording (a slice of a sampled window ended): the activity kinds off, nothing flushed
+ * (with MP_FLUSH_AT_PAUSE every buffer handed over, forced: a kernel still running then comes out without its end);
  * records of work launched before it still arrive. The subscription is kept, or with MP_RELEASE_WHILE_PAUSED given
  * up until mp_resume. 0, or -1 when not recording. */
 int mp_pause(void) {
     if (!S.recording) return -1;
     if (!S.paused) {
         switch_kinds(0);
+        if (S.active_options & MP_FLUSH_AT_PAUSE) S.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         if ((S.active_options & MP_RELEASE_WHILE_PAUSED) && S.subscribed && S.unsubscribe) {
             S.unsubscribe(S.subscriber);
             S.subscribed = 0;
