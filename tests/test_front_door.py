@@ -55,12 +55,20 @@ def run_script(code: str, cwd: Path, columns: int = 80) -> subprocess.CompletedP
     return res
 
 
-def test_readme_snippet_advice_followed_gives_a_breakdown(tiny_model_dir: Path, tmp_path: Path) -> None:
-    first = tmp_path / "first"
-    first.mkdir()
+@pytest.fixture(scope="module")
+def snippet_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The README snippet as printed, run once for this module's tests: its folder and what it printed."""
+    first = tmp_path_factory.mktemp("snippet")
     res = run_script(readme_snippet(tiny_model_dir), first)
     assert res.returncode == 0, res.stderr[-3000:]
-    advice = next(line.removeprefix("NEXT: ") for line in res.stdout.splitlines() if line.startswith("NEXT: "))
+    return first, res.stdout
+
+
+def test_readme_snippet_advice_followed_gives_a_breakdown(
+    tiny_model_dir: Path, tmp_path: Path, snippet_run: tuple[Path, str]
+) -> None:
+    first, stdout = snippet_run
+    advice = next(line.removeprefix("NEXT: ") for line in stdout.splitlines() if line.startswith("NEXT: "))
     # on a CPU nothing records kernels unless the process was started for MAX's op ranges: the advice says the one call
     assert advice.startswith("max_profile.restart_with_op_ranges('cpu')"), advice
     assert "kernels='nvtx-log'" in advice and "max-profile" not in advice.split("#")[0]  # Python, not a shell command
@@ -94,11 +102,10 @@ def test_readme_snippet_advice_followed_gives_a_breakdown(tiny_model_dir: Path, 
     )
 
 
-def test_python_and_cli_captures_compare(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_python_and_cli_captures_compare(tiny_model_dir: Path, tmp_path: Path, snippet_run: tuple[Path, str]) -> None:
     """The same setup from the README snippet and from the CLI: `diff` compares them (no 'not comparable: devices None
     vs cpu'), and the pytest gate checks the Python capture against the CLI capture as its baseline."""
-    res = run_script(readme_snippet(tiny_model_dir), tmp_path)
-    assert res.returncode == 0, res.stderr[-3000:]
+    python_raw = snippet_run[0] / "raw.json.gz"
     cli_raw = tmp_path / "cli_raw.json.gz"
     run = run_cli(
         "run",
@@ -116,9 +123,9 @@ def test_python_and_cli_captures_compare(tiny_model_dir: Path, tmp_path: Path) -
         timeout=900,
     )
     assert run.returncode == 0, run.stderr[-2000:]
-    diff = run_cli("diff", str(tmp_path / "raw.json.gz"), str(cli_raw), timeout=300)
+    diff = run_cli("diff", str(python_raw), str(cli_raw), timeout=300)
     assert diff.returncode in (0, 1) and "not comparable" not in diff.stdout + diff.stderr, diff.stdout + diff.stderr
-    result = assert_no_regression(RawCapture.load(str(tmp_path / "raw.json.gz")), cli_raw, fail_above=1000.0)
+    result = assert_no_regression(RawCapture.load(str(python_raw)), cli_raw, fail_above=1000.0)
     assert result is not None and result.comparable, result.reasons
 
 
