@@ -3,11 +3,17 @@ it, alternating, same server, same load (``max-profile serve --mode kernels``'s 
 on).
 
     python benchmarks/serve_ab.py --model-path DIR [--devices gpu] [--pairs 3] [--duration 10] [--settle S]
-                                  [--variants default,full,zeroed] [--json out.json]
+                                  [--variants default,full,zeroed] [--order bracketed|rotating] [--json out.json]
 
-A round is one untraced window and one window per recording variant, back to back (the order rotates every round); the
-ratio of streamed tokens/s recorded / untraced is reported per variant and round, with every window, the median and the
-spread, and the host's load per window. Variants (``+`` combines): ``default`` what ``serve --mode kernels`` records
+A round gives each recording variant one window, each between two untraced windows (``--order bracketed``, the
+default: U A U B U, the variants' order rotating every round) or one untraced window and one per variant back to back
+(``rotating``: U A B, then A B U...). Each recorded window is compared with the untraced level at its place, linear
+between the nearest untraced windows before and after it (bracketed: their mean), so a server whose speed drifts
+steadily reads the same ratio throughout; the ratio of streamed tokens/s recorded / untraced is reported per variant
+and round, with every window, the median and the spread, and the host's load per window. The resolution is printed
+beside them: how far neighbouring untraced windows differ (drift the interpolation cannot remove) and each window's
+own noise from its tokens per second (session 23's H100 server moved 26.6 % between successive untraced windows, each
+window's own noise 2.7 %: its 0.91 / 1.30 / 0.90 said nothing about a 1 % cost). Variants (``+`` combines): ``default`` what ``serve --mode kernels`` records
 (``ServePlan.record_share`` of each window, in slices), ``full`` every kernel of the whole window, ``share=F`` a share F
 in slices of ``--slice`` s, ``zeroed`` CUPTI handed zeroed buffers (``cupti_native.RECORDING_OPTIONS``), ``steps`` the
 worker's step hook alone with CUPTI left off (what stamping each batch costs). ``share=0.001`` records only the slice
@@ -96,14 +102,65 @@ def variant_plan(spec: str, default_share: float, slice_s: float) -> dict[str, A
     return plan
 
 
-def rounds_of(variants: list[str], rounds: int) -> list[str | None]:
-    """The windows in order: per round the untraced one (None) and each variant, rotated by one every round."""
+def rounds_of(variants: list[str], rounds: int, order: str = "bracketed") -> list[str | None]:
+    """The windows in order (None: untraced). ``bracketed``: every variant's window between two untraced ones, the
+    variants rotated by one every round (U A U B U, then U B U A U...: untraced windows shared by neighbours);
+    ``rotating``: per round the untraced one and each variant, all rotated by one every round."""
+    if order == "bracketed":
+        out: list[str | None] = []
+        for r in range(rounds):
+            k = r % len(variants)
+            for v in variants[k:] + variants[:k]:
+                out += [None, v]
+        return [*out, None] if out else out
+    if order != "rotating":
+        raise SystemExit(f"unknown --order {order!r}: bracketed or rotating")
     arms: list[str | None] = [None, *variants]
-    out: list[str | None] = []
+    out = []
     for r in range(rounds):
         k = r % len(arms)
         out += arms[k:] + arms[:k]
     return out
+
+
+def untraced_level(tok_s: list[float], order: list[str | None], i: int) -> float:
+    """The untraced tokens/s at window ``i`` (0-based): linear between the nearest untraced windows before and after it
+    (by position: windows are of equal length and back to back), the nearest one where only one side has any."""
+    before = next((j for j in range(i - 1, -1, -1) if order[j] is None), None)
+    after = next((j for j in range(i + 1, len(order)) if order[j] is None), None)
+    if before is None and after is None:
+        raise ValueError("no untraced window to compare with")
+    if before is None or after is None:
+        return tok_s[before if before is not None else after]  # type: ignore[index]
+    return tok_s[before] + (tok_s[after] - tok_s[before]) * (i - before) / (after - before)
+
+
+def ratios_by_round(tok_s: list[float], order: list[str | None], variant: str) -> list[float]:
+    """The variant's recorded / untraced tokens/s, one per window of it in order (one per round): each against the
+    untraced level at its place (:func:`untraced_level`)."""
+    return [
+        tok_s[i] / level if (level := untraced_level(tok_s, order, i)) else float("nan")
+        for i, v in enumerate(order)
+        if v == variant
+    ]
+
+
+def resolution(tok_s: list[float], order: list[str | None], per_second: list[list[int]]) -> dict[str, float]:
+    """What the ratios can resolve: ``untraced_step_pct``, the largest change between successive untraced windows (%
+    of their mean: drift within a bracket that the interpolation cannot remove), and ``window_noise_pct``, the median
+    over windows of the standard error of a window's mean rate from its per-second token counts (%: the window's own
+    noise)."""
+    import numpy as np
+
+    untraced = [t for t, v in zip(tok_s, order, strict=True) if v is None]
+    steps = [abs(b - a) / ((a + b) / 2) for a, b in zip(untraced, untraced[1:], strict=False) if a + b]
+    noise = [
+        float(np.std(c, ddof=1) / np.sqrt(len(c)) / np.mean(c)) for c in per_second if len(c) > 1 and np.mean(c) > 0
+    ]
+    return {
+        "untraced_step_pct": 100 * max(steps) if steps else float("nan"),
+        "window_noise_pct": 100 * statistics.median(noise) if noise else float("nan"),
+    }
 
 
 def main() -> int:
@@ -119,6 +176,12 @@ def main() -> int:
         type=float,
         default=None,
         help="seconds per recorded slice of a sampled variant (default: ServePlan's)",
+    )
+    ap.add_argument(
+        "--order",
+        default="bracketed",
+        choices=("bracketed", "rotating"),
+        help="bracketed: each recorded window between two untraced ones (U A U B U); rotating: U A B, A B U, ...",
     )
     ap.add_argument("--json", help="write every number here")
     ap.add_argument("--raw", help="save the capture (every window's kernels and steps: RawCapture, .json.gz) here")
@@ -145,7 +208,7 @@ def main() -> int:
 
     env = detect_environment(check_tools=False)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    order = rounds_of(variants, args.pairs)
+    order = rounds_of(variants, args.pairs, args.order)
     plan = ServePlan(
         model_path=args.model_path,
         devices=args.devices,
@@ -270,9 +333,10 @@ def main() -> int:
         )
     if args.raw:
         raw.save(args.raw)
-    per_round = len(variants) + 1
+    tok_s = [w["tok_s"] for w in windows]
     summary: dict[str, Any] = {
         "order": order,
+        "order_kind": args.order,
         "plans": plans,
         "rounds": args.pairs,
         "variants": {},
@@ -284,12 +348,7 @@ def main() -> int:
     }
     untraced = [w["tok_s"] for w in windows if not w["traced"]]
     for v in variants:
-        ratios = []
-        for k in range(args.pairs):
-            chunk = windows[k * per_round : (k + 1) * per_round]
-            u = next(w["tok_s"] for w in chunk if w["variant"] is None)
-            t = next(w["tok_s"] for w in chunk if w["variant"] == v)
-            ratios.append(t / u if u else float("nan"))
+        ratios = ratios_by_round(tok_s, order, v)
         tok = [w["tok_s"] for w in windows if w["variant"] == v]
         summary["variants"][v] = {
             "ratios": ratios,
@@ -307,9 +366,16 @@ def main() -> int:
         )
     summary["untraced_median_tok_s"] = statistics.median(untraced)
     summary["untraced_spread_pct"] = 100 * (max(untraced) - min(untraced)) / statistics.median(untraced)
+    summary["resolution"] = resolution(tok_s, order, [w["tokens_per_second"] for w in windows])
     print(
         f"untraced: {statistics.median(untraced):.1f} tok/s (spread {summary['untraced_spread_pct']:.1f} %); "
         f"{summary['kernels']} kernels, {summary['graph_kernels']} inside graphs",
+        flush=True,
+    )
+    print(
+        f"resolution: successive untraced windows differ by up to {summary['resolution']['untraced_step_pct']:.1f} %, "
+        f"a window's own noise {summary['resolution']['window_noise_pct']:.1f} % (median standard error of its rate "
+        "from its tokens per second): ratios nearer 1 than these say nothing",
         flush=True,
     )
     if args.json:

@@ -155,6 +155,8 @@ step serve_ops_unfused "$ACC/serve_ops_unfused.json" -- "${MP[@]}" serve --model
 # through the window (session 21: the served cost did not follow the share recorded); then the 5.2B model against no
 # profiler, graphs on. serve_ab_3b's capture (--raw, ~3M kernels) stays outside $ACC: too large for the device tool to
 # bring back (session 22), and in $ACC it would swell every later pack of acceptance.tgz
+# Since session 24 serve_ab.py puts each recorded window between two untraced ones and compares it with the untraced
+# level at its place (session 23's server drifted 26.6 % between untraced windows): 4 variants x 3 rounds = 25 windows.
 step serve_ab_3b - -- python3 benchmarks/serve_ab.py --model-path $M3B --devices gpu --pairs "${AB_PAIRS:-3}" --duration 10 --variants "${AB3_VARIANTS:-default,share=0.0625,steps,share=0.001}" --json "$ACC/serve_ab_3b.json" --raw /tmp/serve_ab_3b_raw.json.gz
 step overhead_m24_graphs - -- python3 benchmarks/untraced_overhead.py --model-path $M24 --devices gpu --tokens "${OVERHEAD_TOKENS:-128}" --repeats "${OVERHEAD_REPEATS:-11}" --arms "${OVERHEAD_M24_ARMS:-none,sampler,cupti}" --json "$ACC/overhead_m24_graphs.json"
 rm -rf "$ACC/ncu"/*.ncu-rep "$ACC/ncu3b"/*.ncu-rep "$ACC/ncu_ops"/*.ncu-rep "$ACC/nsys"/*.nsys-rep "$ACC/nsys"/*.sqlite 2>/dev/null  # big; their readings are in the reports
