@@ -12,9 +12,12 @@ between the nearest untraced windows before and after it (bracketed: their mean)
 steadily reads the same ratio throughout; the ratio of streamed tokens/s recorded / untraced is reported per variant
 and round, with every window, the median and the spread, and the host's load per window. The resolution is printed
 beside them: how far neighbouring untraced windows differ (drift the interpolation cannot remove) and each window's
-own noise from its tokens per second (session 23's H100 server moved 26.6 % between successive untraced windows, each
-window's own noise 2.7 %: its 0.91 / 1.30 / 0.90 said nothing about a 1 % cost). Variants (``+`` combines): ``default`` what ``serve --mode kernels`` records
-(``ServePlan.record_share`` of each window, in slices), ``full`` every kernel of the whole window, ``share=F`` a share F
+own noise from its tokens per second (``analyze.load.counts_noise``, as ``serve --mode kernels`` gives beside its own
+measured cost; session 23's H100 server moved 26.6 % between successive untraced windows, each window's own noise
+2.7 %: its 0.91 / 1.30 / 0.90 said nothing about a 1 % cost).
+
+Variants (``+`` combines): ``default`` what ``serve --mode kernels`` records (``ServePlan.record_share`` of each
+window, in slices), ``full`` every kernel of the whole window, ``share=F`` a share F
 in slices of ``--slice`` s, ``zeroed`` CUPTI handed zeroed buffers (``cupti_native.RECORDING_OPTIONS``), ``steps`` the
 worker's step hook alone with CUPTI left off (what stamping each batch costs). ``share=0.001`` records only the slice
 before the window opens: CUPTI subscribed and paused through the whole window (what the paused state costs).
@@ -36,21 +39,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-
-def token_arrivals(requests: list[Any]) -> list[tuple[int, float | None]]:
-    """Each streamed token's host arrival time (ns) and its gap to the token before (ms; None for a request's first),
-    from each request's TTFT and inter-token gaps."""
-    out: list[tuple[int, float | None]] = []
-    for r in requests:
-        if r.ttft_ms is None:
-            continue
-        t = r.started_ns + r.ttft_ms * 1e6
-        out.append((int(t), None))
-        for gap in r.itl_ms:
-            t += gap * 1e6
-            out.append((int(t), gap))
-    return out
+from max_profile.analyze.load import counts_noise, token_arrivals  # noqa: E402
 
 
 def token_gaps(requests: list[Any], window_ns: tuple[int, int]) -> dict[str, float]:
@@ -150,13 +139,9 @@ def resolution(tok_s: list[float], order: list[str | None], per_second: list[lis
     of their mean: drift within a bracket that the interpolation cannot remove), and ``window_noise_pct``, the median
     over windows of the standard error of a window's mean rate from its per-second token counts (%: the window's own
     noise)."""
-    import numpy as np
-
     untraced = [t for t, v in zip(tok_s, order, strict=True) if v is None]
     steps = [abs(b - a) / ((a + b) / 2) for a, b in zip(untraced, untraced[1:], strict=False) if a + b]
-    noise = [
-        float(np.std(c, ddof=1) / np.sqrt(len(c)) / np.mean(c)) for c in per_second if len(c) > 1 and np.mean(c) > 0
-    ]
+    noise = [n for c in per_second if (n := counts_noise(c)) is not None]
     return {
         "untraced_step_pct": 100 * max(steps) if steps else float("nan"),
         "window_noise_pct": 100 * statistics.median(noise) if noise else float("nan"),

@@ -20,6 +20,7 @@ from max_profile.analyze.load import (
     in_flight,
     latency,
     load_level,
+    rate_noise,
     requests_in_window,
     server_metrics,
     summarize_serve,
@@ -275,6 +276,66 @@ def test_the_recorder_cost_against_the_untraced_window() -> None:
     assert tracer_cost([_traced(1, 100, reference=True), _traced(1, 90, traced=False)]) is None  # not recorded
     zero = tracer_cost([_traced(1, 0, reference=True), _traced(1, 90)])
     assert zero is not None and zero.throughput_ratio is None
+
+
+def _stream(gaps_ms: list[float], concurrency: int = 1, reference: bool = False) -> LoadWindow:
+    """A 10 s window of one request streaming a token after each gap (the first 1 ms in), traced unless reference."""
+    return LoadWindow(
+        concurrency=concurrency,
+        window_ns=(0, 10 * S),
+        requests=[
+            RequestRecord(
+                started_ns=0, ended_ns=10 * S, ok=True, tokens=len(gaps_ms) + 1, ttft_ms=1.0, itl_ms=list(gaps_ms)
+            )
+        ],
+        traced=not reference,
+        reference=reference,
+    )
+
+
+def test_a_windows_own_noise_from_its_tokens_part_by_part() -> None:
+    """Tokens every 4 ms: the same count in each second, no noise. Seconds alternating 200 and 300 tokens: sd 52.7
+    over 10 parts around 250, a relative standard error of 52.7 / sqrt(10) / 250 = 6.7 %. Too few tokens: unknown."""
+    assert rate_noise(_stream([4.0] * 2499)) == 0.0
+    uneven = ([5.0] * 200 + [1000 / 300] * 300) * 5
+    noise = rate_noise(_stream(uneven[:-1]))
+    counts = np.array([200, 300] * 5)
+    assert noise == pytest.approx(np.std(counts, ddof=1) / np.sqrt(10) / 250, rel=0.02)
+    assert rate_noise(_stream([500.0] * 19)) is None  # 20 tokens over 10 parts
+
+
+def test_a_drop_within_the_windows_noise_is_no_measured_cost() -> None:
+    """0.95 of the untraced rate on steady windows is a cost; the same 0.95 on windows that swing 200 / 300 tokens
+    a second (each window's rate uncertain by 6.7 %) is within twice the ratio's noise of 1: said, not claimed."""
+    steady = tracer_cost([_stream([4.0] * 2499, reference=True), _stream([4.0 / 0.95] * 2374)])
+    assert steady is not None and steady.throughput_ratio == pytest.approx(0.95, abs=1e-3)
+    assert steady.throughput_ratio_noise is not None and steady.throughput_ratio_noise < 0.001 and steady.resolved
+    swing = ([5.0] * 200 + [1000 / 300] * 300) * 5
+    noisy = tracer_cost([_stream(swing[:-1], reference=True), _stream([g / 0.95 for g in swing[:-1]][:2374])])
+    assert noisy is not None and noisy.throughput_ratio == pytest.approx(0.95, abs=2e-3)
+    assert noisy.throughput_ratio_noise is not None and 0.06 < noisy.throughput_ratio_noise < 0.1
+    assert not noisy.resolved
+    r = _report(B1)
+    said = tracing_cost_statement(msgspec.structs.replace(r, tracer_cost=noisy)) or ""
+    assert f" ± {noisy.throughput_ratio_noise:.4f} of the untraced one" in said and "no cost resolved" in said
+    said = tracing_cost_statement(msgspec.structs.replace(r, tracer_cost=steady)) or ""
+    assert f" ± {steady.throughput_ratio_noise:.4f} of the untraced one" in said and "resolved" not in said
+
+
+@pytest.mark.parametrize(
+    ("capture", "ratio", "noise"),
+    [
+        ("session11/serve_kernels_raw.json.gz", 0.9951, 0.0033),
+        ("session12/serve_kernels_3b_raw.json.gz", 0.9972, 0.0039),
+    ],
+)
+def test_the_noise_of_real_served_windows(capture: str, ratio: float, noise: float) -> None:
+    """The H200's served reference and recorded windows (10 s each): each window's rate uncertain by 0.15-0.33 %, so
+    a ratio resolves about 0.7 %; both captures' 0.995-0.997 are within it: no cost resolved."""
+    raw = RawCapture.load(str(DATA / "h200" / capture))
+    cost = tracer_cost(raw.load_windows)
+    assert cost is not None and (cost.throughput_ratio, cost.throughput_ratio_noise) == (ratio, noise)
+    assert not cost.resolved
 
 
 def test_latency_and_histograms() -> None:

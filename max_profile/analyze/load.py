@@ -235,9 +235,49 @@ def load_level(window: LoadWindow, slo: dict[str, float], samples: Sequence[Util
     )
 
 
+def token_arrivals(requests: Sequence[RequestRecord]) -> list[tuple[int, float | None]]:
+    """Each streamed token's host arrival time (ns) and its gap to the token before (ms; None for a request's first),
+    from each request's TTFT and inter-token gaps."""
+    out: list[tuple[int, float | None]] = []
+    for r in requests:
+        if r.ttft_ms is None:
+            continue
+        t = r.started_ns + r.ttft_ms * 1e6
+        out.append((int(t), None))
+        for gap in r.itl_ms:
+            t += gap * 1e6
+            out.append((int(t), gap))
+    return out
+
+
+def rate_noise(window: LoadWindow) -> float | None:
+    """The window's own noise: the relative standard error of its token rate, from the tokens that arrived in each
+    of 4-30 equal parts of it (about a second each): how far its tokens/s could move on the same server by chance.
+    None with too few tokens to say."""
+    w0, w1 = window.window_ns
+    secs = (w1 - w0) / 1e9
+    parts = int(min(max(round(secs), 4), 30))
+    arrived = np.array([t for t, _ in token_arrivals(window.requests) if w0 <= t < w1], dtype=np.int64)
+    if len(arrived) < 4 * parts:
+        return None
+    counts = np.bincount(((arrived - w0) * parts // (w1 - w0)).astype(np.int64), minlength=parts)[:parts]
+    return counts_noise(counts.tolist())
+
+
+def counts_noise(counts: Sequence[int]) -> float | None:
+    """The relative standard error of a mean rate from its counts in equal parts of a window (sd / sqrt(n) / mean);
+    None for fewer than two parts or no counts."""
+    if len(counts) < 2 or not sum(counts):
+        return None
+    a = np.asarray(counts, dtype=float)
+    return float(np.std(a, ddof=1) / np.sqrt(len(a)) / np.mean(a))
+
+
 def tracer_cost(windows: Sequence[LoadWindow]) -> TracerCost | None:
     """The recorder's cost on one server: its untraced reference window against the first recorded window at the same
-    concurrency (client tokens/s, the server's mean decode step, the median inter-token gap); None without both."""
+    concurrency (client tokens/s, the server's mean decode step, the median inter-token gap); None without both. The
+    ratio's own noise (``throughput_ratio_noise``) is the two windows' :func:`rate_noise` combined: a ratio within
+    twice it of 1 is no measured cost."""
     reference = next((w for w in windows if w.reference), None)
     if reference is None:
         return None
@@ -249,16 +289,29 @@ def tracer_cost(windows: Sequence[LoadWindow]) -> TracerCost | None:
     def decode_step(level: LoadLevel) -> float | None:
         return level.server.batch_execution_ms_mean.get("TG") if level.server is not None else None
 
+    ratio = rec.output_tok_per_s / ref.output_tok_per_s if ref.output_tok_per_s else None
+    ref_noise, rec_noise = rate_noise(reference), rate_noise(traced)
+    noise = (
+        round(ratio * float(np.hypot(ref_noise, rec_noise)), 4)
+        if ratio is not None and ref_noise is not None and rec_noise is not None
+        else None
+    )
     return TracerCost(
         concurrency=reference.concurrency,
         reference_tok_s=ref.output_tok_per_s,
         traced_tok_s=rec.output_tok_per_s,
-        throughput_ratio=round(rec.output_tok_per_s / ref.output_tok_per_s, 4) if ref.output_tok_per_s else None,
+        throughput_ratio=round(ratio, 4) if ratio is not None else None,
+        throughput_ratio_noise=noise,
         reference_decode_step_ms=decode_step(ref),
         traced_decode_step_ms=decode_step(rec),
         reference_itl_p50_ms=ref.itl_ms.p50,
         traced_itl_p50_ms=rec.itl_ms.p50,
     )
+
+
+def ratio_noise_text(cost: TracerCost) -> str:
+    """`` ± 0.0033`` (the ratio's standard error from the windows' own noise), or nothing where it is unknown."""
+    return f" ± {cost.throughput_ratio_noise:.4f}" if cost.throughput_ratio_noise is not None else ""
 
 
 class MeasuredCost(NamedTuple):
@@ -314,9 +367,10 @@ def tracing_cost_statement(report: Report) -> str | None:
     c = report.tracer_cost
     if c is not None and c.throughput_ratio is not None:
         return (
-            f"tracing cost, measured on this server: the recorded window ran at {c.throughput_ratio:.3f} of the "
-            "untraced one "
+            f"tracing cost, measured on this server: the recorded window ran at {c.throughput_ratio:.3f}"
+            f"{ratio_noise_text(c)} of the untraced one "
             f"({c.traced_tok_s:.1f} vs {c.reference_tok_s:.1f} tok/s, concurrency {c.concurrency})"
+            + ("" if c.resolved else "; within twice the windows' own noise of 1: no cost resolved")
         )
     collectors = report.capture.collectors
     if "pipeline-hook" not in collectors:

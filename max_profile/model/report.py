@@ -570,10 +570,21 @@ class TracerCost(msgspec.Struct, frozen=True):
     traced_tok_s: float
     throughput_ratio: float | None
     """Recorded / untraced tokens per second (1.0: no cost)."""
+    throughput_ratio_noise: float | None = None
+    """The ratio's standard error from the two windows' own noise (their tokens per second part by part): a ratio
+    within twice it of 1 is no measured cost. Drift of the server between the windows is not in it."""
     reference_decode_step_ms: float | None = None
     traced_decode_step_ms: float | None = None
     reference_itl_p50_ms: float | None = None
     traced_itl_p50_ms: float | None = None
+
+    @property
+    def resolved(self) -> bool:
+        """Whether the measured ratio stands clear of the windows' own noise (more than twice it from 1); a capture
+        without the noise (older reports) counts as resolved."""
+        if self.throughput_ratio is None:
+            return False
+        return self.throughput_ratio_noise is None or abs(1.0 - self.throughput_ratio) > 2 * self.throughput_ratio_noise
 
     @property
     def decode_step_change_pct(self) -> float | None:

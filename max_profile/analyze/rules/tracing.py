@@ -37,13 +37,14 @@ def _measured_tracer_cost(report: Report, th: Thresholds) -> list[Finding]:
     c = report.tracer_cost
     assert c is not None and c.throughput_ratio is not None
     slowdown = 100.0 * (1.0 - c.throughput_ratio)
-    if slowdown < th.tracer_slowdown_pct:
+    if slowdown < th.tracer_slowdown_pct or not c.resolved:  # a drop within the windows' own noise is no measured cost
         return []
     step = c.decode_step_change_pct
     evidence: dict[str, float | int | str | None] = {
         "recorded_tok_s": round(c.traced_tok_s, 1),
         "untraced_tok_s": round(c.reference_tok_s, 1),
         "throughput_ratio": c.throughput_ratio,
+        "throughput_ratio_noise": c.throughput_ratio_noise,
         "recorded_decode_step_ms": c.traced_decode_step_ms,
         "untraced_decode_step_ms": c.reference_decode_step_ms,
         "decode_step_change_pct": round(step, 1) if step is not None else None,
