@@ -332,10 +332,17 @@ def test_a_drop_within_the_windows_noise_is_no_measured_cost() -> None:
 def test_the_noise_of_real_served_windows(capture: str, ratio: float, noise: float) -> None:
     """The H200's served reference and recorded windows (10 s each): each window's rate uncertain by 0.15-0.33 %, so
     a ratio resolves about 0.7 %; both captures' 0.995-0.997 are within it: no cost resolved."""
+    from max_profile.render.text import render_text
+
     raw = RawCapture.load(str(DATA / "h200" / capture))
     cost = tracer_cost(raw.load_windows)
     assert cost is not None and (cost.throughput_ratio, cost.throughput_ratio_noise) == (ratio, noise)
     assert not cost.resolved
+    report = build_report(raw)
+    assert report.tracer_cost == cost and "tracer-overhead" not in {f.id for f in report.findings}
+    text = " ".join(render_text(report, width=400).split())
+    assert f"({ratio:.3f} ± {noise:.4f}); server decode step" in text
+    assert "within twice the windows' own noise of 1: no cost resolved" in text
 
 
 def test_latency_and_histograms() -> None:
