@@ -24,6 +24,8 @@ One process, one model load (device graphs as MAX decides unless --no-device-gra
   cupti-paused-release  ``cupti-paused`` with ``release-while-paused``
   cupti-flush        ``cupti`` with the recorder's ``flush-at-pause`` option: every CUPTI buffer handed over at each
                      pause, so no partly filled buffer is carried into the next slice
+  cupti-sampled-no-launches  ``cupti`` (a sixteenth, in slices) without launch-call records: no DRIVER / RUNTIME
+                     kinds switched at a pause or resume, no launch filter re-applied
 
 Every arm is timed the same way: new tokens x batch over the wall time of the whole generation (prefill included),
 so the reference arm needs no hook. Prints every round (each arm's tok/s and the host's load around the round; each
@@ -34,6 +36,7 @@ arm's median, min, max and spread, and its ratio to ``none``: of the medians and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -56,6 +59,7 @@ ALL_ARMS = (
     "cupti-release",
     "cupti-paused-release",
     "cupti-flush",
+    "cupti-sampled-no-launches",
 )
 SHARES = {
     "cupti-all": 1.0,
@@ -213,16 +217,30 @@ def run_arm(arm: str, model: Any, prompts: list[str], tokens: int, interval_s: f
 
     if arm == "none":
         return _generate(model, prompts, tokens)
-    if arm in ("hook", "sampler", "cupti", *SHARES, *RECORDER_OPTIONS):
-        from max_profile.collect.live.cupti_native import NativeCuptiCollector
+    if arm in ("hook", "sampler", "cupti", "cupti-sampled-no-launches", *SHARES, *RECORDER_OPTIONS):
+        import functools
+        from unittest import mock
+
+        from max_profile.collect.live import recorders
+        from max_profile.collect.live.cupti_native import NativeCuptiCollector, make_cupti_collector
 
         kernels = "cupti" if arm.startswith("cupti") else "off"
         share = {"kernel_share": SHARES[arm]} if arm in SHARES else {}
         NativeCuptiCollector.default_options = RECORDER_OPTIONS.get(arm, ())
+        # the sampled recorder as profile() builds it, with its collector made without launch records
+        kernels_only = functools.partial(make_cupti_collector, launches=False)
+        no_launches = (
+            mock.patch.object(recorders, "make_cupti_collector", kernels_only)
+            if arm == "cupti-sampled-no-launches"
+            else contextlib.nullcontext()
+        )
         try:
-            with profile(
-                model.pipeline, kernels=kernels, gpu_sampling=arm != "hook", sample_interval_s=interval_s, **share
-            ) as prof:  # type: ignore[arg-type]
+            with (
+                no_launches,
+                profile(
+                    model.pipeline, kernels=kernels, gpu_sampling=arm != "hook", sample_interval_s=interval_s, **share
+                ) as prof,  # type: ignore[arg-type]
+            ):
                 tps = _generate(model, prompts, tokens)
         finally:
             NativeCuptiCollector.default_options = ()
