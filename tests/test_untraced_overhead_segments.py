@@ -54,3 +54,17 @@ def test_segment_summary_puts_the_cost_where_the_steps_were_slower(capsys: pytes
     assert "recorded 128-136 (2.500 ms, paired to none 1.0000)" in out
     assert "paused, after a resume 137-255 (2.750 ms, paired to none 0.9091)" in out
     assert out.rstrip().endswith("recorded 256-257 (2.500 ms, paired to none 1.0000)")
+
+
+def test_session24_arms_record_as_the_default_with_one_thing_changed() -> None:
+    """The arms queued for the next eager A/B: ``cupti-flush`` and ``cupti-sampled-no-launches`` record the default
+    sixteenth (their steps summarised by the same recorder states), one with a flush at each pause (a recorder option
+    the C recorder knows), the other without launch-call records."""
+    from max_profile.collect.live.cupti_native import RECORDING_OPTIONS
+    from max_profile.collect.live.recorders import DEFAULT_KERNEL_SHARE
+
+    for arm in ("cupti-flush", "cupti-sampled-no-launches"):
+        assert arm in bench.ALL_ARMS and bench.arm_share(arm) == DEFAULT_KERNEL_SHARE
+    assert bench.RECORDER_OPTIONS["cupti-flush"] == ("flush-at-pause",)
+    assert all(o in RECORDING_OPTIONS for opts in bench.RECORDER_OPTIONS.values() for o in opts)
+    assert "cupti-sampled-no-launches" not in bench.RECORDER_OPTIONS and bench.arm_share("cupti-no-launches") is None
