@@ -1,7 +1,8 @@
 """What profiling costs a generation, against the pipeline with no max_profile code installed at all.
 
     python benchmarks/untraced_overhead.py --model-path DIR --devices gpu [--tokens 128] [--batch 1] [--repeats 11]
-        [--max-batch-size N] [--no-device-graph-capture] [--arms none,hook,sampler,cupti,cupti-all] [--json PATH]
+        [--max-batch-size N] [--no-device-graph-capture] [--arms none,hook,sampler,cupti,cupti-all] [--residual 5]
+        [--json PATH]
 
 One process, one model load (device graphs as MAX decides unless --no-device-graph-capture), a warm-up generation, then
 ``--repeats`` rounds; each round runs every arm once, in an order that rotates from round to round:
@@ -26,6 +27,10 @@ One process, one model load (device graphs as MAX decides unless --no-device-gra
                      pause, so no partly filled buffer is carried into the next slice
   cupti-sampled-no-launches  ``cupti`` (a sixteenth, in slices) without launch-call records: no DRIVER / RUNTIME
                      kinds switched at a pause or resume, no launch filter re-applied
+
+With ``--residual N`` (5 by default) the none arm also runs N times before CUPTI ever starts in the process and N
+times after every round: what finished recordings leave behind (every arm's ``none`` reference runs in a process where
+CUPTI has recorded before).
 
 Every arm is timed the same way: new tokens x batch over the wall time of the whole generation (prefill included),
 so the reference arm needs no hook. Prints every round (each arm's tok/s and the host's load around the round; each
@@ -210,6 +215,30 @@ def print_step_summary(steps: dict[str, list[dict[str, Any]]]) -> None:
         )
 
 
+def residual_summary(clean: list[float], after: list[float], captures: int) -> dict[str, Any] | None:
+    """What finished CUPTI recordings leave behind in the process: the none arm's tok/s before CUPTI ever started in
+    it against the same arm after ``captures`` recordings had started and stopped (Kineto found CUPTI slowing a
+    process 10-20 % after profiling until ``cuptiFinalize``: pytorch/pytorch#144455). Not interleaved (CUPTI cannot be
+    un-started), so drift between the two ends of the run is in the ratio too; every generation is printed."""
+    import statistics
+
+    if not clean or not after:
+        return None
+    before_p50, after_p50 = statistics.median(clean), statistics.median(after)
+    ratio = after_p50 / before_p50 if before_p50 else float("nan")
+    return {
+        "before_tok_s": clean,
+        "after_tok_s": after,
+        "captures_between": captures,
+        "ratio": ratio,
+        "said": (
+            f"none before any CUPTI in this process: {', '.join(f'{x:.1f}' for x in clean)} tok/s (median "
+            f"{before_p50:.1f}); after {captures} CUPTI recordings: {', '.join(f'{x:.1f}' for x in after)} (median "
+            f"{after_p50:.1f}); after / before {ratio:.4f} (not interleaved: drift is in it)"
+        ),
+    }
+
+
 def run_arm(arm: str, model: Any, prompts: list[str], tokens: int, interval_s: float) -> float:
     """One generation under ``arm``; its tok/s."""
     from max_profile.collect.live.pipeline_hook import synchronize_accelerators
@@ -278,6 +307,13 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=0.1, help="GPU sampling interval (s)")
     ap.add_argument("--device-graph-capture", action=argparse.BooleanOptionalAction, default=None)
     ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument(
+        "--residual",
+        type=int,
+        default=5,
+        help="generations of the none arm before CUPTI ever starts in this process and again after every round "
+        "(what a finished recording leaves behind; 0 skips)",
+    )
     ap.add_argument("--json", help="write every repeat and the summary here")
     args = ap.parse_args()
     arms = args.arms.split(",")
@@ -291,6 +327,7 @@ def main() -> int:
     )
     prompts = ["I believe the meaning of life is"] * args.batch
     _generate(model, prompts, 16)  # warm-up: one-time work (graph capture, first launches) out of the rounds
+    clean = [_generate(model, prompts, args.tokens) for _ in range(args.residual)]  # no CUPTI in this process yet
     for arm in arms:  # one warm pass of every arm (CUPTI's first enable, the recorder's library, the sampler's start)
         run_arm(arm, model, prompts, 16, args.interval)
     tps: dict[str, list[float]] = {a: [] for a in arms}
@@ -324,9 +361,13 @@ def main() -> int:
             ),
             flush=True,
         )
+    after = [_generate(model, prompts, args.tokens) for _ in range(args.residual)]
     summary = report_arms(tps, {a: "none" for a in arms}, load)
     print_step_summary(steps)
     print_segment_summary(steps)
+    residual = residual_summary(clean, after, sum(1 for a in arms if a.startswith("cupti")) * (args.repeats + 1))
+    if residual:
+        print(residual["said"], flush=True)
     for arm, notes in LAST_NOTES.items():
         for note in notes:
             print(f"{arm}: {note}")
@@ -342,6 +383,7 @@ def main() -> int:
             "arms": summary,
             "steps": steps,
             "notes": LAST_NOTES,
+            "residual": residual,
         }
         Path(args.json).write_text(json.dumps(out, indent=2))
     return 0
