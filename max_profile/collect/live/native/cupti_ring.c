@@ -74,8 +74,8 @@ static struct {
     fn_enable_domain_t enable_domain;
     CUpti_SubscriberHandle subscriber;
     int subscribed, recording, paused, launches, lost_at_resume;
-    int detach_pending; /* MP_DETACH_AT_STOP: the next driver / runtime call's exit detaches CUPTI (under detach_lock) */
-    uint64_t detaches;  /* cuptiFinalize calls made so */
+    int detach_pending; /* MP_DETACH_AT_STOP: the next driver call's exit detaches CUPTI (under detach_lock) */
+    uint64_t detaches;  /* cuptiFinalize calls made so far */
     pthread_mutex_t detach_lock;
     unsigned options, active_options;
     size_t buffer_bytes, max_bytes;
