@@ -279,10 +279,12 @@ def run_arm(arm: str, model: Any, prompts: list[str], tokens: int, interval_s: f
         LAST_NOTES[arm] = [n for n in prof.raw_capture.notes if "CUPTI" in n]
         return tps
     if arm == "cupti-no-launches":
-        from max_profile.collect.live.cupti_native import make_cupti_collector
+        from max_profile.collect.live.cupti_native import NativeCuptiCollector, make_cupti_collector
 
         notes: list[str] = []
         collector = make_cupti_collector(notes, launches=False)
+        if isinstance(collector, NativeCuptiCollector):
+            collector.options = EXTRA_OPTIONS  # --detach applies to this arm too
         with profile(model.pipeline, kernels="off", sample_interval_s=interval_s):
             collector.start()
             try:
