@@ -77,6 +77,13 @@ def stats():
 def now_cupti():
     return time.monotonic_ns()  # the fake's cuptiGetTimestamp is CLOCK_MONOTONIC, as perf_counter_ns is on Linux
 
+def free():  # whether another client could subscribe to CUPTI now (then lets go again)
+    handle = ctypes.c_void_p()
+    if fake.cuptiSubscribe(ctypes.byref(handle), None, None) != 0:
+        return False
+    fake.cuptiUnsubscribe(handle)
+    return True
+
 if scenario == "windows":
     c = NativeCuptiCollector(buffer_bytes=1 << 20, launches=True)
     windows = []
@@ -191,12 +198,6 @@ elif scenario == "repeated-graph-ids":
            "rejected": c.rejected_launches, "api_records": c.api_records}
 elif scenario == "release-while-paused":
     # the subscription given up at each pause and taken again at resume; a client that subscribes meanwhile keeps it
-    def free():  # whether a client could subscribe now (then lets go again)
-        handle = ctypes.c_void_p()
-        if fake.cuptiSubscribe(ctypes.byref(handle), None, None) != 0:
-            return False
-        fake.cuptiUnsubscribe(handle)
-        return True
     c = NativeCuptiCollector(buffer_bytes=1 << 20, launches=True)
     c.options = ("release-while-paused",)
     c.start(); t0 = now_cupti()
@@ -235,12 +236,6 @@ elif scenario == "flush-at-pause":
 elif scenario == "detach-at-stop":
     # CUPTI detached after each recording at the next driver call's exit; a recording that starts before any driver
     # call keeps the subscription (nothing detached); without the option the subscription simply goes at the stop
-    def free():
-        handle = ctypes.c_void_p()
-        if fake.cuptiSubscribe(ctypes.byref(handle), None, None) != 0:
-            return False
-        fake.cuptiUnsubscribe(handle)
-        return True
     def finalizes():
         f = (ctypes.c_uint64 * 2)()
         fake.fake_finalizes(f)

@@ -56,11 +56,9 @@ eager's cost after a resume comes from (``benchmarks/untraced_overhead.py``'s ``
 ``detach-at-stop`` detaches CUPTI from the process after each recording (``cuptiFinalize`` at the exit of the next
 driver call, CUPTI's recommended dynamic detach, as Kineto does since CUDA 12.6: a CUPTI left attached slowed PyTorch
 processes 10-20 % after profiling, pytorch/pytorch#144455); the next recording attaches it again. Not the default
-until measured here (the ``cupti-detach`` arm and ``--residual``); not for CUDA before 12.6 with graphs, where CUPTI
-crashed on attaching again.
-(Graph-level records,
-``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` switched on in a running ``max serve`` worker, crashed it on the H200: segmentation
-fault; not offered.)"""
+until measured here (``benchmarks/untraced_overhead.py --detach`` with ``--residual``); not for CUDA before 12.6 with
+graphs, where CUPTI crashed on attaching again. (Graph-level records, ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` switched on
+in a running ``max serve`` worker, crashed it on the H200: segmentation fault; not offered.)"""
 RESERVE_ARENA_BYTES = 128 << 20
 RESERVE_BUFFERS = 4
 """What :meth:`NativeCuptiCollector.reserve` faults in ahead: about 600k kernel records and four activity buffers

@@ -47,7 +47,7 @@ typedef CUptiResult (*fn_enable_domain_t)(uint32_t, CUpti_SubscriberHandle, CUpt
 #define MP_ZEROED_BUFFERS 1u /* hand CUPTI zeroed buffers (zeroed on CUPTI's thread, after their records are copied) */
 #define MP_RELEASE_WHILE_PAUSED 2u /* unsubscribe at each pause, subscribe again at resume (no CUPTI subscriber between slices) */
 #define MP_FLUSH_AT_PAUSE 4u /* a forced flush at each pause: no partly filled buffer carried from one slice into the next */
-#define MP_DETACH_AT_STOP 8u /* cuptiFinalize at the exit of the first CUDA call after a stop: CUPTI detached between recordings */
+#define MP_DETACH_AT_STOP 8u /* cuptiFinalize at the exit of the first driver call after a stop: CUPTI detached between recordings */
 
 typedef struct {
     char *data;
