@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from max_profile.analyze.load import counts_noise, token_arrivals  # noqa: E402
+from max_profile.analyze.load import counts_noise, token_arrivals, window_tokens  # noqa: E402
 
 
 def token_gaps(requests: list[Any], window_ns: tuple[int, int]) -> dict[str, float]:
@@ -237,11 +237,7 @@ def main() -> int:
     for i, w in enumerate(raw.load_windows, 1):
         variant = order[i - 1]
         secs = (w.window_ns[1] - w.window_ns[0]) / 1e9
-        tokens = 0.0
-        for r in w.requests:
-            if r.ok:
-                span = max(r.ended_ns - r.started_ns, 1)
-                tokens += r.tokens * max(min(r.ended_ns, w.window_ns[1]) - max(r.started_ns, w.window_ns[0]), 0) / span
+        tokens = window_tokens(w.requests, w.window_ns)
         # the server's own decode step (TG batch execution time from its /metrics) and the kernels recorded in the
         # window:
         # a slower step with the GPU timeline unchanged points at the host, a slower timeline at the GPU

@@ -205,11 +205,7 @@ def load_level(window: LoadWindow, slo: dict[str, float], samples: Sequence[Util
     records = _inside(window.requests, window.window_ns)
     good = [r for r in records if r.ok]
     completed = [r for r in good if not r.truncated and w0 <= r.ended_ns <= w1]
-    # tokens streamed inside the window: a request that straddles an edge counts its share by time
-    tokens = 0.0
-    for r in good:
-        span = max(r.ended_ns - r.started_ns, 1)
-        tokens += r.tokens * max(min(r.ended_ns, w1) - max(r.started_ns, w0), 0) / span
+    tokens = window_tokens(good, window.window_ns)
     goodput = slo_pct = None
     if slo:
         met = [r for r in completed if _meets(r, slo)]
@@ -233,6 +229,18 @@ def load_level(window: LoadWindow, slo: dict[str, float], samples: Sequence[Util
         server=server_metrics(window.metrics_before, window.metrics_after, secs),
         in_flight_pct=in_flight(window.requests, window.window_ns)[0] if window.requests else None,
     )
+
+
+def window_tokens(requests: Sequence[RequestRecord], window_ns: tuple[int, int]) -> float:
+    """Tokens the successful requests streamed inside a window, unrounded: a request that straddles an edge counts
+    its share by time (its tokens times the part of its span inside the window)."""
+    w0, w1 = window_ns
+    tokens = 0.0
+    for r in requests:
+        if r.ok:
+            span = max(r.ended_ns - r.started_ns, 1)
+            tokens += r.tokens * max(min(r.ended_ns, w1) - max(r.started_ns, w0), 0) / span
+    return tokens
 
 
 def token_arrivals(requests: Sequence[RequestRecord]) -> list[tuple[int, float | None]]:
