@@ -2,7 +2,7 @@
 
     python benchmarks/untraced_overhead.py --model-path DIR --devices gpu [--tokens 128] [--batch 1] [--repeats 11]
         [--max-batch-size N] [--no-device-graph-capture] [--arms none,hook,sampler,cupti,cupti-all] [--residual 5]
-        [--detach] [--json PATH]
+        [--json PATH]
 
 One process, one model load (device graphs as MAX decides unless --no-device-graph-capture), a warm-up generation, then
 ``--repeats`` rounds; each round runs every arm once, in an order that rotates from round to round:
@@ -28,10 +28,9 @@ One process, one model load (device graphs as MAX decides unless --no-device-gra
   cupti-sampled-no-launches  ``cupti`` (a sixteenth, in slices) without launch-call records: no DRIVER / RUNTIME
                      kinds switched at a pause or resume, no launch filter re-applied
 
-With ``--detach`` every CUPTI arm detaches CUPTI after its recording (``detach-at-stop``), so ``--residual`` shows
-whether that leaves the process as it was. With ``--residual N`` (5 by default) the none arm also runs N times before
-CUPTI ever starts in the process and N times after every round: what finished recordings leave behind (every arm's
-``none`` reference runs in a process where CUPTI has recorded before).
+With ``--residual N`` (5 by default) the none arm also runs N times before CUPTI ever starts in the process and N
+times after every round: what finished recordings leave behind (every arm's ``none`` reference runs in a process where
+CUPTI has recorded before).
 
 Every arm is timed the same way: new tokens x batch over the wall time of the whole generation (prefill included),
 so the reference arm needs no hook. Prints every round (each arm's tok/s and the host's load around the round; each
@@ -81,8 +80,6 @@ RECORDER_OPTIONS = {
     "cupti-flush": ("flush-at-pause",),
 }
 """The C recorder's options (``cupti_native.RECORDING_OPTIONS``) an arm records with."""
-EXTRA_OPTIONS: tuple[str, ...] = ()
-"""Options every CUPTI arm records with besides its own (``--detach``: ``detach-at-stop``)."""
 LAST_NOTES: dict[str, list[str]] = {}
 """The notes of each arm's last capture (the recorder's slices and pause / resume time, CUPTI's callback time)."""
 
@@ -258,7 +255,7 @@ def run_arm(arm: str, model: Any, prompts: list[str], tokens: int, interval_s: f
 
         kernels = "cupti" if arm.startswith("cupti") else "off"
         share = {"kernel_share": SHARES[arm]} if arm in SHARES else {}
-        NativeCuptiCollector.default_options = RECORDER_OPTIONS.get(arm, ()) + EXTRA_OPTIONS
+        NativeCuptiCollector.default_options = RECORDER_OPTIONS.get(arm, ())
         # the sampled recorder as profile() builds it, with its collector made without launch records
         kernels_only = functools.partial(make_cupti_collector, launches=False)
         no_launches = (
@@ -279,12 +276,10 @@ def run_arm(arm: str, model: Any, prompts: list[str], tokens: int, interval_s: f
         LAST_NOTES[arm] = [n for n in prof.raw_capture.notes if "CUPTI" in n]
         return tps
     if arm == "cupti-no-launches":
-        from max_profile.collect.live.cupti_native import NativeCuptiCollector, make_cupti_collector
+        from max_profile.collect.live.cupti_native import make_cupti_collector
 
         notes: list[str] = []
         collector = make_cupti_collector(notes, launches=False)
-        if isinstance(collector, NativeCuptiCollector):
-            collector.options = EXTRA_OPTIONS  # --detach applies to this arm too
         with profile(model.pipeline, kernels="off", sample_interval_s=interval_s):
             collector.start()
             try:
@@ -319,15 +314,8 @@ def main() -> int:
         help="generations of the none arm before CUPTI ever starts in this process and again after every round "
         "(what a finished recording leaves behind; 0 skips)",
     )
-    ap.add_argument(
-        "--detach",
-        action="store_true",
-        help="every CUPTI arm detaches CUPTI from the process after its recording (the recorder's detach-at-stop)",
-    )
     ap.add_argument("--json", help="write every repeat and the summary here")
     args = ap.parse_args()
-    global EXTRA_OPTIONS
-    EXTRA_OPTIONS = ("detach-at-stop",) if args.detach else ()
     arms = args.arms.split(",")
     from max_profile.runner import load_model
 
@@ -396,7 +384,6 @@ def main() -> int:
             "steps": steps,
             "notes": LAST_NOTES,
             "residual": residual,
-            "extra_options": list(EXTRA_OPTIONS),
         }
         Path(args.json).write_text(json.dumps(out, indent=2))
     return 0

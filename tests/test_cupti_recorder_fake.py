@@ -64,7 +64,6 @@ fake.fake_emit.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctype
 fake.fake_emit_unfinished.argtypes = [ctypes.c_uint64]
 fake.fake_set_holder.argtypes = [ctypes.c_char_p]
 fake.fake_set_repeated_graph_ids.argtypes = [ctypes.c_int]
-fake.fake_finalizes.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
 scenario = sys.argv[2]
 out = {}
 
@@ -233,31 +232,6 @@ elif scenario == "flush-at-pause":
         runs["+".join(options) or "default"] = {"at_pause": at_pause, "kernels": len(k),
                                                  "launched": int((k.launch_ns > 0).sum()), "unfinished": c.unfinished}
     out = runs
-elif scenario == "detach-at-stop":
-    # CUPTI detached after each recording at the next driver call's exit; a recording that starts before any driver
-    # call keeps the subscription (nothing detached); without the option the subscription simply goes at the stop
-    def finalizes():
-        f = (ctypes.c_uint64 * 2)()
-        fake.fake_finalizes(f)
-        return list(f)
-    c = NativeCuptiCollector(buffer_bytes=1 << 20, launches=True)
-    c.options = ("detach-at-stop",)
-    steps = []
-    c.start(); t0 = now_cupti()
-    a = fake.fake_emit(100, t0, 1000, 0); k1 = len(c.stop())
-    steps.append({"after": "stop", "detaches": c.detaches(), "free": free(), "finalizes": finalizes()})
-    fake.fake_driver_call()
-    steps.append({"after": "driver call", "detaches": c.detaches(), "free": free(), "finalizes": finalizes()})
-    c.start(); b = fake.fake_emit(100, t0 + 1_000_000, 1000, 0); k2 = len(c.stop())
-    c.start()  # no driver call since the stop: the pending detach is called off, the subscription kept
-    steps.append({"after": "start before any call", "detaches": c.detaches(), "free": free(), "finalizes": finalizes()})
-    d = fake.fake_emit(50, t0 + 2_000_000, 1000, 0); k3 = len(c.stop())
-    fake.fake_driver_call()
-    steps.append({"after": "last driver call", "detaches": c.detaches(), "free": free(), "finalizes": finalizes()})
-    plain = NativeCuptiCollector(buffer_bytes=1 << 20, launches=True)
-    plain.start(); e = fake.fake_emit(10, t0 + 3_000_000, 1000, 0); k4 = len(plain.stop())
-    steps.append({"after": "default stop", "detaches": plain.detaches(), "free": free(), "finalizes": finalizes()})
-    out = {"emitted": [a, b, d, e], "kept": [k1, k2, k3, k4], "steps": steps}
 elif scenario == "busy":
     fake.fake_set_holder(b"Nsight Systems 2025.3")
     c = NativeCuptiCollector(launches=False)
@@ -390,21 +364,6 @@ def test_flush_at_pause_hands_each_slices_buffer_over_at_its_pause(fake_libcupti
     assert out["flush-at-pause"]["at_pause"] == [1, 1]
     for run in out.values():
         assert run["kernels"] == run["launched"] == 200 and run["unfinished"] == 0
-
-
-def test_detach_at_stop_finalizes_cupti_at_the_next_driver_calls_exit(fake_libcupti: Path, tmp_path: Path) -> None:
-    """``detach-at-stop``: after a stop CUPTI stays subscribed until the next driver call, whose exit callback calls
-    cuptiFinalize (never outside it); the next recording attaches CUPTI again and records everything; one that starts
-    before any driver call keeps the subscription and nothing is finalized; the default recording just unsubscribes."""
-    out = run_child(fake_libcupti, "detach-at-stop", tmp_path)
-    assert out["emitted"] == out["kept"] == [100, 100, 50, 10]
-    assert [(st["after"], st["detaches"], st["free"], st["finalizes"]) for st in out["steps"]] == [
-        ("stop", [0, True], False, [0, 0]),
-        ("driver call", [1, False], True, [1, 0]),
-        ("start before any call", [1, False], False, [1, 0]),
-        ("last driver call", [2, False], True, [2, 0]),
-        ("default stop", [2, False], True, [2, 0]),
-    ]
 
 
 def test_graph_launches_sharing_one_id_keep_their_own_launch_times(fake_libcupti: Path, tmp_path: Path) -> None:

@@ -55,7 +55,6 @@ with_arch() {
 }
 # step NAME JSON -- command...: run it, keep stdout/stderr, one table row (exit code, wall seconds, findings of JSON).
 # ACC_ONLY="make_m24 startup_m24_cold serve_ab ..." runs only the named steps (short device time; name the make_* a step needs);
-# OVERHEAD_DETACH=1 makes every CUPTI arm of the overhead_3b_* steps detach CUPTI after its recording (session 24);
 # AB_PAIRS=5 gives serve_ab more rounds (default 3); AB_VARIANTS its recording variants (default: "default,full", what
 # `serve --mode kernels` records and every kernel of the whole window; benchmarks/serve_ab.py lists the others)
 step() {
@@ -141,14 +140,14 @@ step serve_kernels_3b "$ACC/serve_kernels_3b.json" -- "${MP[@]}" serve --model-p
 step attach_idle_3b "$ACC/attach_idle_3b.json" -- bash benchmarks/h200/attach_idle.sh $M3B "$ACC/attach_idle_3b"
 # what profiling costs a fast model against no max_profile code at all (issue 34): batch 1, 128 tokens, 11 rotating rounds,
 # the run's compile key (--max-batch-size 64); device graphs as MAX decides, then eager
-step overhead_3b_graphs - -- python3 benchmarks/untraced_overhead.py --model-path $M3B --devices gpu --tokens "${OVERHEAD_TOKENS:-128}" --repeats "${OVERHEAD_REPEATS:-11}" --max-batch-size 64 --arms "${OVERHEAD_ARMS:-none,hook,sampler,cupti,cupti-all}" ${OVERHEAD_DETACH:+--detach} --json "$ACC/overhead_3b_graphs.json"
+step overhead_3b_graphs - -- python3 benchmarks/untraced_overhead.py --model-path $M3B --devices gpu --tokens "${OVERHEAD_TOKENS:-128}" --repeats "${OVERHEAD_REPEATS:-11}" --max-batch-size 64 --arms "${OVERHEAD_ARMS:-none,hook,sampler,cupti,cupti-all}" --json "$ACC/overhead_3b_graphs.json"
 FP8S=/tmp/fp8s  # block-scaled FP8, 4 layers (a shorter compile than the 8-layer one above)
 [ -f $FP8S/model.safetensors ] || step make_fp8s - -- "${MP[@]}" make-model $FP8S --dtype float8_e4m3fn --hidden 4096 --layers 4 --heads 32 --kv-heads 8 --intermediate 14336
 step nsys_fp8 "$ACC/nsys_fp8.json" -- "${MP[@]}" kernels --backend nsys --model-path $FP8S --devices gpu --max-new-tokens 32 --json "$ACC/nsys_fp8.json"
 python3 -c "import json, shutil, sys; d = json.load(open(sys.argv[1])); src = next(a for a in d['artifacts'] if a.endswith('.sqlite')); shutil.copy(src, sys.argv[2])" "$ACC/nsys_fp8.json" "$ACC/nsys_fp8.sqlite" 2>/dev/null && gzip -kf "$ACC/nsys_fp8.sqlite"
 step import_fp8_noconfig "$ACC/import_fp8_noconfig.json" -- "${MP[@]}" report "$ACC/nsys_fp8.sqlite" --json "$ACC/import_fp8_noconfig.json" --text "$ACC/import_fp8_noconfig.txt"
 rm -f "$ACC/nsys_fp8.sqlite"
-step overhead_3b_eager - -- python3 benchmarks/untraced_overhead.py --model-path $M3B --devices gpu --tokens "${OVERHEAD_TOKENS:-128}" --repeats "${OVERHEAD_REPEATS:-11}" --max-batch-size 64 --arms "${OVERHEAD_ARMS:-none,hook,sampler,cupti,cupti-all}" --no-device-graph-capture ${OVERHEAD_DETACH:+--detach} --json "$ACC/overhead_3b_eager.json"
+step overhead_3b_eager - -- python3 benchmarks/untraced_overhead.py --model-path $M3B --devices gpu --tokens "${OVERHEAD_TOKENS:-128}" --repeats "${OVERHEAD_REPEATS:-11}" --max-batch-size 64 --arms "${OVERHEAD_ARMS:-none,hook,sampler,cupti,cupti-all}" --no-device-graph-capture --json "$ACC/overhead_3b_eager.json"
 # session 19 (issue 35): the unfused-attention architecture (attention as separate matmul / softmax ops) served in ops mode
 step serve_ops_unfused "$ACC/serve_ops_unfused.json" -- "${MP[@]}" serve --model-path $MOPSU --custom-architectures custom_archs/llama_unfused_attention --mode ops --no-warm --yes --json "$ACC/serve_ops_unfused.json" --raw "$ACC/serve_ops_unfused_raw.json.gz" --text "$ACC/serve_ops_unfused.txt"
 # session 20 (issue 34): serve's recorder on the fast 3B shape, A/B on one server (its compile with profiling on is in the

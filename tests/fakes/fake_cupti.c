@@ -7,9 +7,6 @@
  *   cuptiActivityRegisterCallbacks / Enable / Disable / FlushAll / GetNextRecord / GetNumDroppedRecords,
  *   cuptiActivityEnableDriverApi / EnableRuntimeApi, cuptiGetTimestamp (CLOCK_MONOTONIC ns), cuptiGetCallbackName,
  *   cuptiGetResultString, cuptiGetVersion, cuptiSubscribe / cuptiSubscribe_v2 / cuptiUnsubscribe,
- *   cuptiEnableDomain (DRIVER_API: the subscriber's callback at the entry and exit of each driver call), cuptiFinalize
- *   (CUPTI detached: subscription, callbacks and kinds gone; it counts a call made outside a callback's exit, which
- *   CUPTI's documentation warns against),
  *   cuptiActivitySetAttribute (ZEROED_OUT_ACTIVITY_BUFFER: then every buffer handed over is checked to be zero; else the
  *   fake zeroes it, as CUPTI does).
  * Records are written into the client's buffers back to back, as CUPTI does: kernel records of the struct the
@@ -17,7 +14,6 @@
  * the client's completion callback from another thread (CUPTI's worker thread does that), then a new one requested.
  *
  * Test controls (not CUPTI): fake_emit(), fake_emit_unfinished(), fake_set_async(), fake_set_holder(), fake_stats(),
- * fake_driver_call(), fake_finalizes(),
  * fake_set_repeated_graph_ids() (CUPTI 13.0's wrong graph-launch correlation ids, as modelled there).
  * Build: gcc -shared -fPIC -I<cuda>/include -DMP_KERNEL_RECORD=CUpti_ActivityKernel10 -o libfake_cupti.so fake_cupti.c -lpthread
  */
@@ -216,63 +212,14 @@ static void CUPTIAPI ignore_callback(void *userdata, CUpti_CallbackDomain domain
     (void)userdata; (void)domain; (void)cbid; (void)data;
 }
 
-static CUpti_CallbackFunc subscriber_fn; /* the subscriber's callback and its userdata */
-static void *subscriber_data;
-static int driver_domain_on;             /* cuptiEnableDomain(1, ..., DRIVER_API) */
-static int at_exit_callback;             /* inside the subscriber's callback at a driver call's exit */
-static uint64_t finalizes, finalizes_outside_exit;
-
-CUptiResult cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle subscriber, CUpti_CallbackDomain domain) {
-    (void)subscriber;
-    if (!subscribed) return CUPTI_ERROR_INVALID_PARAMETER;
-    if (domain == CUPTI_CB_DOMAIN_DRIVER_API) driver_domain_on = enable != 0;
-    return CUPTI_SUCCESS;
-}
-
-CUptiResult cuptiFinalize(void) {
-    finalizes++;
-    if (!at_exit_callback) finalizes_outside_exit++;
-    subscribed = 0;
-    subscriber_fn = NULL;
-    driver_domain_on = 0;
-    kernels_on = driver_on = 0;
-    requested_fn = NULL;
-    completed_fn = NULL;
-    return CUPTI_SUCCESS;
-}
-
-/* one driver call (cuCtxSynchronize) as the subscriber sees it: its callback at the call's entry and exit while the
- * DRIVER_API domain is on */
-void fake_driver_call(void) {
-    if (!driver_domain_on || !subscriber_fn) return;
-    CUpti_CallbackData data;
-    memset(&data, 0, sizeof data);
-    data.functionName = "cuCtxSynchronize";
-    data.callbackSite = CUPTI_API_ENTER;
-    subscriber_fn(subscriber_data, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize, &data);
-    if (!driver_domain_on || !subscriber_fn) return;
-    data.callbackSite = CUPTI_API_EXIT;
-    CUpti_CallbackFunc fn = subscriber_fn;
-    at_exit_callback = 1;
-    fn(subscriber_data, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize, &data);
-    at_exit_callback = 0;
-}
-
-/* cuptiFinalize calls, and those made outside a driver call's exit callback */
-void fake_finalizes(uint64_t *out) {
-    out[0] = finalizes;
-    out[1] = finalizes_outside_exit;
-}
-
 CUptiResult cuptiSubscribe_v2(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback, void *userdata, CUpti_SubscriberParams *params) {
+    (void)callback; (void)userdata;
     if (holder[0] || subscribed) {
         if (params && params->oldSubscriberName && params->oldSubscriberSize)
             snprintf(params->oldSubscriberName, params->oldSubscriberSize, "%s", holder[0] ? holder : "max_profile");
         return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
     }
     subscribed = 1;
-    subscriber_fn = callback;
-    subscriber_data = userdata;
     *subscriber = (CUpti_SubscriberHandle)(uintptr_t)ignore_callback;
     return CUPTI_SUCCESS;
 }
@@ -284,8 +231,6 @@ CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFun
 CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle subscriber) {
     (void)subscriber;
     subscribed = 0;
-    subscriber_fn = NULL;
-    driver_domain_on = 0;
     return CUPTI_SUCCESS;
 }
 
@@ -316,7 +261,6 @@ static int write_launch(uint32_t cbid, uint64_t work_start_ns, uint32_t correlat
  * kernel records only while their kind is on, API records of the calls switched on whether or not it is. Returns the
  * kernel records written. */
 int fake_emit(int n, uint64_t start_ns, uint64_t step_ns, uint32_t graph_id) {
-    fake_driver_call(); /* the step's first driver call, as the subscriber's callbacks see it */
     if (!requested_fn || (!kernels_on && !driver_on)) return 0;
     pthread_mutex_lock(&lock);
     int written = 0;

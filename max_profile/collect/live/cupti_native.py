@@ -43,7 +43,7 @@ KERNEL_RECORD_STRUCTS = ("CUpti_ActivityKernel10", "CUpti_ActivityKernel9")
 DEFAULT_BUFFER_BYTES = 16 << 20
 DEFAULT_MAX_BYTES = 4 << 30
 """Recorded arrays are capped here (about 18M kernel records); records past it are counted as dropped."""
-RECORDING_OPTIONS = {"zeroed-buffers": 1, "release-while-paused": 2, "flush-at-pause": 4, "detach-at-stop": 8}
+RECORDING_OPTIONS = {"zeroed-buffers": 1, "release-while-paused": 2, "flush-at-pause": 4}
 """What :meth:`NativeCuptiCollector.start` can be asked to record differently (cupti_ring.c's ``mp_set_options``):
 ``zeroed-buffers`` hands CUPTI buffers zeroed on CUPTI's own thread (``CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER``:
 otherwise CUPTI zeroes each buffer on the launching thread). ``release-while-paused`` gives up the CUPTI subscription at
@@ -52,13 +52,14 @@ meanwhile ends the recording's slices, :attr:`NativeCuptiCollector.resume_proble
 H100 (session 23, 3B shape, 256 tokens) it bought nothing measurable, 0.9905 of untraced with device graphs against the
 default's 0.9907, and eager within the rounds' spread. ``flush-at-pause`` hands every CUPTI buffer over at each
 pause (a forced flush), so no partly filled buffer is carried from one slice into the next: an experiment on where
-eager's cost after a resume comes from (``benchmarks/untraced_overhead.py``'s ``cupti-flush`` arm), not the default.
-``detach-at-stop`` detaches CUPTI from the process after each recording (``cuptiFinalize`` at the exit of the next
-driver call, CUPTI's recommended dynamic detach, as Kineto does since CUDA 12.6: a CUPTI left attached slowed PyTorch
-processes 10-20 % after profiling, pytorch/pytorch#144455); the next recording attaches it again. Not the default
-until measured here (``benchmarks/untraced_overhead.py --detach`` with ``--residual``); not for CUDA before 12.6 with
-graphs, where CUPTI crashed on attaching again. (Graph-level records, ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` switched on
-in a running ``max serve`` worker, crashed it on the H200: segmentation fault; not offered.)"""
+eager's cost after a resume comes from (``benchmarks/untraced_overhead.py``'s ``cupti-flush`` arm); not the default:
+on an H100 (session 25, 3B shape, 256 tokens, eager, 15 rounds) it cost more, 0.9759 of untraced against the default's
+0.9918 (its four pauses and resumes 3.9 ms against 0.9 ms). A detach of CUPTI after each recording (``cuptiFinalize``
+at the exit of the next driver call, as Kineto does) was tried in session 25 and removed: with device graphs on it
+broke the next generation (``CUDA_ERROR_LAUNCH_FAILED``, H100, CUDA 13.0), and it had nothing to cure: the untraced
+arm ran at 0.9989 (graphs) and 1.0003 (eager) of its speed before CUPTI ever started in the process, after 12 and 64
+recordings (tests/data/h200/session25). (Graph-level records, ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` switched on in a
+running ``max serve`` worker, crashed it on the H200: segmentation fault; not offered.)"""
 RESERVE_ARENA_BYTES = 128 << 20
 RESERVE_BUFFERS = 4
 """What :meth:`NativeCuptiCollector.reserve` faults in ahead: about 600k kernel records and four activity buffers
@@ -176,7 +177,6 @@ def _bind(path: str) -> Any:
     lib.mp_held.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_int)]
     lib.mp_callback_name.argtypes = [ctypes.c_int, ctypes.c_uint32]
     lib.mp_set_options.argtypes = [ctypes.c_uint]
-    lib.mp_detaches.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_int)]
     return lib
 
 
@@ -256,13 +256,6 @@ class NativeCuptiCollector:
             raise CaptureError(
                 f"could not set aside {arena_bytes >> 20} MB for kernel records and {buffers} CUPTI buffers"
             )
-
-    def detaches(self) -> tuple[int, bool]:
-        """``detach-at-stop``: how many times CUPTI was detached from this process, and whether a detach still waits
-        for the next driver call."""
-        done, pending = ctypes.c_uint64(), ctypes.c_int()
-        self._lib.mp_detaches(ctypes.byref(done), ctypes.byref(pending))
-        return done.value, bool(pending.value)
 
     def held(self) -> tuple[int, int]:
         """The kernel array's capacity (bytes) and the free activity buffers kept between recordings."""

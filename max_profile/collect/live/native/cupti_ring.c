@@ -40,14 +40,11 @@ typedef CUptiResult (*fn_subscribe_t)(CUpti_SubscriberHandle *, CUpti_CallbackFu
 typedef CUptiResult (*fn_subscribe2_t)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *, CUpti_SubscriberParams *);
 typedef CUptiResult (*fn_unsubscribe_t)(CUpti_SubscriberHandle);
 typedef CUptiResult (*fn_set_attribute_t)(CUpti_ActivityAttribute, size_t *, void *);
-typedef CUptiResult (*fn_finalize_t)(void);
-typedef CUptiResult (*fn_enable_domain_t)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain);
 
 /* mp_set_options() flags */
 #define MP_ZEROED_BUFFERS 1u /* hand CUPTI zeroed buffers (zeroed on CUPTI's thread, after their records are copied) */
 #define MP_RELEASE_WHILE_PAUSED 2u /* unsubscribe at each pause, subscribe again at resume (no CUPTI subscriber between slices) */
 #define MP_FLUSH_AT_PAUSE 4u /* a forced flush at each pause: no partly filled buffer carried from one slice into the next */
-#define MP_DETACH_AT_STOP 8u /* cuptiFinalize at the exit of the first driver call after a stop: CUPTI detached between recordings */
 
 typedef struct {
     char *data;
@@ -70,13 +67,8 @@ static struct {
     fn_subscribe2_t subscribe2;
     fn_unsubscribe_t unsubscribe;
     fn_set_attribute_t set_attribute;
-    fn_finalize_t finalize;
-    fn_enable_domain_t enable_domain;
     CUpti_SubscriberHandle subscriber;
     int subscribed, recording, paused, launches, lost_at_resume;
-    int detach_pending; /* MP_DETACH_AT_STOP: the next driver call's exit detaches CUPTI (under detach_lock) */
-    uint64_t detaches;  /* cuptiFinalize calls made so far */
-    pthread_mutex_t detach_lock;
     unsigned options, active_options;
     size_t buffer_bytes, max_bytes;
     pthread_mutex_t lock, free_lock; /* lock: the arrays and counters; free_lock: the free buffers only */
@@ -86,7 +78,7 @@ static struct {
     uint64_t dropped_records, other_records, buffers_completed, callback_ns, graph_launches, launch_calls_kept;
     char error[512];
     char holder[128];
-} S = {.lock = PTHREAD_MUTEX_INITIALIZER, .free_lock = PTHREAD_MUTEX_INITIALIZER, .detach_lock = PTHREAD_MUTEX_INITIALIZER};
+} S = {.lock = PTHREAD_MUTEX_INITIALIZER, .free_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -164,53 +156,8 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     free(buffer);
 }
 
-/* The subscriber's callback: off (no domain enabled) except after a stop with MP_DETACH_AT_STOP, when the driver
- * domain is on until the next driver call's exit. There CUPTI is detached (cuptiFinalize), as CUPTI's documentation
- * recommends for a dynamic detach and as Kineto does at a profile's end (pytorch/kineto#686): a CUPTI left attached
- * slowed PyTorch processes 10-20 % after profiling (pytorch/pytorch#144455). Not before CUDA 12.6 with graphs: CUPTI
- * crashed when attached again after a detach (Kineto keeps it attached there). detach_lock guards the detach state
- * only: no CUPTI call is made under it except the detach itself, here. */
-static void CUPTIAPI api_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data) {
-    (void)userdata; (void)cbid;
-    if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
-    if (!data || ((const CUpti_CallbackData *)data)->callbackSite != CUPTI_API_EXIT) return;
-    pthread_mutex_lock(&S.detach_lock);
-    if (S.detach_pending) {
-        S.detach_pending = 0;
-        if (S.finalize() == CUPTI_SUCCESS) S.detaches++;
-        S.subscribed = 0; /* the subscription went with CUPTI's state */
-    }
-    pthread_mutex_unlock(&S.detach_lock);
-}
-
-/* Claim a detach asked for at a stop that no driver call has carried out yet (1: claimed, the subscription is still
- * ours and its driver domain is switched off again; 0: none pending, or the detach already happened). */
-static int claim_pending_detach(void) {
-    pthread_mutex_lock(&S.detach_lock);
-    int claimed = S.detach_pending;
-    S.detach_pending = 0;
-    pthread_mutex_unlock(&S.detach_lock);
-    if (claimed) S.enable_domain(0, S.subscriber, CUPTI_CB_DOMAIN_DRIVER_API);
-    return claimed;
-}
-
-/* With MP_DETACH_AT_STOP: ask for the detach at the next driver call's exit; 0 when it cannot be (then unsubscribe). */
-static int ask_detach(void) {
-    if (!(S.active_options & MP_DETACH_AT_STOP) || !S.subscribed || !S.finalize || !S.enable_domain) return 0;
-    pthread_mutex_lock(&S.detach_lock);
-    S.detach_pending = 1;
-    pthread_mutex_unlock(&S.detach_lock);
-    if (S.enable_domain(1, S.subscriber, CUPTI_CB_DOMAIN_DRIVER_API) == CUPTI_SUCCESS) return 1;
-    claim_pending_detach();
-    return 0;
-}
-
-/* cuptiFinalize calls made at MP_DETACH_AT_STOP detaches so far, and whether one is still waiting for a driver call. */
-void mp_detaches(uint64_t *done, int *pending) {
-    pthread_mutex_lock(&S.detach_lock);
-    *done = S.detaches;
-    *pending = S.detach_pending;
-    pthread_mutex_unlock(&S.detach_lock);
+static void CUPTIAPI no_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data) {
+    (void)userdata; (void)domain; (void)cbid; (void)data;
 }
 
 #define LOAD(field, name) S.field = (void *)dlsym(S.lib, name)
@@ -239,8 +186,6 @@ int mp_open(const char *libcupti) {
     LOAD(subscribe2, "cuptiSubscribe_v2");
     LOAD(unsubscribe, "cuptiUnsubscribe");
     LOAD(set_attribute, "cuptiActivitySetAttribute");
-    LOAD(finalize, "cuptiFinalize");
-    LOAD(enable_domain, "cuptiEnableDomain");
     if (!S.reg || !S.enable || !S.disable || !S.flush || !S.next || !S.timestamp) {
         snprintf(S.error, sizeof S.error, "%s lacks the CUPTI activity API", libcupti);
         dlclose(S.lib);
@@ -363,9 +308,9 @@ static int subscribe_self(void) {
         params.subscriberName = "max_profile";
         params.oldSubscriberName = S.holder;
         params.oldSubscriberSize = sizeof S.holder;
-        r = S.subscribe2(&S.subscriber, api_callback, NULL, &params);
+        r = S.subscribe2(&S.subscriber, no_callback, NULL, &params);
     } else if (S.subscribe) {
-        r = S.subscribe(&S.subscriber, api_callback, NULL);
+        r = S.subscribe(&S.subscriber, no_callback, NULL);
     } else {
         r = CUPTI_SUCCESS;
     }
@@ -381,8 +326,8 @@ static int subscribe_self(void) {
     return 0;
 }
 
-/* Options for the next mp_start (MP_ZEROED_BUFFERS, MP_RELEASE_WHILE_PAUSED, MP_FLUSH_AT_PAUSE, MP_DETACH_AT_STOP); 0 is
- * the default recording. */
+/* Options for the next mp_start (MP_ZEROED_BUFFERS, MP_RELEASE_WHILE_PAUSED, MP_FLUSH_AT_PAUSE); 0 is the default
+ * recording. */
 void mp_set_options(unsigned options) { S.options = options; }
 
 /* Start recording. launches: also record launch API calls (launch time and thread per kernel); max_bytes caps
@@ -395,7 +340,7 @@ int mp_start(size_t buffer_bytes, int launches, size_t max_bytes) {
     }
     if (S.recording) return 0;
     CUptiResult r;
-    int busy = claim_pending_detach() ? 0 : subscribe_self(); /* a detach no call carried out: still subscribed */
+    int busy = subscribe_self();
     if (busy) return busy;
     set_buffer_bytes(buffer_bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : buffer_bytes);
     S.max_bytes = max_bytes;
@@ -491,10 +436,8 @@ int mp_stop(void) {
     S.paused = 0;
     CUptiResult r = S.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     S.recording = 0;
-    if (!ask_detach()) { /* else detached at the next driver call's exit (api_callback) */
-        if (S.subscribed && S.unsubscribe) S.unsubscribe(S.subscriber);
-        S.subscribed = 0;
-    }
+    if (S.subscribed && S.unsubscribe) S.unsubscribe(S.subscriber);
+    S.subscribed = 0;
     if (r != CUPTI_SUCCESS) {
         set_error("cuptiActivityFlushAll", r);
         return -1;
