@@ -29,8 +29,8 @@ One process, one model load (device graphs as MAX decides unless --no-device-gra
                      kinds switched at a pause or resume, no launch filter re-applied
 
 With ``--residual N`` (5 by default) the none arm also runs N times before CUPTI ever starts in the process and N
-times after every round: what finished recordings leave behind (every arm's ``none`` reference runs in a process where
-CUPTI has recorded before).
+times after the last round: what finished recordings leave behind (every arm's ``none`` reference runs in a process
+where CUPTI has recorded before).
 
 Every arm is timed the same way: new tokens x batch over the wall time of the whole generation (prefill included),
 so the reference arm needs no hook. Prints every round (each arm's tok/s and the host's load around the round; each
@@ -311,7 +311,7 @@ def main() -> int:
         "--residual",
         type=int,
         default=5,
-        help="generations of the none arm before CUPTI ever starts in this process and again after every round "
+        help="generations of the none arm before CUPTI ever starts in this process and again after the last round "
         "(what a finished recording leaves behind; 0 skips)",
     )
     ap.add_argument("--json", help="write every repeat and the summary here")

@@ -16,10 +16,15 @@ from .h200_data import against_none
 
 S25 = Path(__file__).parent / "data" / "h200" / "session25"
 
-RUNS = {"recorded 1-8": (0, 8), "paused 9-127": (8, 127), "recorded 128-136": (127, 136), "paused 137-255": (136, 255)}
+RUNS = {
+    "recorded 1-8": slice(0, 8),
+    "paused 9-127": slice(8, 127),
+    "recorded 128-136": slice(127, 136),
+    "paused 137-255": slice(136, 255),
+}
 """Runs of work steps in one recorder state for the default sixteenth at 256 tokens (slices of 8 from step 1 and step
-128), as index ranges of ``steps_ms`` (``steps_ms[j]`` is work step j + 1; step 0, the prefill, is outside the
-steps)."""
+128), as slices of ``steps_ms`` (``steps_ms[j]`` is work step j + 1; step 0, the prefill, is outside the steps)."""
+WHOLE = slice(None)
 
 
 def _doc(name: str) -> dict[str, Any]:
@@ -27,18 +32,14 @@ def _doc(name: str) -> dict[str, Any]:
         return json.load(f)  # type: ignore[no-any-return]
 
 
-def extra_ms(doc: dict[str, Any], arm: str, run: tuple[int, int] | None) -> float:
-    """The median over rounds of the milliseconds the arm spent more than ``none`` of the same round: over the steps of
-    ``run`` (an index range of ``steps_ms``), outside the steps (``run=None``: the prefill, the recording's start and
-    stop), or in the whole generation (``run=(0, -1)`` adds the time outside the steps to every step)."""
+def extra_ms(doc: dict[str, Any], arm: str, steps: slice | None, outside: bool = False) -> float:
+    """The median over rounds of the milliseconds the arm spent more than ``none`` of the same round: over the decode
+    steps ``steps`` selects of ``steps_ms`` (None: none of them), plus, with ``outside``, the time outside the steps
+    (the prefill, the recording's start and stop)."""
     out = []
     for mine, base in zip(doc["steps"][arm], doc["steps"]["none"], strict=True):
-        if run is None:
-            out.append(mine["outside_ms"] - base["outside_ms"])
-        elif run == (0, -1):
-            out.append(sum(mine["steps_ms"]) + mine["outside_ms"] - sum(base["steps_ms"]) - base["outside_ms"])
-        else:
-            out.append(sum(mine["steps_ms"][run[0] : run[1]]) - sum(base["steps_ms"][run[0] : run[1]]))
+        extra = sum(mine["steps_ms"][steps]) - sum(base["steps_ms"][steps]) if steps is not None else 0.0
+        out.append(extra + (mine["outside_ms"] - base["outside_ms"] if outside else 0.0))
     return statistics.median(out)
 
 
@@ -88,10 +89,10 @@ def test_where_the_default_sixteenths_cost_goes() -> None:
     steps, 2.6 in the first slice, 0.9 in the second, and nothing measurable in the paused steps, before or after the
     resume (the place session 23's second lease suggested)."""
     graphs, eager = _doc("overhead_3b_graphs_attached"), _doc("overhead_3b_eager")
-    assert extra_ms(graphs, "cupti", (0, -1)) == pytest.approx(2.89, abs=0.005)
-    assert extra_ms(graphs, "cupti", None) == pytest.approx(2.18, abs=0.005)
-    assert extra_ms(eager, "cupti", (0, -1)) == pytest.approx(4.19, abs=0.005)
-    assert extra_ms(eager, "cupti", None) == pytest.approx(1.87, abs=0.005)
+    assert extra_ms(graphs, "cupti", WHOLE, outside=True) == pytest.approx(2.89, abs=0.005)
+    assert extra_ms(graphs, "cupti", None, outside=True) == pytest.approx(2.18, abs=0.005)
+    assert extra_ms(eager, "cupti", WHOLE, outside=True) == pytest.approx(4.19, abs=0.005)
+    assert extra_ms(eager, "cupti", None, outside=True) == pytest.approx(1.87, abs=0.005)
     by_run = {label: extra_ms(eager, "cupti", run) for label, run in RUNS.items()}
     assert by_run == pytest.approx(
         {"recorded 1-8": 2.61, "paused 9-127": -0.70, "recorded 128-136": 0.89, "paused 137-255": -0.13}, abs=0.005
@@ -99,12 +100,12 @@ def test_where_the_default_sixteenths_cost_goes() -> None:
     untraced = statistics.median(sum(r["steps_ms"]) + r["outside_ms"] for r in eager["steps"]["none"])
     assert untraced == pytest.approx(646.6, abs=0.05)
     # a forced flush at each pause costs in every slice: 11.2 ms in all, the second slice 2.9
-    assert extra_ms(eager, "cupti-flush", (0, -1)) == pytest.approx(11.2, abs=0.05)
+    assert extra_ms(eager, "cupti-flush", WHOLE, outside=True) == pytest.approx(11.2, abs=0.05)
     assert extra_ms(eager, "cupti-flush", RUNS["recorded 128-136"]) == pytest.approx(2.89, abs=0.005)
 
 
 def test_finished_recordings_leave_the_process_as_it_was() -> None:
-    """``--residual 5``: the untraced arm before CUPTI ever started in the process against after every round."""
+    """``--residual 5``: the untraced arm before CUPTI ever started in the process against after the last round."""
     for name, ratio, captures in (("overhead_3b_graphs_attached", 0.9989, 12), ("overhead_3b_eager", 1.0003, 64)):
         residual = _doc(name)["residual"]
         assert residual["captures_between"] == captures
