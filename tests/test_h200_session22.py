@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .h200_data import against_none, paired_steps
+from .h200_data import acceptance_rows, against_none, paired_steps
 
 S22 = Path(__file__).parent / "data" / "h200" / "session22"
 
@@ -20,7 +20,7 @@ def _doc(name: str) -> dict[str, Any]:
 
 
 def test_the_steps_that_ran_and_the_card() -> None:
-    rows = [line.split("\t") for line in (S22 / "lease1" / "acceptance.tsv").read_text().splitlines()[1:]]
+    rows = acceptance_rows(S22 / "lease1" / "acceptance.tsv")
     assert [(r[0], r[1]) for r in rows] == [
         ("make_m3b", "0"),
         ("serve_ab_3b", "0"),

@@ -5,14 +5,13 @@ README states, recomputed from each round and window the benchmarks wrote."""
 from __future__ import annotations
 
 import json
-import re
 import statistics
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .h200_data import against_none
+from .h200_data import acceptance_rows, against_none, launch_joins_undone
 
 S23 = Path(__file__).parent / "data" / "h200" / "session23"
 
@@ -26,7 +25,7 @@ def test_the_steps_that_ran_and_the_cards() -> None:
         ("lease1", ["make_m3b", "overhead_3b_eager", "serve_ab_3b", "overhead_3b_graphs"]),
         ("lease2", ["make_m3b", "overhead_3b_eager"]),
     ):
-        rows = [line.split("\t") for line in (S23 / lease / "acceptance.tsv").read_text().splitlines()[1:]]
+        rows = acceptance_rows(S23 / lease / "acceptance.tsv")
         assert [(r[0], r[1]) for r in rows] == [(s, "0") for s in steps]
         assert "NVIDIA H100 80GB HBM3, 580.159.04" in (S23 / lease / "nvidia-smi.csv").read_text()
 
@@ -88,8 +87,4 @@ def test_served_windows_all_recorded_and_the_wrong_joins_grew_session_by_session
     assert all(len(w["worker_per_slice"]) == 6 for w in default)
     assert all(min(w["worker_per_slice"]) > 25000 for w in default)
 
-    def undone(window: dict[str, Any]) -> int:
-        found = [re.match(r"CUPTI: (\d+) kernel\(s\) were joined to a launch call", n) for n in window["worker_notes"]]
-        return next((int(m.group(1)) for m in found if m), 0)
-
-    assert [undone(w) for w in default] == [0, 1620, 182064]
+    assert [launch_joins_undone(w) for w in default] == [0, 1620, 182064]

@@ -18,6 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import serve_ab as bench  # noqa: E402
 
+from .h200_data import acceptance_rows, launch_joins_undone, tok_s_ratios  # noqa: E402
+
 S26 = Path(__file__).parent / "data" / "h200" / "session26"
 
 ROUND = re.compile(r"round\s+(\d+): none ([\d.]+), sampler ([\d.]+), cupti ([\d.]+)")
@@ -41,7 +43,7 @@ def _m24_rounds() -> tuple[list[dict[str, float]], list[dict[str, tuple[float, f
 
 
 def test_the_steps_that_ran_and_the_card() -> None:
-    rows = [line.split("\t") for line in (S26 / "acceptance.tsv").read_text().splitlines()[1:]]
+    rows = acceptance_rows(S26 / "acceptance.tsv")
     assert [(r[0], r[1]) for r in rows] == [("make_m3b", "0"), ("serve_ab_3b", "0"), ("make_m24", "0")]
     assert "--pairs 5" in rows[1][4] and "--variants default " in rows[1][4]
     assert "NVIDIA H100 80GB HBM3, 580.159.04" in (S26 / "nvidia-smi.csv").read_text()
@@ -83,12 +85,7 @@ def test_served_every_round_recorded_on_a_steady_server() -> None:
 def test_served_wrong_launch_joins_only_in_the_first_recording() -> None:
     """CUPTI 13.0's wrong correlation ids: 153,454 kernels in the server's first recording session, none later (session
     23's grew from none to 182,064 over three)."""
-
-    def undone(window: dict[str, Any]) -> int:
-        found = [re.match(r"CUPTI: (\d+) kernel\(s\) were joined to a launch call", n) for n in window["worker_notes"]]
-        return next((int(m.group(1)) for m in found if m), 0)
-
-    assert [undone(w) for w in _served()["windows"] if w["traced"]] == [153454, 0, 0, 0, 0]
+    assert [launch_joins_undone(w) for w in _served()["windows"] if w["traced"]] == [153454, 0, 0, 0, 0]
 
 
 def test_m24_against_no_profiler_over_six_rounds() -> None:
@@ -96,12 +93,7 @@ def test_m24_against_no_profiler_over_six_rounds() -> None:
     assert len(tok_s) == len(steps) == 6  # of 11: the lease ran out
     none = [r["none"] for r in tok_s]
     for arm, expected in (("sampler", (0.9998, 0.9998)), ("cupti", (0.9982, 0.9982))):
-        mine = [r[arm] for r in tok_s]
-        got = (
-            statistics.median(mine) / statistics.median(none),
-            statistics.median(m / n for m, n in zip(mine, none, strict=True)),
-        )
-        assert got == pytest.approx(expected, abs=5e-5)
+        assert tok_s_ratios(none, [r[arm] for r in tok_s]) == pytest.approx(expected, abs=5e-5)
     assert (min(none), max(none)) == (254.4, 254.5)
     assert (min(r["cupti"] for r in tok_s), max(r["cupti"] for r in tok_s)) == (253.9, 254.1)
     p50s = [s[a][0] for s in steps for a in ("none", "sampler", "cupti")]
