@@ -180,7 +180,7 @@ def test_kernel_lines_per_phase_and_family() -> None:
     decode = next(p for p in k.phases if p.phase == "decode")
     assert len(top) == min(10, len(decode.top_kernels))
     assert top[0].metric == f"kernel {decode.top_kernels[0].name}"
-    assert top[0].a == decode.top_kernels[0].total_ms / decode.steps
+    assert top[0].a == decode.top_kernels[0].total_ms / decode.kernel_ms * decode.kernel_ms_per_step
     verdict = next(v for v in got.verdicts if "decode gemv per step" in v)
     assert verdict.startswith("REGRESSION: decode gemv per step +50.0 %")
     assert "changed:" not in " ".join(got.verdicts)

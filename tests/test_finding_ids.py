@@ -221,6 +221,13 @@ def _fp8_without_config() -> Report:
     )
 
 
+def _fp8_import(steps: bool) -> Report:
+    """The FP8 capture as an imported trace would be: no model config, and without steps (a Kineto trace) or with."""
+    raw = RawCapture.load(str(H200 / "session7/run_fp8_raw.json.gz"))
+    capture = msgspec.structs.replace(raw.capture, model_config=None, model_weights=None)
+    return build_report(msgspec.structs.replace(raw, capture=capture, steps=raw.steps if steps else []))
+
+
 GROUPED = "grouped_matmul_sm90_0123456789abcdef"
 ROUTE = "moe_create_indices_0123456789abcdef"
 QUANT = "quantize_dynamic_fp8_0123456789abcdef"
@@ -247,6 +254,9 @@ CASES: dict[str, tuple[Callable[[], Report], Callable[[], Report]]] = {
     "ops-bound": (lambda: _ops_on_cpu(0.6), lambda: _ops_on_cpu(0.2)),
     "matmul-slow-path": (lambda: real("session7/run_fp8_raw.json.gz"), lambda: real("session7/run_b32_raw.json.gz")),
     "matmul-below-roofline": (lambda: real("session7/run_b32_raw.json.gz"), lambda: _batched(2.7)),
+    # a trace without steps: only the kernels' names say the matmuls took the fallback; with steps the ledger's
+    # matmul-slow-path says it, with its lever
+    "kernel-slow-path": (lambda: _fp8_import(steps=False), lambda: _fp8_import(steps=True)),
     "attention-below-roofline": (
         lambda: real("session12/run_b64_3b_raw.json.gz"),
         lambda: real("session7/run_b32_raw.json.gz"),

@@ -187,7 +187,7 @@ def test_moe_needs_both_expert_matmuls_and_routing() -> None:
 
 
 def test_unfused_attention_counts_the_capture_s_attention_kernels_without_phases() -> None:
-    from max_profile.analyze.rules.kernel_mix import _attention_presence
+    from max_profile.analyze.rules.base import attention_presence as _attention_presence
 
     report = build_report(synthetic([3.0] * 11, [[(GEMM, 1.0), ("sm90_mha_depth128", 0.1), (ROUTE, 0.2)]] * 11))
     k = report.kernels

@@ -297,22 +297,32 @@ def test_model_refeed_edges() -> None:
 
 def test_per_step_kernel_growth_and_its_edges() -> None:
     """The kernel growth ratio and its correlation against plain-Python truths; no figure under the minimum of steps;
-    no correlation when the per-step kernels and the steps differ in number."""
+    a sampled recording reads only the steps it recorded whole, paired with their own sequence lengths."""
     from max_profile.analyze.rules.kv_cache import _per_step_kernel_growth
 
     decode, prefill = growing_run(n=36)
-    report = build_report(capture(decode, prefill))
-    steps = sorted((s for s in report.steps if s.phase == "decode"), key=lambda s: s.start_ns)
-    growth, corr = _per_step_kernel_growth(report, steps, TH.kv_min_decode_steps)
+    raw = capture(decode, prefill)
+    report = build_report(raw)
+    growth, corr = _per_step_kernel_growth(report, TH.kv_min_decode_steps)
     kernel_ms = [sum(round(k * 1e6) for _, k in d.kernels) / 1e6 for d in decode]
     k_first, k_last = thirds(kernel_ms)
     assert growth == pytest.approx(k_last / k_first, rel=1e-12)
     assert corr == pytest.approx(steadiness([d.context + 1 for d in decode], kernel_ms), rel=1e-12)
     # one step fewer than the rule needs: no growth figure; exactly the minimum: one
-    assert _per_step_kernel_growth(report, steps, len(decode) + 1) == (None, 0.0)
-    assert _per_step_kernel_growth(report, steps, len(decode))[0] == growth
-    # per-step kernels paired with a different number of steps: no correlation (0.0), the ratio still
-    assert _per_step_kernel_growth(report, steps[:-1], TH.kv_min_decode_steps) == (growth, 0.0)
+    assert _per_step_kernel_growth(report, len(decode) + 1) == (None, 0.0)
+    assert _per_step_kernel_growth(report, len(decode))[0] == growth
+    # a recording of the second half of the decode steps only: the figures of those steps, never zeros for the others
+    work = sorted((s for s in raw.steps if s.batch_size > 0), key=lambda s: s.start_ns)
+    half = [s for s in work if s.phase == "decode"][len(decode) // 2 :]
+    sampled = msgspec.structs.replace(
+        raw, recorded_spans=[(half[0].start_ns, half[-1].end_ns)], window_ns=(work[0].start_ns, work[-1].end_ns)
+    )
+    part = build_report(sampled)
+    recorded = kernel_ms[len(decode) // 2 :]
+    p_first, p_last = thirds(recorded)
+    g, c = _per_step_kernel_growth(part, len(recorded))
+    assert g == pytest.approx(p_last / p_first, rel=1e-12)
+    assert c == pytest.approx(steadiness([d.context + 1 for d in decode[len(decode) // 2 :]], recorded), rel=1e-12)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7, 11])

@@ -10,7 +10,8 @@ import msgspec
 import numpy as np
 import pytest
 
-from max_profile.analyze.ledger import _coverage, roofs_for, server_ledger
+from max_profile.analyze.breakdown import coverage_before as _coverage
+from max_profile.analyze.ledger import roofs_for, server_ledger
 from max_profile.analyze.roofline import PEAK_DENSE_FLOPS, PEAK_DRAM_BYTES_PER_S
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import KernelTable, LoadWindow, ServerMetrics, Step

@@ -130,10 +130,10 @@ def test_the_top_kernel_and_its_launch_shape_fall_back_and_miss_cleanly(b32: Rep
 
 
 def test_gpu_bound_reads_the_decode_busy_share_off_the_step_ledger() -> None:
-    """A sampled recording (session 13: a quarter of the steps recorded): the ledger's decode steps are 94.3 % busy,
-    while the breakdown's decode phase, spread over the unrecorded steps too, reads 26.8 %: the verdict takes the
-    ledger's. Without a ledger it falls back to the phase's share (no verdict here), without phases to the capture's,
-    its confidence scaled down."""
+    """A sampled recording (a quarter of the steps recorded): the ledger's decode steps are 94.3 % busy, and the
+    breakdown's decode phase reads the same (it once spread the recorded kernels over the unrecorded steps too: 26.8
+    %). Without a ledger the verdict falls back to the phase's share, without phases to the capture's, its confidence
+    scaled down."""
     from max_profile.analyze.rules.base import phase_of
     from max_profile.analyze.rules.levers import rule_gpu_bound
 
@@ -142,7 +142,8 @@ def test_gpu_bound_reads_the_decode_busy_share_off_the_step_ledger() -> None:
     assert isinstance(report.kernels, KernelBreakdown) and report.ledger is not None
     dl = next(p for p in report.ledger.phases if p.phase == "decode")  # type: ignore[union-attr]
     d = phase_of(report.kernels, "decode")
-    assert d is not None and d.gpu_busy_pct is not None and d.gpu_busy_pct < th.gpu_bound_busy_pct <= dl.busy_pct
+    assert d is not None and d.gpu_busy_pct == dl.busy_pct and th.gpu_bound_busy_pct <= dl.busy_pct
+    assert (d.steps, d.steps_in_capture) == (dl.steps, dl.steps_in_capture) == (32, 128)
     [f] = rule_gpu_bound(report, th)
     assert f.evidence == {
         "gpu_busy_pct": round(dl.busy_pct, 1),
@@ -156,10 +157,14 @@ def test_gpu_bound_reads_the_decode_busy_share_off_the_step_ledger() -> None:
         == f"GPU-bound: kernels ran {dl.busy_pct:.0f}% of the decode steps; the kernel mix is where the time goes"
     )
     assert rule_gpu_bound(report, Thresholds(gpu_bound_busy_pct=math.nextafter(dl.busy_pct, 100.0))) == []
-    no_ledger = msgspec.structs.replace(report, ledger=None)
-    assert rule_gpu_bound(no_ledger, th) == []  # the phase's 26.8 %
-    at_phase = rule_gpu_bound(no_ledger, Thresholds(gpu_bound_busy_pct=d.gpu_busy_pct))
-    assert [x.evidence["gpu_busy_pct"] for x in at_phase] == [round(d.gpu_busy_pct, 1)]
+    no_ledger = msgspec.structs.replace(
+        report,
+        ledger=None,
+        kernels=msgspec.structs.replace(report.kernels, phases=[msgspec.structs.replace(d, gpu_busy_pct=26.8)]),
+    )
+    assert rule_gpu_bound(no_ledger, th) == []  # the phase's own 26.8 %
+    at_phase = rule_gpu_bound(no_ledger, Thresholds(gpu_bound_busy_pct=26.8))
+    assert [x.evidence["gpu_busy_pct"] for x in at_phase] == [26.8]
     no_phases = msgspec.structs.replace(no_ledger, kernels=msgspec.structs.replace(report.kernels, phases=[]))
     busy = report.kernels.gpu_busy_pct
     assert busy is not None
@@ -263,7 +268,10 @@ def test_lightly_loaded_at_its_threshold_and_its_command_only_for_attach() -> No
     assert f.title.startswith(
         f"Lightly loaded: requests in flight only {share:.0f} % of the window, {rate:.2f} requests/s"
     )
-    assert f.command is not None and f.command.verb == "attach" and f.command.args == {"concurrency": "1,4,16"}
+    # the server's own URL and its metrics URL (not the default port here): the command runs as printed
+    assert f.command is not None and f.command.verb == "attach"
+    assert f.command.positional == ["http://127.0.0.1:8123"]
+    assert f.command.args == {"metrics_url": "http://127.0.0.1:8124/metrics", "concurrency": "1,4,16"}
     assert rule_outside_steps(idle, Thresholds(light_load_pct=share)) == []
     gen = _outside(3.0)
     [g] = rule_outside_steps(gen, Thresholds())

@@ -49,20 +49,30 @@ def slow(r: Report, phase: str, part: str, share_of_step: float) -> dict[tuple[s
     return {(phase, part): {"recoverable_ms_per_step": rec, "ms_per_step": rec + 0.01, "pct_of_roofline": 10.0}}
 
 
-def test_attention_written_as_ops_gets_its_verdict_and_the_wiring_advice() -> None:
+def test_attention_written_as_ops_is_one_verdict_with_its_lever() -> None:
+    """An attention written as MAX ops (a naive batched matmul, a softmax...) is one warning: unfused-attention, carrying
+    the attention ops' lever and a deep dive of their top kernel. The op group and the naive matmul kernel it launched
+    make no verdict of their own: the same time is never two levers, and the phase's levers never pass its step."""
     r = report(OPS_B)
-    got = [
-        f
-        for f in rule_op_roofline(priced(r, slow(r, "decode", ATTENTION, 0.3)), Thresholds())
-        if f.evidence["priced_as"] == ATTENTION
-    ]
-    # its top kernel (naive_batched_matmul) names a fallback: an attention group is judged anyway
-    assert len(got) == 1 and got[0].next_step is not None and got[0].next_step.startswith("Wire the architecture's")
-    two = priced(r, {**slow(r, "decode", ATTENTION, 0.3)})
-    g = next(x for x in ops_of(two).priced if x.phase == "decode" and x.part == ATTENTION)
-    two = priced(two, {("decode", ATTENTION): {"ops": g.ops[:2]}})
-    (f2,) = [f for f in rule_op_roofline(two, Thresholds()) if f.evidence["priced_as"] == ATTENTION]
-    assert f2.next_step.startswith("Wire")  # type: ignore[union-attr]  # two ops are attention written out too
+    slowed = priced(r, slow(r, "decode", ATTENTION, 0.3))
+    assert [f for f in rule_op_roofline(slowed, Thresholds()) if f.evidence["priced_as"] == ATTENTION] == []
+    judged = msgspec.structs.replace(slowed, findings=evaluate(slowed))
+    ids = [f.id for f in judged.findings]
+    assert "unfused-attention" in ids
+    assert not [f for f in judged.findings if f.id == "op-below-roofline" and f.evidence["priced_as"] == ATTENTION]
+    assert "matmul-slow-path" not in ids  # its naive kernel ran inside the attention ops only
+    (unfused,) = [f for f in judged.findings if f.id == "unfused-attention"]
+    g = next(x for x in ops_of(slowed).priced if x.phase == "decode" and x.part == ATTENTION)
+    assert unfused.lever is not None and unfused.lever.phase == "decode"
+    assert unfused.lever.ms_per_step == round(g.recoverable_ms_per_step, 4)
+    assert unfused.command is not None and unfused.command.verb == "kernel"
+    assert unfused.next_step is not None and unfused.next_step.startswith("Wire the architecture's")
+    decode = step_ms(slowed, "decode")
+    levers = [f.lever.ms_per_step for f in judged.findings if f.lever is not None and f.lever.phase == "decode"]
+    assert sum(levers) <= decode
+
+
+def test_a_fused_attention_op_keeps_its_op_verdict() -> None:
     a = report(OPS_A)
     (fused,) = [
         f

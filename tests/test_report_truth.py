@@ -241,7 +241,16 @@ def test_the_decode_cost_models_inputs() -> None:
     assert isinstance(k, KernelBreakdown)
     d = next(p for p in k.phases if p.phase == "decode")
     assert cost.kernels is not None
-    assert cost.kernels.ms_per_step == pytest.approx(sum(f.total_ms for f in d.families) / d.steps, abs=1e-6)
+    # per step on the ledger's scale: the decode kernels' busy time per recorded step, split by family share
+    lg = r.ledger
+    assert isinstance(lg, StepLedger)
+    ldec = next(p for p in lg.phases if p.phase == "decode")
+    assert cost.kernels.ms_per_step == pytest.approx(
+        sum(row.ms_per_step for row in ldec.rows if row.kind == "kernels"), abs=1e-6
+    )
+    attention = next(f for f in cost.families if f.family == "attention")
+    total = next(f.total_ms for f in d.families if f.family == "attention")
+    assert attention.ms_per_step == pytest.approx(total / d.kernel_ms * d.kernel_ms_per_step, abs=1e-6)
     nvtx = msgspec.structs.replace(r, kernels=msgspec.structs.replace(k, source="nvtx-log (MAX op ranges, host time)"))
     assert decode_cost_of(nvtx).kernels is None  # type: ignore[union-attr]  # host op time is no kernel time
     assert decode_cost_of(msgspec.structs.replace(r, steps=[s for s in r.steps if s.phase != "decode"])) is None

@@ -62,15 +62,20 @@ def make_steps(seed: int) -> list[Step]:
 
 
 def growth_truth(decode: Sequence[Step]) -> float | None:
-    pts = [(s.context_tokens + s.input_tokens, (s.end_ns - s.start_ns) / 1e6) for s in decode]
+    """The slope by hand: the most common batch size's steps, ordered by sequence length, first vs last third's
+    medians, at least 8 steps and 16 tokens between the thirds."""
+    sizes = [s.batch_size for s in decode]
+    common = max(set(sizes), key=sizes.count) if sizes else 0
+    pts = sorted(
+        ((s.context_tokens + s.input_tokens, (s.end_ns - s.start_ns) / 1e6) for s in decode if s.batch_size == common),
+        key=lambda p: p[0],
+    )
     if len(pts) < 8:
         return None
     x, y = [p[0] for p in pts], [p[1] for p in pts]
-    if max(x) - min(x) <= 0:
-        return None
     k = max(len(x) // 3, 1)
     dx = statistics.median(x[-k:]) - statistics.median(x[:k])
-    if dx <= 0:
+    if dx < 16:
         return None
     return (statistics.median(y[-k:]) - statistics.median(y[:k])) / dx * 100.0
 
@@ -149,17 +154,44 @@ def decode_run(n: int, context: Sequence[int] | None = None, ms: Sequence[float]
 
 
 def test_decode_growth_edges() -> None:
-    assert decode_growth(decode_run(7)) is None  # under 8 steps: no slope
-    eight = decode_run(8)
+    assert decode_growth(decode_run(7, context=[10 * i for i in range(7)])) is None  # under 8 steps: no slope
+    eight = decode_run(8, context=[10 * i for i in range(8)])
     assert decode_growth(eight) == pytest.approx(growth_truth(eight), rel=1e-12)
     assert decode_growth(decode_run(9, context=[50] * 9)) is None  # one context length: no slope
-    falling = decode_run(9, context=[60 - i for i in range(9)])
-    assert decode_growth(falling) is None  # the last third's context below the first's
-    # a context that only the middle step moves: the thirds' medians equal, dx = 0
+    # a context falling with time is still a context: the steps are read by their length, not their order
+    falling = decode_run(9, context=[90 - 10 * i for i in range(9)], ms=[3.0 - 0.1 * i for i in range(9)])
+    assert decode_growth(falling) == pytest.approx(1.0, rel=1e-9)  # 0.1 ms per 10 tokens: 1 ms per 100
+    # a context that only the middle step moves: the thirds' medians equal, no span
     flat_ends = decode_run(9, context=[10, 10, 10, 10, 99, 10, 10, 10, 10])
     assert decode_growth(flat_ends) is None
     rising = decode_run(30, ms=[2.0 + 0.1 * i for i in range(30)])
     assert decode_growth(rising) == pytest.approx(10.0, rel=1e-9)  # 0.1 ms per token: 10 ms per 100
+
+
+def test_a_span_of_a_few_tokens_gives_no_slope() -> None:
+    """A server's requests at similar lengths: the time noise over a span of 1 token read as 200 ms per 100 tokens."""
+    one_token = decode_run(
+        9, context=[10, 10, 10, 10, 10, 11, 11, 11, 11], ms=[1.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0]
+    )
+    assert decode_growth(one_token) is None
+    just_enough = decode_run(9, context=[10, 10, 10, 18, 18, 18, 26, 26, 26], ms=[1.0] * 3 + [1.5] * 3 + [2.0] * 3)
+    assert decode_growth(just_enough) == pytest.approx(100 * 1.0 / 16)
+
+
+def test_growth_reads_one_batch_size_and_the_untraced_steps() -> None:
+    """Steps of another batch size are longer at any context, and traced steps slower whatever their context: neither
+    enters the slope."""
+    flat = decode_run(24, context=[10 + 4 * i for i in range(24)], ms=[2.0] * 24)
+    bigger = [
+        msgspec_replace(s, batch_size=4, start_ns=s.start_ns + 10**9, end_ns=s.end_ns + 10**9 + 10**6)
+        for s in flat[-6:]
+    ]
+    assert decode_growth(flat + bigger) == pytest.approx(0.0)
+    # the first 8 steps traced (a sampled recording's first slice) and 1 ms slower
+    traced_span = (flat[0].start_ns, flat[7].end_ns)
+    slow_first = [msgspec_replace(s, end_ns=s.end_ns + 10**6) if i < 8 else s for i, s in enumerate(flat)]
+    assert decode_growth(slow_first) < 0  # read together: a falling slope that is the tracer's
+    assert decode_growth(slow_first, traced=[traced_span]) == pytest.approx(0.0)
 
 
 def test_a_server_s_steps_have_no_ttft_and_a_decode_of_no_length_no_throughput() -> None:
@@ -195,10 +227,6 @@ def test_decode_tokens_are_the_batch_not_the_tokens_fed_and_a_rise_of_one_token_
     drafts = [msgspec_replace(s, input_tokens=4) for s in steps]  # a draft of 3 tokens fed with each request
     s = summarize_steps(drafts)
     assert s.phases[0].tokens == 9 and by_batch(drafts)[0].tokens_per_step == 1.0
-    one_token = decode_run(
-        9, context=[10, 10, 10, 10, 10, 11, 11, 11, 11], ms=[1.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0]
-    )
-    assert decode_growth(one_token) == pytest.approx(200.0)  # 2 ms over 1 token: 200 ms per 100
     prefill_only = summarize_steps([PREFILL])
     assert prefill_only.decode_tokens_per_s is None and prefill_only.decode_step_growth_ms_per_100_ctx is None
 

@@ -280,6 +280,20 @@ def matmul_share(share_pct: float) -> Report:
     return build_report(_decode_capture(1, 100, mm + other + 0.01, kernels, M24, weights))
 
 
+def slow_path_share(share_pct: float) -> Report:
+    """A decode in which a kernel naming itself a fallback takes ``share_pct`` of the kernel time (the rest gemv)."""
+    return gemv_mix(
+        [
+            ("naive_blockwise_scaled_fp8_matmul_0123456789abcdef", share_pct / 100 * 0.9),
+            ("gemv_split_k_bf16_128_0123456789abcdef", (100 - share_pct) / 100 * 0.9),
+        ]
+    )
+
+
+def gemv_mix(kernels: list[tuple[str, float]]) -> Report:
+    return mix(kernels, steps=41)
+
+
 def batched(batch: float) -> Report:
     from max_profile.model import ModelWeights, WeightGroup
 
@@ -560,6 +574,7 @@ CASES: dict[str, Case] = {
     "communication_share_pct": (collectives, has("communication-dominates"), 30.5, 29.5),
     "slow_matmul_roofline_pct": (matmul_roof, has("matmul-slow-path", "decode"), 24.5, 25.5),
     "slow_matmul_share_pct": (matmul_share, has("matmul-slow-path", "decode"), 51.0, 49.0),
+    "slow_path_share_pct": (slow_path_share, has("kernel-slow-path"), 15.5, 14.5),
     "batched_decode_min_batch": (batched, has("healthy-batched-decode"), 2, 1),
     "lever_warning_pct": (idle_share, has("gpu-idle", "decode", "warning"), 15.5, 14.5),
     "lever_info_pct": (idle_share, has("gpu-idle", "decode"), 5.5, 4.5),

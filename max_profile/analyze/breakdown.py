@@ -17,7 +17,7 @@ Pure functions over numpy columns: a million kernels take well under a second.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import msgspec
@@ -163,6 +163,43 @@ def recorded_in_window(window: tuple[int, int], recorded: Sequence[tuple[int, in
     """The recorded slices clipped to the window, in time order (empty slices dropped, overlapping ones merged: the
     slices of several recording processes)."""
     return merged_spans((max(a, window[0]), min(b, window[1])) for a, b in recorded)
+
+
+def coverage_before(starts: np.ndarray, ends: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """f(t): the length of the (merged) intervals lying before t: the part of [a, b] they cover is f(b) - f(a)."""
+    spans = merged_spans(zip(starts.tolist(), ends.tolist(), strict=True))
+    if not spans:
+        return lambda t: np.zeros(t.shape, dtype=np.float64)
+    a = np.array([x for x, _ in spans], dtype=np.int64)
+    b = np.array([y for _, y in spans], dtype=np.int64)
+    before = np.concatenate([[0], np.cumsum(b - a)]).astype(np.float64)  # length of the spans wholly before span i
+
+    def f(t: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(a, t, side="right") - 1  # the span starting at or before t
+        out = np.zeros(t.shape, dtype=np.float64)
+        ok = i >= 0
+        out[ok] = before[i[ok]] + np.minimum(t[ok] - a[i[ok]], b[i[ok]] - a[i[ok]])
+        return out
+
+    return f
+
+
+def observed_shares(
+    step_start: np.ndarray, step_end: np.ndarray, spans: Sequence[tuple[int, int]] | None
+) -> np.ndarray:
+    """The share of each step that lies inside the observed spans (a sampled recording's slices): 1 for every step
+    when ``spans`` is None (the whole window recorded). A step of no length counts whole when it starts inside a span.
+    What every per-step figure divides by: a sampled capture's steps outside its slices were not recorded."""
+    if spans is None:
+        return np.ones(step_start.shape, dtype=np.float64)
+    seen = coverage_before(
+        np.array([a for a, _ in spans], dtype=np.int64), np.array([b for _, b in spans], dtype=np.int64)
+    )
+    return np.where(
+        step_end > step_start,
+        (seen(step_end) - seen(step_start)) / np.maximum(step_end - step_start, 1),
+        ((seen(step_start + 1) - seen(step_start)) > 0).astype(np.float64),
+    )
 
 
 LOST_RECORDS_RATIO = 0.2
@@ -335,36 +372,49 @@ def build_breakdown(
 
     phase_codes = np.array([PHASES.index(s.phase) for s in ordered] or [0], dtype=np.int32)
     kernel_phase = np.where(step_of >= 0, phase_codes[np.maximum(step_of, 0)], -1) if n else np.zeros(0, dtype=np.int32)
+    observed = recorded_in_window(window, recorded) if window is not None and recorded_ns is not None else None
+    share = observed_shares(starts, ends, observed if observed is not None else ([window] if window else None))
 
     phases: list[PhaseBreakdown] = []
     for code, phase in enumerate(PHASES):
-        sel = [i for i, s in enumerate(ordered) if s.phase == phase]
-        if not sel:
+        sel = np.array([i for i, s in enumerate(ordered) if s.phase == phase], dtype=np.int64)
+        if not sel.size:
             continue
         mask = kernel_phase == code
-        wall_ns = int(sum(int(ends[i] - starts[i]) for i in sel))
-        busy = union_ns(table.start_ns[mask], table.end_ns[mask])
+        seen = share[sel]
+        n_seen = float(seen.sum())
+        wall_ns = float((seen * (ends[sel] - starts[sel])).sum())
+        busy = (
+            _busy_in_slices(table.select(mask), observed)
+            if observed is not None
+            else union_ns(table.start_ns[mask], table.end_ns[mask])
+        )
         k_ns = float(dur[mask].sum())
-        tokens = sum(ordered[i].batch_size if phase == "decode" else ordered[i].input_tokens for i in sel)
+        per_step_tokens = np.array(
+            [ordered[i].batch_size if phase == "decode" else ordered[i].input_tokens for i in sel], dtype=np.float64
+        )
+        tokens = float((seen * per_step_tokens).sum())
         phases.append(
             PhaseBreakdown(
                 phase=phase,
-                steps=len(sel),
+                steps=max(int(round(n_seen)), 1) if n_seen > 0 else 0,
                 kernels=int(mask.sum()),
                 kernel_ms=k_ns / 1e6,
                 wall_ms=wall_ns / 1e6 if wall_ns else None,
                 gpu_busy_pct=min(100.0, 100.0 * busy / wall_ns) if wall_ns else None,
-                kernels_per_step=float(mask.sum()) / len(sel),
-                kernel_ms_per_step=k_ns / 1e6 / len(sel),
+                kernels_per_step=float(mask.sum()) / n_seen if n_seen > 0 else None,
+                kernel_ms_per_step=k_ns / 1e6 / n_seen if n_seen > 0 else None,
                 kernel_us_per_token=k_ns / 1e3 / tokens if tokens else None,
                 families=_family_rows(fam_idx[mask], dur[mask]),
                 top_kernels=_with_launches_before(
                     _kernel_rows(base_idx[mask], names.bases, names.base_family, dur[mask], top), table, t_attr, mask
                 ),
+                steps_in_capture=int(sel.size),
+                tokens_per_step=round(tokens / n_seen, 4) if n_seen > 0 else None,
             )
         )
 
-    per_step = _per_step(ordered, step_of, fam_idx, dur) if ordered else []
+    per_step = _per_step(ordered, step_of, fam_idx, dur, share) if ordered else []
     graph_kernels = int((table.graph_id > 0).sum()) if n and table.graph_id is not None else 0
     unreliable = None
     launches_recorded = table.launch_ns is not None and bool((table.launch_ns >= 0).any()) if n else False
@@ -402,7 +452,7 @@ def build_breakdown(
         per_step=per_step,
         graph_kernels=graph_kernels,
         per_device=_per_device(
-            table, fam_idx, dur, kernel_phase, ordered, recorded_ns if recorded_ns is not None else window_ns
+            table, fam_idx, dur, kernel_phase, ordered, share, recorded_ns if recorded_ns is not None else window_ns
         )
         if len(devices) > 1
         else [],
@@ -476,15 +526,22 @@ def _attribution(table: KernelTable, has_steps: bool) -> str:
     return "launch time (any thread), else start time"
 
 
-def _per_step(ordered: Sequence[Step], step_of: np.ndarray, fam_idx: np.ndarray, dur: np.ndarray) -> list[StepKernels]:
-    n_steps = min(len(ordered), PER_STEP_LIMIT)
+def _per_step(
+    ordered: Sequence[Step], step_of: np.ndarray, fam_idx: np.ndarray, dur: np.ndarray, share: np.ndarray
+) -> list[StepKernels]:
+    """What each recorded step asked of the GPU (steps outside a sampled recording's slices are left out: they were not
+    recorded), the first :data:`PER_STEP_LIMIT` of them."""
+    kept = np.nonzero(share > 0)[0][:PER_STEP_LIMIT]
+    if not kept.size:
+        return []
+    n_steps = int(kept[-1]) + 1
     sel = (step_of >= 0) & (step_of < n_steps)
     f = len(FAMILIES)
     flat = step_of[sel] * f + fam_idx[sel]
     sums = np.bincount(flat, weights=dur[sel], minlength=n_steps * f).reshape(n_steps, f)
     counts = np.bincount(step_of[sel], minlength=n_steps)
     out = []
-    for i in range(n_steps):
+    for i in kept.tolist():
         row = sums[i]
         out.append(
             StepKernels(
@@ -493,6 +550,7 @@ def _per_step(ordered: Sequence[Step], step_of: np.ndarray, fam_idx: np.ndarray,
                 kernels=int(counts[i]),
                 kernel_ms=round(float(row.sum()) / 1e6, 6),
                 families={FAMILIES[j]: round(float(row[j]) / 1e6, 6) for j in np.nonzero(row)[0]},
+                observed=round(float(share[i]), 4),
             )
         )
     return out
@@ -504,11 +562,13 @@ def _per_device(
     dur: np.ndarray,
     kernel_phase: np.ndarray,
     ordered: Sequence[Step],
+    share: np.ndarray,
     window_ns: int,
 ) -> list[DeviceBreakdown]:
-    """Per-GPU tables: kernels, busy fraction over the window, families, collective time per decode step."""
+    """Per-GPU tables: kernels, busy fraction over the window (its recorded slices), families, collective time per
+    recorded decode step."""
     decode_code = PHASES.index("decode")
-    decode_steps = sum(1 for s in ordered if s.phase == "decode")
+    decode_steps = float(sum(share[i] for i, s in enumerate(ordered) if s.phase == "decode"))
     coll = FAMILIES.index("collective")
     out = []
     for dev in sorted(int(d) for d in np.unique(table.device)):

@@ -12,6 +12,7 @@ question is answered.
 from __future__ import annotations
 
 import shlex
+from urllib.parse import urlsplit
 
 import msgspec
 import numpy as np
@@ -87,6 +88,25 @@ def for_model(
 ) -> Command:
     """A command on the report's own model, devices and workload (``args`` add to or override them)."""
     return Command(verb=verb, args={**_reproducing(report, verb), **args}, positional=list(positional), comment=comment)
+
+
+METRICS_PORT = 8001
+"""MAX serve's default metrics port (``attach`` scrapes ``http://HOST:8001/metrics`` unless told otherwise)."""
+
+
+def attach_command(report: Report, comment: str | None = None, **args: ArgValue) -> Command | None:
+    """``max-profile attach`` on the attached server again (its URL, and its metrics URL where not the default), with
+    ``args``; None when the report is not an attach capture."""
+    target = report.capture.target
+    if not target.startswith("attach:"):
+        return None
+    url = target.removeprefix("attach:")
+    out: dict[str, ArgValue] = {}
+    metrics = report.server_metrics.url if report.server_metrics is not None else None
+    host = urlsplit(url).hostname
+    if metrics and metrics != f"http://{host}:{METRICS_PORT}/metrics":
+        out["metrics_url"] = metrics
+    return Command(verb="attach", args={**out, **args}, positional=[url], comment=comment)
 
 
 def shell(text: str, comment: str | None = None) -> Command:

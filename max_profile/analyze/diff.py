@@ -22,7 +22,17 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
-from max_profile.model import KernelBreakdown, LoadLevel, RawCapture, Report, StartupProfile, UtilizationSection
+from max_profile.analyze.account import ms_per_step_of, whole_steps
+from max_profile.model import (
+    KernelBreakdown,
+    KernelRow,
+    LoadLevel,
+    PhaseBreakdown,
+    RawCapture,
+    Report,
+    StartupProfile,
+    UtilizationSection,
+)
 
 MIN_SAMPLES = 8
 ALPHA = 0.01
@@ -52,6 +62,11 @@ class DiffLine(msgspec.Struct, frozen=True):
     significant: bool
     regression: bool
     samples: tuple[int, int] = (0, 0)
+    basis: str = "host"
+    """What the figure rests on: ``device`` (GPU kernel time: the same whatever else the host runs) or ``host`` (host
+    clock: steps, MAX's op ranges on a CPU, client latencies), which another process on the cores changes."""
+    judged: bool = True
+    """False when the host timing of either run was flagged unreliable (other load): shown, never a verdict."""
 
 
 class DiffResult(msgspec.Struct):
@@ -65,6 +80,8 @@ class DiffResult(msgspec.Struct):
     fail_above_pct: float
     forced: bool = False
     alpha: float = ALPHA
+    host_timing_unreliable: list[str] = []
+    """Why host timing is not judged (a run's own host-contention finding), empty when both runs' host timing holds."""
 
     def to_json(self) -> bytes:
         return msgspec.json.encode(self)
@@ -165,12 +182,26 @@ def _decode_ms_per_token(r: Report) -> list[float]:
 
 
 def _family_per_step(r: Report, phase: str) -> dict[str, list[float]]:
+    """Per family, its kernel time in each of the phase's steps recorded whole (a sampled capture's other steps were
+    not recorded: counting them as 0 would halve a median)."""
     k = r.kernels
     if not isinstance(k, KernelBreakdown):
         return {}
-    rows = [p for p in k.per_step if p.phase == phase]
+    rows = whole_steps(k, phase)
     fams = {f for p in rows for f in p.families}
     return {f: [p.families.get(f, 0.0) for p in rows] for f in fams}
+
+
+def host_timing_problem(label: str, r: Report) -> str | None:
+    """Why run ``label``'s host timing cannot be judged: its own host-contention finding (other processes held the
+    cores), else None."""
+    f = next((f for f in r.findings if f.id == "host-contention"), None)
+    return f"{label}: {f.title}" if f is not None else None
+
+
+def _kernel_basis(k: KernelBreakdown) -> str:
+    """``device`` for GPU kernels, ``host`` for MAX's op ranges on a CPU (host time)."""
+    return "host" if k.source.startswith("nvtx-log") else "device"
 
 
 def diff_reports(
@@ -202,46 +233,12 @@ def diff_reports(
     if reasons and not force:
         return result
     lines: list[DiffLine] = []
+    ka, kb = a.kernels, b.kernels
+    if isinstance(ka, KernelBreakdown) and isinstance(kb, KernelBreakdown):
+        lines += _kernel_lines(ka, kb, a, b, fail_above_pct, alpha)
     da, db = _decode_ms_per_token(a), _decode_ms_per_token(b)
     if da and db:
         lines.append(_line("decode per token (host step time)", "ms/token", da, db, fail_above_pct, alpha))
-    ka, kb = a.kernels, b.kernels
-    if isinstance(ka, KernelBreakdown) and isinstance(kb, KernelBreakdown):
-        for phase in ("decode", "prefill"):
-            fa, fb = _family_per_step(a, phase), _family_per_step(b, phase)
-            totals_a = [sum(v) for v in zip(*fa.values(), strict=True)] if fa else []
-            totals_b = [sum(v) for v in zip(*fb.values(), strict=True)] if fb else []
-            if totals_a and totals_b:
-                lines.append(
-                    _line(f"{phase} kernel time per step", "ms/step", totals_a, totals_b, fail_above_pct, alpha)
-                )
-            for fam in sorted(
-                set(fa) | set(fb), key=lambda f: -(np.median(fb.get(f, [0.0])) + np.median(fa.get(f, [0.0])))
-            ):
-                va, vb = fa.get(fam, [0.0] * len(totals_a)), fb.get(fam, [0.0] * len(totals_b))
-                if va and vb and (np.median(va) > 0.001 or np.median(vb) > 0.001):
-                    lines.append(_line(f"{phase} {fam} per step", "ms/step", va, vb, fail_above_pct, alpha))
-        if ka.gpu_busy_pct is not None and kb.gpu_busy_pct is not None:
-            lines.append(
-                _line(
-                    "GPU busy",
-                    "%",
-                    [ka.gpu_busy_pct],
-                    [kb.gpu_busy_pct],
-                    fail_above_pct,
-                    alpha,
-                    higher_is_worse=False,
-                    tested=False,
-                )
-            )
-        top_a = {r.name: r for r in _phase_top(ka, "decode")}
-        top_b = {r.name: r for r in _phase_top(kb, "decode")}
-        steps_a = next((p.steps for p in ka.phases if p.phase == "decode"), 0) or 1
-        steps_b = next((p.steps for p in kb.phases if p.phase == "decode"), 0) or 1
-        for name in list(dict.fromkeys([*top_a, *top_b]))[:10]:
-            per_a = top_a[name].total_ms / steps_a if name in top_a else 0.0
-            per_b = top_b[name].total_ms / steps_b if name in top_b else 0.0
-            lines.append(_line(f"kernel {name}", "ms/step", [per_a], [per_b], fail_above_pct, alpha, tested=False))
     if a.serve is not None and b.serve is not None:
         itl_a = [g for r in (a_raw.requests if a_raw else []) if r.ok for g in r.itl_ms]
         itl_b = [g for r in (b_raw.requests if b_raw else []) if r.ok for g in r.itl_ms]
@@ -277,10 +274,85 @@ def diff_reports(
     if a.startup is not None and b.startup is not None:
         lines += _startup_lines(a.startup, b.startup, fail_above_pct, alpha)
         said = startup_verdicts(a.startup, b.startup, a.environment.max_version, b.environment.max_version)
+    unreliable = [w for w in (host_timing_problem(a_label, a), host_timing_problem(b_label, b)) if w]
+    if unreliable:  # host timing is shown, never judged: the neighbours set it, not the change
+        lines = [
+            msgspec.structs.replace(line, significant=False, regression=False, judged=False)
+            if line.basis == "host"
+            else line
+            for line in lines
+        ]
+        said.append(
+            "host timing not judged (shown only): "
+            + "; ".join(unreliable)
+            + (
+                ""
+                if any(line.basis == "device" for line in lines)
+                else "; no load-independent figure (GPU kernel time) to judge instead: re-run both on a quiet machine"
+            )
+        )
     result.lines = lines
+    result.host_timing_unreliable = unreliable
     result.regression = any(line.regression for line in lines)
     result.verdicts = said + _verdicts(lines, fail_above_pct, alpha)
     return result
+
+
+def _kernel_lines(
+    ka: KernelBreakdown, kb: KernelBreakdown, a: Report, b: Report, fail_above_pct: float, alpha: float
+) -> list[DiffLine]:
+    """Kernel time per recorded step by phase and family (tested), GPU busy and the decode phase's top kernels per
+    recorded step (deltas): on the GPU the load-independent evidence, judged first."""
+    basis = "host" if "host" in (_kernel_basis(ka), _kernel_basis(kb)) else "device"
+    lines: list[DiffLine] = []
+    for phase in ("decode", "prefill"):
+        fa, fb = _family_per_step(a, phase), _family_per_step(b, phase)
+        totals_a = [sum(v) for v in zip(*fa.values(), strict=True)] if fa else []
+        totals_b = [sum(v) for v in zip(*fb.values(), strict=True)] if fb else []
+        if totals_a and totals_b:
+            lines.append(_line(f"{phase} kernel time per step", "ms/step", totals_a, totals_b, fail_above_pct, alpha))
+        for fam in sorted(
+            set(fa) | set(fb), key=lambda f: -(np.median(fb.get(f, [0.0])) + np.median(fa.get(f, [0.0])))
+        ):
+            va, vb = fa.get(fam, [0.0] * len(totals_a)), fb.get(fam, [0.0] * len(totals_b))
+            if va and vb and (np.median(va) > 0.001 or np.median(vb) > 0.001):
+                lines.append(_line(f"{phase} {fam} per step", "ms/step", va, vb, fail_above_pct, alpha))
+    if ka.gpu_busy_pct is not None and kb.gpu_busy_pct is not None:
+        lines.append(
+            _line(
+                "GPU busy",
+                "%",
+                [ka.gpu_busy_pct],
+                [kb.gpu_busy_pct],
+                fail_above_pct,
+                alpha,
+                higher_is_worse=False,
+                tested=False,
+            )
+        )
+    pa, pb = _phase(ka, "decode"), _phase(kb, "decode")
+    top_a = {r.name: r for r in (pa.top_kernels if pa else ka.top_kernels)}
+    top_b = {r.name: r for r in (pb.top_kernels if pb else kb.top_kernels)}
+    for name in list(dict.fromkeys([*top_a, *top_b]))[:10]:
+        per_a = _kernel_ms_per_step(pa, top_a.get(name))
+        per_b = _kernel_ms_per_step(pb, top_b.get(name))
+        if per_a is None or per_b is None:
+            continue
+        lines.append(_line(f"kernel {name}", "ms/step", [per_a], [per_b], fail_above_pct, alpha, tested=False))
+    return [msgspec.structs.replace(line, basis=basis) for line in lines]
+
+
+def _phase(k: KernelBreakdown, phase: str) -> PhaseBreakdown | None:
+    return next((p for p in k.phases if p.phase == phase), None)
+
+
+def _kernel_ms_per_step(p: PhaseBreakdown | None, row: KernelRow | None) -> float | None:
+    """A top kernel's time per recorded step of the phase (0 where the phase did not run it; None without a phase)."""
+    if p is None:
+        return None
+    if row is None:
+        return 0.0
+    return ms_per_step_of(p, row.total_ms)
 
 
 STARTUP_MIN_PHASE_S = 0.5
@@ -361,10 +433,6 @@ def _sweep_lines(a: Sequence[LoadLevel], b: Sequence[LoadLevel], fail_above_pct:
                     _line(f"concurrency {c}: {what}", "ms", [sa.p50], [sb.p50], fail_above_pct, alpha, tested=False)
                 )
     return lines
-
-
-def _phase_top(k: KernelBreakdown, phase: str) -> list:  # type: ignore[type-arg]
-    return next((p.top_kernels for p in k.phases if p.phase == phase), k.top_kernels)
 
 
 def _p_text(p: float | None) -> str:

@@ -114,10 +114,10 @@ SLOW_PATHS: tuple[tuple[str, str, str], ...] = (
         "report the GPU and scale layout to Modular",
     ),
     (
-        r"(^|_)naive(_|$)",
+        r"(^|_)(naive|fallback|reference)(_|$)",
         "a naive fallback kernel",
-        "MAX used a reference (naive) kernel here: another encoding or shape may hit a tuned kernel; report it to "
-        "Modular",
+        "MAX used a reference (naive / fallback) kernel here: another encoding or shape may hit a tuned kernel; "
+        "report it to Modular",
     ),
 )
 """Kernels that are known slow paths (regex on the normalized name, what it is, what to try): named in verdicts."""

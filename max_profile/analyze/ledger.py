@@ -21,14 +21,22 @@ Pure functions over numpy columns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import numpy as np
 
-from max_profile.analyze.breakdown import PHASES, recorded_in_window, step_index_of, union_ns, valid_kernels
+from max_profile.analyze.breakdown import (
+    PHASES,
+    coverage_before,
+    observed_shares,
+    recorded_in_window,
+    step_index_of,
+    union_ns,
+    valid_kernels,
+)
 from max_profile.analyze.families import FAMILIES, classify_kernel
 from max_profile.analyze.load import in_flight
 from max_profile.analyze.roofline import MATMUL_FAMILIES, peak_bandwidth, peak_flops, step_cost, weight_operand
@@ -43,7 +51,6 @@ from max_profile.model import (
     ServerMetrics,
     Step,
     StepLedger,
-    merged_spans,
 )
 
 IDLE_BEFORE_GRAPH = "GPU idle: waiting for a device-graph launch"
@@ -71,25 +78,6 @@ class _Timed:
 def part_of_family(family: str) -> str:
     """The ledger part a kernel family falls in: the matmul families share one (they read the same weights)."""
     return MATMUL_PART if family in MATMUL_FAMILIES else family
-
-
-def _coverage(starts: np.ndarray, ends: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    """f(t): the length of the (merged) intervals lying before t: the part of [a, b] they cover is f(b) - f(a)."""
-    spans = merged_spans(zip(starts.tolist(), ends.tolist(), strict=True))
-    if not spans:
-        return lambda t: np.zeros(t.shape, dtype=np.float64)
-    a = np.array([x for x, _ in spans], dtype=np.int64)
-    b = np.array([y for _, y in spans], dtype=np.int64)
-    before = np.concatenate([[0], np.cumsum(b - a)]).astype(np.float64)  # length of the spans wholly before span i
-
-    def f(t: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(a, t, side="right") - 1  # the span starting at or before t
-        out = np.zeros(t.shape, dtype=np.float64)
-        ok = i >= 0
-        out[ok] = before[i[ok]] + np.minimum(t[ok] - a[i[ok]], b[i[ok]] - a[i[ok]])
-        return out
-
-    return f
 
 
 def _clip_to_spans(
@@ -169,12 +157,7 @@ def time_ledger(
 
     out: dict[Phase, _Timed] = {}
     # a step counts by the share of it that was observed (all of it, unless the recording was sampled)
-    seen = _coverage(np.array([a for a, _ in spans], dtype=np.int64), np.array([b for _, b in spans], dtype=np.int64))
-    observed_share = np.where(
-        step_end > step_start,
-        (seen(step_end) - seen(step_start)) / np.maximum(step_end - step_start, 1),
-        ((seen(step_start + 1) - seen(step_start)) > 0).astype(np.float64),
-    )
+    observed_share = observed_shares(step_start, step_end, spans)
     for code, phase in enumerate(PHASES):
         n_steps = float(observed_share[phase_codes == code].sum())
         if n_steps <= 0:
@@ -228,7 +211,7 @@ def time_ledger(
         if phase not in out:
             continue
         sel = phase_codes == code
-        cover = _coverage(step_start[sel], step_end[sel])
+        cover = coverage_before(step_start[sel], step_end[sel])
         inside = cover(g1) - cover(g0)
         inside_any += inside
         t = out[phase]
@@ -407,6 +390,8 @@ def build_ledger(
                 busy_pct=round(100 * busy_ms / step_ms, 2) if step_ms else 0.0,
                 ideal_ms_per_step=round(ideal, 6) if priced else None,
                 recoverable_ms_per_step=round(recoverable, 6),
+                steps_in_capture=len(sel),
+                kernels_per_step=round(sum(t.kernels.values()) / t.steps, 4),
             )
         )
     outside = outside_idle + outside_kernels

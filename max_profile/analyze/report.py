@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
+from max_profile.analyze.account import breakdown_from_ledger, ms_per_step_of
 from max_profile.analyze.breakdown import breakdown_from_totals, build_breakdown, slices_without_records
 from max_profile.analyze.commands import next_command, say
 from max_profile.analyze.ledger import HOST_OPS, build_ledger, server_ledger, with_load
@@ -75,8 +76,8 @@ def decode_cost_of(report: Report) -> DecodeCost | None:
     k = report.kernels
     if isinstance(k, KernelBreakdown) and not k.source.startswith("nvtx-log"):
         d = next((p for p in k.phases if p.phase == "decode"), None)
-        if d is not None and d.steps:
-            per_step = {r.family: r.total_ms / d.steps for r in d.families}
+        if d is not None and d.steps and d.kernel_ms:
+            per_step = {r.family: ms_per_step_of(d, r.total_ms) or 0.0 for r in d.families}
     return decode_roofline(
         cfg,
         weights,
@@ -180,7 +181,9 @@ def build_report(
     if host_work:
         report.steps = host_steps
         report.step_summary = summarize_steps(
-            host_steps, source="model worker steps" if raw.serve is not None else "host steps"
+            host_steps,
+            source="model worker steps" if raw.serve is not None else "host steps",
+            traced=raw.recorded_spans if raw.kernel_clock == "host" else (),
         )
     elif timeline.steps:
         report.steps = list(timeline.steps)
@@ -284,8 +287,10 @@ def build_report(
             f"device graphs {'on' if observed else 'off'}, from what ran ({why}); the capture's settings said {said}"
         )
         report.capture = msgspec.structs.replace(raw.capture, device_graph_capture=observed)
-    report.decode_cost = decode_cost_of(report)
     report.ledger = ledger_of(raw, report, timeline.steps, host_window, th)
+    if isinstance(report.kernels, KernelBreakdown) and isinstance(report.ledger, StepLedger):
+        report.kernels = breakdown_from_ledger(report.kernels, report.ledger)
+    report.decode_cost = decode_cost_of(report)
     ops = op_breakdown(raw)
     if isinstance(ops, OpBreakdown) and isinstance(report.ledger, StepLedger) and report.ledger.source != HOST_OPS:
         gpu = report.environment.gpus[0].name if report.environment.gpus else None

@@ -22,12 +22,14 @@ def active_steps(steps: Sequence[Step]) -> list[Step]:
     return [s for s in steps if s.batch_size > 0]
 
 
-def summarize_steps(steps: Sequence[Step], source: str = "host steps") -> StepSummary:
+def summarize_steps(
+    steps: Sequence[Step], source: str = "host steps", traced: Sequence[tuple[int, int]] = ()
+) -> StepSummary:
     """Summary of one run's steps; raises ValueError when no step carried a request.
 
     ``source``: ``host steps`` (the pipeline hook: TTFT as the host saw it), ``model worker steps`` (a server's batches:
     no TTFT, requests come and go) or the trace ranges the steps came from (no TTFT: ranges do not say when the first
-    token reached the caller)."""
+    token reached the caller). ``traced``: the slices a sampled kernel recording traced (see :func:`decode_growth`)."""
     work = active_steps(steps)
     if not work:
         raise ValueError("no pipeline step ran inside the profiled block")
@@ -70,7 +72,7 @@ def summarize_steps(steps: Sequence[Step], source: str = "host steps") -> StepSu
         ttft_ms=ttft_ms,
         phases=phases,
         decode_tokens_per_s=tps,
-        decode_step_growth_ms_per_100_ctx=decode_growth(decode),
+        decode_step_growth_ms_per_100_ctx=decode_growth(decode, traced),
         source=source,
         by_batch=by_batch(work),
     )
@@ -100,23 +102,41 @@ def by_batch(steps: Sequence[Step]) -> list[BatchStats]:
     return out
 
 
-def decode_growth(decode: Sequence[Step]) -> float | None:
-    """Slope of decode step time vs context length (ms per 100 context tokens), robust to outliers.
+GROWTH_MIN_STEPS = 8
+"""Decode steps a step-vs-context slope needs (of one batch size)."""
+GROWTH_MIN_SPAN = 16
+"""Context tokens between the first and last third's medians a slope needs: closer, its run-to-run noise is the
+slope."""
 
-    A working KV cache keeps decode steps nearly flat; re-encoding the whole sequence every
-    step makes them grow about linearly with the context. Needs >= 8 decode steps.
-    """
-    pts = [(s.sequence_tokens, s.duration_ns / 1e6) for s in decode if s.sequence_tokens is not None]
-    if len(pts) < 8:
+
+def decode_growth(decode: Sequence[Step], traced: Sequence[tuple[int, int]] = ()) -> float | None:
+    """Slope of decode step time against context length (ms per 100 context tokens), from steps that support one.
+
+    A working KV cache keeps decode steps nearly flat; re-encoding the whole sequence every step makes them grow about
+    linearly with the context. The fit uses the steps of the most common batch size only (a bigger batch is a longer
+    step at any context), and, where a sampled kernel recording traced some steps (``traced``: its slices), the
+    untraced ones when there are enough (a traced step is slower whatever its context). Those steps are ordered by
+    sequence length; the slope is between the medians (time and length) of the first and last thirds, robust to
+    spikes. None with fewer than :data:`GROWTH_MIN_STEPS` such steps or a length span under :data:`GROWTH_MIN_SPAN`
+    tokens between the thirds (a server's requests at similar lengths: no slope to read)."""
+    pts = [s for s in decode if s.sequence_tokens is not None]
+    if traced:
+        untraced = [s for s in pts if not any(a <= s.start_ns < b for a, b in traced)]
+        if len(untraced) >= GROWTH_MIN_STEPS:
+            pts = untraced
+    if not pts:
         return None
-    x = np.array([p[0] for p in pts], dtype=float)
-    y = np.array([p[1] for p in pts], dtype=float)
-    if float(x.max() - x.min()) <= 0:
+    sizes = [s.batch_size for s in pts]
+    common = max(set(sizes), key=sizes.count)
+    pts = [s for s in pts if s.batch_size == common]
+    if len(pts) < GROWTH_MIN_STEPS:
         return None
-    # Theil-Sen style: median of slopes between the first and last thirds (ignores spikes).
+    x = np.array([s.sequence_tokens for s in pts], dtype=float)
+    y = np.array([s.duration_ns / 1e6 for s in pts], dtype=float)
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], y[order]
     k = max(len(x) // 3, 1)
-    xa, ya, xb, yb = x[:k], y[:k], x[-k:], y[-k:]
-    dx = float(np.median(xb) - np.median(xa))
-    if dx <= 0:
+    dx = float(np.median(x[-k:]) - np.median(x[:k]))
+    if dx < GROWTH_MIN_SPAN:
         return None
-    return float((np.median(yb) - np.median(ya)) / dx * 100.0)
+    return float((np.median(y[-k:]) - np.median(y[:k])) / dx * 100.0)

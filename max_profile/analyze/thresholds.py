@@ -38,6 +38,9 @@ class Thresholds:
     fused."""
     slow_matmul_share_pct: float = 50.0
     """Matmul families at least this share of decode kernel time ..."""
+    slow_path_share_pct: float = 15.0
+    """Kernels that name themselves a slow path (naive / fallback / reference) at least this share of kernel time →
+    kernel-slow-path (judged by name, without steps or a model config)."""
     slow_matmul_roofline_pct: float = 25.0
     """... reading the weights below this % of peak bandwidth and computing below this % of peak FLOP/s → far below the
     roofline."""

@@ -121,18 +121,29 @@ class KernelRow(msgspec.Struct, frozen=True):
 
 
 class PhaseBreakdown(msgspec.Struct, frozen=True):
+    """One phase's kernels. Every per-step figure is over the phase's recorded steps (a sampled recording records a
+    share of them: ``steps`` of ``steps_in_capture``); where the capture has a step ledger, the step count, time, busy
+    share and per-step figures are the ledger's own (:func:`~max_profile.analyze.account.breakdown_from_ledger`)."""
+
     phase: Phase
     steps: int
+    """Recorded steps of the phase (a sampled recording: the share of each step inside its slices, summed)."""
     kernels: int
     kernel_ms: float
     wall_ms: float | None
+    """The recorded steps' time: the ledger's (kernel busy time plus GPU idle inside the steps), else their host wall
+    time inside the recorded slices."""
     gpu_busy_pct: float | None
-    """Union of kernel intervals over the phase's wall time."""
+    """Kernel (busy) time over ``wall_ms``: the ledger's busy share of the step where there is one."""
     kernels_per_step: float | None
     kernel_ms_per_step: float | None
     kernel_us_per_token: float | None
     families: list[FamilyRow]
     top_kernels: list[KernelRow]
+    steps_in_capture: int | None = None
+    """Steps of the phase in the capture, recorded or not (None: reports made before this was kept)."""
+    tokens_per_step: float | None = None
+    """Mean tokens per recorded step: input tokens (prefill, mixed) or requests (decode)."""
 
 
 class StepKernels(msgspec.Struct, frozen=True):
@@ -144,6 +155,9 @@ class StepKernels(msgspec.Struct, frozen=True):
     kernels: int
     kernel_ms: float
     families: dict[str, float]
+    observed: float = 1.0
+    """The share of the step inside the recorded slices (1: the whole step recorded; a sampled recording lists only
+    the steps it recorded, some of them in part at a slice's edge)."""
 
 
 class DeviceBreakdown(msgspec.Struct, frozen=True):
@@ -311,6 +325,11 @@ class PhaseLedger(msgspec.Struct, frozen=True):
     ideal_ms_per_step: float | None = None
     """Sum of the priced rows' ideals plus the unpriced rows' actual time (None: nothing priced)."""
     recoverable_ms_per_step: float = 0.0
+    steps_in_capture: int | None = None
+    """The phase's working steps in the capture, recorded or not (``steps`` of them were recorded when the recording
+    was sampled; None: not known)."""
+    kernels_per_step: float | None = None
+    """Kernels per recorded step on the accounted device (None: a ledger without kernels, from server metrics)."""
 
 
 class OpRow(msgspec.Struct, frozen=True):

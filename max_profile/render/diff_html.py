@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from max_profile.analyze.diff import DiffResult
+from max_profile.analyze.diff import DiffLine, DiffResult
 from max_profile.render.html_base import CSS, esc, na, new_figure
 
 
@@ -53,7 +53,7 @@ def render_diff_html(result: DiffResult) -> str:
         f"{esc(x.unit)}</td><td>{x.delta:+.4g} {esc(x.unit)}</td>"
         f"<td>{'' if x.delta_pct is None else f'{x.delta_pct:+.1f} %'}</td>"
         f"<td>{'no test' if x.p_value is None else f'{x.p_value:.2g}'}</td>"
-        f"<td>{'REGRESSION' if x.regression else 'significant' if x.significant else ''}</td></tr>"
+        f"<td>{_verdict(x)}</td></tr>"
         for x in result.lines
     )
     body.append(f'<section id="chart" data-section="chart"><h2>Deltas</h2>{chart or na("nothing compared")}</section>')
@@ -69,3 +69,11 @@ def render_diff_html(result: DiffResult) -> str:
         f"<header><h1>max_profile diff</h1><p>A = {esc(result.a)}<br>B = "
         f"{esc(result.b)}</p></header><main>{''.join(body)}</main>{script}</body></html>\n"
     )
+
+
+def _verdict(line: DiffLine) -> str:
+    if line.regression:
+        return "REGRESSION"
+    if line.significant:
+        return "significant"
+    return "" if line.judged else "not judged: other load"

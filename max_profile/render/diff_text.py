@@ -40,7 +40,8 @@ def diff_renderables(result: DiffResult, width: int = DEFAULT_WIDTH) -> list[Ren
                 f"{line.b:.4g} {line.unit}",
                 f"{line.delta:+.4g} {line.unit}",
                 figure(line.delta_pct, "+.1f"),
-                "no test" if line.p_value is None else f"p={line.p_value:.2g}",
+                ("no test" if line.p_value is None else f"p={line.p_value:.2g}")
+                + ("" if line.judged else " (not judged: other load)"),
                 f"{line.samples[0]}/{line.samples[1]}",
             ]
             for line in result.lines

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from max_profile.analyze.account import paired_steps
 from max_profile.analyze.commands import no_next_reason, say
 from max_profile.analyze.op_roofline import ops_text
 from max_profile.model import (
@@ -37,6 +38,7 @@ from max_profile.render.tables import (
     op_figures,
     op_phase_heading,
     op_roof_figures,
+    steps_text,
 )
 
 SECTIONS = (
@@ -96,8 +98,10 @@ def _steps_plot(report: Report) -> Any | str:
     ms = np.array([s.duration_ns / 1e6 for s in steps])
     k = report.kernels
     kernel_ms: np.ndarray | None = None
-    if isinstance(k, KernelBreakdown) and len(k.per_step) == len(steps):
-        kernel_ms = np.array([p.kernel_ms for p in k.per_step])
+    pairs = [pair for phase in ("prefill", "mixed", "decode", "unknown") for pair in paired_steps(report, phase)]
+    if isinstance(k, KernelBreakdown) and pairs:  # the steps recorded whole (a sampled recording: a share of them)
+        recorded = {st.start_ns: row.kernel_ms for st, row in pairs}
+        kernel_ms = np.array([recorded.get(s.start_ns, np.nan) for s in steps])
     source = isinstance(report.step_summary, StepSummary) and report.step_summary.source or "host steps"
     fig = new_figure(
         f"Step time per step ({source}) against {'sequence length (context + fed tokens)' if by_seq else 'step index'}"
@@ -121,10 +125,11 @@ def _steps_plot(report: Report) -> Any | str:
         fig.scatter("x", "ms", source=src, size=5, color=PHASE_COLORS[phase], legend_label=f"{phase} step time")
         if phase == "decode":
             fig.line("x", "ms", source=src, color=PHASE_COLORS[phase], alpha=0.5)
-        if kernel_ms is not None:
+        shown = [i for i in sel if kernel_ms is not None and not np.isnan(kernel_ms[i])]
+        if kernel_ms is not None and shown:
             fig.scatter(
-                x[sel],
-                kernel_ms[sel],
+                x[shown],
+                kernel_ms[shown],
                 size=4,
                 marker="triangle",
                 color=PHASE_COLORS[phase],
@@ -485,7 +490,7 @@ def _ledger(report: Report) -> str:
     out = [f"<p class='meta'>from the {esc(lg.source)}{esc(roofs)}; recoverable = actual - ideal (idle: all of it)</p>"]
     for p in lg.phases:
         facts = [
-            f"{p.steps} step{'s' if p.steps != 1 else ''} of {p.step_ms:.3f} ms",
+            f"{steps_text(p.steps, p.steps_in_capture)} of {p.step_ms:.3f} ms",
             f"host step p50 {_n(p.host_step_p50_ms, '.3f', ' ms')}",
             f"batch {p.batch}" if p.batch else "",
             f"GPU busy {p.busy_pct:.1f} %" if lg.source == "kernel timeline" else "",

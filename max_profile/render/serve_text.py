@@ -60,7 +60,9 @@ def server_metrics_section(m: ServerMetrics | None) -> RenderableType | None:
         t.add_row(
             "batches",
             ", ".join(
-                f"{k} {v:.0f} x {m.batch_execution_ms_mean.get(k, float('nan')):.2f} ms"
+                f"{k} {v:.0f} x {m.batch_execution_ms_mean[k]:.2f} ms"
+                if v and k in m.batch_execution_ms_mean
+                else f"{k} {v:.0f}"
                 for k, v in sorted(m.batches.items())
             )
             + "  (CE = prefill, TG = decode; mean execution time)",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from rich.table import Table
 from rich.text import Text
 
-from max_profile.model import OpCoverage, OpRoofline, OpRow
+from max_profile.model import OpCoverage, OpRoofline, OpRow, PhaseBreakdown
 
 INNER = 4
 """Columns a panel's border and padding take from the width its tables get."""
@@ -139,3 +139,17 @@ def op_coverage_text(c: OpCoverage) -> str:
         f"{c.attributed_pct:.1f} % of {c.kernel_ms:.3f} ms kernel time inside named ops; "
         f"{c.calls_without_kernels} of {c.calls} op calls launched no kernel"
     )
+
+
+def steps_text(recorded: int, in_capture: int | None) -> str:
+    """``8 of 128 steps recorded`` where a sampled recording recorded a share of the steps, else ``64 steps``."""
+    if in_capture is not None and in_capture != recorded:
+        return f"{recorded} of {in_capture} steps recorded"
+    return f"{recorded} step{'s' if recorded != 1 else ''}"
+
+
+def recorded_share(p: PhaseBreakdown) -> str | None:
+    """``8 of 128`` for a phase whose steps were recorded in part (a sampled recording), else None."""
+    if p.steps_in_capture is not None and p.steps_in_capture != p.steps:
+        return f"{p.steps} of {p.steps_in_capture}"
+    return None

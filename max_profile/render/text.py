@@ -37,6 +37,8 @@ from max_profile.render.tables import (
     op_figures,
     op_phase_heading,
     op_roof_figures,
+    recorded_share,
+    steps_text,
 )
 from max_profile.render.terminal import DEFAULT_WIDTH, terminal_width
 
@@ -301,10 +303,10 @@ def kernels_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableTyp
         busy = "ops cover %" if ops else "GPU busy %"
         cols = [
             Col("phase", numeric=False),
-            Col("steps"),
+            Col("steps recorded" if any(recorded_share(p) for p in k.phases) else "steps"),
             Col(unit),
             Col(f"{'op' if ops else 'kernel'} ms"),
-            Col("wall ms"),
+            Col("ms in steps"),
             Col(busy),
             Col(f"{unit} /step"),
             Col(f"{'op' if ops else 'kernel'} ms /step"),
@@ -313,7 +315,7 @@ def kernels_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableTyp
         rows = [
             [
                 p.phase,
-                str(p.steps),
+                recorded_share(p) or str(p.steps),
                 str(p.kernels),
                 figure(p.kernel_ms, ".3f"),
                 figure(p.wall_ms, ".3f"),
@@ -492,7 +494,7 @@ def ledger_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableType
         isinstance(report.kernels, KernelBreakdown) and report.kernels.source.startswith("nvtx-log")
     )
     for p in lg.phases:
-        head = Text(f"{p.phase}: {p.steps} step{'s' if p.steps != 1 else ''} of {p.step_ms:.3f} ms", style="bold")
+        head = Text(f"{p.phase}: {steps_text(p.steps, p.steps_in_capture)} of {p.step_ms:.3f} ms", style="bold")
         extra = [
             f"host step p50 {p.host_step_p50_ms:.3f} ms" if p.host_step_p50_ms is not None else "",
             f"batch {p.batch}" if p.batch else "",

@@ -12,8 +12,16 @@ errors first, then warnings, then info; inside each, the findings with a lever b
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from max_profile.analyze.rules.base import NEEDS, Rule, RuleSpec, nvml_window_long_enough, unmet
-from max_profile.analyze.rules.kernel_mix import rule_communication, rule_moe, rule_quant_prep, rule_unfused
+from max_profile.analyze.rules.kernel_mix import (
+    rule_communication,
+    rule_moe,
+    rule_quant_prep,
+    rule_slow_path_kernels,
+    rule_unfused,
+)
 from max_profile.analyze.rules.kv_cache import rule_kv_cache
 from max_profile.analyze.rules.levers import (
     rule_attention,
@@ -83,7 +91,7 @@ RULES: tuple[RuleSpec, ...] = (
         "gpu-idle",
         rule_gpu_idle,
         ("host-bound", "graph-launch-late", "gpu-idle", "host-time-between-ops", "ops-bound"),
-        ("ledger|utilization|kernels",),
+        ("ledger|utilization|kernels", "known_load"),
         (
             "host_bound_busy_pct",
             "host_bound_util_pct",
@@ -107,6 +115,9 @@ RULES: tuple[RuleSpec, ...] = (
         ("matmul-slow-path", "matmul-below-roofline"),
         ("ledger", "gpu_kernels"),
         ("slow_matmul_share_pct", "slow_matmul_roofline_pct", *_PRICED_LEVER),
+    ),
+    RuleSpec(
+        "slow-path-kernels", rule_slow_path_kernels, ("kernel-slow-path",), ("gpu_kernels",), ("slow_path_share_pct",)
     ),
     RuleSpec("attention", rule_attention, ("attention-below-roofline",), ("ledger", "gpu_kernels"), _PRICED_LEVER),
     RuleSpec(
@@ -235,13 +246,15 @@ _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 _IDLE = frozenset({"host-bound", "graph-launch-late", "gpu-idle"})
 _KERNEL_LEVERS = frozenset(
-    {"matmul-slow-path", "matmul-below-roofline", "attention-below-roofline", "op-below-roofline"}
+    {"matmul-slow-path", "matmul-below-roofline", "attention-below-roofline", "op-below-roofline", "kernel-slow-path"}
 )
 
 SUPERSEDED_BY: dict[str, frozenset[str]] = {
     # a decode that re-encodes the sequence, or runs attention as generic ops, is not a healthy decode
-    "healthy-dense-decode": frozenset({"kv-cache-broken", "unfused-attention", "matmul-slow-path"}),
-    "healthy-batched-decode": frozenset({"kv-cache-broken", "unfused-attention", "matmul-slow-path"}),
+    "healthy-dense-decode": frozenset({"kv-cache-broken", "unfused-attention", "matmul-slow-path", "kernel-slow-path"}),
+    "healthy-batched-decode": frozenset(
+        {"kv-cache-broken", "unfused-attention", "matmul-slow-path", "kernel-slow-path"}
+    ),
     "healthy-moe": frozenset({"kv-cache-broken", "unfused-attention"}),
     # its bytes-per-step model (weights + KV cache once) does not apply to a re-encoding decode
     "decode-bandwidth": frozenset({"kv-cache-broken"}),
@@ -249,7 +262,9 @@ SUPERSEDED_BY: dict[str, frozenset[str]] = {
     **{i: frozenset({"tracer-overhead"}) for i in _IDLE},
     # "quantization at normal cost" next to a matmul path far below its roofline reads as "all is well": the slow path
     # is the news
-    "low-bit-normal": frozenset({"matmul-slow-path", "matmul-below-roofline", "op-below-roofline"}),
+    "low-bit-normal": frozenset({"matmul-slow-path", "matmul-below-roofline", "op-below-roofline", "kernel-slow-path"}),
+    # the ledger's matmul verdict names the same slow path with what fixing it buys
+    "kernel-slow-path": frozenset({"matmul-slow-path"}),
     # a named healthy mix or a lever already says where the busy GPU's time goes
     "gpu-bound": frozenset(
         {
@@ -263,7 +278,21 @@ SUPERSEDED_BY: dict[str, frozenset[str]] = {
         }
     ),
 }
-"""Findings dropped when a finding that explains the same numbers better fired."""
+"""Findings dropped when a finding that explains the same numbers better fired (each drop is listed in the report's
+``rules_skipped``, with what superseded it)."""
+
+
+def _tracing_share_netted(report: Report, finding: Finding) -> bool:
+    """The tracer's cost was measured against an untraced window of the same server and the idle finding took the
+    recording's share out of its lever (the rest of the idle is the server's own): a tracer-overhead finding does not
+    drop it."""
+    c = report.tracer_cost
+    return c is not None and c.throughput_ratio is not None and "idle_from_recording_ms_per_step" in finding.evidence
+
+
+KEPT_WHEN: dict[str, Callable[[Report, Finding], bool]] = {i: _tracing_share_netted for i in _IDLE}
+"""Exceptions to :data:`SUPERSEDED_BY`: a finding kept beside its superseder when the report shows the superseder's
+share was taken out of it."""
 
 
 def _rank(f: Finding, order: int) -> tuple[int, int, float, int]:
@@ -282,7 +311,7 @@ def evaluate_rules(
     """Run every rule whose needs the report meets (the others are returned as skipped, with the reason); drop findings
     a better explanation superseded; rank what remains (see the module docstring)."""
     th = thresholds or Thresholds()
-    found: list[Finding] = []
+    found: list[tuple[str, Finding]] = []
     skipped: list[SkippedRule] = []
     for rule in rules:
         why = unmet(report, rule.needs)
@@ -293,10 +322,16 @@ def evaluate_rules(
         stray = {f.id for f in emitted} - set(rule.emits)
         if stray:
             raise AssertionError(f"rule {rule.name} emitted {sorted(stray)}, not among its declared ids {rule.emits}")
-        found.extend(emitted)
-    fired = {f.id for f in found}
-    found = [f for f in found if not (SUPERSEDED_BY.get(f.id, frozenset()) & fired)]
-    ranked = sorted(enumerate(found), key=lambda item: _rank(item[1], item[0]))
+        found.extend((rule.name, f) for f in emitted)
+    fired = {f.id for _, f in found}
+    kept: list[Finding] = []
+    for name, f in found:
+        by = SUPERSEDED_BY.get(f.id, frozenset()) & fired
+        if by and not (f.id in KEPT_WHEN and KEPT_WHEN[f.id](report, f)):
+            skipped.append(SkippedRule(rule=name, reason=f"{f.id} superseded by {', '.join(sorted(by))}: {f.title}"))
+        else:
+            kept.append(f)
+    ranked = sorted(enumerate(kept), key=lambda item: _rank(item[1], item[0]))
     return [f for _, f in ranked], skipped
 
 

@@ -100,9 +100,24 @@ def host_contended(report: Report, th: Thresholds) -> bool:
     )
 
 
+def server_batch_share(report: Report) -> float | None:
+    """The share of the window the server spent executing batches, from its own metrics (batches x their mean
+    execution time over the window, in %): 0 for a window in which it executed none and finished no request; None
+    when its metrics were not read or do not say."""
+    m = report.window_load.server if report.window_load is not None else None
+    if m is None or m.unavailable or m.window_s <= 0:
+        return None
+    if any(m.batches.values()):
+        busy_ms = sum(n * m.batch_execution_ms_mean.get(kind, 0.0) for kind, n in m.batches.items())
+        return min(100.0, 100.0 * busy_ms / (m.window_s * 1e3))
+    if (m.batches or m.requests == 0) and not m.requests and not m.requests_running:
+        return 0.0
+    return None
+
+
 def load_share(report: Report) -> tuple[float | None, str]:
     """How loaded the window was, in % (None: not known), and what it measures: requests in flight (serve, attach),
-    else the share of the window inside steps (run)."""
+    else the share of the window inside steps (run), else the server's batches over the window (its metrics)."""
     lg = ledger(report)
     if lg is not None and lg.requests_in_flight_pct is not None:
         return lg.requests_in_flight_pct, "requests in flight"
@@ -110,7 +125,12 @@ def load_share(report: Report) -> tuple[float | None, str]:
         return report.window_load.in_flight_pct, "requests in flight"
     if lg is not None:
         return 100.0 - lg.outside_steps_pct, "steps running" if lg.source != "server metrics" else "batches executing"
+    share = server_batch_share(report)
+    if share is not None:
+        return share, "batches executing (server metrics)"
     return None, ""
+
+
 
 
 def lightly_loaded(report: Report, th: Thresholds) -> bool:
@@ -143,6 +163,31 @@ def worst_lever_pct(p: PhaseLedger) -> float:
     parts = [r.recoverable_ms_per_step or 0.0 for r in p.rows if r.kind == "kernels"]
     idle = sum(r.ms_per_step for r in p.rows if r.kind == "idle")
     return 100 * max([*parts, idle, 0.0]) / p.step_ms if p.step_ms else 0.0
+
+
+def attention_presence(k: KernelBreakdown) -> tuple[float | None, str, int]:
+    """(attention kernels per recorded decode step, or per capture when no phases; the scope; attention kernels
+    counted)."""
+    d = phase_of(k, "decode")
+    if d is not None and d.steps:
+        n = sum(r.kernels for r in d.families if r.family == "attention")
+        return n / d.steps, "decode", n
+    if k.phases:
+        return None, "", 0
+    n = sum(r.kernels for r in k.families if r.family == "attention")
+    return float(n), "capture", n
+
+
+def attention_unfused(report: Report, th: Thresholds) -> bool:
+    """No fused attention kernel in a decoder's trace (matmuls present, attention kernels per decode step under
+    ``min_attention_kernels_per_step``): what unfused-attention says."""
+    k = kern(report)
+    if not k or k.unreliable or not k.kernels:
+        return False
+    if not any(r.family in ("gemm", "gemv", "grouped_matmul") for r in k.families):
+        return False
+    per_step, _, _ = attention_presence(k)
+    return per_step is not None and per_step < th.min_attention_kernels_per_step
 
 
 def _unavailable_reason(value: object, what: str) -> str:
@@ -181,6 +226,12 @@ NEEDS: dict[str, Callable[[Report], str | None]] = {
     "kernel_analyses": lambda r: None if r.kernel_analyses else "no Nsight Compute analysis (max-profile kernel)",
     "tracer_cost": lambda r: None if r.tracer_cost is not None else "no untraced reference window",
     "host_load": lambda r: None if r.capture.host_load is not None else "the host's load was not recorded",
+    "known_load": lambda r: (
+        None
+        if not r.capture.target.startswith("attach") or load_share(r)[0] is not None
+        else "the attached server's load over the window is not known (no server metrics, no requests of ours: "
+        "--probe or --concurrency): an idle or host-bound verdict needs load"
+    ),
     "gpu": lambda r: None if r.environment.vendor != "none" else "no GPU on this machine",
     "multi_device": lambda r: (
         None if isinstance(r.kernels, KernelBreakdown) and len(r.kernels.per_device) >= 2 else "one device"

@@ -5,10 +5,24 @@ roofline."""
 from __future__ import annotations
 
 from max_profile.analyze.commands import kernel_command
+from max_profile.analyze.families import slow_path
+from max_profile.analyze.op_roofline import ATTENTION as OP_ATTENTION
+from max_profile.analyze.op_roofline import ops_text
 from max_profile.analyze.ops import attention_stand_ins, op_label
-from max_profile.analyze.rules.base import fam_ms, gpu_kernels, kern, ledger_phase, phase_of, worst_lever_pct
+from max_profile.analyze.rules.base import (
+    attention_presence,
+    attention_unfused,
+    fam_ms,
+    gpu_kernels,
+    kern,
+    ledger_phase,
+    phase_lever,
+    phase_of,
+    worst_lever_pct,
+)
+from max_profile.analyze.rules.levers import op_groups, op_top_kernel
 from max_profile.analyze.thresholds import Thresholds
-from max_profile.model import Command, Finding, KernelBreakdown, OpBreakdown, Report
+from max_profile.model import Command, Finding, Lever, OpBreakdown, Report
 
 
 def _top_kernel_command(report: Report, families: tuple[str, ...]) -> Command | None:
@@ -32,12 +46,14 @@ def rule_unfused(report: Report, th: Thresholds) -> list[Finding]:
     if not k or k.unreliable or not k.kernels:
         return []
     rows = k.families
-    has_matmul = any(r.family in ("gemm", "gemv", "grouped_matmul") for r in rows)
-    if not has_matmul:
+    if not any(r.family in ("gemm", "gemv", "grouped_matmul") for r in rows):
         return []
     out = []
-    per_step, scope, count = _attention_presence(k)
-    if per_step is not None and per_step < th.min_attention_kernels_per_step:
+    lever: Lever | None = None
+    command: Command | None = None
+    if attention_unfused(report, th):
+        per_step, scope, count = attention_presence(k)
+        assert per_step is not None
         total = sum(r.total_ms for r in rows) or 1.0
         ev: dict[str, float | int | str | None] = {
             "attention_kernels": count,
@@ -65,6 +81,7 @@ def rule_unfused(report: Report, th: Thresholds) -> list[Finding]:
                     + ", ".join(op_label(r.op) for r in parts)
                     + f"): {share:.1f} % of {phase} kernel time"
                 )
+            lever, command = _attention_ops_lever(report, ev)
         out.append(
             Finding(
                 id="unfused-attention",
@@ -73,8 +90,10 @@ def rule_unfused(report: Report, th: Thresholds) -> list[Finding]:
                 evidence=ev,
                 confidence=0.75 if scope == "decode" else round(0.75 * th.no_phase_confidence_scale, 2),
                 next_step="Wire the architecture's attention to MAX's fused attention (e.g. the KV-cache-aware "
-                "attention "
-                "layers in max.nn that launch *_mha_* kernels) and compare this breakdown again.",
+                "attention layers in max.nn that launch *_mha_* kernels) and compare this breakdown again"
+                + (": the top kernel the attention ops launch, in this phase:" if command is not None else "."),
+                lever=lever,
+                command=command,
             )
         )
     # RoPE is fused into other kernels by MAX on GPUs (no kernel carries its name on the H200),
@@ -97,18 +116,6 @@ def rule_unfused(report: Report, th: Thresholds) -> list[Finding]:
                 )
             )
     return out
-
-
-def _attention_presence(k: KernelBreakdown) -> tuple[float | None, str, int]:
-    """(attention kernels per decode step, or per capture when no phases; the scope; attention kernels counted)."""
-    d = phase_of(k, "decode")
-    if d is not None and d.steps:
-        n = sum(r.kernels for r in d.families if r.family == "attention")
-        return n / d.steps, "decode", n
-    if k.phases:
-        return None, "", 0
-    n = sum(r.kernels for r in k.families if r.family == "attention")
-    return float(n), "capture", n
 
 
 def rule_moe(report: Report, th: Thresholds) -> list[Finding]:
@@ -193,6 +200,42 @@ def rule_quant_prep(report: Report, th: Thresholds) -> list[Finding]:
     ]
 
 
+def rule_slow_path_kernels(report: Report, th: Thresholds) -> list[Finding]:
+    """Kernels that name themselves a slow path (a naive / fallback / reference kernel: :data:`~max_profile.analyze.
+    families.SLOW_PATHS`) holding at least ``slow_path_share_pct`` of the kernel time (decode's, else the capture's):
+    judged by their names alone, in every source, with steps and a model config or without. Where the step ledger
+    prices the same matmuls, its matmul-slow-path says it with the lever instead."""
+    k = kern(report)
+    if not k or not gpu_kernels(k):
+        return []
+    d = phase_of(k, "decode")
+    rows = d.top_kernels if d is not None else k.top_kernels
+    slow = [(r, named) for r in rows if (named := slow_path(r.name)) is not None]
+    share = sum(r.share_pct for r, _ in slow)
+    if not slow or share < th.slow_path_share_pct:
+        return []
+    top, (what, advice) = max(slow, key=lambda x: x[0].share_pct)
+    scope = "decode kernel time" if d is not None else "the capture's kernel time (no phase ranges)"
+    return [
+        Finding(
+            id="kernel-slow-path",
+            severity="warning",
+            confidence=0.8,
+            title=f"{what} ran {share:.0f} % of {scope}: a slow path, not the tuned kernel",
+            evidence={
+                "slow_path_share_pct": round(share, 1),
+                "scope": "decode" if d is not None else "capture",
+                "top_slow_kernel": top.name[:100],
+                "top_slow_kernel_ms": round(top.total_ms, 3),
+                "kernels": ",".join(r.name[:60] for r, _ in slow[:3]),
+                "threshold_pct": th.slow_path_share_pct,
+            },
+            next_step=advice + ". Deep-dive the kernel to see what it runs at:",
+            command=kernel_command(report, top.name, "decode" if d is not None else None),
+        )
+    ]
+
+
 def rule_communication(report: Report, th: Thresholds) -> list[Finding]:
     """Multi-GPU decode where collectives (allreduce, EP dispatch/combine) take a large share of kernel time."""
     k = kern(report)
@@ -231,3 +274,22 @@ def rule_communication(report: Report, th: Thresholds) -> list[Finding]:
             title="Collective share of decode kernel time per GPU is moderate",
         )
     ]
+
+
+def _attention_ops_lever(
+    report: Report, ev: dict[str, float | int | str | None]
+) -> tuple[Lever | None, Command | None]:
+    """The priced group of the ops doing attention's work (an ops capture with a model description): what it takes over
+    its roofline is the unfused attention's lever (op-below-roofline leaves that group to this finding), with a deep
+    dive of its top kernel."""
+    for g in (g for p in ("decode", "prefill", "mixed") for g in op_groups(report, p, (OP_ATTENTION,))):
+        lp = ledger_phase(report, g.phase)
+        if lp is None:
+            continue
+        ev["attention_ops_ideal_ms_per_step"] = round(g.ideal_ms_per_step, 4)
+        ev["attention_ops_recoverable_ms_per_step"] = round(g.recoverable_ms_per_step, 4)
+        ev["attention_ops_pct_of_roofline"] = g.pct_of_roofline
+        top = op_top_kernel(report, g)
+        command = kernel_command(report, top, g.phase) if top else None
+        return phase_lever(lp, f"ops: {ops_text(g)}", g.recoverable_ms_per_step), command
+    return None, None

@@ -3,9 +3,10 @@ re-prefill)."""
 
 from __future__ import annotations
 
+from max_profile.analyze.account import paired_steps, whole_steps
 from max_profile.analyze.rules.base import fam_ms, gpu_kernels, host_contended, kern, phase_of, step_summary
 from max_profile.analyze.thresholds import Thresholds
-from max_profile.model import Finding, Report, Step
+from max_profile.model import Finding, Report
 
 
 def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
@@ -59,7 +60,7 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
         "decode_input_tokens_per_request_first": round(fed_first, 1),
         "decode_input_tokens_per_request_last": round(fed_last, 1),
     }
-    kernel_growth, kernel_corr = _per_step_kernel_growth(report, steps, th.kv_min_decode_steps)
+    kernel_growth, kernel_corr = _per_step_kernel_growth(report, th.kv_min_decode_steps)
     if kernel_growth is not None:
         evidence["decode_kernel_ms_growth_ratio"] = round(kernel_growth, 2)
         evidence["kernel_time_vs_sequence_correlation"] = round(kernel_corr, 3)
@@ -209,20 +210,20 @@ def _decode_vs_prefill_mix(report: Report) -> dict[str, float | int | str | None
     return out
 
 
-def _per_step_kernel_growth(report: Report, decode_steps: list[Step], min_steps: int) -> tuple[float | None, float]:
-    """Decode kernel time per step: last-third / first-third median, and its correlation with the sequence length.
-
-    The breakdown's per-step entries are paired with the decode steps in time order (same count).
+def _per_step_kernel_growth(report: Report, min_steps: int) -> tuple[float | None, float]:
+    """Decode kernel time per step: last-third / first-third median over the decode steps recorded whole, and its
+    correlation with their sequence lengths (steps paired by index: :func:`~max_profile.analyze.account.paired_steps`).
     """
     k = kern(report)
     if not k:
         return None, 0.0
-    per = [p.kernel_ms for p in k.per_step if p.phase == "decode"]
+    per = [p.kernel_ms for p in whole_steps(k, "decode")]
     if len(per) < min_steps:
         return None, 0.0
     import numpy as np
 
     third = max(len(per) // 3, 1)
     a, b = float(np.median(per[:third])), float(np.median(per[-third:]))
-    corr = _corr([st.sequence_tokens for st in decode_steps], per) if len(per) == len(decode_steps) else 0.0
+    pairs = paired_steps(report, "decode")
+    corr = _corr([st.sequence_tokens for st, _ in pairs], [r.kernel_ms for _, r in pairs]) if pairs else 0.0
     return (b / a if a > 0 else None), corr

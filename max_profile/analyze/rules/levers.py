@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import msgspec
 
-from max_profile.analyze.commands import cli, for_model, kernel_command, shell
+from max_profile.analyze.commands import attach_command, cli, for_model, kernel_command, shell
 from max_profile.analyze.families import base_name, slow_path
 from max_profile.analyze.ledger import ATTENTION_PART, IDLE_BEFORE_GRAPH, MATMUL_PART
 from max_profile.analyze.op_roofline import ATTENTION as OP_ATTENTION
 from max_profile.analyze.op_roofline import LAYERS, OUTPUT, WEIGHTS, ops_text
-from max_profile.analyze.ops import OPS_MODE_DECODE_STEP_MS, ops_calls_per_step
+from max_profile.analyze.ops import ATTENTION_PARTS, OPS_MODE_DECODE_STEP_MS, ops_calls_per_step
 from max_profile.analyze.rules.base import (
+    attention_unfused,
     gpu_kernels,
     kern,
     ledger,
@@ -100,12 +101,28 @@ HOST_BOUND_ADVICE = (
 )
 
 
+def recording_share_ms(report: Report, p: PhaseLedger) -> float | None:
+    """Of the phase's step, the ms the kernel recording itself added, as measured against the untraced reference
+    window of the same server (``serve --mode kernels``): the server's own decode step, recorded minus untraced; for
+    another phase its step times the throughput lost. None when no untraced reference was measured."""
+    c = report.tracer_cost
+    if c is None or c.throughput_ratio is None:
+        return None
+    if p.phase == "decode" and c.reference_decode_step_ms and c.traced_decode_step_ms is not None:
+        return max(c.traced_decode_step_ms - c.reference_decode_step_ms, 0.0)
+    return max(p.step_ms * (1.0 - c.throughput_ratio), 0.0)
+
+
 def _idle_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | None:
     idle_rows = [r for r in p.rows if r.kind == "idle"]
-    idle = sum(r.ms_per_step for r in idle_rows)
-    kernel_ms = p.step_ms - idle
+    idle_seen = sum(r.ms_per_step for r in idle_rows)
+    kernel_ms = p.step_ms - idle_seen
+    recording = recording_share_ms(report, p)
+    # the idle the untraced server has too: the recording's own share of the step comes off (it is not a lever)
+    idle = max(idle_seen - recording, 0.0) if recording is not None else idle_seen
     ops_calls = ops_calls_per_step(report.ops, p.phase)
     pct = 100 * idle / p.step_ms if p.step_ms else 0.0
+    busy_pct = p.busy_pct if recording is None else 100 * kernel_ms / (kernel_ms + idle) if kernel_ms + idle else 0.0
     severity = lever_severity(pct, p.steps, th)
     if severity is None:
         return None
@@ -120,11 +137,20 @@ def _idle_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | N
         "idle_ms_per_step": round(idle, 4),
         "idle_pct_of_step": round(pct, 1),
         "idle_before_graph_launch_ms_per_step": round(before, 4),
-        "gpu_busy_pct": p.busy_pct,
+        "gpu_busy_pct": round(busy_pct, 2),
         "host_step_p50_ms": round(p.host_step_p50_ms, 4) if p.host_step_p50_ms is not None else None,
         "batch": p.batch,
         "threshold_busy_pct": th.host_bound_busy_pct,
     }
+    recorded_note = ""
+    if recording is not None:
+        ev["recorded_idle_ms_per_step"] = round(idle_seen, 4)
+        ev["idle_from_recording_ms_per_step"] = round(min(recording, idle_seen), 4)
+        ev["recorded_step_ms"] = round(p.step_ms, 4)
+        recorded_note = (
+            f" (the recorded step idled {idle_seen:.2f} ms; {min(recording, idle_seen):.2f} ms of that was the "
+            "recording's own, measured against the untraced window, and is left out)"
+        )
     mode_note = ""
     if ops_calls is not None:
         ops_step, default_step = OPS_MODE_DECODE_STEP_MS
@@ -138,7 +164,7 @@ def _idle_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | N
     lever = phase_lever(p, "GPU idle inside the step", idle) if ops_calls is None else None
     command = _host_command(report) if ops_calls is None else _default_run_command(report)
     where = f"each {p.phase} step" if p.steps > 1 else f"the {p.phase} step"
-    if p.busy_pct < th.host_bound_busy_pct:
+    if busy_pct < th.host_bound_busy_pct:
         return Finding(
             id="host-bound",
             severity=severity,
@@ -146,7 +172,7 @@ def _idle_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | N
             evidence=ev,
             lever=lever,  # type: ignore[arg-type]
             title=f"Host-bound: the GPU idles {idle:.2f} of {p.step_ms:.2f} ms of {where} ({pct:.0f} %; its kernels "
-            f"take {kernel_ms:.2f} ms){mode_note}",
+            f"take {kernel_ms:.2f} ms){mode_note}{recorded_note}",
             next_step=HOST_BOUND_ADVICE if ops_calls is None else OPS_MODE_ADVICE,
             command=command,
         )
@@ -154,7 +180,7 @@ def _idle_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | N
     if graphs:
         title = (
             f"The GPU waits {idle:.2f} ms of {where} ({pct:.0f} % of {p.step_ms:.2f} ms) for the host, "
-            f"{before:.2f} ms of it before the step's device graph is launched"
+            f"{before:.2f} ms of it before the step's device graph is launched{recorded_note}"
         )
         advice = (
             "The kernels run at their speed; the host launches the step's graph late (Python, scheduling, sampling "
@@ -164,7 +190,7 @@ def _idle_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | N
     else:
         title = (
             f"The GPU waits for the host {idle:.2f} ms of {where} ({pct:.0f} % of {p.step_ms:.2f} ms) between "
-            f"kernel launches{mode_note}"
+            f"kernel launches{mode_note}{recorded_note}"
         )
         advice = (
             "Between eager launches the GPU runs dry: device graphs (on by default on GPUs) launch a step at once; "
@@ -486,18 +512,34 @@ def _matmul_finding(report: Report, p: PhaseLedger, row: LedgerRow, th: Threshol
     )
 
 
+def _launched_only_by_attention_ops(report: Report, phase: str, kernel: str) -> bool:
+    """In an ops capture: whether every op that launched ``kernel`` in the phase does attention's work (its batched
+    matmuls, softmax...), none the weights' matmuls."""
+    ops = report.ops
+    if not isinstance(ops, OpBreakdown):
+        return False
+    name = base_name(kernel)
+    launching = [r for r in ops.rows if r.phase == phase and name in r.top_kernels]
+    return bool(launching) and all(ATTENTION_PARTS.search(r.op) for r in launching)
+
+
 def rule_matmul(report: Report, th: Thresholds) -> list[Finding]:
     """Each phase's matmuls against their roofline (the weights once, 2 FLOPs per weight per token): what they take over
     the ideal. Far below it while dominating the phase (``slow_matmul_*``): a slow kernel path, named by its kernel when
-    the name says so (MAX's naive FP8 fallback); not priced (no config): named only by that evidence."""
+    the name says so (MAX's naive FP8 fallback); not priced (no config): named only by that evidence. In an ops capture
+    the weights' ops are priced apart (op-below-roofline), and a slow kernel that only attention's ops launched is
+    attention's verdict (unfused-attention carries its lever): the same time is never two levers."""
     lg = timeline_ledger(report)
     out = []
     for p in lg.phases if lg else []:
         row = _part(p, MATMUL_PART)
         if row is None or (f := _matmul_finding(report, p, row, th)) is None:
             continue
-        if "kernel_names_it" not in f.evidence and _op_groups(report, p.phase, WEIGHTS_PARTS):
+        if "kernel_names_it" not in f.evidence and op_groups(report, p.phase, WEIGHTS_PARTS):
             continue  # the ops moving the weights are priced apart from attention's ops (op-below-roofline)
+        top = f.evidence.get("top_matmul_kernel")
+        if isinstance(top, str) and _launched_only_by_attention_ops(report, p.phase, top):
+            continue
         out.append(f)
     return out
 
@@ -509,7 +551,7 @@ def rule_attention(report: Report, th: Thresholds) -> list[Finding]:
     out = []
     for p in lg.phases if lg else []:
         row = _part(p, ATTENTION_PART)
-        if row is None or row.recoverable_ms_per_step is None or _op_groups(report, p.phase, (OP_ATTENTION,)):
+        if row is None or row.recoverable_ms_per_step is None or op_groups(report, p.phase, (OP_ATTENTION,)):
             continue
         pct = 100 * row.recoverable_ms_per_step / p.step_ms if p.step_ms else 0.0
         severity = lever_severity(pct, p.steps, th)
@@ -535,7 +577,7 @@ def rule_attention(report: Report, th: Thresholds) -> list[Finding]:
     return out
 
 
-def _op_groups(report: Report, phase: str, parts: tuple[str, ...]) -> list[OpRoofline]:
+def op_groups(report: Report, phase: str, parts: tuple[str, ...]) -> list[OpRoofline]:
     """The priced op groups of a phase (``--kernels ops`` captures with a model description and known peaks)."""
     ops = report.ops
     if not isinstance(ops, OpBreakdown):
@@ -543,7 +585,7 @@ def _op_groups(report: Report, phase: str, parts: tuple[str, ...]) -> list[OpRoo
     return [g for g in ops.priced if g.phase == phase and g.part in parts]
 
 
-def _op_top_kernel(report: Report, group: OpRoofline) -> str | None:
+def op_top_kernel(report: Report, group: OpRoofline) -> str | None:
     """The top kernel the group's busiest op launched, by its name in the kernel table (for a deep dive)."""
     ops = report.ops
     rows = [r for r in ops.rows if r.phase == group.phase and r.op in group.ops] if isinstance(ops, OpBreakdown) else []
@@ -560,17 +602,18 @@ def rule_op_roofline(report: Report, th: Thresholds) -> list[Finding]:
     attention's work) against its roofline: what the group takes over its ideal, a lever named by the ops. It replaces
     the phase's matmul / attention roofline verdicts, whose families mix the weights' matmuls with the batched matmuls
     of an attention written as ops; a matmul path whose kernel names itself a fallback keeps its own verdict
-    (matmul-slow-path)."""
+    (matmul-slow-path). An attention written as ops is unfused-attention's verdict, with this group's lever."""
     lg = timeline_ledger(report)
     ops = report.ops
     if lg is None or not isinstance(ops, OpBreakdown):
         return []
     out = []
+    unfused = attention_unfused(report, th)
     for p in lg.phases:
-        for g in _op_groups(report, p.phase, (*WEIGHTS_PARTS, OP_ATTENTION)):
+        for g in op_groups(report, p.phase, WEIGHTS_PARTS if unfused else (*WEIGHTS_PARTS, OP_ATTENTION)):
             pct = 100 * g.recoverable_ms_per_step / p.step_ms if p.step_ms else 0.0
             severity = lever_severity(pct, p.steps, th)
-            top = _op_top_kernel(report, g)
+            top = op_top_kernel(report, g)
             if severity is None or (g.part != OP_ATTENTION and top is not None and slow_path(top) is not None):
                 continue
             far = g.pct_of_roofline < th.slow_matmul_roofline_pct
@@ -656,12 +699,10 @@ def rule_outside_steps(report: Report, th: Thresholds) -> list[Finding]:
                 title=f"Lightly loaded: {what} only {share:.0f} % of the window{rate_text}: GPU utilization and idle "
                 "time here say "
                 "nothing about the model (no host-bound verdict without load)",
-                next_step="Measure under load: `max-profile attach URL --concurrency 1,4,16` (a sweep of our own), or "
-                "`serve` with "
-                "--concurrency; for a generation, profile it while it runs (more steps, less in between).",
-                command=Command(verb="attach", args={"concurrency": "1,4,16"}, positional=["URL"])
-                if report.capture.target.startswith("attach")
-                else None,
+                next_step="Measure under load: a sweep of our own (`--concurrency 1,4,16`) on the server, or, for a "
+                "generation, profile it while it runs (more steps, less in between):",
+                command=attach_command(report, concurrency="1,4,16")
+                or (for_model(report, "serve", concurrency="1,4,16", yes=True) if report.serve is not None else None),
             )
         ]
     if lg is None or lg.source == "server metrics":
