@@ -17,6 +17,13 @@ Every capture is a :class:`RawCapture`; :func:`build_report` turns one into a :c
 
 from __future__ import annotations
 
+import time as _time
+
+IMPORTED_AT = _time.time()
+"""When this package was first imported (wall clock, taken before anything else loads): the ``max-profile`` command's
+own start, give or take the interpreter's few tens of ms before its first import (see
+``collect.probes.startup.process_start``)."""
+
 from max_profile import model as _model
 from max_profile.errors import CaptureError, InputError, MaxProfileError, ToolMissingError, TraceFormatError
 from max_profile.model import (

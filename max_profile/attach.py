@@ -220,10 +220,11 @@ def run_attach(plan: AttachPlan, progress: Callable[[str], None] = lambda m: Non
     )
     levels = plan.concurrency or [0]
     target = ServerTarget(host, port, model, plan.prompt, plan.max_tokens, prefix)
+    server_pids = frozenset(int(x) for x in local.get("pids", [])) if local else frozenset()  # type: ignore[attr-defined]
     windows: list[ServerWindow] = []
     failure = None
     for level in levels:
-        window, failure = _window(plan, target, metrics_url, level, progress, raw)
+        window, failure = _window(plan, target, metrics_url, level, progress, raw, server_pids)
         windows.append(window)
         window.fill(raw)
         if failure:
@@ -267,11 +268,12 @@ def _window(
     concurrency: int,
     progress: Callable[[str], None],
     raw: RawCapture,
+    server_pids: frozenset[int] = frozenset(),
 ) -> tuple[ServerWindow, str | None]:
-    """One window: our own load (a sweep level) or the server's own traffic (and a few probes); read-only otherwise."""
-    window = ServerWindow(
-        target, concurrency, plan.duration_s, metrics_url, window_recorders(raw.environment.vendor != "none", "")
-    )
+    """One window: our own load (a sweep level) or the server's own traffic (and a few probes); read-only otherwise.
+    ``server_pids``: the attached server's processes on this machine (its load is the work observed)."""
+    recorders = window_recorders(raw.environment.vendor != "none", "", server_pids)
+    window = ServerWindow(target, concurrency, plan.duration_s, metrics_url, recorders)
     probes: list[RequestRecord] = []
     failure = None
     try:

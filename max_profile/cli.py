@@ -23,9 +23,11 @@ from typing import Any, TypeVar
 import msgspec
 from rich.console import Console
 
+import max_profile
 from max_profile.analyze.diff import diff_reports
 from max_profile.analyze.report import build_report
 from max_profile.attach import AttachPlan, run_attach
+from max_profile.collect.probes import startup
 from max_profile.collect.probes.environment import detect_environment, doctor_checks
 from max_profile.collect.readers.ncu import ncu_capture, ncu_rep_capture
 from max_profile.collect.readers.sources import import_trace, load_any
@@ -399,6 +401,7 @@ VERBS: dict[str, Callable[[argparse.Namespace, Progress], int]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    startup.PROGRAM_ENTRY = max_profile.IMPORTED_AT  # a start-up profile counts from this command, not an exec'd shell
     progress = Progress(quiet=bool(argv is not None and ("-q" in argv or "--quiet" in argv)))
     previous = raise_on_signals()
     try:

@@ -54,7 +54,6 @@ from max_profile.collect.server.server_process import (
     EARLY_ERRORS,
     ServerProcess,
     free_port,
-    max_command,
     port_in_use,
     scan_server_log,
     server_tmpdir,
@@ -74,7 +73,7 @@ from max_profile.model import (
 from max_profile.preflight import import_path_form, preflight_gate
 from max_profile.render.terminal import fit_to_terminal
 from max_profile.util.models import check_model_folder
-from max_profile.util.procs import clean_child_env, die_with_parent, kill_group, raise_pending_signal
+from max_profile.util.procs import clean_child_env, die_with_parent, kill_group, max_command, raise_pending_signal
 
 __all__ = [
     "READY_TIMEOUT_S",

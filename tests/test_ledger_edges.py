@@ -213,22 +213,29 @@ def decode_steps(*spans: tuple[int, int]) -> list[Step]:
     ]
 
 
-def test_zero_and_one_nanosecond_steps_count_by_the_share_of_them_observed() -> None:
-    """A step of no length counts as one step when the recording saw its instant, none when it fell in a pause; a step
-    of 1 ns seen whole counts as one."""
+def test_a_sampled_recording_counts_the_steps_that_launched_a_recorded_kernel() -> None:
+    """In a sampled recording a step counts whole when a recorded kernel was launched in it (a GPU step launches kernels
+    every time), not at all when none was: however its host time falls against the slices, which run on the GPU's
+    clock (a step of no length, one cut by a slice's edge, one in a pause). Without a sampled recording a step counts
+    by the share of it inside the window."""
     from max_profile.analyze.ledger import time_ledger
 
     recorded = [(0, 1000), (2000, 3000)]
-    table = table_of((100, 600), (2100, 2600))
-    for at, counted in ((500, 1.0), (1500, 0.0), (1999, 0.0), (999, 1.0), (2000, 1.0)):
-        steps = decode_steps((0, 400), (at, at))
+    for at, launches, counted in (
+        (500, 500, 1.0),  # no length, launched its kernel
+        (1500, None, 0.0),  # in the pause, nothing launched
+        (900, 950, 1.0),  # half inside a slice: its kernel was recorded
+        (1990, None, 0.0),  # ends in a slice, launched nothing recorded
+    ):
+        kernels = [(100, 600)] + ([(launches + 10, launches + 60)] if launches is not None else [])
+        starts = [100] + ([launches] if launches is not None else [])
+        table = table_of(*kernels, launch=starts)
+        steps = decode_steps((0, 400), (at, at if launches == at else at + 200))
         got = time_ledger(table, steps, window=(0, 3000), recorded=recorded)
         assert got is not None
         assert got[0]["decode"].steps == 1.0 + counted, at
-    one_ns = time_ledger(table, decode_steps((0, 400), (700, 701)), window=(0, 3000), recorded=recorded)
-    assert one_ns is not None and one_ns[0]["decode"].steps == 2.0
-    half_seen = time_ledger(table, decode_steps((0, 400), (900, 1100)), window=(0, 3000), recorded=recorded)
-    assert half_seen is not None and half_seen[0]["decode"].steps == 1.5
+    whole = time_ledger(table_of((100, 600)), decode_steps((0, 400), (2900, 3300)), window=(0, 3000))
+    assert whole is not None and whole[0]["decode"].steps == 1.25  # a window, not slices: 100 of its 400 ns
 
 
 def test_a_kernel_that_starts_a_span_leaves_no_idle_before_it() -> None:

@@ -244,7 +244,7 @@ def test_time_outside_steps_every_figure_from_the_ledger() -> None:
     )
     assert (f.next_step or "").startswith("Between two executes the host runs the generation loop")
     assert f.command is not None and f.command.verb == "shell"
-    assert "py-spy record --native -o host.svg -- max-profile run" in str(f.command.args["line"])
+    assert "py-spy record -o host.svg -- max-profile run" in str(f.command.args["line"])
     assert "--kernels off" in str(f.command.args["line"])
 
 
@@ -344,7 +344,7 @@ def test_the_host_command_of_a_serve_capture_reruns_that_server_untraced_under_p
     assert f.command is not None and f.command.verb == "shell"
     assert f.command.comment == "where the server's host time goes per step"
     line = str(f.command.args["line"])
-    prefix = "pip install py-spy && py-spy record --native --subprocesses -o host.svg -- "
+    prefix = "pip install py-spy && py-spy record --subprocesses -o host.svg -- "
     assert line.startswith(prefix)
     words = line.removeprefix(prefix).split()
     assert words[:2] == ["max-profile", "serve"]

@@ -50,7 +50,8 @@ def slow(r: Report, phase: str, part: str, share_of_step: float) -> dict[tuple[s
 
 
 def test_attention_written_as_ops_is_one_verdict_with_its_lever() -> None:
-    """An attention written as MAX ops (a naive batched matmul, a softmax...) is one warning: unfused-attention, carrying
+    """An attention written as MAX ops (a naive batched matmul, a softmax...) is one warning: unfused-attention,
+    carrying
     the attention ops' lever and a deep dive of their top kernel. The op group and the naive matmul kernel it launched
     make no verdict of their own: the same time is never two levers, and the phase's levers never pass its step."""
     r = report(OPS_B)

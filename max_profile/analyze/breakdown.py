@@ -185,13 +185,26 @@ def coverage_before(starts: np.ndarray, ends: np.ndarray) -> Callable[[np.ndarra
 
 
 def observed_shares(
-    step_start: np.ndarray, step_end: np.ndarray, spans: Sequence[tuple[int, int]] | None
+    step_start: np.ndarray,
+    step_end: np.ndarray,
+    spans: Sequence[tuple[int, int]] | None,
+    launched: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The share of each step that lies inside the observed spans (a sampled recording's slices): 1 for every step
-    when ``spans`` is None (the whole window recorded). A step of no length counts whole when it starts inside a span.
-    What every per-step figure divides by: a sampled capture's steps outside its slices were not recorded."""
+    """How much of each step was recorded: what every per-step figure divides by (a sampled capture's steps outside
+    its slices were not recorded).
+
+    Without ``launched``, the share of each step inside ``spans`` (the observed window; None: every step whole); a step
+    of no length counts whole when it starts inside a span. With ``launched`` (a sampled recording: whether each step
+    launched a recorded kernel), a step counts whole when it did and not at all when it did not: a GPU step launches
+    kernels every time, and a slice's span, which runs on the GPU's clock from its first recorded kernel's start to its
+    last one's end, cuts the host's steps wrongly at both ends (the first step's launches came before its kernels ran;
+    the next step's host time lies inside the last kernels' tail, its launches in the pause). Read by their spans, the
+    same generation recorded in slices counted 3 % more steps than it recorded, or 5 % fewer. A step cut by a
+    time-sliced recording (a server's) counts whole: two of a slice's hundreds of steps."""
     if spans is None:
         return np.ones(step_start.shape, dtype=np.float64)
+    if launched is not None:
+        return launched.astype(np.float64)
     seen = coverage_before(
         np.array([a for a, _ in spans], dtype=np.int64), np.array([b for _, b in spans], dtype=np.int64)
     )
@@ -200,6 +213,11 @@ def observed_shares(
         (seen(step_end) - seen(step_start)) / np.maximum(step_end - step_start, 1),
         ((seen(step_start + 1) - seen(step_start)) > 0).astype(np.float64),
     )
+
+
+def steps_launching(step_of: np.ndarray, steps: int) -> np.ndarray:
+    """Per step: whether any kernel was tied to it (``step_of``: each kernel's step index, -1 for none)."""
+    return np.bincount(step_of[step_of >= 0], minlength=steps)[:steps] > 0
 
 
 LOST_RECORDS_RATIO = 0.2
@@ -373,7 +391,12 @@ def build_breakdown(
     phase_codes = np.array([PHASES.index(s.phase) for s in ordered] or [0], dtype=np.int32)
     kernel_phase = np.where(step_of >= 0, phase_codes[np.maximum(step_of, 0)], -1) if n else np.zeros(0, dtype=np.int32)
     observed = recorded_in_window(window, recorded) if window is not None and recorded_ns is not None else None
-    share = observed_shares(starts, ends, observed if observed is not None else ([window] if window else None))
+    share = observed_shares(
+        starts,
+        ends,
+        observed if observed is not None else ([window] if window else None),
+        steps_launching(step_of, len(ordered)) if observed is not None and n else None,
+    )
 
     phases: list[PhaseBreakdown] = []
     for code, phase in enumerate(PHASES):

@@ -12,6 +12,7 @@ question is answered.
 from __future__ import annotations
 
 import shlex
+from pathlib import PurePath
 from urllib.parse import urlsplit
 
 import msgspec
@@ -87,7 +88,25 @@ def for_model(
     report: Report, verb: str, positional: tuple[str, ...] = (), comment: str | None = None, **args: ArgValue
 ) -> Command:
     """A command on the report's own model, devices and workload (``args`` add to or override them)."""
-    return Command(verb=verb, args={**_reproducing(report, verb), **args}, positional=list(positional), comment=comment)
+    return Command(
+        verb=verb,
+        args={**_reproducing(report, verb), **args},
+        positional=list(positional),
+        comment=comment,
+        program=report.environment.programs.get("max-profile"),
+    )
+
+
+def program(report: Report, name: str) -> str:
+    """How to run ``name`` (``max``, ``pip``...) on the capture's machine: its path where the bare name would not run
+    it (:attr:`Environment.programs`), else the name. A script ``pip`` installs lands beside ``pip``."""
+    programs = report.environment.programs
+    if name in programs:
+        return shlex.quote(programs[name])
+    pip = programs.get("pip")
+    if pip is not None and name not in ("max-profile", "max"):
+        return shlex.quote(str(PurePath(pip).with_name(name)))
+    return name
 
 
 METRICS_PORT = 8001
@@ -106,7 +125,13 @@ def attach_command(report: Report, comment: str | None = None, **args: ArgValue)
     host = urlsplit(url).hostname
     if metrics and metrics != f"http://{host}:{METRICS_PORT}/metrics":
         out["metrics_url"] = metrics
-    return Command(verb="attach", args={**out, **args}, positional=[url], comment=comment)
+    return Command(
+        verb="attach",
+        args={**out, **args},
+        positional=[url],
+        comment=comment,
+        program=report.environment.programs.get("max-profile"),
+    )
 
 
 def shell(text: str, comment: str | None = None) -> Command:
@@ -117,7 +142,7 @@ def cli(cmd: Command) -> str:
     if cmd.verb == "shell":
         line = str(cmd.args.get("line", ""))
     else:
-        parts = ["max-profile", cmd.verb, *cmd.positional]
+        parts = [cmd.program or "max-profile", cmd.verb, *cmd.positional]
         for key, value in cmd.args.items():
             flag = "--" + key.replace("_", "-")
             if value is True:

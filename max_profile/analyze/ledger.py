@@ -34,6 +34,7 @@ from max_profile.analyze.breakdown import (
     observed_shares,
     recorded_in_window,
     step_index_of,
+    steps_launching,
     union_ns,
     valid_kernels,
 )
@@ -132,9 +133,9 @@ def time_ledger(
     attributed = step_of >= 0
     if window is None:
         window = (int(min(t_attr.min(), step_start.min())), int(max(table.end_ns.max(), step_end.max())))
-    elif not recorded and attributed.any():
+    elif attributed.any():
         # the overlap pipeline returns before its last steps' kernels end: the window reaches to the end of the steps'
-        # work
+        # work (a sampled recording's last slice too: its last step's kernels ran past the host's window)
         window = (
             min(window[0], int(table.start_ns[attributed].min())),
             max(window[1], int(table.end_ns[attributed].max())),
@@ -157,7 +158,8 @@ def time_ledger(
 
     out: dict[Phase, _Timed] = {}
     # a step counts by the share of it that was observed (all of it, unless the recording was sampled)
-    observed_share = observed_shares(step_start, step_end, spans)
+    launched = steps_launching(step_of, len(work)) if recorded else None
+    observed_share = observed_shares(step_start, step_end, spans, launched)
     for code, phase in enumerate(PHASES):
         n_steps = float(observed_share[phase_codes == code].sum())
         if n_steps <= 0:

@@ -55,6 +55,10 @@ class Environment(msgspec.Struct, frozen=True):
     """Why MAX cannot run with ``MODULAR_ENABLE_PROFILING=on`` on this machine's GPUs (None: it can, or no GPU)."""
     tools: list[ToolStatus] = []
     warnings: list[str] = []
+    programs: dict[str, str] = {}
+    """How this machine runs the programs a report's commands name where the bare name would not: ``max-profile``,
+    ``max``, ``pip`` -> the script beside this interpreter (a virtual environment used without activating it). Empty:
+    each name runs as it is."""
 
 
 class WeightGroup(msgspec.Struct, frozen=True):
@@ -101,6 +105,9 @@ class HostLoad(msgspec.Struct, frozen=True):
     """Cores' worth of CPU time every other process used."""
     load_avg_1m: float | None = None
     busiest_others: list[BusyProcess] = []
+    observed_cores: float | None = None
+    """Cores' worth the observed server's processes used (``attach`` to a server on this machine): the work being
+    measured, not other load (None: no server observed)."""
 
 
 class StartupPhase(msgspec.Struct, frozen=True):

@@ -494,6 +494,9 @@ class Command(msgspec.Struct, frozen=True):
     args: dict[str, str | int | float | bool | list[str]] = {}
     positional: list[str] = []
     comment: str | None = None
+    program: str | None = None
+    """How to run ``max-profile`` where the bare name would not (its path in a virtual environment not activated);
+    None: ``max-profile``."""
 
 
 class Finding(msgspec.Struct, frozen=True):

@@ -680,14 +680,16 @@ def host_load_line(report: Report) -> RenderableType | None:
     others = ", ".join(f"{p.name} {p.cores:.2f}" for p in load.busiest_others[:3])
     # two readings of one thing (the kernel's idle counter, the processes' CPU times): the larger is said, never one
     # below the other
+    observed = load.observed_cores or 0.0
     busy = (
-        max(load.cpu_busy_pct or 0.0, min(100.0, 100.0 * (load.own_cores + load.other_cores) / load.cores))
+        max(load.cpu_busy_pct or 0.0, min(100.0, 100.0 * (load.own_cores + load.other_cores + observed) / load.cores))
         if load.cores
         else load.cpu_busy_pct
     )
+    server = f"the attached server {observed:.2f}, " if load.observed_cores is not None else ""
     return Text(
         f"host CPU over the window: {figure(busy, '.0f', '%')} busy of {load.cores} cores; this process tree "
-        f"{load.own_cores:.2f} cores, "
+        f"{load.own_cores:.2f} cores, {server}"
         f"other processes {load.other_cores:.2f}" + (f" ({others})" if others else ""),
         style="dim",
     )

@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import IO, Any
 
 from max_profile.errors import Terminated
@@ -170,3 +172,19 @@ def raise_pending_signal() -> None:
         if _PENDING[-1] == "SIGTERM":
             raise Terminated()
         raise KeyboardInterrupt
+
+
+def max_command() -> list[str]:
+    """How to run the ``max`` CLI of this interpreter's MAX: the script beside the interpreter (a venv's, not
+    activated, is not on PATH), else the one on PATH, else the interpreter running MAX's entry point."""
+    exe = Path(sys.executable).with_name("max")
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("max")
+    if found:
+        return [found]
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from max._entrypoints.pipelines import main; sys.argv[0] = 'max'; main()",
+    ]

@@ -131,8 +131,6 @@ def load_share(report: Report) -> tuple[float | None, str]:
     return None, ""
 
 
-
-
 def lightly_loaded(report: Report, th: Thresholds) -> bool:
     share, _ = load_share(report)
     return share is not None and share < th.light_load_pct

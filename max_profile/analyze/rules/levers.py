@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import msgspec
 
-from max_profile.analyze.commands import attach_command, cli, for_model, kernel_command, shell
+from max_profile.analyze.commands import attach_command, cli, for_model, kernel_command, program, shell
 from max_profile.analyze.families import base_name, slow_path
 from max_profile.analyze.ledger import ATTENTION_PART, IDLE_BEFORE_GRAPH, MATMUL_PART
 from max_profile.analyze.op_roofline import ATTENTION as OP_ATTENTION
@@ -67,14 +67,16 @@ def _launch_shape(k: KernelBreakdown | None, phase: str, name: str | None) -> st
 
 def _host_command(report: Report) -> Command:
     """py-spy on the capture's own run (a server: the same serve capture, its worker followed) with the kernel tracer
-    off: where the host's time goes per step."""
+    off: where the host's time goes per step. Without ``--native``: its native stacks did not get past a model's load in
+    5 minutes where the Python stacks took 11 s."""
+    pip, spy = program(report, "pip"), program(report, "py-spy")
     if report.serve is not None:
-        line = "pip install py-spy && py-spy record --native --subprocesses -o host.svg -- " + cli(
+        line = f"{pip} install py-spy && {spy} record --subprocesses -o host.svg -- " + cli(
             for_model(report, "serve", mode="utilization", yes=True)
         )
         return shell(line, comment="where the server's host time goes per step")
     return shell(
-        "pip install py-spy && py-spy record --native -o host.svg -- " + cli(for_model(report, "run", kernels="off")),
+        f"{pip} install py-spy && {spy} record -o host.svg -- " + cli(for_model(report, "run", kernels="off")),
         comment="where the host's time goes per step",
     )
 
@@ -336,7 +338,7 @@ def _nvml_host_bound(report: Report, th: Thresholds) -> list[Finding]:
             lever=lever,
             next_step="Stop here: a kernel trace adds nothing until the GPU is busy. Raise the batch size / "
             "concurrency, "
-            "or profile the host (py-spy record --native, or `max generate --profile` for its cProfile table).",
+            "or profile the host (py-spy record, or `max generate --profile` for its cProfile table).",
         )
     ]
 
@@ -374,8 +376,8 @@ def _capture_graph_waits(report: Report, th: Thresholds) -> list[Finding]:
             next_step="The kernels ran at their speed; the thread that launches the step's graph came late. Check the "
             "host load line of "
             "this report (other processes on the cores), then where the host's time goes per step: py-spy on the "
-            "process "
-            "(`py-spy record --native --pid PID`). Under an in-process tracer, compare with an untraced run first.",
+            "process (`py-spy record --pid PID --duration 10`). Under an in-process tracer, compare with an untraced "
+            "run first.",
             detail="Counted: gaps between one kernel's end and the next kernel's start (overlaps merged, the busiest "
             "device) at least "
             f"{w.min_gap_us:g} µs and under {w.max_gap_ms:g} ms that end at a kernel inside a device graph; longer "

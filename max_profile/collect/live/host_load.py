@@ -47,6 +47,8 @@ class HostLoadProbe:
     """Start before the window, stop after it: :meth:`stop` returns the :class:`HostLoad` of the window (None where
     psutil cannot read processes here)."""
 
+    observed: frozenset[int] = frozenset()
+    """The process tree being observed (an attached server's): counted apart, not as other load."""
     _t0: float = 0.0
     _before: dict[int, tuple[str, float]] = field(default_factory=dict)
     _system0: tuple[float, float] | None = None
@@ -82,7 +84,7 @@ class HostLoadProbe:
         total = float(sum(cpu)) - self._system0[0]
         idle = float(cpu.idle + getattr(cpu, "iowait", 0.0)) - self._system0[1]
         cores = os.cpu_count() or 1
-        own_s = other_s = 0.0
+        own_s = other_s = observed_s = 0.0
         others: list[BusyProcess] = []
         for pid, (name, secs) in after.items():
             prev = self._before.get(pid)
@@ -91,6 +93,8 @@ class HostLoadProbe:
             )  # started inside the window: all its time is in it
             if pid in own:
                 own_s += used
+            elif pid in self.observed:
+                observed_s += used
             else:
                 other_s += used
                 if used > 0:
@@ -104,4 +108,5 @@ class HostLoadProbe:
             other_cores=round(other_s / window, 3),
             load_avg_1m=load1,
             busiest_others=others[:TOP_OTHERS],
+            observed_cores=round(observed_s / window, 3) if self.observed else None,
         )

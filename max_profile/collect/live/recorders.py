@@ -155,8 +155,9 @@ class HostLoadRecorder:
 
     name = "host-load"
 
-    def __init__(self) -> None:
-        self.probe = HostLoadProbe()
+    def __init__(self, observed: frozenset[int] = frozenset()) -> None:
+        """``observed``: the process tree being observed (an attached server's), counted apart from other load."""
+        self.probe = HostLoadProbe(observed=observed)
         self.load: HostLoad | None = None
 
     def start(self) -> None:

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from max_profile.collect.live.cupti_native import NativeCuptiCollector
 from max_profile.collect.live.gpu_backends import MAX_GPU_UPGRADE, max_gpu_module, open_direct_reader
@@ -243,7 +244,24 @@ def detect_environment(check_tools: bool = True) -> Environment:
         max_profiling_problem=profiling_problem,
         tools=tools,
         warnings=warnings,
+        programs=programs_here(),
     )
+
+
+PRINTED_PROGRAMS = ("max-profile", "max", "pip")
+"""Programs the report's next commands start with."""
+
+
+def programs_here() -> dict[str, str]:
+    """Each of :data:`PRINTED_PROGRAMS` that this interpreter's environment holds beside it but a shell would not find
+    as that script (not on PATH, or another one first): its path, so a printed command runs as printed."""
+    here = Path(sys.executable).parent
+    out: dict[str, str] = {}
+    for name in PRINTED_PROGRAMS:
+        script = here / name
+        if script.is_file() and shutil.which(name) != str(script):
+            out[name] = str(script)
+    return out
 
 
 def gpu_sampler_status(vendor: Vendor) -> ToolStatus:

@@ -30,6 +30,7 @@ from pathlib import Path
 from max_profile.collect.probes.model_files import read_model_config
 from max_profile.model import StartupPhase, StartupProfile
 from max_profile.util.files import cache_dir
+from max_profile.util.procs import max_command
 
 CACHE_LOG_ENV = "MODULAR_ENABLE_CACHE_LOGGING"
 CACHE_PREFIX = "[modular-cache]"
@@ -306,13 +307,30 @@ def _compilation_stats() -> contextlib.AbstractContextManager[object] | None:
     return collect_compilation_stats()
 
 
+PROGRAM_ENTRY: float | None = None
+"""When the ``max-profile`` command began (set by the CLI: its package's import time), None in a user's own program."""
+EXEC_GAP_S = 5.0
+"""A process created this long before the command began ran another program first (a shell's ``exec``, ``sh -c "pip
+install ... && max-profile startup"``): its time is not this command's start-up."""
+
+
+def process_start(created: float | None, entry: float | None) -> float | None:
+    """Where a start-up profile starts: the process's creation, or the command's own entry when the process ran another
+    program for longer than :data:`EXEC_GAP_S` before it (an exec keeps the process and its creation time)."""
+    if entry is not None and (created is None or created < entry - EXEC_GAP_S):
+        return entry
+    return created
+
+
 def _process_start() -> float:
+    created: float | None
     try:
         import psutil
 
-        return float(psutil.Process().create_time())
-    except Exception:  # noqa: BLE001 - no process table: the profile starts at the recorder
-        return time.time()
+        created = float(psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - no process table: the profile starts at the command's entry or the recorder
+        created = None
+    return process_start(created, PROGRAM_ENTRY) or time.time()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -621,7 +639,7 @@ def warm_cache_command(
     """``max warm-cache`` with the same compile key (run it in the image, before serving or profiling)."""
     import shlex
 
-    cmd = ["max", "warm-cache", "--model-path", model_path, "--devices", devices]
+    cmd = [*max_command(), "warm-cache", "--model-path", model_path, "--devices", devices]
     if max_batch_size:
         cmd += ["--max-batch-size", str(max_batch_size)]
     if max_length:

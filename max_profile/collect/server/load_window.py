@@ -34,9 +34,10 @@ class ServerTarget:
     prefix: str = ""
 
 
-def window_recorders(sample_gpus: bool, label: str) -> list[Recorder]:
-    """The recorders of a server window: host load always, GPU samples where this machine has a GPU to sample."""
-    recorders: list[Recorder] = [HostLoadRecorder()]
+def window_recorders(sample_gpus: bool, label: str, observed: frozenset[int] = frozenset()) -> list[Recorder]:
+    """The recorders of a server window: host load always (``observed``: the attached server's processes, counted
+    apart from other load), GPU samples where this machine has a GPU to sample."""
+    recorders: list[Recorder] = [HostLoadRecorder(observed)]
     if sample_gpus:
         recorders.append(GpuSamplerRecorder(SAMPLE_INTERVAL_S, label=label))
     return recorders

@@ -10,7 +10,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -40,21 +39,6 @@ def port_in_use(port: int) -> bool:
         except OSError:
             return True
     return False
-
-
-def max_command() -> list[str]:
-    """How to run the ``max`` CLI of this interpreter's MAX."""
-    exe = Path(sys.executable).with_name("max")
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("max")
-    if found:
-        return [found]
-    return [
-        sys.executable,
-        "-c",
-        "import sys; from max._entrypoints.pipelines import main; sys.argv[0] = 'max'; main()",
-    ]
 
 
 MAX_LOG_LINE = 500
