@@ -4,6 +4,7 @@ on).
 
     python benchmarks/serve_ab.py --model-path DIR [--devices gpu] [--pairs 3] [--duration 10] [--settle S]
                                   [--variants default,full,zeroed] [--order bracketed|rotating] [--json out.json]
+                                  [-- MAX_SERVE_FLAGS...]
 
 A round gives each recording variant one window, each between two untraced windows (``--order bracketed``, the
 default: U A U B U, the variants' order rotating every round) or one untraced window and one per variant back to back
@@ -178,6 +179,11 @@ def main() -> int:
         help="seconds of recording before a traced window opens (default: the recorder's own, "
         "WorkerKernelRecorder.settle_s)",
     )
+    ap.add_argument(
+        "server_args",
+        nargs="*",
+        help="after --: flags for `max serve` itself (e.g. -- --no-device-graph-capture: an eager server)",
+    )
     args = ap.parse_args()
 
     from max_profile.collect.probes.environment import detect_environment
@@ -206,6 +212,7 @@ def main() -> int:
         concurrency=[1] * len(order),
         warm=not args.no_warm,
         reference=False,
+        extra_args=list(args.server_args),
     )  # the untraced windows are this benchmark's own reference
     slice_s = args.slice if args.slice is not None else plan.record_slice_s
     plans = {v: variant_plan(v, plan.record_share, slice_s) for v in variants}

@@ -11,6 +11,7 @@ import difflib
 from collections.abc import Sequence
 from typing import Any
 
+from max_profile.collect.live.recorders import DEFAULT_KERNEL_SHARE
 from max_profile.errors import InputError
 from max_profile.preflight import DEFAULT_TIMEOUT_S
 from max_profile.render.outputs import OUTPUTS
@@ -345,10 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--record-share",
         type=float,
-        default=0.25,
+        default=DEFAULT_KERNEL_SHARE,
         metavar="FRACTION",
-        help="kernels mode on NVIDIA: the share of each window recorded, in slices (1 records all of it, "
-        "at about 6 %% of the server's tokens/s measured on an H200; default: 0.25)",
+        help="kernels mode on NVIDIA: the share of each window recorded, in slices (1 records all of it; "
+        f"default: {DEFAULT_KERNEL_SHARE:g}, the in-process default's share)",
     )
     p.add_argument(
         "--record-slice", type=float, default=0.5, metavar="SECONDS", help="length of one recorded slice (default: 0.5)"

@@ -32,6 +32,7 @@ from max_profile.collect.live.nvtx_log import (
     max_profiling_usable,
     profiling_library_env,
 )
+from max_profile.collect.live.recorders import DEFAULT_KERNEL_SHARE
 from max_profile.collect.probes.environment import detect_environment, require_tool
 from max_profile.collect.probes.model_files import read_model_config, read_model_weights
 from max_profile.collect.probes.startup import (
@@ -132,11 +133,12 @@ class ServePlan:
     reference: bool = True
     """Kernels mode: one untraced window first, at the first concurrency level and as long as the others, so the report
     says what the recorder cost this server (tokens/s and the server's own decode step, recorded against not)."""
-    record_share: float = 0.25
+    record_share: float = DEFAULT_KERNEL_SHARE
     """Kernels mode with CUPTI in the worker: the share of each window recorded, in slices of ``record_slice_s`` with
-    the recorder paused in between (1: all of it). Recording every kernel of a device graph slows ``max serve``'s decode
-    (measured on an H200: 0.94 of untraced tokens/s); a quarter of the window costs a quarter of that, and ~10 s of
-    steady decode repeat the same steps, so the slices show the same kernel mix."""
+    the recorder paused in between (1: all of it); the in-process default's share. A recorded stretch slows ``max
+    serve``'s decode (every kernel of its device graphs, or every eager launch, recorded): a quarter of the window cost
+    0.3 % with device graphs and 7.6 % without them; ~10 s of steady decode repeat the same steps, so the slices show
+    the same kernel mix."""
     record_slice_s: float = 0.5
     profiling_mode: str = "auto"
     """MODULAR_ENABLE_PROFILING in the kernel modes: ``on`` carries MAX's scheduler ranges (the phases; it shares

@@ -245,3 +245,152 @@ def test_kernels_starting_at_one_instant_keep_their_recorded_order() -> None:
     assert IDLE_BEFORE_GRAPH not in rows
     # 6 us after each pair, and the 1 us from the step's start to the first pair
     assert rows[IDLE_BETWEEN_LAUNCHES] == pytest.approx((n * 6_000 + 1_000) / 1e6, abs=1e-9)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Load verdicts need load; printed commands run as printed
+
+ATTACH = DATA / "h200" / "session12" / "attach_idle_3b_raw.json.gz"
+"""``attach`` with ``--probe`` on an idle H200 server (3 requests of ours in 10 s; its metrics port unreadable)."""
+
+
+def _metrics(t_ns: int, batches: int, exec_ms: float, requests: int) -> object:
+    from max_profile.model import MetricPoint, MetricsScrape
+
+    points = [
+        MetricPoint("maxserve_request_count_total", {}, float(requests)),
+        MetricPoint("maxserve_batch_execution_time_milliseconds_count", {"batch_type": "TG"}, float(batches)),
+        MetricPoint("maxserve_batch_execution_time_milliseconds_sum", {"batch_type": "TG"}, batches * exec_ms),
+        MetricPoint("maxserve_batch_execution_time_milliseconds_count", {"batch_type": "CE"}, float(requests)),
+        MetricPoint("maxserve_batch_execution_time_milliseconds_sum", {"batch_type": "CE"}, requests * 20.0),
+    ]
+    return MetricsScrape(t_ns=t_ns, url="http://127.0.0.1:8124/metrics", points=points)
+
+
+def _attach_without_probe(metrics: bool, batches: int = 0) -> Report:
+    """The idle attach window with no request of ours; the server's metrics unreadable, or read with ``batches``
+    decode batches of 2 ms in the window."""
+    raw = RawCapture.load(str(ATTACH))
+    w = raw.load_windows[0]
+    before = _metrics(w.window_ns[0], 1000, 2.0, 10) if metrics else w.metrics_before
+    after = _metrics(w.window_ns[1], 1000 + batches, 2.0, 10 + batches // 64) if metrics else w.metrics_after
+    window = msgspec.structs.replace(w, requests=[], metrics_before=before, metrics_after=after)
+    return build_report(msgspec.structs.replace(raw, load_windows=[window], requests=[]))
+
+
+def test_an_idle_attached_server_is_never_host_bound() -> None:
+    """Without --probe, on an idle GPU server: its metrics say it ran no batch (lightly loaded, the sweep to run next,
+    with the server's own URL and metrics URL), or they cannot be read (the idle verdicts are skipped with the reason,
+    and the next command is the same window with a few requests of ours). Never host-bound, never a NaN."""
+    idle = _attach_without_probe(metrics=True)
+    ids = [f.id for f in idle.findings]
+    assert "host-bound" not in ids and "lightly-loaded" in ids
+    (light,) = [f for f in idle.findings if f.id == "lightly-loaded"]
+    assert light.evidence["loaded_pct"] == 0.0 and light.evidence["measured_as"] == "batches executing (server metrics)"
+    assert idle.next_measurement == (
+        "max-profile attach http://127.0.0.1:8123 --metrics-url http://127.0.0.1:8124/metrics --concurrency 1,4,16"
+    )
+    text = render_text(idle)
+    assert "nan" not in text.lower() and "CE 0," in text and "TG 0 " in text
+    unknown = _attach_without_probe(metrics=False)
+    assert "host-bound" not in [f.id for f in unknown.findings]
+    (skipped,) = [s for s in unknown.rules_skipped if s.rule == "gpu-idle"]
+    assert "load over the window is not known" in skipped.reason
+    assert unknown.next_measurement is not None and unknown.next_measurement.startswith(
+        "max-profile attach http://127.0.0.1:8123 --metrics-url http://127.0.0.1:8124/metrics --probe"
+    )
+    # a busy server's metrics: 4,500 decode batches of 2 ms in the 10 s window is load (90 %), not lightly loaded
+    busy = _attach_without_probe(metrics=True, batches=4500)
+    assert "lightly-loaded" not in [f.id for f in busy.findings]
+
+
+def test_printed_commands_name_the_programs_of_this_environment() -> None:
+    """A report made where ``max-profile``, ``max`` and ``pip`` are scripts of a virtual environment not on PATH prints
+    them by their paths (the README's set-up runs ``.venv/bin/max-profile``)."""
+    from max_profile.analyze.commands import cli
+
+    raw = RawCapture.load(str(DATA / "h200" / "session9" / "demo_raw.json.gz"))
+    bin_dir = "/opt/venv with space/bin"
+    env = msgspec.structs.replace(
+        raw.environment, programs={"max-profile": f"{bin_dir}/max-profile", "pip": f"{bin_dir}/pip"}
+    )
+    report = build_report(msgspec.structs.replace(raw, environment=env))
+    host = next(f for f in report.findings if f.id == "host-bound" and f.command is not None)
+    assert host.command is not None
+    line = cli(host.command)
+    assert line.startswith(f"'{bin_dir}/pip' install py-spy && '{bin_dir}/py-spy' record -o host.svg -- ")
+    assert f"-- '{bin_dir}/max-profile' run --model-path" in line and "--native" not in line
+    plain = build_report(raw)
+    plain_host = next(f for f in plain.findings if f.id == "host-bound" and f.command is not None)
+    assert plain_host.command is not None
+    assert cli(plain_host.command).startswith("pip install py-spy && py-spy record -o host.svg -- max-profile run")
+
+
+def test_the_programs_here_are_the_scripts_beside_this_interpreter() -> None:
+    import shutil
+    import sys
+
+    from max_profile.collect.probes.environment import programs_here
+    from max_profile.util.procs import max_command
+
+    here = Path(sys.executable).parent
+    found = programs_here()
+    for name in ("max-profile", "max", "pip"):
+        script = here / name
+        expected = script.is_file() and shutil.which(name) != str(script)
+        assert (name in found) == expected and (not expected or found[name] == str(script))
+    cmd = max_command()
+    assert cmd[0] == str(here / "max") if (here / "max").exists() else cmd[0] in (shutil.which("max"), sys.executable)
+
+
+def test_a_start_up_counts_from_the_command_when_the_process_ran_another_program_first() -> None:
+    from max_profile.collect.probes.startup import EXEC_GAP_S, process_start
+
+    assert process_start(1000.0, 1000.4) == 1000.0  # the interpreter's own start: the process's creation
+    assert process_start(1000.0, 1000.0 + EXEC_GAP_S + 361) == 1000.0 + EXEC_GAP_S + 361  # a shell ran pip first
+    assert process_start(1000.0, None) == 1000.0  # a user's own program: its process
+    assert process_start(None, 5.0) == 5.0
+
+
+def test_serve_idle_is_a_lever_net_of_the_recordings_measured_share() -> None:
+    """A served decode step idle 1.87 of 5.44 ms recorded, the server's own step 5.11 ms untraced: the recording's
+    0.33 ms comes off, the 1.54 ms the untraced server idles too is the lever, beside the tracer's own finding."""
+    from max_profile.analyze.rules import evaluate_rules
+    from max_profile.analyze.thresholds import Thresholds
+    from max_profile.model import LedgerRow, PhaseLedger, TracerCost
+
+    raw, report = built(DATA / "h200" / "session12" / "serve_kernels_3b_raw.json.gz")
+    assert isinstance(report.ledger, StepLedger)
+    rows = [
+        LedgerRow(part="matmul: gemm", kind="kernels", ms_per_step=3.57, share_pct=65.6, families=["gemm"]),
+        LedgerRow(part="GPU idle: between launches", kind="idle", ms_per_step=1.87, share_pct=34.4),
+    ]
+    decode = PhaseLedger(phase="decode", steps=600, step_ms=5.44, host_step_p50_ms=5.4, batch=1,
+                         tokens_per_step=1.0, rows=rows, busy_pct=65.6)  # fmt: skip
+    cost = TracerCost(
+        concurrency=1,
+        reference_tok_s=190.0,
+        traced_tok_s=175.6,
+        throughput_ratio=0.924,
+        throughput_ratio_noise=0.009,
+        reference_decode_step_ms=5.11,
+        traced_decode_step_ms=5.44,
+    )
+    served = msgspec.structs.replace(
+        report, ledger=msgspec.structs.replace(report.ledger, phases=[decode]), tracer_cost=cost
+    )
+    found, skipped = evaluate_rules(served, Thresholds())
+    ids = [f.id for f in found]
+    assert "tracer-overhead" in ids
+    (idle,) = [f for f in found if f.id == "gpu-idle"]
+    assert idle.lever is not None and idle.lever.ms_per_step == pytest.approx(1.54)
+    assert idle.evidence["idle_from_recording_ms_per_step"] == pytest.approx(0.33)
+    assert "0.33 ms of that was the recording's own" in idle.title
+    # the same capture without the measured reference: the tracer finding explains the idle, and says it dropped it
+    unmeasured = msgspec.structs.replace(served, tracer_cost=None)
+    k = unmeasured.kernels
+    assert isinstance(k, KernelBreakdown)
+    traced = msgspec.structs.replace(unmeasured, kernels=msgspec.structs.replace(k, tracer_overhead_pct=9.0))
+    found2, skipped2 = evaluate_rules(traced, Thresholds())
+    assert "gpu-idle" not in [f.id for f in found2]
+    assert any(s.rule == "gpu-idle" and s.reason.startswith("gpu-idle superseded by tracer-overhead") for s in skipped2)

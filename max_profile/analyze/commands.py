@@ -19,6 +19,7 @@ import msgspec
 import numpy as np
 
 from max_profile.analyze.families import distinctive_regex
+from max_profile.analyze.load import load_share
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import Command, KernelBreakdown, KernelRow, Report, Unavailable, Workload
 
@@ -334,6 +335,9 @@ def next_command(report: Report, th: Thresholds | None = None) -> Command | None
         return for_model(report, "run", kernels="off")
     if "lightly-loaded" in ids:
         return next((f.command for f in report.findings if f.id == "lightly-loaded" and f.command is not None), None)
+    if report.capture.target.startswith("attach") and load_share(report)[0] is None:
+        # the server's load over the window is not known: the same window with a few requests of ours
+        return attach_command(report, comment="a few requests of ours: the window's load and latency", probe=True)
     if "host-bound" in ids:
         return None
     if report.environment.vendor == "none":

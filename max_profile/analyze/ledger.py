@@ -412,8 +412,9 @@ def build_ledger(
 
 
 def with_load(ledger: StepLedger, windows: Sequence[LoadWindow]) -> StepLedger:
-    """The ledger with the load of the serve / attach windows it covers (requests in flight, request rate)."""
-    measured = [w for w in windows if not w.reference]
+    """The ledger with the load of the serve / attach windows it covers (requests in flight, request rate): of the
+    windows with requests of ours (an attach window without them says nothing of the server's own traffic)."""
+    measured = [w for w in windows if not w.reference and w.requests]
     if not measured:
         return ledger
     shares = [in_flight(w.requests, w.window_ns) for w in measured]

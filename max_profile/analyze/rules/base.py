@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from max_profile.analyze.load import load_share
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import (
     Finding,
@@ -98,37 +99,6 @@ def host_contended(report: Report, th: Thresholds) -> bool:
         and load.other_cores >= th.host_load_other_cores
         and (load.own_cores + load.other_cores) >= th.host_load_busy_fraction * load.cores
     )
-
-
-def server_batch_share(report: Report) -> float | None:
-    """The share of the window the server spent executing batches, from its own metrics (batches x their mean
-    execution time over the window, in %): 0 for a window in which it executed none and finished no request; None
-    when its metrics were not read or do not say."""
-    m = report.window_load.server if report.window_load is not None else None
-    if m is None or m.unavailable or m.window_s <= 0:
-        return None
-    if any(m.batches.values()):
-        busy_ms = sum(n * m.batch_execution_ms_mean.get(kind, 0.0) for kind, n in m.batches.items())
-        return min(100.0, 100.0 * busy_ms / (m.window_s * 1e3))
-    if (m.batches or m.requests == 0) and not m.requests and not m.requests_running:
-        return 0.0
-    return None
-
-
-def load_share(report: Report) -> tuple[float | None, str]:
-    """How loaded the window was, in % (None: not known), and what it measures: requests in flight (serve, attach),
-    else the share of the window inside steps (run), else the server's batches over the window (its metrics)."""
-    lg = ledger(report)
-    if lg is not None and lg.requests_in_flight_pct is not None:
-        return lg.requests_in_flight_pct, "requests in flight"
-    if report.window_load is not None and report.window_load.in_flight_pct is not None:
-        return report.window_load.in_flight_pct, "requests in flight"
-    if lg is not None:
-        return 100.0 - lg.outside_steps_pct, "steps running" if lg.source != "server metrics" else "batches executing"
-    share = server_batch_share(report)
-    if share is not None:
-        return share, "batches executing (server metrics)"
-    return None, ""
 
 
 def lightly_loaded(report: Report, th: Thresholds) -> bool:
