@@ -2,7 +2,7 @@
 significantly slower than the threshold.
 
     python examples/diff_gate.py --baseline baseline_raw.json.gz [--model-path DIR] [--fail-above 5] [--inject-delay-ms
-    0]
+    0] [--save-run run_raw.json.gz]
 
 First run (no baseline file): records it and exits 0. Later runs: profile the same generation,
 compare with ``diff_reports`` (per-step distributions, Mann-Whitney U, so noise alone does not fail
@@ -35,6 +35,7 @@ ap.add_argument("--devices", default="cpu")
 ap.add_argument("--tokens", type=int, default=48)
 ap.add_argument("--fail-above", type=float, default=5.0)
 ap.add_argument("--inject-delay-ms", type=float, default=0.0)
+ap.add_argument("--save-run", help="also save this run's raw capture here (to inspect or to make the next baseline)")
 args = ap.parse_args()
 
 baseline = Path(args.baseline)
@@ -69,6 +70,8 @@ with max_profile.profile(model.pipeline, model_path=model_path, devices=args.dev
     generate(model, ["I believe the meaning of life is"], args.tokens)
 model.close()
 
+if args.save_run:
+    prof.raw_capture.save(args.save_run)
 if before is None:
     prof.raw_capture.save(str(baseline))
     print(fit_to_terminal(f"baseline recorded in {baseline}; commit it, later runs are compared with it"))

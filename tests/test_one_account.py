@@ -394,3 +394,37 @@ def test_serve_idle_is_a_lever_net_of_the_recordings_measured_share() -> None:
     found2, skipped2 = evaluate_rules(traced, Thresholds())
     assert "gpu-idle" not in [f.id for f in found2]
     assert any(s.rule == "gpu-idle" and s.reason.startswith("gpu-idle superseded by tracer-overhead") for s in skipped2)
+
+
+def test_a_gate_never_fails_on_host_timing_a_run_says_was_under_load() -> None:
+    """B's decode steps 30 % slower with other processes holding the cores: shown, not judged, and said; with the GPU's
+    kernel time unchanged the gate passes. On a quiet machine the same slowdown fails it."""
+    from max_profile.model import HostLoad
+
+    raw = RawCapture.load(str(DATA / "h200" / "session7" / "run_b1_raw.json.gz"))
+    slow = msgspec.structs.replace(
+        raw,
+        steps=[
+            msgspec.structs.replace(s, end_ns=s.start_ns + int(1.3 * s.duration_ns)) if s.phase == "decode" else s
+            for s in raw.steps
+        ],
+    )
+    a = build_report(raw)
+    quiet = diff_reports(a, build_report(slow))
+    assert quiet.regression and any(
+        v.startswith("REGRESSION: decode per token (host step time)") for v in quiet.verdicts
+    )
+    busy = HostLoad(window_s=1.0, cores=16, cpu_busy_pct=60.0, own_cores=1.0, other_cores=4.5)
+    loaded = build_report(msgspec.structs.replace(slow, capture=msgspec.structs.replace(slow.capture, host_load=busy)))
+    result = diff_reports(a, loaded, b_label="B")
+    assert not result.regression
+    host = next(x for x in result.lines if x.metric == "decode per token (host step time)")
+    assert host.delta_pct is not None and host.delta_pct > 25 and not host.judged and not host.significant
+    kernel = next(x for x in result.lines if x.metric == "decode kernel time per step")
+    assert kernel.judged and kernel.basis == "device" and kernel.delta == 0
+    assert result.host_timing_unreliable == [
+        "B: other processes used 4.50 of 16 CPU cores during the capture (a gate judges host timing under 25 % of them)"
+    ]
+    assert any(
+        v.startswith("host timing not judged (shown only): B: other processes used 4.50") for v in result.verdicts
+    )

@@ -181,6 +181,15 @@ def _decode_ms_per_token(r: Report) -> list[float]:
     return [s.duration_ns / 1e6 / s.batch_size for s in r.steps if s.phase == "decode" and s.batch_size > 0]
 
 
+def _decode_cpu_ms_per_token(r: Report) -> list[float]:
+    """The profiled process's CPU time per decode token (all its threads, ``Step.cpu_ns``), where every decode step
+    has it: on a CPU device the step's own work, which another process taking cores slows less than its wall time."""
+    decode = [s for s in r.steps if s.phase == "decode" and s.batch_size > 0]
+    if not decode or any(s.cpu_ns is None for s in decode):
+        return []
+    return [(s.cpu_ns or 0) / 1e6 / s.batch_size for s in decode]
+
+
 def _family_per_step(r: Report, phase: str) -> dict[str, list[float]]:
     """Per family, its kernel time in each of the phase's steps recorded whole (a sampled capture's other steps were
     not recorded: counting them as 0 would halve a median)."""
@@ -192,11 +201,24 @@ def _family_per_step(r: Report, phase: str) -> dict[str, list[float]]:
     return {f: [p.families.get(f, 0.0) for p in rows] for f in fams}
 
 
+GATE_OTHER_LOAD = 0.25
+"""Other processes holding at least this share of the host's cores during a capture: a gate does not judge its host
+timing (the report's own host-contention verdict needs more; a gate that fails a build must not rest on less)."""
+
+
 def host_timing_problem(label: str, r: Report) -> str | None:
     """Why run ``label``'s host timing cannot be judged: its own host-contention finding (other processes held the
-    cores), else None."""
+    cores), or other processes holding :data:`GATE_OTHER_LOAD` of the cores or more; else None."""
     f = next((f for f in r.findings if f.id == "host-contention"), None)
-    return f"{label}: {f.title}" if f is not None else None
+    if f is not None:
+        return f"{label}: {f.title}"
+    load = r.capture.host_load
+    if load is not None and load.cores and load.other_cores >= GATE_OTHER_LOAD * load.cores:
+        return (
+            f"{label}: other processes used {load.other_cores:.2f} of {load.cores} CPU cores during the capture "
+            f"(a gate judges host timing under {100 * GATE_OTHER_LOAD:.0f} % of them)"
+        )
+    return None
 
 
 def _kernel_basis(k: KernelBreakdown) -> str:
@@ -239,6 +261,9 @@ def diff_reports(
     da, db = _decode_ms_per_token(a), _decode_ms_per_token(b)
     if da and db:
         lines.append(_line("decode per token (host step time)", "ms/token", da, db, fail_above_pct, alpha))
+    ca, cb = _decode_cpu_ms_per_token(a), _decode_cpu_ms_per_token(b)
+    if ca and cb and a.environment.vendor == b.environment.vendor == "none":
+        lines.append(_line("decode per token (process CPU time)", "ms/token", ca, cb, fail_above_pct, alpha))
     if a.serve is not None and b.serve is not None:
         itl_a = [g for r in (a_raw.requests if a_raw else []) if r.ok for g in r.itl_ms]
         itl_b = [g for r in (b_raw.requests if b_raw else []) if r.ok for g in r.itl_ms]
