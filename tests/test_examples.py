@@ -116,11 +116,16 @@ def test_profile_serve(tmp_path: Path, columns: int) -> None:
 
 def test_diff_gate(tmp_path: Path) -> None:
     baseline = tmp_path / "baseline_raw.json.gz"
-    res = _run("diff_gate.py", "--baseline", str(baseline), "--tokens", "20")
+    res = _run("diff_gate.py", "--baseline", str(baseline), "--tokens", "40")
     assert res.returncode == 0 and "baseline recorded" in res.stdout, res.stderr[-3000:]
-    res = _run("diff_gate.py", "--baseline", str(baseline), "--tokens", "20", "--inject-delay-ms", "25", columns=120)
-    assert res.returncode == 1, res.stdout + res.stderr[-2000:]
-    assert "REGRESSION" in res.stdout
+    res = _run("diff_gate.py", "--baseline", str(baseline), "--tokens", "40", "--inject-delay-ms", "25", columns=120)
+    # 25 ms more per step fails the gate; where either run says other processes held the cores (a busy CI machine), the
+    # gate shows the slower host timing without judging it, and passes saying so
+    if "host timing not judged" in res.stdout:
+        assert res.returncode == 0 and "REGRESSION" not in res.stdout, res.stdout
+    else:
+        assert res.returncode == 1, res.stdout + res.stderr[-2000:]
+        assert "REGRESSION" in res.stdout
     # a baseline from another machine and model (the H200 capture): not comparable, exit 2
     res = _run(
         "diff_gate.py", "--baseline", str(REPO / "tests" / "data" / "h200" / "small_cupti_raw.json.gz"), "--tokens", "4"

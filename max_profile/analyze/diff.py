@@ -206,17 +206,30 @@ GATE_OTHER_LOAD = 0.25
 timing (the report's own host-contention verdict needs more; a gate that fails a build must not rest on less)."""
 
 
+GATE_MIN_LOAD_WINDOW_S = 1.0
+"""A host-load record shorter than this cannot vouch for a quiet machine: over 0.1-0.3 s two busy loops on two cores
+read anywhere from 0.4 to 1.2 cores (the scheduler favours the profiled process for a moment)."""
+
+
 def host_timing_problem(label: str, r: Report) -> str | None:
     """Why run ``label``'s host timing cannot be judged: its own host-contention finding (other processes held the
-    cores), or other processes holding :data:`GATE_OTHER_LOAD` of the cores or more; else None."""
+    cores), other processes holding :data:`GATE_OTHER_LOAD` of the cores or more, or a host-load record too short to
+    say (:data:`GATE_MIN_LOAD_WINDOW_S`); else None (a capture without a host-load record is judged)."""
     f = next((f for f in r.findings if f.id == "host-contention"), None)
     if f is not None:
         return f"{label}: {f.title}"
     load = r.capture.host_load
-    if load is not None and load.cores and load.other_cores >= GATE_OTHER_LOAD * load.cores:
+    if load is None:
+        return None
+    if load.cores and load.other_cores >= GATE_OTHER_LOAD * load.cores:
         return (
             f"{label}: other processes used {load.other_cores:.2f} of {load.cores} CPU cores during the capture "
             f"(a gate judges host timing under {100 * GATE_OTHER_LOAD:.0f} % of them)"
+        )
+    if load.window_s < GATE_MIN_LOAD_WINDOW_S:
+        return (
+            f"{label}: its host-load record covers {load.window_s:.2f} s, too short to vouch for a quiet machine "
+            f"(generate for {GATE_MIN_LOAD_WINDOW_S:g} s or more)"
         )
     return None
 
