@@ -1,7 +1,7 @@
 """The CI gate on a noisy machine: ``examples/diff_gate.py`` run unchanged N times against one baseline, beside busy
 loops that take the cores (what a shared CI runner or a test suite beside it does), every run printed.
 
-    python benchmarks/diff_gate_under_load.py [--runs 20] [--busy 2] [--tokens 256] [--json out.json]
+    python benchmarks/diff_gate_under_load.py [--runs 20] [--busy 2] [--tokens 320] [--json out.json]
 
 The baseline is recorded first on the quiet machine; then each run profiles the same generation with ``--busy``
 processes spinning beside it and compares. A run that exits 1 (REGRESSION) is a false regression: nothing changed.
@@ -47,7 +47,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--busy", type=int, default=2, help="busy loops beside each run (python3 -c 'while True: pass')")
-    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--tokens", type=int, default=320)
     ap.add_argument("--json", help="write every run here")
     args = ap.parse_args()
     runs: list[dict[str, object]] = []

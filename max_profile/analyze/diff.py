@@ -206,9 +206,9 @@ GATE_OTHER_LOAD = 0.25
 timing (the report's own host-contention verdict needs more; a gate that fails a build must not rest on less)."""
 
 
-GATE_MIN_LOAD_WINDOW_S = 1.0
+GATE_MIN_LOAD_WINDOW_S = 0.5
 """A host-load record shorter than this cannot vouch for a quiet machine: over 0.1-0.3 s two busy loops on two cores
-read anywhere from 0.4 to 1.2 cores (the scheduler favours the profiled process for a moment)."""
+read anywhere from 0.4 to 1.2 cores (the scheduler favours the profiled process for a moment), over 1 s 0.65-1.3."""
 
 
 def host_timing_problem(label: str, r: Report) -> str | None:
