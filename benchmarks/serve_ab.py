@@ -149,6 +149,33 @@ def resolution(tok_s: list[float], order: list[str | None], per_second: list[lis
     }
 
 
+def self_check() -> None:
+    """The window order and the estimate, checked before any server starts: every recorded window between two untraced
+    ones, each read against the untraced level at its place (a server whose speed drifts steadily reads the true cost,
+    where pairing by round keeps the drift in), the level at the ends from the one neighbour, and the resolution the
+    windows give."""
+    order = rounds_of(["default", "steps"], 3)
+    assert all(order[i - 1] is None and order[i + 1] is None for i, v in enumerate(order) if v is not None), order
+    assert [order.count(v) for v in ("default", "steps")] == [3, 3] and order[0] is None and order[-1] is None
+    assert rounds_of(["default", "steps"], 3, "rotating")[:5] == [None, "default", "steps", "default", "steps"]
+    for kind in ("bracketed", "rotating"):
+        order = rounds_of(["default", "steps"], 3, kind)
+        level = [400.0 * (1 - 0.04 * i) for i in range(len(order))]
+        true = {"default": 0.97, "steps": 1.0}
+        tok_s = [lv if v is None else true[v] * lv for lv, v in zip(level, order, strict=True)]
+        for variant, ratio in true.items():
+            at = [i for i, v in enumerate(order) if v == variant]
+            got = ratios_by_round(tok_s, order, variant)
+            interior = [r for r, i in zip(got, at, strict=True) if None in order[:i] and None in order[i + 1 :]]
+            assert interior and all(abs(r - ratio) < 1e-12 for r in interior), (kind, variant, got)
+    ends: list[str | None] = ["default", None, "default", None]
+    assert untraced_level([90.0, 100.0, 95.0, 110.0], ends, 0) == 100.0
+    assert untraced_level([90.0, 100.0, 95.0, 110.0], ends, 2) == 105.0
+    five: list[str | None] = [None, "default", None, "default", None]
+    res = resolution([300.0, 297.0, 310.0, 300.0, 279.0], five, [[300] * 10] * 5)
+    assert res["window_noise_pct"] == 0.0 and abs(res["untraced_step_pct"] - 100 * 31 / 294.5) < 1e-9
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model-path", required=True)
@@ -184,7 +211,12 @@ def main() -> int:
         nargs="*",
         help="after --: flags for `max serve` itself (e.g. -- --no-device-graph-capture: an eager server)",
     )
+    ap.add_argument("--self-check", action="store_true", help="check the window order and the estimate, and stop")
     args = ap.parse_args()
+    self_check()
+    if args.self_check:
+        print("serve_ab: self-check passed")
+        return 0
 
     from max_profile.collect.probes.environment import detect_environment
     from max_profile.serve import (

@@ -291,6 +291,16 @@ def run_arm(arm: str, model: Any, prompts: list[str], tokens: int, interval_s: f
     raise SystemExit(f"unknown arm {arm!r}: use {', '.join(ALL_ARMS)}")
 
 
+def self_check() -> None:
+    """The residual summary, checked before any model loads: the untraced arm before CUPTI ever started against the same
+    arm after the rounds' recordings, the medians' ratio, every generation kept, nothing without both ends."""
+    got = residual_summary([400.0, 410.0, 405.0], [360.0, 372.0, 368.0], 48)
+    assert got is not None and abs(got["ratio"] - 368.0 / 405.0) < 1e-12, got
+    assert got["before_tok_s"] == [400.0, 410.0, 405.0] and got["captures_between"] == 48
+    assert "after 48 CUPTI recordings: 360.0, 372.0, 368.0 (median 368.0); after / before 0.9086" in got["said"]
+    assert residual_summary([], [1.0], 3) is None and residual_summary([1.0], [], 3) is None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model-path", required=True)
@@ -315,7 +325,12 @@ def main() -> int:
         "(what a finished recording leaves behind; 0 skips)",
     )
     ap.add_argument("--json", help="write every repeat and the summary here")
+    ap.add_argument("--self-check", action="store_true", help="check the summaries' arithmetic, and stop")
     args = ap.parse_args()
+    self_check()
+    if args.self_check:
+        print("untraced_overhead: self-check passed")
+        return 0
     arms = args.arms.split(",")
     from max_profile.runner import load_model
 

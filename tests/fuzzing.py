@@ -55,7 +55,7 @@ class Outcome:
 def _trimmed_nsys(out: Path) -> Path:
     """The real H200 nsys export with all but its first few hundred kernels / launches removed."""
     raw = out / "seed_nsys_full.sqlite"
-    raw.write_bytes(gzip.decompress((DATA / "h200" / "small_nsys.sqlite.gz").read_bytes()))
+    raw.write_bytes(gzip.decompress((DATA / "gpu" / "h200_llama180m_host_bound" / "small_nsys.sqlite.gz").read_bytes()))
     con = sqlite3.connect(raw)
     con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid > 300")
     con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid > 1200")
@@ -71,7 +71,7 @@ def _trimmed_nsys(out: Path) -> Path:
 def _kineto(out: Path) -> Path:
     from max_profile.model import RawCapture
 
-    raw = RawCapture.load(str(DATA / "h200" / "small_cupti_raw.json.gz"))
+    raw = RawCapture.load(str(DATA / "gpu" / "h200_llama180m_host_bound" / "small_cupti_raw.json.gz"))
     t = raw.kernels
     events: list[dict[str, Any]] = []
     for i in range(200):
@@ -121,7 +121,7 @@ def _rocprof_json(out: Path) -> Path:
     """rocprofv3 JSON (its documented layout) holding 200 real kernels of the H200 capture and one roctx range."""
     from max_profile.model import RawCapture
 
-    t = RawCapture.load(str(DATA / "h200" / "small_cupti_raw.json.gz")).kernels
+    t = RawCapture.load(str(DATA / "gpu" / "h200_llama180m_host_bound" / "small_cupti_raw.json.gz")).kernels
     symbols = [{"kernel_id": i, "kernel_name": name} for i, name in enumerate(t.names)]
     dispatches = [
         {
@@ -165,7 +165,7 @@ def _raw_capture(out: Path) -> tuple[Path, Path]:
     from max_profile.analyze.report import build_report
     from max_profile.model import KernelTable, RawCapture
 
-    raw = RawCapture.load(str(DATA / "h200" / "small_cupti_raw.json.gz"))
+    raw = RawCapture.load(str(DATA / "gpu" / "h200_llama180m_host_bound" / "small_cupti_raw.json.gz"))
     raw.kernels = raw.kernels.select(slice(0, 300))  # type: ignore[arg-type]
     raw.kernels = KernelTable.from_records(raw.kernels.records())
     raw.steps = raw.steps[:7]
@@ -586,7 +586,9 @@ def readers(workdir: Path) -> dict[str, Reader]:
     rocprof = workdir / "seed_kernel_trace.csv"
     rocprof.write_text(ROCPROF)
     ncu_raw = workdir / "seed_ncu_raw.csv"
-    ncu_raw.write_bytes(gzip.decompress((DATA / "h200" / "small_ncu_mha_raw.csv.gz").read_bytes()))
+    ncu_raw.write_bytes(
+        gzip.decompress((DATA / "gpu" / "h200_llama180m_host_bound" / "small_ncu_mha_raw.csv.gz").read_bytes())
+    )
     serve_log = workdir / "seed_server.log"
     serve_log.write_text(SERVE_LOG * 20)
     table = [
@@ -602,13 +604,13 @@ def readers(workdir: Path) -> dict[str, Reader]:
             ".csv",
             _text_mutator(mutate_csv),
             lambda p: _ncu_pair(p, None),
-            DATA / "h200" / "small_ncu_mha_details.csv",
+            DATA / "gpu" / "h200_llama180m_host_bound" / "small_ncu_mha_details.csv",
         ),
         Reader(
             "ncu-raw-csv",
             ".csv",
             _text_mutator(mutate_csv),
-            lambda p: _ncu_pair(DATA / "h200" / "small_ncu_mha_details.csv", p),
+            lambda p: _ncu_pair(DATA / "gpu" / "h200_llama180m_host_bound" / "small_ncu_mha_details.csv", p),
             ncu_raw,
         ),
         Reader("nvtx-log", ".log", _text_mutator(mutate_lines), _nvtx, DATA / "cpu" / "nvtx_log_sample.txt"),

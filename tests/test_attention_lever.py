@@ -21,7 +21,7 @@ TH = Thresholds()
 
 @cache
 def _b64() -> Report:
-    return build_report(RawCapture.load(str(H200 / "session12" / "run_b64_3b_raw.json.gz")))
+    return build_report(RawCapture.load(str(H200 / "h200_llama3b_batch64_ledger" / "run_b64_3b_raw.json.gz")))
 
 
 def with_phases(report: Report, phases: list[PhaseLedger]) -> Report:

@@ -22,7 +22,7 @@ from max_profile.render.html import SECTIONS, render_html
 
 from .conftest import DATA, run_cli
 
-H200 = DATA / "h200"
+H200 = DATA / "gpu"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SHOTS = Path(os.environ.get("MAX_PROFILE_SCREENSHOTS", "")) if os.environ.get("MAX_PROFILE_SCREENSHOTS") else None
 
@@ -124,7 +124,12 @@ def test_cpu_in_process_report(browser: Any, tiny_model_dir: Path, tmp_path: Pat
 
 
 @pytest.mark.parametrize(
-    "name", ["arch_c_raw.json.gz", "tracing/serve_util_raw.json.gz", "tracing/run_graphs_raw.json.gz"]
+    "name",
+    [
+        "h200_llama1.75b_custom_architectures/arch_c_raw.json.gz",
+        "h200_llama5b_cupti_recorder/serve_util_raw.json.gz",
+        "h200_llama5b_cupti_recorder/run_graphs_raw.json.gz",
+    ],
 )
 def test_h200_reports(browser: Any, tmp_path: Path, name: str) -> None:
     report = build_report(RawCapture.load(str(H200 / name)))
@@ -135,13 +140,18 @@ def test_h200_reports(browser: Any, tmp_path: Path, name: str) -> None:
 
 def test_nsys_import_report(browser: Any, tmp_path: Path) -> None:
     db = tmp_path / "small.sqlite"
-    db.write_bytes(gzip.decompress((H200 / "small_nsys.sqlite.gz").read_bytes()))
+    db.write_bytes(gzip.decompress((H200 / "h200_llama180m_host_bound/small_nsys.sqlite.gz").read_bytes()))
     report = build_report(import_trace(str(db)))
     _check_page(browser, render_html(report), tmp_path, "nsys_import", _expected_plots(report))
 
 
 def test_ncu_report(browser: Any, tmp_path: Path) -> None:
-    report = build_report(ncu_capture(str(H200 / "small_ncu_mha_details.csv"), str(H200 / "small_ncu_mha_raw.csv.gz")))
+    report = build_report(
+        ncu_capture(
+            str(H200 / "h200_llama180m_host_bound/small_ncu_mha_details.csv"),
+            str(H200 / "h200_llama180m_host_bound/small_ncu_mha_raw.csv.gz"),
+        )
+    )
     assert "ncu" in _expected_plots(report)
     _check_page(browser, render_html(report), tmp_path, "ncu", _expected_plots(report))
 
@@ -150,8 +160,8 @@ def test_diff_page(browser: Any, tmp_path: Path) -> None:
     from max_profile.analyze.diff import diff_reports
     from max_profile.render.diff_html import render_diff_html
 
-    a = build_report(RawCapture.load(str(H200 / "arch_a_raw.json.gz")))
-    c = build_report(RawCapture.load(str(H200 / "arch_c_raw.json.gz")))
+    a = build_report(RawCapture.load(str(H200 / "h200_llama1.75b_custom_architectures/arch_a_raw.json.gz")))
+    c = build_report(RawCapture.load(str(H200 / "h200_llama1.75b_custom_architectures/arch_c_raw.json.gz")))
     page = render_diff_html(diff_reports(a, c, force=True))
     path = tmp_path / "diff.html"
     path.write_text(page)

@@ -100,7 +100,7 @@ def bad_files(tmp_path: Path) -> dict[str, Path]:
     files = {}
     files["empty"] = tmp_path / "empty.sqlite"
     files["empty"].write_bytes(b"")
-    nsys = gzip.decompress((DATA / "h200" / "small_nsys.sqlite.gz").read_bytes())
+    nsys = gzip.decompress((DATA / "gpu" / "h200_llama180m_host_bound" / "small_nsys.sqlite.gz").read_bytes())
     files["truncated"] = tmp_path / "trunc.sqlite"
     files["truncated"].write_bytes(nsys[: len(nsys) // 3])
     files["corrupt"] = tmp_path / "corrupt.sqlite"
@@ -143,7 +143,7 @@ def test_import_bad_files(bad_files: dict[str, Path], key: str, expect: str) -> 
 
 def test_import_real_nsys_capture(tmp_path: Path) -> None:
     db = tmp_path / "cap.sqlite"
-    db.write_bytes(gzip.decompress((DATA / "h200" / "small_nsys.sqlite.gz").read_bytes()))
+    db.write_bytes(gzip.decompress((DATA / "gpu" / "h200_llama180m_host_bound" / "small_nsys.sqlite.gz").read_bytes()))
     res = run_cli("kernels", "--import", str(db), "--json", str(tmp_path / "r.json"), timeout=120)
     assert res.returncode == 0, res.stderr
     report = Report.load(str(tmp_path / "r.json"))

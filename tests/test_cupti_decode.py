@@ -1,5 +1,5 @@
 """The CUPTI record decoder (numpy over the C recorder's arrays) on the CPU: records built in CUPTI 13's layout,
-and the recording made on the H200 when it is present (tests/data/h200/tracing/)."""
+and the recording made on the H200 when it is present (tests/data/gpu/h200_llama5b_cupti_recorder/)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from max_profile.collect.live.cupti_decode import CUPTI_13_LAYOUT, RecordLayout,
 from max_profile.errors import TraceFormatError
 
 LAYOUT = RecordLayout.from_values(CUPTI_13_LAYOUT)
-RECORDING = Path(__file__).parent / "data" / "h200" / "tracing" / "cupti_recording.npz"
+RECORDING = Path(__file__).parent / "data" / "gpu" / "h200_llama5b_cupti_recorder" / "cupti_recording.npz"
 """1,458 kernels and their launch records, 16 tokens of the 1.75B model (benchmarks/tracer_overhead.py --record)."""
 
 
@@ -106,7 +106,7 @@ def test_decode_refuses_cut_records() -> None:
 
 
 def test_recording_from_the_h200_decodes() -> None:
-    """A real recording of the C recorder on the H200 (benchmarks/h200/tracing.sh overhead), decoded here."""
+    """A real recording of the C recorder on the H200 (benchmarks/gpu/tracing.sh overhead), decoded here."""
     data = np.load(RECORDING)
     meta = json.loads(data["meta"].tobytes())
     layout = RecordLayout.from_values(meta["layout"])

@@ -38,7 +38,7 @@ from max_profile.model import (
 from .builders import built_report, serve_summary
 from .test_latency_knee import level
 
-B1 = Path(__file__).parent / "data" / "h200" / "session7" / "run_b1_raw.json.gz"
+B1 = Path(__file__).parent / "data" / "gpu" / "h200_llama5b_every_verb" / "run_b1_raw.json.gz"
 
 
 def a_run() -> Report:

@@ -128,7 +128,11 @@ def test_diff_gate(tmp_path: Path) -> None:
         assert "REGRESSION" in res.stdout
     # a baseline from another machine and model (the H200 capture): not comparable, exit 2
     res = _run(
-        "diff_gate.py", "--baseline", str(REPO / "tests" / "data" / "h200" / "small_cupti_raw.json.gz"), "--tokens", "4"
+        "diff_gate.py",
+        "--baseline",
+        str(REPO / "tests" / "data" / "gpu" / "h200_llama180m_host_bound" / "small_cupti_raw.json.gz"),
+        "--tokens",
+        "4",
     )
     assert res.returncode == 2, res.stdout + res.stderr[-2000:]
     assert "GPUs: NVIDIA H200 vs none" in res.stdout

@@ -33,7 +33,7 @@ from .test_multi_device import split_with_allreduce
 from .test_rules import DENSE, _samples, big, synthetic
 
 DATA = Path(__file__).parent / "data"
-H200 = DATA / "h200"
+H200 = DATA / "gpu"
 CPU_ENV = Environment(vendor="none", vendor_reason="test: no GPU")
 
 _cache: dict[str, Report] = {}
@@ -109,7 +109,7 @@ def _unfused_norm(with_norm: bool) -> Report:
 def _startup(**kw: object) -> Report:
     base = {"total_s": 100.0, "phases": [StartupPhase(name="compile model", seconds=20.0)], "cache": "hit"}
     base.update(kw)
-    return _with(real("session7/run_b1_raw.json.gz"), startup=StartupProfile(**base))  # type: ignore[arg-type]
+    return _with(real("h200_llama5b_every_verb/run_b1_raw.json.gz"), startup=StartupProfile(**base))  # type: ignore[arg-type]
 
 
 def _analysis(**kw: object) -> Report:
@@ -125,7 +125,7 @@ def _analysis(**kw: object) -> Report:
     }
     base.update(kw)
     analysis = KernelAnalysis(**base)  # type: ignore[arg-type]
-    return _with(real("session7/run_b1_raw.json.gz"), kernel_analyses=[analysis])
+    return _with(real("h200_llama5b_every_verb/run_b1_raw.json.gz"), kernel_analyses=[analysis])
 
 
 def _level(
@@ -149,7 +149,7 @@ def _level(
 
 def _sweep(scaling: bool) -> Report:
     levels = [_level(1, 300.0, 3.0), _level(4, 1100.0 if scaling else 330.0, 3.3 if scaling else 9.0, gpu=95.0)]
-    return _with(real("session7/run_b1_raw.json.gz"), load_levels=levels)
+    return _with(real("h200_llama5b_every_verb/run_b1_raw.json.gz"), load_levels=levels)
 
 
 def _preflight(import_s: float) -> Report:
@@ -158,7 +158,7 @@ def _preflight(import_s: float) -> Report:
         phases=[StartupPhase(name="custom-architecture preflight (a child imports the package)", seconds=20.0)],
     )
     return _with(
-        real("session7/run_b1_raw.json.gz"),
+        real("h200_llama5b_every_verb/run_b1_raw.json.gz"),
         startup=st,
         preflight=[PreflightResult(spec="pkg", max_version="26.7.0", checks=[], package_import_s=import_s)],
     )
@@ -213,7 +213,7 @@ def _phases(bare: bool) -> Report:
 
 
 def _fp8_without_config() -> Report:
-    raw = RawCapture.load(str(H200 / "session7/run_fp8_raw.json.gz"))
+    raw = RawCapture.load(str(H200 / "h200_llama5b_every_verb/run_fp8_raw.json.gz"))
     return build_report(
         msgspec.structs.replace(
             raw, capture=msgspec.structs.replace(raw.capture, model_config=None, model_weights=None)
@@ -223,7 +223,7 @@ def _fp8_without_config() -> Report:
 
 def _fp8_import(steps: bool) -> Report:
     """The FP8 capture as an imported trace would be: no model config, and without steps (a Kineto trace) or with."""
-    raw = RawCapture.load(str(H200 / "session7/run_fp8_raw.json.gz"))
+    raw = RawCapture.load(str(H200 / "h200_llama5b_every_verb/run_fp8_raw.json.gz"))
     capture = msgspec.structs.replace(raw.capture, model_config=None, model_weights=None)
     return build_report(msgspec.structs.replace(raw, capture=capture, steps=raw.steps if steps else []))
 
@@ -235,16 +235,22 @@ BLOCK = "block_scaled_matmul_0123456789abcdef"
 
 CASES: dict[str, tuple[Callable[[], Report], Callable[[], Report]]] = {
     # id: (a capture that must show it, a close one that must not)
-    "kv-cache-broken": (lambda: real("arch_c_raw.json.gz"), lambda: real("arch_a_raw.json.gz")),
+    "kv-cache-broken": (
+        lambda: real("h200_llama1.75b_custom_architectures/arch_c_raw.json.gz"),
+        lambda: real("h200_llama1.75b_custom_architectures/arch_a_raw.json.gz"),
+    ),
     "lightly-loaded": (
-        lambda: real("session12/attach_idle_3b_raw.json.gz"),
+        lambda: real("h200_llama3b_batch64_ledger/attach_idle_3b_raw.json.gz"),
         lambda: build_report(_attach_window(26, 0.2)),
     ),
     "time-outside-steps": (lambda: _outside(0.25), lambda: _outside(0.02)),
-    "host-bound": (lambda: real("session9/demo_raw.json.gz"), lambda: real("session7/run_b1_raw.json.gz")),
+    "host-bound": (
+        lambda: real("h200_llama5b_serve_steps_startup/demo_raw.json.gz"),
+        lambda: real("h200_llama5b_every_verb/run_b1_raw.json.gz"),
+    ),
     "graph-launch-late": (
-        lambda: real("session12/run_b64_3b_raw.json.gz"),
-        lambda: real("session7/run_b32_raw.json.gz"),
+        lambda: real("h200_llama3b_batch64_ledger/run_b64_3b_raw.json.gz"),
+        lambda: real("h200_llama5b_every_verb/run_b32_raw.json.gz"),
     ),
     "gpu-idle": (
         lambda: build_report(_idle_capture(0.8, 0.2)),
@@ -252,14 +258,17 @@ CASES: dict[str, tuple[Callable[[], Report], Callable[[], Report]]] = {
     ),
     "host-time-between-ops": (lambda: _ops_on_cpu(0.2), lambda: _ops_on_cpu(0.6)),
     "ops-bound": (lambda: _ops_on_cpu(0.6), lambda: _ops_on_cpu(0.2)),
-    "matmul-slow-path": (lambda: real("session7/run_fp8_raw.json.gz"), lambda: real("session7/run_b32_raw.json.gz")),
-    "matmul-below-roofline": (lambda: real("session7/run_b32_raw.json.gz"), lambda: _batched(2.7)),
+    "matmul-slow-path": (
+        lambda: real("h200_llama5b_every_verb/run_fp8_raw.json.gz"),
+        lambda: real("h200_llama5b_every_verb/run_b32_raw.json.gz"),
+    ),
+    "matmul-below-roofline": (lambda: real("h200_llama5b_every_verb/run_b32_raw.json.gz"), lambda: _batched(2.7)),
     # a trace without steps: only the kernels' names say the matmuls took the fallback; with steps the ledger's
     # matmul-slow-path says it, with its lever
     "kernel-slow-path": (lambda: _fp8_import(steps=False), lambda: _fp8_import(steps=True)),
     "attention-below-roofline": (
-        lambda: real("session12/run_b64_3b_raw.json.gz"),
-        lambda: real("session7/run_b32_raw.json.gz"),
+        lambda: real("h200_llama3b_batch64_ledger/run_b64_3b_raw.json.gz"),
+        lambda: real("h200_llama5b_every_verb/run_b32_raw.json.gz"),
     ),
     "op-below-roofline": (lambda: real(OPS_A), lambda: _ops_at_their_roofline(real(OPS_A))),
     "gpu-bound": (lambda: _norms_only(0.9), lambda: _norms_only(0.8)),
@@ -272,9 +281,15 @@ CASES: dict[str, tuple[Callable[[], Report], Callable[[], Report]]] = {
     "tracer-overhead": (lambda: callbacks(6.0), lambda: callbacks(4.0)),
     "host-contention": (lambda: others(1.0), lambda: others(0.5)),
     "phases-missing": (lambda: _phases(bare=True), lambda: _phases(bare=False)),
-    "unfused-attention": (lambda: real("arch_b_raw.json.gz"), lambda: real("arch_a_raw.json.gz")),
+    "unfused-attention": (
+        lambda: real("h200_llama1.75b_custom_architectures/arch_b_raw.json.gz"),
+        lambda: real("h200_llama1.75b_custom_architectures/arch_a_raw.json.gz"),
+    ),
     "unfused-norm": (lambda: _unfused_norm(False), lambda: _unfused_norm(True)),
-    "healthy-dense-decode": (lambda: real("session7/run_b1_raw.json.gz"), lambda: real("session7/run_b32_raw.json.gz")),
+    "healthy-dense-decode": (
+        lambda: real("h200_llama5b_every_verb/run_b1_raw.json.gz"),
+        lambda: real("h200_llama5b_every_verb/run_b32_raw.json.gz"),
+    ),
     "healthy-batched-decode": (lambda: _batched(2.7), lambda: _batched(4.0)),
     "moe-routing-heavy": (
         lambda: _mix([(GROUPED, 0.4), (ROUTE, 0.2), ("gather_r2_0123456789abcdef", 0.1), DENSE[1]]),
@@ -292,7 +307,7 @@ CASES: dict[str, tuple[Callable[[], Report], Callable[[], Report]]] = {
         lambda: _mix([(QUANT, 0.05), (BLOCK, 0.6), DENSE[1]]),
         lambda: _mix([(QUANT, 0.6), (BLOCK, 0.3), DENSE[1]]),
     ),
-    "decode-bandwidth": (lambda: real("session7/run_b1_raw.json.gz"), lambda: _kv(growing=True)),
+    "decode-bandwidth": (lambda: real("h200_llama5b_every_verb/run_b1_raw.json.gz"), lambda: _kv(growing=True)),
     "communication-dominates": (
         lambda: build_report(split_with_allreduce(3000)),
         lambda: build_report(split_with_allreduce(200)),
@@ -342,7 +357,7 @@ CASES: dict[str, tuple[Callable[[], Report], Callable[[], Report]]] = {
 }
 
 
-OPS_A = "session17/ops/ops_a_raw.json.gz"
+OPS_A = "h200_llama_custom_ops_vs_default/ops_a_raw.json.gz"
 """``--kernels ops`` on the H200: its prefill's layer matmul op runs at 32 % of its roofline (0.53 of 8.18 ms)."""
 
 

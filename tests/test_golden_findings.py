@@ -22,19 +22,19 @@ from .conftest import DATA, REPO
 from .test_golden_reports import GOLDEN, differences
 
 COVER = [
-    "tests/data/h200/session12/run_b64_3b_raw.json.gz",
-    "tests/data/h200/small_ncu_gemv_raw.csv.gz",
-    "tests/data/h200/session14/ops/ops_b_raw.json.gz",
-    "tests/data/h200/tracing/serve_kernels_raw.json.gz",
-    "tests/data/h200/session12/kernel_b64_3b_raw.csv.gz",
-    "tests/data/h200/arch_c_raw.json.gz",
+    "tests/data/gpu/h200_llama3b_batch64_ledger/run_b64_3b_raw.json.gz",
+    "tests/data/gpu/h200_llama180m_host_bound/small_ncu_gemv_raw.csv.gz",
+    "tests/data/gpu/h200_llama_custom_ops_mode/ops_b_raw.json.gz",
+    "tests/data/gpu/h200_llama5b_cupti_recorder/serve_kernels_raw.json.gz",
+    "tests/data/gpu/h200_llama3b_batch64_ledger/kernel_b64_3b_raw.csv.gz",
+    "tests/data/gpu/h200_llama1.75b_custom_architectures/arch_c_raw.json.gz",
     "tests/data/cpu/serve_sweep_c1_c2_raw.json.gz",
-    "tests/data/h200/session7/serve_sweep_raw.json.gz",
-    "tests/data/h200/session12/attach_idle_3b_raw.json.gz",
-    "tests/data/h200/session13/ops_probe/ops_gpu_raw.json.gz",
+    "tests/data/gpu/h200_llama5b_every_verb/serve_sweep_raw.json.gz",
+    "tests/data/gpu/h200_llama3b_batch64_ledger/attach_idle_3b_raw.json.gz",
+    "tests/data/gpu/h200_llama180m_op_ranges_cuda13/ops_gpu_raw.json.gz",
     "tests/data/cpu/demo_ops_quiet_raw.json.gz",
     "tests/data/cpu/demo_ops_loaded_raw.json.gz",
-    "tests/data/h200/session8/run_fp8_raw.json.gz",  # MAX's naive FP8 matmul: named (an ops capture prices its ops)
+    "tests/data/gpu/h200_llama5b_fp8_batch32_serve/run_fp8_raw.json.gz",
 ]
 PINNED = ("findings", "next_command", "next_measurement", "rules_skipped")
 

@@ -19,8 +19,8 @@ from max_profile.analyze.rules.levers import rule_gpu_idle
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import GpuUtilization, KernelBreakdown, RawCapture, Report, UtilizationSection
 
-S7 = Path(__file__).parent / "data" / "h200" / "session7"
-S12 = Path(__file__).parent / "data" / "h200" / "session12"
+S7 = Path(__file__).parent / "data" / "gpu" / "h200_llama5b_every_verb"
+S12 = Path(__file__).parent / "data" / "gpu" / "h200_llama3b_batch64_ledger"
 TH = Thresholds()
 
 

@@ -23,7 +23,7 @@ from max_profile.model import PhaseLedger, RawCapture, StepLedger
 
 from .conftest import DATA
 
-FULL = DATA / "h200" / "session12" / "run_b64_3b_raw.json.gz"
+FULL = DATA / "gpu" / "h200_llama3b_batch64_ledger" / "run_b64_3b_raw.json.gz"
 
 
 def switches(share: float, slice_steps: int, steps: int) -> list[tuple[int, str]]:
@@ -112,7 +112,7 @@ def test_a_sampled_recording_gives_the_full_recordings_decode_ledger() -> None:
     assert any("recorded in slices" in n for n in part.notes), part.notes
 
 
-S13 = DATA / "h200" / "session13"
+S13 = DATA / "gpu" / "h200_llama3b_sampled_recording"
 
 
 def test_the_h200_sampled_run_agrees_with_the_full_one() -> None:
@@ -148,25 +148,28 @@ def test_the_h200_sampled_run_agrees_with_the_full_one() -> None:
     ("fixture", "says"),
     [
         (
-            "session13/run_b64_3b_sampled_raw.json.gz",
+            "h200_llama3b_sampled_recording/run_b64_3b_sampled_raw.json.gz",
             "tracing cost, expected (not measured in this capture): cupti, a quarter of the steps",
         ),
         (
-            "session13/run_b64_3b_all_raw.json.gz",
+            "h200_llama3b_sampled_recording/run_b64_3b_all_raw.json.gz",
             "tracing cost, expected (not measured in this capture): cupti, every step",
         ),
         (
-            "session12/serve_kernels_3b_raw.json.gz",
+            "h200_llama3b_batch64_ledger/serve_kernels_3b_raw.json.gz",
             "tracing cost, measured on this server: the recorded window ran at 0.997",
         ),
-        ("small_nsys.sqlite.gz", "tracing cost: set by the tool that recorded this trace (nsys)"),
+        (
+            "h200_llama180m_host_bound/small_nsys.sqlite.gz",
+            "tracing cost: set by the tool that recorded this trace (nsys)",
+        ),
     ],
 )
 def test_every_report_says_what_tracing_cost_and_how_that_is_known(fixture: str, says: str) -> None:
     import max_profile
     from max_profile.model import Report
 
-    loaded = max_profile.load(str(DATA / "h200" / fixture))
+    loaded = max_profile.load(str(DATA / "gpu" / fixture))
     report = loaded if isinstance(loaded, Report) else build_report(loaded)
     assert report.notes[0].startswith(says), report.notes[0]
 

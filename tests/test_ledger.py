@@ -34,20 +34,20 @@ from max_profile.model import (
 
 from .test_rules import GPU_ENV, finding, ids
 
-H200 = Path(__file__).parent / "data" / "h200"
+H200 = Path(__file__).parent / "data" / "gpu"
 RUN_FIXTURES = [
-    "session7/run_b32_raw.json.gz",
-    "session7/run_b1_raw.json.gz",
-    "session7/run_fp8_raw.json.gz",
-    "session8/run_b32_raw.json.gz",
-    "session8/run_fp8_raw.json.gz",
-    "session9/run_b1_raw.json.gz",
-    "session9/demo_raw.json.gz",
-    "arch_a_raw.json.gz",
-    "arch_b_raw.json.gz",
-    "arch_c_raw.json.gz",
-    "small_cupti_raw.json.gz",
-    "big_cupti_raw.json.gz",
+    "h200_llama5b_every_verb/run_b32_raw.json.gz",
+    "h200_llama5b_every_verb/run_b1_raw.json.gz",
+    "h200_llama5b_every_verb/run_fp8_raw.json.gz",
+    "h200_llama5b_fp8_batch32_serve/run_b32_raw.json.gz",
+    "h200_llama5b_fp8_batch32_serve/run_fp8_raw.json.gz",
+    "h200_llama5b_serve_steps_startup/run_b1_raw.json.gz",
+    "h200_llama5b_serve_steps_startup/demo_raw.json.gz",
+    "h200_llama1.75b_custom_architectures/arch_a_raw.json.gz",
+    "h200_llama1.75b_custom_architectures/arch_b_raw.json.gz",
+    "h200_llama1.75b_custom_architectures/arch_c_raw.json.gz",
+    "h200_llama180m_host_bound/small_cupti_raw.json.gz",
+    "h200_llama7b_gemv_decode/big_cupti_raw.json.gz",
 ]
 
 
@@ -103,7 +103,14 @@ def _decode_idle_independently(raw: RawCapture) -> float:
     return idle / 1e6 / len(decode)
 
 
-@pytest.mark.parametrize("name", ["session9/demo_raw.json.gz", "arch_a_raw.json.gz", "session7/run_b1_raw.json.gz"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "h200_llama5b_serve_steps_startup/demo_raw.json.gz",
+        "h200_llama1.75b_custom_architectures/arch_a_raw.json.gz",
+        "h200_llama5b_every_verb/run_b1_raw.json.gz",
+    ],
+)
 def test_decode_idle_matches_a_count_from_the_raw_records(
     reports: dict[str, tuple[RawCapture, Report]], name: str
 ) -> None:
@@ -340,7 +347,7 @@ def test_fp8_trace_without_its_config_still_names_the_naive_fallback() -> None:
     """The H200 block-scaled FP8 run with its config and weights taken away (as an nsys / Kineto import arrives): the
     naive kernels are matmuls (gemm, not grouped_matmul: no experts), 99 % of decode; named as the fallback from their
     share, launch shape and name, a warning; no "low-bit weights at normal cost"."""
-    raw = _raw("session7/run_fp8_raw.json.gz")
+    raw = _raw("h200_llama5b_every_verb/run_fp8_raw.json.gz")
     bare = msgspec.structs.replace(
         raw,
         capture=msgspec.structs.replace(
@@ -437,7 +444,7 @@ def test_every_suggested_command_reproduces_the_capture(reports: dict[str, tuple
 def test_a_deep_dive_lands_in_the_phase_its_finding_is_about(reports: dict[str, tuple[RawCapture, Report]]) -> None:
     """The issue's case on the H200 batch-32 run: the matmul lever's deep dive keeps the batch and skips the prefill
     launches of the same kernel (97 here) plus two decode steps: every profiled launch is a decode launch."""
-    raw, report = reports["session7/run_b32_raw.json.gz"]
+    raw, report = reports["h200_llama5b_every_verb/run_b32_raw.json.gz"]
     f = finding(report, "matmul-below-roofline")
     assert f.command is not None and f.command.verb == "kernel" and f.command.args["batch_size"] == 32
     assert f.command.args["launch_skip"] == 97 + 2 * 97
@@ -445,7 +452,11 @@ def test_a_deep_dive_lands_in_the_phase_its_finding_is_about(reports: dict[str, 
     pre = finding(report, "matmul-below-roofline", phase="prefill")
     assert pre.command is not None
     _launches_land_in(raw, report, pre.command, "prefill")
-    for name in ("session7/run_fp8_raw.json.gz", "arch_b_raw.json.gz", "big_cupti_raw.json.gz"):
+    for name in (
+        "h200_llama5b_every_verb/run_fp8_raw.json.gz",
+        "h200_llama1.75b_custom_architectures/arch_b_raw.json.gz",
+        "h200_llama7b_gemv_decode/big_cupti_raw.json.gz",
+    ):
         raw, report = reports[name]
         for f in report.findings:
             if f.command is not None and f.command.verb == "kernel" and f.lever is not None:

@@ -18,9 +18,9 @@ from max_profile.analyze.rules.levers import _kernel_ms, _matmul_finding, _part
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import KernelBreakdown, LedgerRow, PhaseLedger, RawCapture, Report, StepLedger
 
-S7 = Path(__file__).parent / "data" / "h200" / "session7"
-S13 = Path(__file__).parent / "data" / "h200" / "session13"
-H200 = Path(__file__).parent / "data" / "h200"
+S7 = Path(__file__).parent / "data" / "gpu" / "h200_llama5b_every_verb"
+S13 = Path(__file__).parent / "data" / "gpu" / "h200_llama3b_sampled_recording"
+H200 = Path(__file__).parent / "data" / "gpu"
 TH = Thresholds()
 
 
@@ -184,7 +184,9 @@ def test_idle_verdicts_at_the_host_bound_and_graph_share_thresholds() -> None:
     from max_profile.analyze.rules.levers import _idle_finding
 
     report = build_report(
-        RawCapture.load(str(Path(__file__).parent / "data" / "h200" / "session12" / "run_b64_3b_raw.json.gz"))
+        RawCapture.load(
+            str(Path(__file__).parent / "data" / "gpu" / "h200_llama3b_batch64_ledger" / "run_b64_3b_raw.json.gz")
+        )
     )
     assert report.ledger is not None
     p = next(p for p in report.ledger.phases if p.phase == "decode")  # type: ignore[union-attr]
@@ -257,7 +259,7 @@ def test_lightly_loaded_at_its_threshold_and_its_command_only_for_attach() -> No
 
     from .test_finding_ids import _outside, real
 
-    idle = real("session12/attach_idle_3b_raw.json.gz")
+    idle = real("h200_llama3b_batch64_ledger/attach_idle_3b_raw.json.gz")
     share, what = load_share(idle)
     assert share is not None and what == "requests in flight" and idle.window_load is not None
     [f] = rule_outside_steps(idle, Thresholds())
@@ -339,7 +341,7 @@ def test_the_host_command_of_a_serve_capture_reruns_that_server_untraced_under_p
 
     from .test_finding_ids import real
 
-    report = real("session12/serve_kernels_3b_raw.json.gz")
+    report = real("h200_llama3b_batch64_ledger/serve_kernels_3b_raw.json.gz")
     [f] = [f for f in report.findings if f.id == "gpu-idle"]
     assert f.command is not None and f.command.verb == "shell"
     assert f.command.comment == "where the server's host time goes per step"
@@ -394,7 +396,9 @@ def test_edges_a_matmul_part_without_a_top_kernel_a_phase_without_host_steps_two
     assert f is not None and f.id == "matmul-below-roofline" and f.evidence["top_matmul_kernel"] is None
     assert f.command is None and "kernel_names_it" not in f.evidence
     b64 = build_report(
-        RawCapture.load(str(Path(__file__).parent / "data" / "h200" / "session12" / "run_b64_3b_raw.json.gz"))
+        RawCapture.load(
+            str(Path(__file__).parent / "data" / "gpu" / "h200_llama3b_batch64_ledger" / "run_b64_3b_raw.json.gz")
+        )
     )
     p64, _ = _decode(b64)
     idle = _idle_finding(b64, msgspec.structs.replace(p64, host_step_p50_ms=None), Thresholds())
@@ -436,7 +440,7 @@ def test_healthy_dense_decode_every_field_and_its_edges() -> None:
     from max_profile.analyze.rules.base import phase_of, worst_lever_pct
     from max_profile.analyze.rules.levers import rule_healthy_decode
 
-    base = build_report(RawCapture.load(str(H200 / "session7" / "run_b1_raw.json.gz")))
+    base = build_report(RawCapture.load(str(H200 / "h200_llama5b_every_verb" / "run_b1_raw.json.gz")))
     k, lg, cost = base.kernels, base.ledger, base.decode_cost
     assert isinstance(k, KernelBreakdown) and isinstance(lg, StepLedger) and cost is not None
     d = phase_of(k, "decode")
@@ -503,7 +507,7 @@ def test_healthy_dense_decode_every_field_and_its_edges() -> None:
 def test_decode_bandwidth_needs_a_decode_cost_with_a_peak_to_compare() -> None:
     from max_profile.analyze.rules.levers import rule_decode_bandwidth
 
-    base = build_report(RawCapture.load(str(H200 / "session7" / "run_b1_raw.json.gz")))
+    base = build_report(RawCapture.load(str(H200 / "h200_llama5b_every_verb" / "run_b1_raw.json.gz")))
     cost = base.decode_cost
     assert cost is not None and cost.step.pct_of_peak_bandwidth is not None
     assert [f.id for f in rule_decode_bandwidth(base, TH)] == ["decode-bandwidth"]

@@ -325,8 +325,8 @@ def test_a_drop_within_the_windows_noise_is_no_measured_cost() -> None:
 @pytest.mark.parametrize(
     ("capture", "ratio", "noise"),
     [
-        ("session11/serve_kernels_raw.json.gz", 0.9951, 0.0033),
-        ("session12/serve_kernels_3b_raw.json.gz", 0.9972, 0.0039),
+        ("h200_llama5b_serve_recording_cost/serve_kernels_raw.json.gz", 0.9951, 0.0033),
+        ("h200_llama3b_batch64_ledger/serve_kernels_3b_raw.json.gz", 0.9972, 0.0039),
     ],
 )
 def test_the_noise_of_real_served_windows(capture: str, ratio: float, noise: float) -> None:
@@ -334,7 +334,7 @@ def test_the_noise_of_real_served_windows(capture: str, ratio: float, noise: flo
     a ratio resolves about 0.7 %; both captures' 0.995-0.997 are within it: no cost resolved."""
     from max_profile.render.text import render_text
 
-    raw = RawCapture.load(str(DATA / "h200" / capture))
+    raw = RawCapture.load(str(DATA / "gpu" / capture))
     cost = tracer_cost(raw.load_windows)
     assert cost is not None and (cost.throughput_ratio, cost.throughput_ratio_noise) == (ratio, noise)
     assert not cost.resolved
@@ -391,7 +391,7 @@ def test_the_client_summary_of_a_serve_window() -> None:
 
 # --- what tracing cost --------------------------------------------------------------------------------------------
 
-B1 = DATA / "h200" / "session7" / "run_b1_raw.json.gz"
+B1 = DATA / "gpu" / "h200_llama5b_every_verb" / "run_b1_raw.json.gz"
 
 
 def _report(path: Path) -> Report:
@@ -549,7 +549,7 @@ def test_tracing_cost_of_a_capture_without_a_kernel_table_or_decode_ops() -> Non
     r = _report(B1)
     said = tracing_cost_statement(msgspec.structs.replace(r, kernels=Unavailable("no CUPTI")))
     assert said is not None and "step hook and GPU sampler" in said
-    ops = build_report(RawCapture.load(str(DATA / "h200" / "session17" / "ops" / "ops_a_raw.json.gz")))
+    ops = build_report(RawCapture.load(str(DATA / "gpu" / "h200_llama_custom_ops_vs_default" / "ops_a_raw.json.gz")))
     from max_profile.model import OpBreakdown
 
     assert isinstance(ops.ops, OpBreakdown)

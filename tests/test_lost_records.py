@@ -15,7 +15,7 @@ from max_profile.analyze.breakdown import build_breakdown, slices_without_record
 from max_profile.analyze.report import build_report
 from max_profile.model import KernelBreakdown, KernelRecord, KernelTable, RawCapture, Step
 
-SERVED = Path(__file__).parent / "data" / "h200" / "session12" / "serve_kernels_3b_raw.json.gz"
+SERVED = Path(__file__).parent / "data" / "gpu" / "h200_llama3b_batch64_ledger" / "serve_kernels_3b_raw.json.gz"
 MS = 1_000_000
 
 

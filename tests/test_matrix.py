@@ -86,7 +86,7 @@ SEEDS: dict[str, Callable[[Path], Path]] = {
     "sqlite-unknown": _unknown_sqlite,
     "nsys-rep": _text("capture.nsys-rep", "not really a report"),
     "ncu-rep": _text("kernel.ncu-rep", "not really a report"),
-    "ncu-csv": lambda out: _copy(DATA / "h200" / "small_ncu_gemv_details.csv", out),
+    "ncu-csv": lambda out: _copy(DATA / "gpu" / "h200_llama180m_host_bound" / "small_ncu_gemv_details.csv", out),
     "rocprof-json": fuzzing._rocprof_json,
     "kineto-json": fuzzing._kineto,
     "max-profile-json": lambda out: fuzzing._raw_capture(out)[0],
@@ -157,7 +157,7 @@ def test_source_cut_in_half_is_refused_or_read(name: str, tmp_path: Path) -> Non
 
 # --- outputs ---------------------------------------------------------------------------------
 CAPTURES = {
-    "h200-cupti": DATA / "h200" / "small_cupti_raw.json.gz",
+    "h200-cupti": DATA / "gpu" / "h200_llama180m_host_bound" / "small_cupti_raw.json.gz",
     "cpu-serve-sweep": DATA / "cpu" / "serve_sweep_c1_c2_raw.json.gz",
 }
 

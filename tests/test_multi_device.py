@@ -12,11 +12,11 @@ import pytest
 from max_profile.analyze.report import build_report
 from max_profile.model import KernelBreakdown, KernelRecord, KernelTable, RawCapture
 
-H200 = Path(__file__).parent / "data" / "h200"
+H200 = Path(__file__).parent / "data" / "gpu"
 
 
 def split_with_allreduce(allreduce_us: float, second_device_us: float | None = None) -> RawCapture:
-    raw = RawCapture.load(str(H200 / "big_cupti_raw.json.gz"))
+    raw = RawCapture.load(str(H200 / "h200_llama7b_gemv_decode/big_cupti_raw.json.gz"))
     records = raw.kernels.records()
     t = raw.kernels
     assert t.launch_ns is not None
@@ -68,7 +68,7 @@ def test_communication_dominates() -> None:
 
 
 def test_single_device_has_no_per_device_table() -> None:
-    report = build_report(RawCapture.load(str(H200 / "big_cupti_raw.json.gz")))
+    report = build_report(RawCapture.load(str(H200 / "h200_llama7b_gemv_decode/big_cupti_raw.json.gz")))
     assert isinstance(report.kernels, KernelBreakdown) and report.kernels.per_device == []
     assert not {f.id for f in report.findings} & {"communication-share", "communication-dominates"}
 

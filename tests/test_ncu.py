@@ -17,7 +17,7 @@ from max_profile.ncu_run import name_filter, ncu_command
 
 from .conftest import run_cli
 
-H200 = Path(__file__).parent / "data" / "h200"
+H200 = Path(__file__).parent / "data" / "gpu"
 
 
 def read_ncu_files(details: str, raw: str | None = None) -> list[KernelAnalysis]:
@@ -39,7 +39,7 @@ def _launch(parsed: dict) -> NcuLaunch:  # type: ignore[type-arg]
 
 
 def test_decode_gemv_7b_is_memory_bound_near_peak() -> None:
-    a = read_ncu_files(str(H200 / "big_ncu_gemv_details.csv"))
+    a = read_ncu_files(str(H200 / "h200_llama7b_gemv_decode/big_ncu_gemv_details.csv"))
     assert [x.launch_id for x in a] == [0, 1]
     g = a[0]
     assert g.kernel_name == "gemv_split_k_bfloat16_bfloat16_bfloat16_128_41f3d61e"
@@ -56,7 +56,10 @@ def test_decode_gemv_7b_is_memory_bound_near_peak() -> None:
 
 
 def test_small_gemv_stalls_from_raw_page() -> None:
-    (g,) = read_ncu_files(str(H200 / "small_ncu_gemv_details.csv"), str(H200 / "small_ncu_gemv_raw.csv.gz"))[:1]
+    (g,) = read_ncu_files(
+        str(H200 / "h200_llama180m_host_bound/small_ncu_gemv_details.csv"),
+        str(H200 / "h200_llama180m_host_bound/small_ncu_gemv_raw.csv.gz"),
+    )[:1]
     assert g.duration_ns == 9056
     assert g.stalls[0].reason == "long_scoreboard" and g.stalls[0].cycles_per_instruction == pytest.approx(
         19.65, abs=0.01
@@ -67,7 +70,10 @@ def test_small_gemv_stalls_from_raw_page() -> None:
 
 
 def test_decode_attention_is_latency_bound() -> None:
-    a = read_ncu_files(str(H200 / "small_ncu_mha_details.csv"), str(H200 / "small_ncu_mha_raw.csv.gz"))
+    a = read_ncu_files(
+        str(H200 / "h200_llama180m_host_bound/small_ncu_mha_details.csv"),
+        str(H200 / "h200_llama180m_host_bound/small_ncu_mha_raw.csv.gz"),
+    )
     m = a[0]
     assert m.kernel_name.startswith("sm90_mha_depth128_bfloat16_bfloat16_nqh16_nkvh4")
     assert m.bound == "latency" and m.grid_size == "(1, 4, 1)"
@@ -80,7 +86,7 @@ def test_decode_attention_is_latency_bound() -> None:
 
 
 def test_live_stdout_with_noise_before_header() -> None:
-    text = (H200 / "small_ncu_rmsnorm_live_stdout.txt").read_text()
+    text = (H200 / "h200_llama180m_host_bound/small_ncu_rmsnorm_live_stdout.txt").read_text()
     assert text.splitlines()[0].startswith("==WARNING==")  # ncu lines and MAX's own output come first
     (launch,) = parse_ncu_csv(text).values()
     assert launch["name"].startswith("rms_norm_fused_residual_gpu_block_bfloat16")
@@ -96,7 +102,7 @@ def test_units_and_separators() -> None:
 
 
 def test_auto_scaled_units_match_base_units() -> None:
-    base = (H200 / "big_ncu_gemv_details.csv").read_text()
+    base = (H200 / "h200_llama7b_gemv_decode/big_ncu_gemv_details.csv").read_text()
     auto = base.replace('"Duration","ns","30,400"', '"Duration","us","30.40"')
     assert auto != base
     assert read_ncu_files.__name__  # same parser for both
@@ -151,7 +157,12 @@ def _older_ncu_layout(text: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "name", ["small_ncu_gemv_details.csv", "small_ncu_mha_details.csv", "big_ncu_gemv_details.csv"]
+    "name",
+    [
+        "h200_llama180m_host_bound/small_ncu_gemv_details.csv",
+        "h200_llama180m_host_bound/small_ncu_mha_details.csv",
+        "h200_llama7b_gemv_decode/big_ncu_gemv_details.csv",
+    ],
 )
 def test_older_ncu_layout_and_human_units_give_the_same_analysis(name: str) -> None:
     base = (H200 / name).read_text()
@@ -218,30 +229,31 @@ def test_name_filter_never_profiles_everything() -> None:
 
 def test_kernel_cli_import_and_errors(tmp_path: Path) -> None:
     ok = run_cli(
-        "kernel", "gemv", "--import", str(H200 / "big_ncu_gemv_details.csv"), "--json", str(tmp_path / "k.json")
+        "kernel",
+        "gemv",
+        "--import",
+        str(H200 / "h200_llama7b_gemv_decode/big_ncu_gemv_details.csv"),
+        "--json",
+        str(tmp_path / "k.json"),
     )
     assert ok.returncode == 0, ok.stderr
     assert "near its roofline" in ok.stdout
     bad = tmp_path / "trunc.csv"
-    bad.write_text((H200 / "big_ncu_gemv_details.csv").read_text().splitlines()[0] + "\n")
+    bad.write_text((H200 / "h200_llama7b_gemv_decode/big_ncu_gemv_details.csv").read_text().splitlines()[0] + "\n")
     res = run_cli("kernel", "gemv", "--import", str(bad))
     assert res.returncode == 2 and "no profiled kernel rows" in res.stderr and "Traceback" not in res.stderr
     missing_tool = run_cli("kernel", "gemv", "--model-path", str(tmp_path))
     assert missing_tool.returncode == 3 and "apt-get install nsight-compute" in missing_tool.stderr
 
 
-def test_recorded_no_match_message() -> None:
-    text = (H200 / "small_kernel_cli_no_match_stderr.txt").read_text()
-    assert "matched no launch" in text and "Traceback" not in text
-    gz = gzip.decompress((H200 / "small_ncu_mha_raw.csv.gz").read_bytes()).decode()
-    assert '"ID"' in gz.splitlines()[next(i for i, ln in enumerate(gz.splitlines()) if ln.startswith('"ID"'))]
-
-
 def _fake_ncu(folder: Path, fail_page: str | None = None) -> Path:
     """A FAKE `ncu` (CI has no Nsight Compute): `--version`, and `--import R --csv --page details|raw --print-units
     base` printing the H200 pages of the decode attention kernel, as the real one prints them from its report."""
     script = folder / "ncu"
-    details, raw = H200 / "small_ncu_mha_details.csv", H200 / "small_ncu_mha_raw.csv.gz"
+    details, raw = (
+        H200 / "h200_llama180m_host_bound/small_ncu_mha_details.csv",
+        H200 / "h200_llama180m_host_bound/small_ncu_mha_raw.csv.gz",
+    )
     fail = f'  *"--page {fail_page}"*) echo "==ERROR== Failed to load report" >&2; exit 1;;\n' if fail_page else ""
     script.write_text(
         '#!/bin/sh\n# FAKE ncu for tests\ncase "$*" in\n'
@@ -272,7 +284,10 @@ def test_ncu_rep_is_read_through_ncu_import(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     assert detect_format(str(rep)).name == "ncu-rep"
     report = build_report(import_trace(str(rep)))
-    direct = read_ncu_files(str(H200 / "small_ncu_mha_details.csv"), str(H200 / "small_ncu_mha_raw.csv.gz"))
+    direct = read_ncu_files(
+        str(H200 / "h200_llama180m_host_bound/small_ncu_mha_details.csv"),
+        str(H200 / "h200_llama180m_host_bound/small_ncu_mha_raw.csv.gz"),
+    )
     assert [a.kernel_name for a in report.kernel_analyses] == [a.kernel_name for a in direct]
     assert report.kernel_analyses[0].bound == "latency" == direct[0].bound
     assert report.artifacts == [str(rep)]
@@ -361,7 +376,6 @@ def test_kernel_run_reads_the_report_back_through_its_process_tool(
     """The run that works: ncu (a FAKE: CI has no Nsight Compute) profiles the generation, writes its report, and
     exports the pages a real ncu 2025.3.1 wrote on the H200 (gemv_split_k); the capture holds those launches, ncu among
     its collectors, the report and pages as artifacts, the workload of the run."""
-    import gzip
     import shutil
 
     from max_profile.ncu_run import KernelRun, NcuTool, profile_kernel
@@ -369,7 +383,7 @@ def test_kernel_run_reads_the_report_back_through_its_process_tool(
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     _fake_ncu_run(bin_dir, NO_MATCH_LOG.replace("==WARNING== No kernels were profiled.\n", ""), write_report=True)
-    h200 = Path(__file__).parent / "data" / "h200"
+    h200 = Path(__file__).parent / "data" / "gpu" / "h200_llama180m_host_bound"
     shutil.copy(h200 / "small_ncu_gemv_details.csv", bin_dir / "details.csv")
     (bin_dir / "raw.csv").write_bytes(gzip.decompress((h200 / "small_ncu_gemv_raw.csv.gz").read_bytes()))
     script = (bin_dir / "ncu").read_text()

@@ -25,7 +25,7 @@ from max_profile.util.procs import clean_child_env
 
 from .conftest import DATA, REPO, default_sigint, error_message, run_cli
 
-SMALL_RAW = DATA / "h200" / "small_cupti_raw.json.gz"
+SMALL_RAW = DATA / "gpu" / "h200_llama180m_host_bound" / "small_cupti_raw.json.gz"
 GOOD_ARCH = REPO / "custom_archs" / "llama_custom"
 UNWRITABLE = "/proc"
 
@@ -185,7 +185,9 @@ def test_check_arch_warns_when_the_model_runs_the_builtin(tmp_path: Path) -> Non
 
 REPORTS = {
     "h200 run": lambda: build_report(RawCapture.load(str(SMALL_RAW))),
-    "h200 batch 32": lambda: build_report(RawCapture.load(str(DATA / "h200" / "session7" / "run_b32_raw.json.gz"))),
+    "h200 batch 32": lambda: build_report(
+        RawCapture.load(str(DATA / "gpu" / "h200_llama5b_every_verb" / "run_b32_raw.json.gz"))
+    ),
     "cpu serve sweep": lambda: build_report(RawCapture.load(str(DATA / "cpu" / "serve_sweep_c1_c2_raw.json.gz"))),
     "cpu startup": lambda: Report.load(str(DATA / "cpu" / "startup" / "startup_cold.json")),
 }
@@ -254,8 +256,10 @@ def test_html_legends_sit_beside_the_data_and_counts_have_integer_ticks() -> Non
 
     from max_profile.render import html
 
-    serve = build_report(RawCapture.load(str(DATA / "h200" / "tracing" / "serve_kernels_raw.json.gz")))
-    run = build_report(RawCapture.load(str(DATA / "h200" / "tracing" / "run_cupti_raw.json.gz")))
+    serve = build_report(
+        RawCapture.load(str(DATA / "gpu" / "h200_llama5b_cupti_recorder" / "serve_kernels_raw.json.gz"))
+    )
+    run = build_report(RawCapture.load(str(DATA / "gpu" / "h200_llama5b_cupti_recorder" / "run_cupti_raw.json.gz")))
     sweep = build_report(RawCapture.load(str(DATA / "cpu" / "serve_sweep_c1_c2_raw.json.gz")))
     layouts = [
         html._steps_plot(run),
@@ -356,9 +360,31 @@ VERBS_ON_RECORDED_DATA = {
     "report run": ["report", str(SMALL_RAW)],
     "report serve sweep": ["report", str(DATA / "cpu" / "serve_sweep_c1_c2_raw.json.gz")],
     "report startup": ["report", str(DATA / "cpu" / "startup" / "startup_cold.json")],
-    "diff": ["diff", str(DATA / "h200" / "arch_a_raw.json.gz"), str(DATA / "h200" / "arch_b_raw.json.gz")],
-    "kernels --import": ["kernels", "--import", str(DATA / "h200" / "small_nsys.sqlite.gz")],
-    "kernel --import": ["kernel", "--import", str(DATA / "h200" / "small_ncu_gemv_details.csv")],
+    "diff": [
+        "diff",
+        str(
+            DATA
+            / "gpu"
+            / "h200_llama1.75b_custom_architectures"
+            / "h200_llama1.75b_custom_architectures/arch_a_raw.json.gz"
+        ),
+        str(
+            DATA
+            / "gpu"
+            / "h200_llama1.75b_custom_architectures"
+            / "h200_llama1.75b_custom_architectures/arch_b_raw.json.gz"
+        ),
+    ],
+    "kernels --import": [
+        "kernels",
+        "--import",
+        str(DATA / "gpu" / "h200_llama180m_host_bound" / "small_nsys.sqlite.gz"),
+    ],
+    "kernel --import": [
+        "kernel",
+        "--import",
+        str(DATA / "gpu" / "h200_llama180m_host_bound" / "small_ncu_gemv_details.csv"),
+    ],
     "check-arch": ["check-arch", str(REPO / "custom_archs" / "llama_custom")],
     "doctor": ["doctor"],
     "bad flag": ["run", "--model-path", "M", "--tokens", "5"],

@@ -1,7 +1,8 @@
 """MAX's profiling mode on CUDA 13 GPUs (issue 35, item 1): CUDA 12's NVTX v2 library (``libnvToolsExt.so.1``) from the
 ``nvidia-nvtx-cu12`` wheel, found before the load and put first on the model process's library path; a clear error with
 the exact fix where it is missing. On the H200 (CUDA 13, MAX 26.7) a `run --kernels nvtx-log --devices gpu` with it ran
-to the end and recorded MAX's op ranges (tests/data/h200/session13/ops_probe); without it the model worker had aborted
+to the end and recorded MAX's op ranges (tests/data/gpu/h200_llama180m_op_ranges_cuda13); without it the model worker
+had aborted
 ('symbol not found: nvtxRangeStartEx')."""
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def test_without_any_v2_library_the_error_names_the_fix_before_the_load(monkeypa
 def test_the_h200_op_ranges_run_with_the_wheels_library() -> None:
     """The probe's capture: 16 decode steps of MAX's op ranges on the H200 (host time around each op's launch; device
     graphs off), split by phase and family."""
-    raw = RawCapture.load(str(DATA / "h200" / "session13" / "ops_probe" / "ops_gpu_raw.json.gz"))
+    raw = RawCapture.load(str(DATA / "gpu" / "h200_llama180m_op_ranges_cuda13" / "ops_gpu_raw.json.gz"))
     assert (
         raw.capture.devices == "gpu"
         and raw.capture.profiling_mode == "on"

@@ -130,7 +130,7 @@ def _sampled(raw: RawCapture, slice_steps: int = 8, share: float = 1 / 16) -> Ra
     return msgspec.structs.replace(raw, kernels=kept, recorded_spans=recorded, window_ns=window)
 
 
-FULL = DATA / "h200" / "session13" / "run_b64_3b_all_raw.json.gz"
+FULL = DATA / "gpu" / "h200_llama3b_sampled_recording" / "run_b64_3b_all_raw.json.gz"
 """A batch-64 decode of a 3B-shaped model with every step recorded (128 decode steps, device graphs on)."""
 
 
@@ -250,7 +250,7 @@ def test_kernels_starting_at_one_instant_keep_their_recorded_order() -> None:
 # ------------------------------------------------------------------------------------------------------------------
 # Load verdicts need load; printed commands run as printed
 
-ATTACH = DATA / "h200" / "session12" / "attach_idle_3b_raw.json.gz"
+ATTACH = DATA / "gpu" / "h200_llama3b_batch64_ledger" / "attach_idle_3b_raw.json.gz"
 """``attach`` with ``--probe`` on an idle H200 server (3 requests of ours in 10 s; its metrics port unreadable)."""
 
 
@@ -309,7 +309,7 @@ def test_printed_commands_name_the_programs_of_this_environment() -> None:
     them by their paths (the README's set-up runs ``.venv/bin/max-profile``)."""
     from max_profile.analyze.commands import cli
 
-    raw = RawCapture.load(str(DATA / "h200" / "session9" / "demo_raw.json.gz"))
+    raw = RawCapture.load(str(DATA / "gpu" / "h200_llama5b_serve_steps_startup" / "demo_raw.json.gz"))
     bin_dir = "/opt/venv with space/bin"
     env = msgspec.structs.replace(
         raw.environment, programs={"max-profile": f"{bin_dir}/max-profile", "pip": f"{bin_dir}/pip"}
@@ -359,7 +359,7 @@ def test_serve_idle_is_a_lever_net_of_the_recordings_measured_share() -> None:
     from max_profile.analyze.thresholds import Thresholds
     from max_profile.model import LedgerRow, PhaseLedger, TracerCost
 
-    raw, report = built(DATA / "h200" / "session12" / "serve_kernels_3b_raw.json.gz")
+    raw, report = built(DATA / "gpu" / "h200_llama3b_batch64_ledger" / "serve_kernels_3b_raw.json.gz")
     assert isinstance(report.ledger, StepLedger)
     rows = [
         LedgerRow(part="matmul: gemm", kind="kernels", ms_per_step=3.57, share_pct=65.6, families=["gemm"]),
@@ -402,7 +402,7 @@ def test_a_gate_never_fails_on_host_timing_a_run_says_was_under_load() -> None:
     from max_profile.model import HostLoad
 
     quiet_load = HostLoad(window_s=2.0, cores=16, cpu_busy_pct=8.0, own_cores=1.0, other_cores=0.2)
-    recorded = RawCapture.load(str(DATA / "h200" / "session7" / "run_b1_raw.json.gz"))
+    recorded = RawCapture.load(str(DATA / "gpu" / "h200_llama5b_every_verb" / "run_b1_raw.json.gz"))
     raw = msgspec.structs.replace(recorded, capture=msgspec.structs.replace(recorded.capture, host_load=quiet_load))
     slow = msgspec.structs.replace(
         raw,

@@ -16,9 +16,9 @@ from max_profile.model import KernelBreakdown, OpBreakdown, OpRoofline, Report, 
 
 from .builders import built_report, serve_summary
 
-H200 = Path(__file__).parent / "data" / "h200"
-OPS_A = H200 / "session17" / "ops" / "ops_a_raw.json.gz"
-OPS_B = H200 / "session14" / "ops" / "ops_b_raw.json.gz"
+H200 = Path(__file__).parent / "data" / "gpu"
+OPS_A = H200 / "h200_llama_custom_ops_vs_default" / "ops_a_raw.json.gz"
+OPS_B = H200 / "h200_llama_custom_ops_mode" / "ops_b_raw.json.gz"
 report = built_report
 
 

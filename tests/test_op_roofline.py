@@ -30,10 +30,16 @@ from max_profile.model import OpBreakdown, OpRoofline, OpRow, RawCapture, Report
 
 from .builders import built_report, serve_summary
 
-H200 = Path(__file__).parent / "data" / "h200"
-OPS_A = H200 / "session17" / "ops" / "ops_a_raw.json.gz"  # the fused Llama, custom architecture, --kernels ops
-OPS_B = H200 / "session14" / "ops" / "ops_b_raw.json.gz"  # the same Llama with attention written as generic ops
-DEFAULT_A = H200 / "session17" / "ops" / "default_a_raw.json.gz"  # ops_a's model in MAX's default run (no op ranges)
+H200 = Path(__file__).parent / "data" / "gpu"
+OPS_A = (
+    H200 / "h200_llama_custom_ops_vs_default" / "ops_a_raw.json.gz"
+)  # the fused Llama, custom architecture, --kernels ops
+OPS_B = (
+    H200 / "h200_llama_custom_ops_mode" / "ops_b_raw.json.gz"
+)  # the same Llama with attention written as generic ops
+DEFAULT_A = (
+    H200 / "h200_llama_custom_ops_vs_default" / "default_a_raw.json.gz"
+)  # ops_a's model in MAX's default run (no op ranges)
 BANDWIDTH = 0.85 * 4.8e12  # H200: 85 % of 4.8 TB/s
 COMPUTE = 0.80 * 989e12  # 80 % of 989 bf16 TFLOP/s
 FLOOR_MS = 2.0e-3  # 2 µs per kernel

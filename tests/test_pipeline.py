@@ -22,13 +22,13 @@ from max_profile.model import SCHEMA_VERSION, KernelBreakdown, RawCapture, Repor
 from .conftest import DATA, run_cli
 from .nsys_schema import make_nsys_sqlite
 
-H200 = DATA / "h200"
+H200 = DATA / "gpu"
 RAW_FIXTURES = [
-    "small_cupti_raw.json.gz",
-    "big_cupti_raw.json.gz",
-    "arch_a_raw.json.gz",
-    "arch_b_raw.json.gz",
-    "arch_c_raw.json.gz",
+    "h200_llama180m_host_bound/small_cupti_raw.json.gz",
+    "h200_llama7b_gemv_decode/big_cupti_raw.json.gz",
+    "h200_llama1.75b_custom_architectures/arch_a_raw.json.gz",
+    "h200_llama1.75b_custom_architectures/arch_b_raw.json.gz",
+    "h200_llama1.75b_custom_architectures/arch_c_raw.json.gz",
 ]
 
 
@@ -141,7 +141,9 @@ def _kineto_from_raw(raw: RawCapture, path: Path) -> None:
 def test_kineto_without_ranges_host_bound(tmp_path: Path) -> None:
     """The small H200 capture (GPU busy ~7 %) as a Kineto trace without phase ranges: busy % and a host-bound
     verdict."""
-    _kineto_from_raw(RawCapture.load(str(H200 / "small_cupti_raw.json.gz")), tmp_path / "small.json.gz")
+    _kineto_from_raw(
+        RawCapture.load(str(H200 / "h200_llama180m_host_bound/small_cupti_raw.json.gz")), tmp_path / "small.json.gz"
+    )
     report = build_report(import_trace(str(tmp_path / "small.json.gz")))
     k = _kernels(report)
     assert k.step_source == "none" and not k.phases and k.kernels == 3246
@@ -155,7 +157,9 @@ def test_kineto_without_ranges_host_bound(tmp_path: Path) -> None:
 def test_kineto_without_ranges_busy_dense_decode(tmp_path: Path) -> None:
     """The 7B-shaped H200 capture (GPU busy ~85 %) as Kineto without ranges: a matvec-dominated decode verdict, no
     host-bound."""
-    _kineto_from_raw(RawCapture.load(str(H200 / "big_cupti_raw.json.gz")), tmp_path / "big.json.gz")
+    _kineto_from_raw(
+        RawCapture.load(str(H200 / "h200_llama7b_gemv_decode/big_cupti_raw.json.gz")), tmp_path / "big.json.gz"
+    )
     report = build_report(import_trace(str(tmp_path / "big.json.gz")))
     k = _kernels(report)
     assert k.kernels == 19580 and k.gpu_busy_pct == pytest.approx(84.8, abs=0.3)
@@ -201,7 +205,7 @@ def test_schema_2_unavailable_strings_load_as_unavailable(tmp_path: Path) -> Non
 def test_report_cli_rebuilds_a_raw_capture(tmp_path: Path) -> None:
     res = run_cli(
         "report",
-        str(H200 / "arch_c_raw.json.gz"),
+        str(H200 / "h200_llama1.75b_custom_architectures/arch_c_raw.json.gz"),
         "--json",
         str(tmp_path / "r.json"),
         "--raw",
@@ -222,7 +226,7 @@ def test_report_cli_rebuilds_a_raw_capture(tmp_path: Path) -> None:
 
 def test_report_cli_imports_traces(tmp_path: Path) -> None:
     db = tmp_path / "cap.sqlite"
-    db.write_bytes(gzip.decompress((H200 / "small_nsys.sqlite.gz").read_bytes()))
+    db.write_bytes(gzip.decompress((H200 / "h200_llama180m_host_bound/small_nsys.sqlite.gz").read_bytes()))
     res = run_cli("report", str(db), "--raw", str(tmp_path / "nsys_raw.json"), timeout=120)
     assert res.returncode == 0, res.stderr
     assert "host-bound" in res.stdout  # (this check once sat inside the message of the assert above and never ran)
@@ -231,18 +235,18 @@ def test_report_cli_imports_traces(tmp_path: Path) -> None:
 
 
 def test_schema_version_and_kind_checks(tmp_path: Path) -> None:
-    doc = json.loads(gzip.decompress((H200 / "small_cupti_raw.json.gz").read_bytes()))
+    doc = json.loads(gzip.decompress((H200 / "h200_llama180m_host_bound/small_cupti_raw.json.gz").read_bytes()))
     doc["schema_version"] = 999
     (tmp_path / "future.json").write_text(json.dumps(doc))
     with pytest.raises(TraceFormatError, match="schema version 999 is not supported"):
         RawCapture.load(str(tmp_path / "future.json"))
-    report = build_report(RawCapture.load(str(H200 / "small_cupti_raw.json.gz")))
+    report = build_report(RawCapture.load(str(H200 / "h200_llama180m_host_bound/small_cupti_raw.json.gz")))
     report.save(str(tmp_path / "report.json"))
     with pytest.raises(TraceFormatError, match="an analysed report, not a raw capture"):
         RawCapture.load(str(tmp_path / "report.json"))
     assert isinstance(load_any(str(tmp_path / "report.json")), Report)
     truncated = tmp_path / "cut.json.gz"
-    truncated.write_bytes((H200 / "small_cupti_raw.json.gz").read_bytes()[:5000])
+    truncated.write_bytes((H200 / "h200_llama180m_host_bound/small_cupti_raw.json.gz").read_bytes()[:5000])
     with pytest.raises(TraceFormatError, match="truncated or corrupt gzip"):
         RawCapture.load(str(truncated))
     res = run_cli("report", str(truncated))
@@ -253,7 +257,7 @@ def test_kernel_import_needs_no_name(tmp_path: Path) -> None:
     res = run_cli(
         "kernel",
         "--import",
-        str(H200 / "big_ncu_gemv_details.csv"),
+        str(H200 / "h200_llama7b_gemv_decode/big_ncu_gemv_details.csv"),
         "--raw",
         str(tmp_path / "ncu_raw.json"),
         timeout=120,
@@ -271,7 +275,7 @@ def test_kernel_import_needs_no_name(tmp_path: Path) -> None:
 def test_serve_reports_of_schema_1_still_load() -> None:
     """The H200 serve reports (session 3) predate schema 2: they load as saved."""
     for name in ("serve_kernels_report.json", "serve_utilization_report.json", "serve_nsys_report.json"):
-        report = Report.load(str(H200 / "serve_s3" / name))
+        report = Report.load(str(H200 / "h200_llama1.75b_serve_modes" / name))
         assert report.schema_version == 1 and report.serve is not None
 
 
@@ -283,6 +287,6 @@ def test_nsys_rep_without_nsys_says_how_to_install(tmp_path: Path) -> None:
 
 
 def test_gzipped_sqlite_export_imports(tmp_path: Path) -> None:
-    shutil.copy(H200 / "small_nsys.sqlite.gz", tmp_path / "small.sqlite.gz")
+    shutil.copy(H200 / "h200_llama180m_host_bound/small_nsys.sqlite.gz", tmp_path / "small.sqlite.gz")
     report = build_report(import_trace(str(tmp_path / "small.sqlite.gz")))
     assert _kernels(report).kernels == 2046 and not list(tmp_path.glob("*.tmp*"))

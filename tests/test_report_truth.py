@@ -30,7 +30,7 @@ from max_profile.model import (
 
 from .test_rules import DENSE, _samples, synthetic
 
-H200 = Path(__file__).parent / "data" / "h200"
+H200 = Path(__file__).parent / "data" / "gpu"
 
 
 def capture(n: int = 12, step_ms: float = 1.0) -> RawCapture:
@@ -158,7 +158,7 @@ def test_kernel_notes_word_for_word() -> None:
 
 
 def test_sampled_recording_is_noted_with_its_share() -> None:
-    r = build_report(RawCapture.load(str(H200 / "session17" / "run_b64_3b_raw.json.gz")))
+    r = build_report(RawCapture.load(str(H200 / "h200_llama3b_batch64_quarter_recorded" / "run_b64_3b_raw.json.gz")))
     k = r.kernels
     assert isinstance(k, KernelBreakdown)
     assert k.recorded_ms is not None and k.window_ms  # 26 % of the steps recorded, in slices of 8
@@ -230,7 +230,7 @@ def test_load_windows_make_levels_and_the_reference_is_only_a_yardstick() -> Non
 
 
 def test_the_decode_cost_models_inputs() -> None:
-    r = build_report(RawCapture.load(str(H200 / "session7" / "run_b32_raw.json.gz")))
+    r = build_report(RawCapture.load(str(H200 / "h200_llama5b_every_verb" / "run_b32_raw.json.gz")))
     cost = decode_cost_of(r)
     assert cost is not None
     decode = [s for s in r.steps if s.phase == "decode" and s.batch_size > 0]
@@ -292,7 +292,7 @@ def test_report_fields_carried_over_and_said() -> None:
 
 
 def test_the_decode_cost_model_without_a_decode_phase_or_context() -> None:
-    r = build_report(RawCapture.load(str(H200 / "session7" / "run_b32_raw.json.gz")))
+    r = build_report(RawCapture.load(str(H200 / "h200_llama5b_every_verb" / "run_b32_raw.json.gz")))
     k = r.kernels
     assert isinstance(k, KernelBreakdown)
     no_phase = msgspec.structs.replace(
@@ -354,7 +354,7 @@ def test_samples_without_a_window_and_load_levels_with_their_samples() -> None:
 def test_the_callers_thresholds_reach_the_kernel_analyses_and_the_plan() -> None:
     import max_profile
 
-    ncu = max_profile.load(str(H200 / "small_ncu_gemv_raw.csv.gz"))
+    ncu = max_profile.load(str(H200 / "h200_llama180m_host_bound/small_ncu_gemv_raw.csv.gz"))
     assert isinstance(ncu, RawCapture)
     assert build_report(ncu).kernel_analyses[0].bound == "memory"  # 53 % of memory, 20 % of compute
     assert build_report(ncu, thresholds=Thresholds(ncu_latency_bound_pct=99.0)).kernel_analyses[0].bound == "latency"

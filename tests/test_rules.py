@@ -27,7 +27,7 @@ from max_profile.model import (
 )
 
 DATA = Path(__file__).parent / "data"
-H200 = DATA / "h200"
+H200 = DATA / "gpu"
 GPU_ENV = Environment(
     vendor="nvidia",
     vendor_reason="test",
@@ -36,7 +36,7 @@ GPU_ENV = Environment(
 
 
 def big() -> RawCapture:
-    return RawCapture.load(str(H200 / "big_cupti_raw.json.gz"))
+    return RawCapture.load(str(H200 / "h200_llama7b_gemv_decode/big_cupti_raw.json.gz"))
 
 
 def ids(report: Report) -> set[str]:
@@ -134,7 +134,10 @@ def test_build_report_takes_a_rule_subset_and_thresholds() -> None:
 
 
 def test_no_finding_without_evidence() -> None:
-    for report in (build_report(big()), build_report(RawCapture.load(str(H200 / "small_cupti_raw.json.gz")))):
+    for report in (
+        build_report(big()),
+        build_report(RawCapture.load(str(H200 / "h200_llama180m_host_bound/small_cupti_raw.json.gz"))),
+    ):
         assert report.findings
         for f in report.findings:
             assert f.evidence and 0 < f.confidence <= 1
@@ -427,7 +430,7 @@ def test_decode_bandwidth_against_known_gpu_peak() -> None:
 
 
 def test_thresholds_are_overridable() -> None:
-    report = build_report(RawCapture.load(str(H200 / "small_cupti_raw.json.gz")))
+    report = build_report(RawCapture.load(str(H200 / "h200_llama180m_host_bound/small_cupti_raw.json.gz")))
     assert "host-bound" in {f.id for f in evaluate(report)}
     assert "host-bound" not in {
         f.id for f in evaluate(report, Thresholds(host_bound_util_pct=1.0, host_bound_busy_pct=1.0))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from max_profile.analyze.diff import diff_reports, startup_verdicts
@@ -26,7 +27,10 @@ CPU = DATA / "cpu" / "startup"
 
 
 def _startup(name: str) -> dict[str, object]:
-    return json.loads((CPU / f"startup_{name}.json").read_text())["startup"]  # type: ignore[no-any-return]
+    """A saved start-up report's start-up section, read back through the package's report reader."""
+    report = Report.load(str(CPU / f"startup_{name}.json"))
+    assert report.startup is not None
+    return msgspec.to_builtins(report.startup)  # type: ignore[no-any-return]
 
 
 def _compile_s(st: dict[str, object]) -> float:

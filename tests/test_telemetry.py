@@ -23,7 +23,7 @@ from max_profile.render.telemetry import export_otel, prometheus_text, report_me
 
 from .conftest import DATA, run_cli
 
-SMALL_RAW = DATA / "h200" / "small_cupti_raw.json.gz"
+SMALL_RAW = DATA / "gpu" / "h200_llama180m_host_bound" / "small_cupti_raw.json.gz"
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 side of the default, with the verdict each side must give (a default moved past either value fails a test); the
 thresholds that price rather than decide (the attainable roofs, the kernel floor, the confidence scale) are pinned by
 the exact figure they produce. Real captures near a boundary are asserted where they exist (arch (a) at 38.4 % busy:
-test_h200_captures)."""
+test_gpu_captures)."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ def slowdown(pct: float) -> Report:
     cost = TracerCost(
         concurrency=1, reference_tok_s=100.0, traced_tok_s=100.0 - pct, throughput_ratio=round((100.0 - pct) / 100.0, 4)
     )
-    return _report_with(real("session7/run_b1_raw.json.gz"), tracer_cost=cost)
+    return _report_with(real("h200_llama5b_every_verb/run_b1_raw.json.gz"), tracer_cost=cost)
 
 
 def _report_with(report: Report, **fields: object) -> Report:
@@ -159,7 +159,7 @@ def graph_waits(gap_us: float = 500.0, gaps: int = 30, busy_ms: float = 1.0, n_k
         t += int(busy_ms * 1e6)
     raw = RawCapture(
         environment=GPU_ENV,
-        capture=msgspec.structs.replace(real("session7/run_b1_raw.json.gz").capture),
+        capture=msgspec.structs.replace(real("h200_llama5b_every_verb/run_b1_raw.json.gz").capture),
         kernels=ks,
         kernel_source="synthetic",
     )
@@ -185,7 +185,7 @@ def graph_column(n: int) -> Report:
     )
     raw = RawCapture(
         environment=GPU_ENV,
-        capture=real("session7/run_b1_raw.json.gz").capture,
+        capture=real("h200_llama5b_every_verb/run_b1_raw.json.gz").capture,
         kernels=ks[:-1],
         kernel_source="synthetic",
     )
@@ -361,7 +361,7 @@ def levels(
         gpu,
         3.0 * itl_growth * spike,
     )
-    return _report_with(real("session7/run_b1_raw.json.gz"), load_levels=[a, b])
+    return _report_with(real("h200_llama5b_every_verb/run_b1_raw.json.gz"), load_levels=[a, b])
 
 
 def knee_cause(report: Report) -> str:
@@ -725,7 +725,7 @@ def test_ncu_bound_boundaries(name: str) -> None:
 def test_pricing_thresholds_give_exact_ideals() -> None:
     """The attainable roofs and the kernel floor price the ledger's ideals exactly: a moved default moves these
     figures."""
-    report = real("session7/run_b32_raw.json.gz")
+    report = real("h200_llama5b_every_verb/run_b32_raw.json.gz")
     lg = report.ledger
     assert isinstance(lg, StepLedger)
     decode = next(p for p in lg.phases if p.phase == "decode")
@@ -741,7 +741,7 @@ def test_pricing_thresholds_give_exact_ideals() -> None:
     assert compute_bound.ideal_ms_per_step == pytest.approx(
         tflop * 1e12 / (0.80 * 989e12) * 1e3, rel=2e-3
     )  # 12.4 TFLOP: compute-bound
-    b1 = real("session7/run_b1_raw.json.gz").ledger
+    b1 = real("h200_llama5b_every_verb/run_b1_raw.json.gz").ledger
     assert isinstance(b1, StepLedger)
     attention = next(r for r in next(p for p in b1.phases if p.phase == "decode").rows if r.part == "attention")
     assert attention.ideal_ms_per_step == pytest.approx(
@@ -751,7 +751,15 @@ def test_pricing_thresholds_give_exact_ideals() -> None:
 
 
 def test_no_phase_confidence_scale_is_applied_exactly() -> None:
-    raw = RawCapture.load(str(__import__("pathlib").Path(__file__).parent / "data" / "h200" / "big_cupti_raw.json.gz"))
+    raw = RawCapture.load(
+        str(
+            __import__("pathlib").Path(__file__).parent
+            / "data"
+            / "gpu"
+            / "h200_llama7b_gemv_decode"
+            / "big_cupti_raw.json.gz"
+        )
+    )
     bare = build_report(msgspec.structs.replace(raw, steps=[]))
     f = next(f for f in bare.findings if f.id == "healthy-dense-decode")
     assert f.confidence == pytest.approx(0.8 * 0.75)

@@ -30,7 +30,9 @@ TH = Thresholds()
 
 @cache
 def _served() -> Report:
-    return build_report(RawCapture.load(str(DATA / "h200" / "tracing" / "serve_kernels_raw.json.gz")))
+    return build_report(
+        RawCapture.load(str(DATA / "gpu" / "h200_llama5b_cupti_recorder" / "serve_kernels_raw.json.gz"))
+    )
 
 
 def with_kernels(report: Report, **fields: object) -> Report:

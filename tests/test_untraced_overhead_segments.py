@@ -68,13 +68,3 @@ def test_session24_arms_record_as_the_default_with_one_thing_changed() -> None:
     assert bench.RECORDER_OPTIONS["cupti-flush"] == ("flush-at-pause",)
     assert all(o in RECORDING_OPTIONS for opts in bench.RECORDER_OPTIONS.values() for o in opts)
     assert "cupti-sampled-no-launches" not in bench.RECORDER_OPTIONS and bench.arm_share("cupti-no-launches") is None
-
-
-def test_residual_summary_compares_none_before_cupti_with_none_after() -> None:
-    """The none arm before CUPTI ever started in the process against the same arm after the rounds' recordings: the
-    medians' ratio, every generation kept, nothing without both ends."""
-    got = bench.residual_summary([400.0, 410.0, 405.0], [360.0, 372.0, 368.0], 48)
-    assert got is not None and got["ratio"] == pytest.approx(368.0 / 405.0)
-    assert got["before_tok_s"] == [400.0, 410.0, 405.0] and got["captures_between"] == 48
-    assert "after 48 CUPTI recordings: 360.0, 372.0, 368.0 (median 368.0); after / before 0.9086" in got["said"]
-    assert bench.residual_summary([], [1.0], 3) is None and bench.residual_summary([1.0], [], 3) is None

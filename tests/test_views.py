@@ -26,8 +26,8 @@ from max_profile.render.perfetto import (
 
 from .conftest import DATA, run_cli
 
-H200 = DATA / "h200"
-TRACING = H200 / "tracing"
+H200 = DATA / "gpu"
+TRACING = H200 / "h200_llama5b_cupti_recorder"
 
 
 def _parse(data: bytes):  # type: ignore[no-untyped-def]
@@ -77,7 +77,7 @@ def test_perfetto_trace_holds_every_kernel_step_launch_and_sample() -> None:
 
 def test_perfetto_of_a_trace_clock_import_has_no_host_counters(tmp_path: Path) -> None:
     db = tmp_path / "small.sqlite"
-    db.write_bytes(gzip.decompress((H200 / "small_nsys.sqlite.gz").read_bytes()))
+    db.write_bytes(gzip.decompress((H200 / "h200_llama180m_host_bound/small_nsys.sqlite.gz").read_bytes()))
     res = run_cli("report", str(db), "--perfetto", str(tmp_path / "t.pftrace"), timeout=120)
     assert res.returncode == 0, res.stderr
     trace = _parse((tmp_path / "t.pftrace").read_bytes())
@@ -104,7 +104,7 @@ def test_perfetto_of_a_serve_sweep_has_load_windows_and_non_overlapping_request_
 
 
 def test_invalid_kernels_stay_out_of_the_trace() -> None:
-    raw = RawCapture.load(str(H200 / "big_cupti_raw.json.gz"))
+    raw = RawCapture.load(str(H200 / "h200_llama7b_gemv_decode/big_cupti_raw.json.gz"))
     trace = _parse(build_perfetto(raw))
     begins = sum(
         1
@@ -118,7 +118,12 @@ def test_invalid_kernels_stay_out_of_the_trace() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["arch_b_raw.json.gz", "tracing/serve_util_raw.json.gz", "tracing/run_graphs_raw.json.gz"]
+    "name",
+    [
+        "h200_llama1.75b_custom_architectures/arch_b_raw.json.gz",
+        "h200_llama5b_cupti_recorder/serve_util_raw.json.gz",
+        "h200_llama5b_cupti_recorder/run_graphs_raw.json.gz",
+    ],
 )
 def test_html_sections_and_no_network(name: str) -> None:
     page = render_html(build_report(RawCapture.load(str(H200 / name))))
@@ -142,11 +147,23 @@ def test_html_plots_each_amd_partition() -> None:
 
 
 def test_html_and_outputs_refuse_a_missing_folder(tmp_path: Path) -> None:
-    res = run_cli("report", str(H200 / "arch_a_raw.json.gz"), "--html", str(tmp_path / "no" / "r.html"), timeout=120)
+    res = run_cli(
+        "report",
+        str(H200 / "h200_llama1.75b_custom_architectures/arch_a_raw.json.gz"),
+        "--html",
+        str(tmp_path / "no" / "r.html"),
+        timeout=120,
+    )
     said = " ".join(res.stderr.split())  # the error wraps at the terminal's width, wherever the temp path ends
     assert res.returncode == 2 and "does not exist" in said and res.stderr.count("max-profile: error:") == 1
     assert not (tmp_path / "no").exists()
-    ok = run_cli("report", str(H200 / "arch_a_raw.json.gz"), "--html", str(tmp_path / "r.html"), timeout=120)
+    ok = run_cli(
+        "report",
+        str(H200 / "h200_llama1.75b_custom_architectures/arch_a_raw.json.gz"),
+        "--html",
+        str(tmp_path / "r.html"),
+        timeout=120,
+    )
     assert ok.returncode == 0 and (tmp_path / "r.html").stat().st_size > 1_000_000
     assert not list(tmp_path.glob(".*.tmp"))
 
@@ -165,7 +182,7 @@ def _scaled(raw: RawCapture, factor: float, seed: int) -> RawCapture:
 
 
 def test_diff_exit_codes_and_verdicts(tmp_path: Path) -> None:
-    base = RawCapture.load(str(H200 / "arch_a_raw.json.gz"))
+    base = RawCapture.load(str(H200 / "h200_llama1.75b_custom_architectures/arch_a_raw.json.gz"))
     base.save(str(tmp_path / "a.json.gz"))
     _scaled(base, 1.0, 1).save(str(tmp_path / "same.json.gz"))
     _scaled(base, 1.15, 2).save(str(tmp_path / "slow.json.gz"))
@@ -197,22 +214,31 @@ def test_diff_exit_codes_and_verdicts(tmp_path: Path) -> None:
 
 
 def test_diff_refuses_unrelated_runs_and_bad_files(tmp_path: Path) -> None:
-    res = run_cli("diff", str(H200 / "small_cupti_raw.json.gz"), str(H200 / "big_cupti_raw.json.gz"), timeout=120)
+    res = run_cli(
+        "diff",
+        str(H200 / "h200_llama180m_host_bound/small_cupti_raw.json.gz"),
+        str(H200 / "h200_llama7b_gemv_decode/big_cupti_raw.json.gz"),
+        timeout=120,
+    )
     assert res.returncode == 2 and "not comparable" in res.stderr and "num_hidden_layers" in res.stderr
     forced = run_cli(
-        "diff", str(H200 / "small_cupti_raw.json.gz"), str(H200 / "big_cupti_raw.json.gz"), "--force", timeout=120
+        "diff",
+        str(H200 / "h200_llama180m_host_bound/small_cupti_raw.json.gz"),
+        str(H200 / "h200_llama7b_gemv_decode/big_cupti_raw.json.gz"),
+        "--force",
+        timeout=120,
     )
     assert forced.returncode == 1 and "REGRESSION" in forced.stdout  # 32 layers are slower than 4
     cut = tmp_path / "cut.json.gz"
-    cut.write_bytes((H200 / "small_cupti_raw.json.gz").read_bytes()[:3000])
-    bad = run_cli("diff", str(H200 / "small_cupti_raw.json.gz"), str(cut), timeout=120)
+    cut.write_bytes((H200 / "h200_llama180m_host_bound/small_cupti_raw.json.gz").read_bytes()[:3000])
+    bad = run_cli("diff", str(H200 / "h200_llama180m_host_bound/small_cupti_raw.json.gz"), str(cut), timeout=120)
     assert bad.returncode == 2 and "truncated or corrupt gzip" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_one_noisy_step_is_no_verdict() -> None:
     from max_profile.analyze.diff import diff_reports
 
-    base = RawCapture.load(str(H200 / "arch_a_raw.json.gz"))
+    base = RawCapture.load(str(H200 / "h200_llama1.75b_custom_architectures/arch_a_raw.json.gz"))
     noisy = _scaled(base, 1.0, 3)
     worst = max(
         range(len(noisy.steps)), key=lambda i: noisy.steps[i].duration_ns if noisy.steps[i].phase == "decode" else 0
@@ -226,7 +252,7 @@ def test_one_noisy_step_is_no_verdict() -> None:
 
 
 def test_pytest_plugin_gate(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    base = RawCapture.load(str(H200 / "arch_a_raw.json.gz"))
+    base = RawCapture.load(str(H200 / "h200_llama1.75b_custom_architectures/arch_a_raw.json.gz"))
     _scaled(base, 1.0, 4).save(str(tmp_path / "now_same.json.gz"))
     _scaled(base, 1.2, 5).save(str(tmp_path / "now_slow.json.gz"))
     pytester.makepyfile(

@@ -58,7 +58,7 @@ on an H100 (session 25, 3B shape, 256 tokens, eager, 15 rounds) it cost more, 0.
 at the exit of the next driver call, as Kineto does) was tried in session 25 and removed: with device graphs on it
 broke the next generation (``CUDA_ERROR_LAUNCH_FAILED``, H100, CUDA 13.0), and it had nothing to cure: the untraced
 arm ran at 0.9989 (graphs) and 1.0003 (eager) of its speed before CUPTI ever started in the process, after 12 and 64
-recordings (tests/data/h200/session25). (Graph-level records, ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` switched on in a
+recordings (tests/data/gpu/h100_llama3b_tracing_cost_in_process). (Graph-level records, ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` switched on in a
 running ``max serve`` worker, crashed it on the H200: segmentation fault; not offered.)"""
 RESERVE_ARENA_BYTES = 128 << 20
 RESERVE_BUFFERS = 4

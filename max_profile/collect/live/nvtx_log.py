@@ -310,7 +310,7 @@ MAX_GPU_NVTX_PROBLEM = (
 NVTX_V2_WHEEL = "nvidia-nvtx-cu12==12.1.105"
 """The pip package that ships CUDA 12's NVTX v2 library (``nvidia/nvtx/lib/libnvToolsExt.so.1``; its 12.9 release ships
 only ``libnvtx3interop.so.1``). On the H200 (CUDA 13, MAX 26.7) MAX's profiling mode ran with it on LD_LIBRARY_PATH
-(tests/data/h200/session13/ops_probe). In the ``nvidia`` extra."""
+(tests/data/gpu/h200_llama180m_op_ranges_cuda13). In the ``nvidia`` extra."""
 NVTX_V2_FIX = (
     f"pip install '{NVTX_V2_WHEEL}' (CUDA 12's libnvToolsExt.so.1: max_profile puts it on the model's library path)"
 )

@@ -175,7 +175,7 @@ DEFAULT_SLICE_STEPS = 8
 DEFAULT_KERNEL_SHARE = 0.0625
 """The share of steps the in-process CUPTI recorder records by default: a slice of DEFAULT_SLICE_STEPS steps (the first
 one from the start: prefill and the first decode steps), then a pause of fifteen times as many. On an H200 a recorded
-step cost 13-14 % of its throughput, graphs or not (tests/data/h200/session17), so a share s costs about 0.13 s: a
+step cost 13-14 % of its throughput, graphs or not (tests/data/gpu/h200_llama3b_batch64_quarter_recorded), so a share s costs about 0.13 s: a
 sixteenth is under 1 %, a quarter was 2-6 %."""
 
 

@@ -181,7 +181,7 @@ class WorkerKernelRecorder(UtilizationRecorder):
     settle_s = 0.5
     """Load under recording before the window opens, so CUPTI's enable and its first launches after it stay out of the
     measured window (on the H200 the recorder's cost proved steady, not a start-up transient:
-    tests/data/h200/session9)."""
+    tests/data/gpu/h200_llama5b_serve_steps_startup)."""
 
     def window(self, index: int, server: ServerHandle, progress: Progress) -> Recorder | None:
         return WorkerKernelWindow(self, index, server, progress)
