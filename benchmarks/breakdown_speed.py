@@ -5,8 +5,8 @@ and the same trace as Kineto JSON through HTA's ``get_gpu_kernel_breakdown``, si
 
 Goal: <= 2 s and <= 300 MB for max_profile on 2 cores; >= 5x faster than HTA (``pip install
 holistictraceanalysis`` to include it). The kernel names and per-step mix come from the real H200
-capture of a 7B-shaped model (tests/data/gpu/h200_llama7b_gemv_decode/big_cupti_raw.json.gz): 302 kernels per decode step;
-the API table holds 3.3 other driver calls per launch, as MAX's real nsys export does.
+capture of a 7B-shaped model (tests/data/gpu/h200_llama7b_gemv_decode/big_cupti_raw.json.gz): 302 kernels per decode
+step; the API table holds 3.3 other driver calls per launch, as MAX's real nsys export does.
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ def make_sqlite(path: Path, n_kernels: int) -> int:
                 break
             corr += 1
             count += 1
-            # other driver calls as in the real H200 export (tests/data/gpu/h200_llama180m_host_bound/small_nsys.sqlite.gz): 3.3 per launch
+            # other driver calls as in the real H200 export: 3.3 per launch
+            # (tests/data/gpu/h200_llama180m_host_bound/small_nsys.sqlite.gz)
             for j in range(3 if count % 3 else 4):
                 launches.append(
                     (k_t - 9_000 + j * 1_000, k_t - 8_500 + j * 1_000, 1, worker_tid, corr, len(sid) + 4 + j, 0)
