@@ -646,7 +646,7 @@ FAST_FIRST = (
     "tests/test_attention_lever.py",
     "tests/test_breakdown_totals.py",
     "tests/test_breakdown_truth.py",
-    "tests/test_h200_session17.py",
+    "tests/test_gpu_ops_vs_default.py",
     "tests/test_ops_edges.py",
     "tests/test_timeline_truth.py",
     "tests/test_ncu_truth.py",
