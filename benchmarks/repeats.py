@@ -1,6 +1,6 @@
 """Every repeat and its spread, and the host's load while the repeats ran: what a benchmark prints beside a median.
 
-A median ratio hides outlier repeats (an H200 lease once gave 0.79 for one arm with repeats at 315 and 270 tok/s against
+A median ratio hides outlier repeats (an H200 once gave 0.79 for one arm with repeats at 315 and 270 tok/s against
 ~355 in every arm); these helpers print each repeat, the spread of each arm, the per-repeat ratio to the baseline arm of
 the same repeat (paired: a slow moment hits both arms of one repeat), and which repeats ran while other processes used
 the CPU (max_profile's HostLoadProbe around each repeat).

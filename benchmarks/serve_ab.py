@@ -14,7 +14,7 @@ steadily reads the same ratio throughout; the ratio of streamed tokens/s recorde
 and round, with every window, the median and the spread, and the host's load per window. The resolution is printed
 beside them: how far neighbouring untraced windows differ (drift the interpolation cannot remove) and each window's
 own noise from its tokens per second (``analyze.load.counts_noise``, as ``serve --mode kernels`` gives beside its own
-measured cost; session 23's H100 server moved 26.6 % between successive untraced windows, each window's own noise
+measured cost; an H100 server once moved 26.6 % between successive untraced windows, each window's own noise
 2.7 %: its 0.91 / 1.30 / 0.90 said nothing about a 1 % cost).
 
 Variants (``+`` combines): ``default`` what ``serve --mode kernels`` records (``ServePlan.record_share`` of each

@@ -12,8 +12,7 @@ One process, one model load (device graphs as MAX decides unless --no-device-gra
   sampler            ``profile(kernels="off")``: + the GPU sampler (a child process reading NVML)
   cupti              ``profile(kernels="cupti")`` as it records by default: + the C CUPTI recorder, launch records on, a
                      sixteenth of the steps in slices of 8 (kernel_share=0.0625)
-  cupti-quarter      ``profile(kernels="cupti", kernel_share=0.25)``: a quarter of the steps (the default before
-                     session 19)
+  cupti-quarter      ``profile(kernels="cupti", kernel_share=0.25)``: a quarter of the steps
   cupti-all          ``profile(kernels="cupti", kernel_share=1)``: every step's kernels
   cupti-eighth       ``profile(kernels="cupti", kernel_share=0.125)``: an eighth of the steps
   cupti-sixteenth    ``profile(kernels="cupti", kernel_share=0.0625)``: a sixteenth of the steps

@@ -1,7 +1,7 @@
 """Next commands as data, flag by flag: what reproduces a capture for each verb, the command line and the Python call
 it is said as, the launch skip of a deep dive, and each branch of the escalation plan.
 
-The base report is a real H200 run (session 7, batch 1, device graphs on, 64 decode steps, CUPTI) whose workload the
+The base report is a real H200 run (batch 1, device graphs on, 64 decode steps, CUPTI) whose workload the
 test changes one field at a time."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Comparing two runs, figure by figure: comparability, each distribution's median delta and Mann-Whitney p-value
 (recomputed here with scipy on the same samples), what counts as a regression, and every verdict line.
 
-A is a real H200 run (session 7, batch 1, 64 decode steps, CUPTI); B is A with one thing changed at a time, so the
+A is a real H200 run (batch 1, 64 decode steps, CUPTI); B is A with one thing changed at a time, so the
 expected delta is known."""
 
 from __future__ import annotations

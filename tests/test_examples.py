@@ -23,7 +23,7 @@ EXAMPLES = REPO / "examples"
 
 def _run(script: str, *args: str, columns: int = 80, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """The example as a user runs it in a terminal ``columns`` wide (COLUMNS): every line it prints fits, unwrapped by
-    the terminal (issue 32: 80 and 120 columns, each example at both across these tests). A single name longer than the
+    the terminal (80 and 120 columns, each example at both across these tests). A single name longer than the
     width (a deep temporary path) stays whole on its own line."""
     res = subprocess.run(
         [sys.executable, str(EXAMPLES / script), *args],

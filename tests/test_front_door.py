@@ -1,4 +1,4 @@
-"""The scripted newcomer pass through the front door (issue 32): the README's Python snippet as a user copies it, its
+"""The scripted newcomer pass through the front door: the README's Python snippet as a user copies it, its
 printed advice followed literally, the result a breakdown; the Python capture diffed with a CLI capture of the same
 setup; a pytest baseline checked against the CLI capture. Real MAX on the CPU, each script in its own process."""
 
@@ -195,7 +195,7 @@ print("RESULT", json.dumps(out))
 def test_op_range_log_of_a_long_running_app_stays_bounded(
     tiny_model_dir: Path, tmp_path: Path, cap_bytes: int | None
 ) -> None:
-    """Issue 32 item 7: after `restart_with_op_ranges`, the app's own steps outside `profile()` write nothing to the
+    """after `restart_with_op_ranges`, the app's own steps outside `profile()` write nothing to the
     log, each block's ranges are removed once read (the log is empty again after every block), every block still gets
     its ops, and the log file is gone when the script ends. With a size cap, the block says that events were dropped."""
     import json

@@ -1,4 +1,4 @@
-"""Every finding of the rules, field by field, on a few real captures (issue 36: mutation testing found the findings'
+"""Every finding of the rules, field by field, on a few real captures (mutation testing found the findings'
 evidence, advice, commands and confidence unpinned where no test read them).
 
 The captures are the fewest raw recordings whose findings together hold every finding id the recorded reports show

@@ -1,4 +1,4 @@
-"""The golden test (issue 33): the report of every recorded fixture under tests/data, as committed in
+"""The golden test: the report of every recorded fixture under tests/data, as committed in
 tests/data/golden_reports.json.gz. A restructuring (modules moved, a package split) must leave every report identical;
 an intended change of the analysis regenerates the file and says so in its commit:
 

@@ -35,7 +35,7 @@ def _decode(report: Report, fid: str) -> object:
 
 
 def test_batch_64_ranks_both_levers_with_ms_per_step() -> None:
-    """The issue's case: the GPU idles over 20 % of each decode step (1.10 of 5.30 ms, 0.66 ms of it before the step's
+    """The GPU idles over 20 % of each decode step (1.10 of 5.30 ms, 0.66 ms of it before the step's
     device graph) and the GEMMs run at 41 % of their roofline. Both levers are warnings, in ms per step, the larger
     first; no "healthy" verdict beside them. The two figures are recomputed from the raw records here."""
     raw = _raw("run_b64_3b")

@@ -76,7 +76,7 @@ def test_serve_worker_records_graph_kernels_with_graphs_on() -> None:
 
 @pytest.mark.parametrize("graphs", ["graphs", "eager"])
 def test_recorder_equals_nsys_on_the_gpu_bound_model(graphs: str) -> None:
-    """24-layer bf16 Llama, 64 tokens, device graphs on and off (session 6, `tracing.sh verify`): the recorder and nsys
+    """24-layer bf16 Llama, 64 tokens, device graphs on and off (`tracing.sh verify`): the recorder and nsys
     (`--cuda-graph-trace=node`) see the same 14,946 kernels, the same 14,080 inside graphs, 226 + 230 per decode
     step."""
     raw, cupti = _report(f"m24_{graphs}_cupti_raw.json.gz")

@@ -104,9 +104,7 @@ def test_fp8_naive_fallback_is_named_with_one_byte_weights() -> None:
     f = decode_finding(report, "matmul-slow-path")
     assert f.severity == "warning"  # type: ignore[attr-defined]
     assert "unfused-attention" not in found and "healthy-dense-decode" not in found
-    assert (
-        "low-bit-normal" not in found
-    )  # "quantization at normal cost" beside the slow path read as all-is-well (session 8 found it)
+    assert "low-bit-normal" not in found  # "quantization at normal cost" beside the slow path read as all-is-well
     assert "naive FP8" in f.title and f.command is not None and f.command.verb == "kernel"  # type: ignore[attr-defined]
     assert "linalg_fp8_quantization_naive" in f.command.positional[0]  # type: ignore[attr-defined]
     c = report.decode_cost

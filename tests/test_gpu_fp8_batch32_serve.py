@@ -38,9 +38,9 @@ def test_serve_kernels_mode_records_the_worker_and_says_graphs_on() -> None:
 
 
 def test_batch_32_and_fp8_verdicts_on_the_new_run() -> None:
-    """The same verdicts as session 7 on fresh captures: batch 32 at ~45 % of peak with its matmul lever ranked first
-    (the ledger's figure recomputed from the raw records); FP8's naive fallback named, with no attention warning and no
-    "quantization at normal cost" beside it."""
+    """The same verdicts as h200_llama5b_every_verb on fresh captures: batch 32 at ~45 % of peak with its matmul lever
+    ranked first (the ledger's figure recomputed from the raw records); FP8's naive fallback named, with no attention
+    warning and no "quantization at normal cost" beside it."""
     from .test_gpu_every_verb import decode_matmul_lever
 
     raw_b32 = RawCapture.load(str(S8 / "run_b32_raw.json.gz"))

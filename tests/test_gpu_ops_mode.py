@@ -63,7 +63,7 @@ def brute_force_decode_join(raw: RawCapture, stride: int = 1) -> tuple[float, di
 
 @pytest.mark.parametrize("name", ["ops_a", "ops_b"])
 def test_decode_kernel_time_is_attributed_to_named_ops(name: str) -> None:
-    """The issue's bar: >= 95 % of decode kernel time inside named MAX ops (both runs: 100 %)."""
+    """At least 95 % of decode kernel time inside named MAX ops (both runs: 100 %)."""
     raw, report = _load(name)
     ops = report.ops
     assert isinstance(ops, OpBreakdown)

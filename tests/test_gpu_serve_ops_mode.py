@@ -33,7 +33,7 @@ def _report() -> tuple[RawCapture, Report]:
 
 
 def test_decode_kernel_time_of_a_served_model_is_attributed_to_named_ops() -> None:
-    """The issue's bar (>= 95 % of decode kernel time inside named MAX ops) on a server: the report says 100 %, and
+    """At least 95 % of decode kernel time inside named MAX ops on a server: the report says 100 %, and
     every sampled decode kernel launched inside a range of the op thread; each op's share of the sample's time is
     the report's within the sample's error."""
     raw, report = _report()

@@ -1,8 +1,8 @@
-"""The host-bound verdict when there is no step ledger (issue 36: mutation testing found its figures unpinned).
+"""The host-bound verdict when there is no step ledger (mutation testing found its figures unpinned).
 
 Without a kernel timeline split into steps, ``rule_gpu_idle`` judges the GPU from NVML's utilization (``--kernels
 off``) or from a trace's busy share of the whole window (a trace without phase ranges). The base is a real H200
-capture (session 7, ``--kernels off``, 1,024 decode tokens); its utilization and kernel sections are replaced by
+capture (``--kernels off``, 1,024 decode tokens); its utilization and kernel sections are replaced by
 figures chosen at the thresholds, and every number of the finding is recomputed here from those figures.
 """
 
@@ -92,7 +92,7 @@ def test_nvml_at_the_threshold_is_not_host_bound(base: Report) -> None:
 
 @pytest.fixture(scope="module")
 def traced() -> Report:
-    """A real in-process CUPTI capture (session 12, batch 64), its kernel section kept and its ledger dropped: a trace
+    """A real in-process CUPTI capture (batch 64), its kernel section kept and its ledger dropped: a trace
     whose kernels carry no phase ranges."""
     report = build_report(RawCapture.load(str(S12 / "run_b64_3b_raw.json.gz")))
     assert isinstance(report.kernels, KernelBreakdown)

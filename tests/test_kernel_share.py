@@ -1,4 +1,4 @@
-"""Sampled in-process CUPTI recording (issue 34): which steps a `kernel_share` records, and that a ledger built from the
+"""Sampled in-process CUPTI recording: which steps a `kernel_share` records, and that a ledger built from the
 recorded slices of a real H200 capture says what the full recording says.
 
 The sampled capture is made from the full one the way the recorder makes it: kernels launched while it was paused are
@@ -116,7 +116,7 @@ S13 = DATA / "gpu" / "h200_llama3b_sampled_recording"
 
 
 def test_the_h200_sampled_run_agrees_with_the_full_one() -> None:
-    """Session 13 on the H200: the same 3B-shape batch-64 run recorded with the default share and with every step. The
+    """On the H200: the same 3B-shape batch-64 run recorded with the default share and with every step. The
     sampled capture holds only kernels of its slices' steps (8,774 of them, 33 steps), each inside a slice, its resumed
     slices kept the launch-call filter (658 API records; before the fix a resume recorded every API call: 7,027), and
     its decode rows are within 5 % of the full run's (the full run, second on the machine, was noted throttled: every

@@ -302,7 +302,7 @@ def _attach_window(requests: int, request_s: float, window_s: float = 10.0) -> R
 
 
 def test_an_idle_server_is_lightly_loaded_not_host_bound() -> None:
-    """The issue's case: 3 probe requests in 10 s (in flight 6 % of the window), NVML 2.8 %: lightly loaded, with the
+    """An idle server: 3 probe requests in 10 s (in flight 6 % of the window), NVML 2.8 %: lightly loaded, with the
     request rate and in-flight share; no host-bound verdict. The same NVML reading with requests in flight all the time
     is host-bound, and the boundary is Thresholds.light_load_pct (50 %)."""
     idle = build_report(_attach_window(3, 0.2))
@@ -442,7 +442,7 @@ def test_every_suggested_command_reproduces_the_capture(reports: dict[str, tuple
 
 
 def test_a_deep_dive_lands_in_the_phase_its_finding_is_about(reports: dict[str, tuple[RawCapture, Report]]) -> None:
-    """The issue's case on the H200 batch-32 run: the matmul lever's deep dive keeps the batch and skips the prefill
+    """The H200 batch-32 run: the matmul lever's deep dive keeps the batch and skips the prefill
     launches of the same kernel (97 here) plus two decode steps: every profiled launch is a decode launch."""
     raw, report = reports["h200_llama5b_every_verb/run_b32_raw.json.gz"]
     f = finding(report, "matmul-below-roofline")

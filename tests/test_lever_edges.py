@@ -1,5 +1,5 @@
-"""The levers' verdicts at their thresholds, on real H200 captures (session 7: the naive FP8 fallback, bf16 at batch 1
-and 32; session 13: a sampled CUPTI recording), their ledger rows varied where a threshold sits (issue 36: mutants of
+"""The levers' verdicts at their thresholds, on real H200 captures (the naive FP8 fallback, bf16 at batch 1
+and 32; a sampled CUPTI recording), their ledger rows varied where a threshold sits (mutants of
 ``analyze/rules/levers.py`` survived the first run). Every figure asserted is recomputed here from the ledger or the
 kernel breakdown."""
 
@@ -177,7 +177,7 @@ def test_gpu_bound_reads_the_decode_busy_share_off_the_step_ledger() -> None:
 
 
 def test_idle_verdicts_at_the_host_bound_and_graph_share_thresholds() -> None:
-    """The decode phase of a real batch-64 capture (session 12: 79.3 % busy, idle 0.663 ms before graph launches and
+    """The decode phase of a real batch-64 capture (79.3 % busy, idle 0.663 ms before graph launches and
     0.434 ms between launches per 5.3 ms step), its idle rows set to 0.25 ms each: at ``host_bound_busy_pct`` equal to
     its busy share it is not host-bound; with the idle before graphs exactly ``graph_launch_late_share`` of all the
     idle, the graph is late (at it: late; the rest: idle between launches); two steps are 'each', one is 'the'."""
@@ -251,7 +251,7 @@ def test_time_outside_steps_every_figure_from_the_ledger() -> None:
 
 
 def test_lightly_loaded_at_its_threshold_and_its_command_only_for_attach() -> None:
-    """An idle attach window (session 12: 4 % in flight): lightly loaded under ``light_load_pct``, not at it; its
+    """An idle attach window (4 % in flight): lightly loaded under ``light_load_pct``, not at it; its
     figures from the window; the attach sweep as its command. A generation mostly between steps is lightly loaded
     too, with no attach command."""
     from max_profile.analyze.rules.base import load_share
@@ -282,7 +282,7 @@ def test_lightly_loaded_at_its_threshold_and_its_command_only_for_attach() -> No
 
 
 def test_healthy_decode_every_figure_and_each_threshold() -> None:
-    """Batch 1 on the H200 (session 7): decode is gemv-bound with no lever at warning size, so healthy-dense-decode, its
+    """Batch 1 on the H200 : decode is gemv-bound with no lever at warning size, so healthy-dense-decode, its
     figures read off the ledger and the decode phase; withheld once the largest lever reaches ``lever_warning_pct``;
     not named below ``healthy_gemv_share_pct``; at ``batched_decode_min_batch`` 1 the batched verdict instead, which
     needs a ledger."""
@@ -335,7 +335,7 @@ def test_healthy_decode_every_figure_and_each_threshold() -> None:
 
 
 def test_the_host_command_of_a_serve_capture_reruns_that_server_untraced_under_py_spy() -> None:
-    """A real serve capture (session 12, `serve --mode kernels` at concurrency 4): the GPU-idle verdict's command runs
+    """A real serve capture (`serve --mode kernels` at concurrency 4): the GPU-idle verdict's command runs
     the same server in utilization mode (no tracer), confirmed, under py-spy following its worker processes."""
     from max_profile.flags import build_parser
 
@@ -434,7 +434,7 @@ def test_gpu_bound_without_a_decode_phase_without_family_rows_or_gpu_kernels() -
 
 
 def test_healthy_dense_decode_every_field_and_its_edges() -> None:
-    """Session 7's batch-1 run (a healthy dense decode), its decode ledger phase given figures whose every rounding
+    """A batch-1 run on the H200 (a healthy dense decode), its decode ledger phase given figures whose every rounding
     shows: the evidence field by field; the batch read off the ledger, else the decode cost; a ledger without decode;
     a phase without a per-token figure; the capture scope's confidence to 2 decimals."""
     from max_profile.analyze.rules.base import phase_of, worst_lever_pct

@@ -21,7 +21,7 @@ from .conftest import REPO, error_message
 from .nsys_schema import make_nsys_sqlite
 
 GiB = 1 << 30
-MEMORY_BOUND_KIB = 1_000_000  # 1 GB, as the issue asks
+MEMORY_BOUND_KIB = 1_000_000  # 1 GB
 
 
 def _run_measured(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> tuple[int, str, int]:

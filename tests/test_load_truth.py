@@ -477,7 +477,7 @@ def test_tracing_cost_expected_for_in_process_recording() -> None:
     half = msgspec.structs.replace(cupti, recorded_ms=500.0, window_ms=1000.0)
     said = tracing_cost_statement(msgspec.structs.replace(r, kernels=half))
     assert said is not None and "cupti, every step (50 % of the window recorded)" in said  # half is not "a quarter"
-    # an eighth is a quarter's row; under it a sixteenth's, measured on H100s (the H200 was not lent): its own card
+    # an eighth is a quarter's row; under it a sixteenth's, measured on H100s: its own card
     # and step in the statement, scaled only for a longer step than its own
     eighth = msgspec.structs.replace(cupti, recorded_ms=125.0, window_ms=1000.0)
     said = tracing_cost_statement(msgspec.structs.replace(r, kernels=eighth))

@@ -1,6 +1,6 @@
-"""Recorded slices that lost their kernel records (session 21, H100: served windows whose ~230k kernels came back as 0
+"""Recorded slices that lost their kernel records (H100: served windows whose ~230k kernels came back as 0
 or 10k, none of their device graphs') are found by their kernels per step and left out of the accounts, so the GPU's
-work is not put on the host. Checked on a real sampled serve capture (H200 session 12) with one slice's graph kernels
+work is not put on the host. Checked on a real sampled serve capture (H200) with one slice's graph kernels
 taken out, as the H100 lost them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A newcomer's first hour on a CPU machine (issue 22), each case as it was first hit: unwritable outputs fail before
+"""A newcomer's first hour on a CPU machine, each case as it was first hit: unwritable outputs fail before
 any work (exit 2, naming the path), a kernel recorder that cannot record fails (exit 4), SIGTERM ends a run like Ctrl-C
 (exit 143, one line), no child prints a traceback, check-arch warns when the model runs the built-in, reports fit 80
 columns without cut figures, the HTML page's legends and ticks, -q after the verb, help text for every option.
@@ -394,7 +394,7 @@ VERBS_ON_RECORDED_DATA = {
 @pytest.mark.parametrize("columns", [80, 120])
 @pytest.mark.parametrize("verb", list(VERBS_ON_RECORDED_DATA))
 def test_every_verb_fits_the_terminal(verb: str, columns: int) -> None:
-    """Issue 32: what each verb prints (stdout and stderr) fits a terminal COLUMNS wide, at 80 and 120; only a single
+    """what each verb prints (stdout and stderr) fits a terminal COLUMNS wide, at 80 and 120; only a single
     name longer than the width (a deep path) may stand alone on a longer line. (The model-running verbs print the same
     renderer: `run` / `demo` are covered by tests/test_front_door.py and the examples.)"""
     res = run_cli(*VERBS_ON_RECORDED_DATA[verb], env={"COLUMNS": str(columns)}, timeout=300)

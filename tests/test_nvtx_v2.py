@@ -1,4 +1,4 @@
-"""MAX's profiling mode on CUDA 13 GPUs (issue 35, item 1): CUDA 12's NVTX v2 library (``libnvToolsExt.so.1``) from the
+"""MAX's profiling mode on CUDA 13 GPUs: CUDA 12's NVTX v2 library (``libnvToolsExt.so.1``) from the
 ``nvidia-nvtx-cu12`` wheel, found before the load and put first on the model process's library path; a clear error with
 the exact fix where it is missing. On the H200 (CUDA 13, MAX 26.7) a `run --kernels nvtx-log --devices gpu` with it ran
 to the end and recorded MAX's op ranges (tests/data/gpu/h200_llama180m_op_ranges_cuda13); without it the model worker

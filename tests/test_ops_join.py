@@ -1,4 +1,4 @@
-"""MAX's ops joined to the kernels they launched (issue 35): generated tables with a known answer.
+"""MAX's ops joined to the kernels they launched: generated tables with a known answer.
 
 The H200 captures of ``--kernels ops`` are tested in tests/test_gpu_ops_mode.py; here every case of the join is built by
 hand: a kernel whose launch call lies in an op's range, one launched between ops, one from a thread without ops, an op

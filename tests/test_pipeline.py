@@ -1,7 +1,7 @@
 """The one capture pipeline: every source -> RawCapture -> build_report, one attribution rule, exact numbers.
 
 Generated nsys-schema traces (tests/nsys_schema.py) carry their own truth; the real H200 captures
-are re-read through the same path (tests/data/h200/README.md says how each was made).
+are re-read through the same path (each folder's README under tests/data/gpu says how it was made).
 """
 
 from __future__ import annotations
@@ -273,7 +273,7 @@ def test_kernel_import_needs_no_name(tmp_path: Path) -> None:
 
 
 def test_serve_reports_of_schema_1_still_load() -> None:
-    """The H200 serve reports (session 3) predate schema 2: they load as saved."""
+    """The H200 serve reports  predate schema 2: they load as saved."""
     for name in ("serve_kernels_report.json", "serve_utilization_report.json", "serve_nsys_report.json"):
         report = Report.load(str(H200 / "h200_llama1.75b_serve_modes" / name))
         assert report.schema_version == 1 and report.serve is not None

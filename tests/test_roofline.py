@@ -128,7 +128,7 @@ def _decode_capture(
 
 
 def test_batch_32_decode_bandwidth_is_weights_plus_kv_over_step_time() -> None:
-    """The H200 case of the issue: 10.47 GB of weights + 0.27 GB of KV in a 4.81 ms step is 46.5 % of 4.8 TB/s (the rule
+    """The H200 5.2B case: 10.47 GB of weights + 0.27 GB of KV in a 4.81 ms step is 46.5 % of 4.8 TB/s (the rule
     used to multiply the summed context by the batch again: 82.3 %). The matmuls' lever is what they take over the
     weights at 85 % of peak bandwidth (2.57 ms): at 4.0 ms that is 1.43 ms of the step (a warning), near 2.7 ms it is
     noise (healthy), and at 44 ms (5.8 % of the roofline, 98 % of the kernel time) a slow path."""
@@ -171,7 +171,7 @@ FP8_NAIVE = "linalg_fp8_quantization_naive_blockwise_scaled_fp8_matmul_kernel_bf
 
 
 def test_naive_fp8_fallback_named_and_attention_judged_by_presence() -> None:
-    """FP8 Llama 4096x8 on MAX 26.7 / H200 as the issue saw it: the naive block-scaled FP8 matmul takes ~99 % of decode
+    """FP8 Llama 4096x8 on MAX 26.7 / H200: the naive block-scaled FP8 matmul takes ~99 % of decode
     (34 tok/s) while the fused sm90 mha kernel runs every layer. Verdict: the slow path named (no unfused-attention, no
     'other'), bytes per step from 1-byte weights."""
     cfg = {

@@ -456,7 +456,7 @@ def test_tracer_overhead_supersedes_host_bound() -> None:
 
 def test_tracer_overhead_measured_against_the_reference_window_beats_the_callback_share() -> None:
     """serve kernels mode measures the recorder's cost against an untraced window of the same server: that number
-    decides, whatever share of the window the callbacks took. Numbers: H200 session 9, serve_ab windows 4 (untraced,
+    decides, whatever share of the window the callbacks took. Numbers: H200, serve_ab windows 4 (untraced,
     328.5 tok/s, decode step 2.901 ms) and 5 (recorded, 309.7 tok/s, 3.077 ms), m24 at concurrency 1."""
     from max_profile.model import TracerCost
 

@@ -1,4 +1,4 @@
-"""Serve modes as a registry (issue 33): each mode's recorder, plan lines and needs come from its entry, and no code
+"""Serve modes as a registry: each mode's recorder, plan lines and needs come from its entry, and no code
 outside the registry branches on a mode's name."""
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def test_relative_model_and_package_paths_reach_the_server_absolute(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The server runs in a folder of its own: `--custom-architectures custom_archs/llama_custom` from the repository
-    root failed there with MAX's "No module named 'llama_custom'" (seen on the CPU, session 19). Local paths go to the
+    root failed there with MAX's "No module named 'llama_custom'" (seen on the CPU). Local paths go to the
     server absolute; a hub id and a folder that is not here go as given."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "model").mkdir()

@@ -154,7 +154,7 @@ def test_measured_tracer_cost_every_field() -> None:
 
 def test_measured_tracer_cost_only_where_it_stands_clear_of_the_windows_noise() -> None:
     """0.90 of untraced with the ratio uncertain by 0.04 is a cost (more than twice the noise from 1); with 0.05 the
-    same drop is within it: no finding, as on session 23's drifting H100 server, where windows with no CUPTI read
+    same drop is within it: no finding, as on a drifting H100 server, where windows with no CUPTI read
     0.86-1.11 of their untraced neighbours."""
     clear = msgspec.structs.replace(measured(0.9), throughput_ratio_noise=0.04)
     (f,) = rule_tracer_overhead(msgspec.structs.replace(_base(), tracer_cost=clear), TH)

@@ -26,7 +26,7 @@ NAMES = {
     "sm90_matmul_bfloat16_bfloat16_bfloat16_True_77aa88bb": "gemm",
     "mogg_foreach_r2_w8_b256_gs_False_abcdef01": "elementwise",
     "gather_r2_w8_b256_gs_False_abcdef01": "gather_scatter",
-    # MAX's KV-cache kernels on the H200 (session 12): "gather" in a KV-cache kernel's name is still the KV cache
+    # MAX's KV-cache kernels on the H200 : "gather" in a KV-cache kernel's name is still the KV cache
     "kv_cache_gather_rows_ragged_r3_w8_b256_gs_False_abcdef01": "kv_cache",
     "kv_cache_store_ragged_r3_w8_b256_gs_False_abcdef01": "kv_cache",
     "topk_topp_sampling_from_prob_float32_int64_False_True_False_float32_1_abcdef01": "sampling",
@@ -391,7 +391,7 @@ def test_the_worker_hook_drops_kernels_stamped_across_a_pause_of_a_sampled_recor
 def test_kernels_are_counted_by_the_slice_they_were_asked_for_in() -> None:
     """A sampled recording's kernels by recorded slice (launch time where recorded, else start), and those asked for in
     none: CUPTI records nothing while paused, so a launch 0.5 s into a pause, or a start stamped before the recording
-    began, is a record whose time cannot be right (session 21: whole windows of a served recording fell outside the
+    began, is a record whose time cannot be right (whole windows of a served recording fell outside the
     window when read). A kernel queued in a slice that starts up to 250 ms after it, or launched just before it began
     (10 ms), still counts; one near two slices counts once."""
     from max_profile.model import KernelRecord, KernelTable

@@ -56,7 +56,7 @@ def test_segment_summary_puts_the_cost_where_the_steps_were_slower(capsys: pytes
     assert out.rstrip().endswith("recorded 256-257 (2.500 ms, paired to none 1.0000)")
 
 
-def test_session24_arms_record_as_the_default_with_one_thing_changed() -> None:
+def test_the_experiment_arms_record_as_the_default_with_one_thing_changed() -> None:
     """The arms queued for the next eager A/B: ``cupti-flush`` and ``cupti-sampled-no-launches`` record the default
     sixteenth (their steps summarised by the same recorder states), one with a flush at each pause (a recorder option
     the C recorder knows), the other without launch-call records."""

@@ -1,5 +1,5 @@
 """The controller's read of one served window from every recording process (``WorkerHook.read``): its coverage is
-the model worker's, also when none of the worker's kernels fell inside the window (session 22, H100: two default
+the model worker's, also when none of the worker's kernels fell inside the window (H100: two default
 windows read back with the API server's empty coverage, hiding what the worker had recorded)."""
 
 from __future__ import annotations

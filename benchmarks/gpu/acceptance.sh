@@ -2,7 +2,7 @@
 # Every verb with MAX's defaults on one H200 (device graphs as MAX decides, overlap pipeline): each step's exit code,
 # wall time and findings in one table (acceptance.tsv), with the reports and commands. Run after GPU-path changes:
 #     bash benchmarks/gpu/acceptance.sh            (from the repository root, MAX runtime staged: shared/device/README.md)
-# It copies the repository to /tmp/acc_repo first, so it can run detached (setsid) while the device tool's calls poll;
+# It copies the repository to /tmp/acc_repo first, so it can run detached (setsid) while other commands poll it;
 # everything lands in /tmp/acc, packed into /tmp/acceptance.tgz (and $OUT/ when set) after every step.
 #
 # Models (random weights, built here by `max-profile make-model`): m24 = bf16 Llama hidden 4096, 24 layers, 32/8 heads,
@@ -21,7 +21,7 @@ if [ -d .gpu/debs ]; then
 fi
 export PATH="/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64:/usr/local/cuda/bin:$PATH"   # nsys, ncu
 # CUDA 12's NVTX v2 library for MAX's profiling mode (the ops steps), from the nvidia-nvtx-cu12 wheel carried in .gpu/nvtx/
-# (12.1.105, as the refusal's fix names: 12.9's wheel holds headers only, session 22):
+# (12.1.105, as the refusal's fix names: 12.9's wheel holds headers only):
 # on PYTHONPATH, where max_profile finds it and puts it on the model worker's library path
 if ls .gpu/nvtx/nvidia_nvtx_cu12-*.whl > /dev/null 2>&1; then
   python3 -m zipfile -e .gpu/nvtx/nvidia_nvtx_cu12-*.whl /tmp/nvtxw && export PYTHONPATH="$PYTHONPATH:/tmp/nvtxw"
@@ -54,7 +54,7 @@ with_arch() {
     "$src/config.json" "$dst/config.json" "$arch"
 }
 # step NAME JSON -- command...: run it, keep stdout/stderr, one table row (exit code, wall seconds, findings of JSON).
-# ACC_ONLY="make_m24 startup_m24_cold serve_ab ..." runs only the named steps (short device time; name the make_* a step needs);
+# ACC_ONLY="make_m24 startup_m24_cold serve_ab ..." runs only the named steps (name the make_* a step needs);
 # AB_PAIRS=5 gives serve_ab more rounds (default 3); AB_VARIANTS its recording variants (default: "default,full", what
 # `serve --mode kernels` records and every kernel of the whole window; benchmarks/serve_ab.py lists the others)
 step() {
@@ -62,7 +62,7 @@ step() {
   if [ -n "${ACC_ONLY:-}" ] && [[ " $ACC_ONLY " != *" $name "* ]]; then echo "== skipped $name (ACC_ONLY)"; return 0; fi
   local t0=$(date +%s.%N)
   # packed every PACK_EVERY s (default 30) while it runs: a machine taken back mid-step still leaves the step's output so
-  # far in /tmp/acceptance.tgz (session 20 lost a whole serve_ab window table that was printed only at its end)
+  # far in /tmp/acceptance.tgz (a serve_ab window table is printed only at its end)
   "$@" > "$ACC/$name.out" 2> "$ACC/$name.err" &
   local pid=$! waited=0
   while kill -0 "$pid" 2> /dev/null; do
@@ -93,7 +93,7 @@ DEMO=/tmp/mpc/models/demo-llama-bfloat16-h2048-l4   # the model `max-profile dem
 step startup_m24_cold "$ACC/startup_m24_cold.json" -- "${MP[@]}" startup --model-path $M24 --devices gpu --json "$ACC/startup_m24_cold.json" --html "$ACC/startup_m24_cold.html"
 wait
 
-# --- session 19 (issue 35): `serve --mode ops` on the 8-layer custom-architecture Llama of the ops runs (bf16, hidden 2048,
+# --- `serve --mode ops` on the 8-layer custom-architecture Llama of the ops runs (bf16, hidden 2048,
 # 16 / 8 heads, intermediate 8192; benchmarks/gpu/ops.sh): MAX's op ranges from the server's model worker joined to its
 # CUPTI kernels, the server cold (its compile with profiling on is part of the run)
 MOPS=/tmp/mops_custom MOPSU=/tmp/mops_unfused
@@ -102,7 +102,7 @@ if [ -f $MOPS/model.safetensors ]; then
   with_arch $MOPS $MOPS MaxProfileLlamaForCausalLM && with_arch $MOPS $MOPSU MaxProfileUnfusedAttentionLlamaForCausalLM
 fi
 step serve_ops_custom "$ACC/serve_ops_custom.json" -- "${MP[@]}" serve --model-path $MOPS --custom-architectures custom_archs/llama_custom --mode ops --no-warm --yes --json "$ACC/serve_ops_custom.json" --raw "$ACC/serve_ops_custom_raw.json.gz" --text "$ACC/serve_ops_custom.txt"
-# session 22: the deep dive that ops capture's `op-below-roofline` prints, run as printed (its argv, output flags added)
+# the deep dive that ops capture's `op-below-roofline` prints, run as printed (its argv, output flags added)
 step kernel_ops_custom "$ACC/kernel_ops_custom.json" -- python3 benchmarks/gpu/run_printed.py "$ACC/serve_ops_custom.json" kernel@op-below-roofline --json "$ACC/kernel_ops_custom.json" --output-dir "$ACC/ncu_ops"
 
 # --- one at a time: what each number rests on (GPU to itself)
@@ -124,13 +124,13 @@ step run_nvtx "$ACC/run_nvtx.json" -- "${MP[@]}" run --model-path $M24 --devices
 # after its enable inside the window, as measured against the default settle above
 step serve_ab_settle0 - -- python3 benchmarks/serve_ab.py --model-path $M24 --devices gpu --pairs 3 --duration 10 --settle 0 --variants full --json "$ACC/serve_ab_settle0.json"
 
-# --- session 12: the step ledger on a model this project never profiled: a Llama-3.2-3B-shaped bf16 model (hidden 3072,
+# --- the step ledger on a Llama-3.2-3B-shaped bf16 model (hidden 3072,
 # 28 layers, 24 / 8 heads, intermediate 8192), batch 64; the deep dive its report prints, run as printed; the serve worker's
 # phase split; attach on an idle server; a block-scaled FP8 nsys trace read back without its config
 M3B=/tmp/m3b
 [ -f $M3B/model.safetensors ] || step make_m3b - -- "${MP[@]}" make-model $M3B --dtype bfloat16 --hidden 3072 --layers 28 --heads 24 --kv-heads 8 --intermediate 8192
 step run_b64_3b "$ACC/run_b64_3b.json" -- "${MP[@]}" run --model-path $M3B --devices gpu --batch-size 64 --max-new-tokens 128 --json "$ACC/run_b64_3b.json" --raw "$ACC/run_b64_3b_raw.json.gz" --text "$ACC/run_b64_3b.txt"
-# session 13 (issue 34): the same run with every step recorded (run_b64_3b records a quarter of the steps by default):
+# the same run with every step recorded (run_b64_3b records a quarter of the steps by default):
 # the sampled ledger against the full one
 step run_b64_3b_all "$ACC/run_b64_3b_all.json" -- "${MP[@]}" run --model-path $M3B --devices gpu --batch-size 64 --max-new-tokens 128 --kernel-share 1 --json "$ACC/run_b64_3b_all.json" --raw "$ACC/run_b64_3b_all_raw.json.gz"
 # the report's top deep-dive command as printed (its argv), with only the output flags added
@@ -138,7 +138,7 @@ step kernel_b64_3b "$ACC/kernel_b64_3b.json" -- python3 benchmarks/gpu/run_print
 # the servers take the run's --max-batch-size (64): the same compile key, no second compile of the model
 step serve_kernels_3b "$ACC/serve_kernels_3b.json" -- "${MP[@]}" serve --model-path $M3B --mode kernels --concurrency 4 --no-warm --yes --json "$ACC/serve_kernels_3b.json" --raw "$ACC/serve_kernels_3b_raw.json.gz" --text "$ACC/serve_kernels_3b.txt" -- --max-batch-size 64
 step attach_idle_3b "$ACC/attach_idle_3b.json" -- bash benchmarks/gpu/attach_idle.sh $M3B "$ACC/attach_idle_3b"
-# what profiling costs a fast model against no max_profile code at all (issue 34): batch 1, 128 tokens, 11 rotating rounds,
+# what profiling costs a fast model against no max_profile code at all: batch 1, 128 tokens, 11 rotating rounds,
 # the run's compile key (--max-batch-size 64); device graphs as MAX decides, then eager
 step overhead_3b_graphs - -- python3 benchmarks/untraced_overhead.py --model-path $M3B --devices gpu --tokens "${OVERHEAD_TOKENS:-128}" --repeats "${OVERHEAD_REPEATS:-11}" --max-batch-size 64 --arms "${OVERHEAD_ARMS:-none,hook,sampler,cupti,cupti-all}" --json "$ACC/overhead_3b_graphs.json"
 FP8S=/tmp/fp8s  # block-scaled FP8, 4 layers (a shorter compile than the 8-layer one above)
@@ -148,15 +148,15 @@ python3 -c "import json, shutil, sys; d = json.load(open(sys.argv[1])); src = ne
 step import_fp8_noconfig "$ACC/import_fp8_noconfig.json" -- "${MP[@]}" report "$ACC/nsys_fp8.sqlite" --json "$ACC/import_fp8_noconfig.json" --text "$ACC/import_fp8_noconfig.txt"
 rm -f "$ACC/nsys_fp8.sqlite"
 step overhead_3b_eager - -- python3 benchmarks/untraced_overhead.py --model-path $M3B --devices gpu --tokens "${OVERHEAD_TOKENS:-128}" --repeats "${OVERHEAD_REPEATS:-11}" --max-batch-size 64 --arms "${OVERHEAD_ARMS:-none,hook,sampler,cupti,cupti-all}" --no-device-graph-capture --json "$ACC/overhead_3b_eager.json"
-# session 19 (issue 35): the unfused-attention architecture (attention as separate matmul / softmax ops) served in ops mode
+# the unfused-attention architecture (attention as separate matmul / softmax ops) served in ops mode
 step serve_ops_unfused "$ACC/serve_ops_unfused.json" -- "${MP[@]}" serve --model-path $MOPSU --custom-architectures custom_archs/llama_unfused_attention --mode ops --no-warm --yes --json "$ACC/serve_ops_unfused.json" --raw "$ACC/serve_ops_unfused_raw.json.gz" --text "$ACC/serve_ops_unfused.txt"
-# session 20 (issue 34): serve's recorder on the fast 3B shape, A/B on one server (its compile with profiling on is in the
+# serve's recorder on the fast 3B shape, A/B on one server (its compile with profiling on is in the
 # warm pass): the default share against a sixteenth of each window, the step hook alone (CUPTI off) and CUPTI paused
-# through the window (session 21: the served cost did not follow the share recorded); then the 5.2B model against no
-# profiler, graphs on. serve_ab_3b's capture (--raw, ~3M kernels) stays outside $ACC: too large for the device tool to
-# bring back (session 22), and in $ACC it would swell every later pack of acceptance.tgz
-# Since session 24 serve_ab.py puts each recorded window between two untraced ones and compares it with the untraced
-# level at its place (session 23's server drifted 26.6 % between untraced windows): 4 variants x 3 rounds = 25 windows.
+# through the window (the served cost did not follow the share recorded); then the 5.2B model against no
+# profiler, graphs on. serve_ab_3b's capture (--raw, ~3M kernels) stays outside $ACC: too large to bring back, and in
+# $ACC it would swell every later pack of acceptance.tgz. serve_ab.py puts each recorded window between two untraced
+# ones and compares it with the untraced level at its place (a server can drift 26 % between untraced windows):
+# 4 variants x 3 rounds = 25 windows.
 step serve_ab_3b - -- python3 benchmarks/serve_ab.py --model-path $M3B --devices gpu --pairs "${AB_PAIRS:-3}" --duration 10 --variants "${AB3_VARIANTS:-default,share=0.0625,steps,share=0.001}" --json "$ACC/serve_ab_3b.json" --raw /tmp/serve_ab_3b_raw.json.gz
 step overhead_m24_graphs - -- python3 benchmarks/untraced_overhead.py --model-path $M24 --devices gpu --tokens "${OVERHEAD_TOKENS:-128}" --repeats "${OVERHEAD_REPEATS:-11}" --arms "${OVERHEAD_M24_ARMS:-none,sampler,cupti}" --json "$ACC/overhead_m24_graphs.json"
 rm -rf "$ACC/ncu"/*.ncu-rep "$ACC/ncu3b"/*.ncu-rep "$ACC/ncu_ops"/*.ncu-rep "$ACC/nsys"/*.nsys-rep "$ACC/nsys"/*.sqlite 2>/dev/null  # big; their readings are in the reports

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Captures the real-GPU artifacts used as test fixtures (tests/data/h200/) and the numbers in
-# the issue notes. Runs on the device machine after the MAX runtime parts are staged
+# Captures the real-GPU artifacts used as test fixtures (tests/data/gpu/h200_llama180m_host_bound,
+# h200_llama7b_gemv_decode) and the numbers in their READMEs. Runs on the device machine after the MAX runtime parts are staged
 # (../shared/device/README.md), from the repository root:
 #     bash benchmarks/gpu/capture.sh small|big
 # small: hidden 2048, 4 layers, bf16 (host-bound on an H200): demo, CUPTI, nsys, ncu, overhead.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The end-to-end `max-profile kernel` run on the H200 (attention kernel of the small model), after
-# staging the MAX runtime. Results in $OUT/deep_dive.tgz. See tests/data/h200/README.md.
+# staging the MAX runtime. Results in $OUT/deep_dive.tgz. See tests/data/gpu/h200_llama180m_host_bound/README.md.
 set -u
 OUTDIR=/tmp/mp_deep; mkdir -p "$OUTDIR"
 source .maxrt/env.sh

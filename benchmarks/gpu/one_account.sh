@@ -8,7 +8,7 @@
 #   3. `serve --mode kernels` on the same eager server shape (its report: the ledger, the idle lever, the recording's
 #      measured share)
 # Run from the repository root with MAX's runtime staged (shared/device/README.md). It copies the repository to
-# /tmp/oa_repo first, so it can run detached (setsid) while the device tool's calls poll; results land in /tmp/oa,
+# /tmp/oa_repo first, so it can run detached (setsid) while other commands poll it; results land in /tmp/oa,
 # packed into /tmp/oa.tgz after every step. ONLY="gen serve_ab serve" picks steps.
 set -u
 SRC=$(pwd)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200 runs of `--kernels ops` (issue 35): MAX's ops joined to the CUPTI kernels they launched, from the repository
+# H200 runs of `--kernels ops`: MAX's ops joined to the CUPTI kernels they launched, from the repository
 # root on the device machine after the MAX runtime is staged (../shared/device/README.md):
 #     bash benchmarks/gpu/ops.sh
 # The NVTX v2 library MAX's profiling mode needs on CUDA 13 comes from the nvidia-nvtx-cu12 wheel (carried in

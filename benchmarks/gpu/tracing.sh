@@ -9,7 +9,7 @@
 # counts:   `run --kernels cupti` against `kernels --backend nsys` (same tokens: kernel counts), the recorder under
 #           nsys (another CUPTI client: backs off), and `run --device-graph-capture` (kernels inside device graphs).
 # serve:    `serve --mode utilization` and `serve --mode kernels` with MAX's default device graphs on in both.
-# graphs:   session 6: the GPU-bound 24-layer model with device graphs on (the configuration): no tracer,
+# graphs:   the GPU-bound 24-layer model with device graphs on: no tracer,
 #           the C recorder with / without launch records / started before a traced warm-up, profile(kernels=off|cupti).
 # eager:    the same arms with device graphs off, then kernel counts of `run --kernels cupti` against nsys with graphs on.
 # verify:   after the GPU wait before CUPTI's flush: counts against nsys with graphs on and off, then the graphs arms

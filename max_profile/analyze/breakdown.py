@@ -249,8 +249,8 @@ def slices_without_records(
     """The recorded slices of a sampled recording that held working steps but almost no kernel records: each of at
     least ``min_steps`` steps, and kernels per step (by :meth:`KernelTable.attribution_time`) under
     ``LOST_RECORDS_RATIO`` of the median of such slices (judged with three or more). A GPU step launches its kernels
-    every time, so such a slice lost its records (session 21: served windows whose ~230k kernels came back as 0 or
-    10k with none of their device graphs'), and its busy and idle shares would blame the host."""
+    every time, so such a slice lost its records (served windows of ~230k kernels have come back with 0 or 10k and none
+    of their device graphs'), and its busy and idle shares would blame the host."""
     in_lost = np.zeros(len(table), dtype=bool)
     if not recorded or window is None:
         return LostSlices([], 0.0, 0.0, 0, in_lost)

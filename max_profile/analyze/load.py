@@ -344,38 +344,32 @@ class MeasuredCost(NamedTuple):
 
 MEASURED_TRACING_COST: dict[tuple[str, bool], MeasuredCost] = {
     # (what recorded, device graphs on) -> the measured range, by `benchmarks/untraced_overhead.py`, interleaved rounds
-    # against the pipeline with no max_profile code, batch 1, a Llama-3.2-3B-shaped bf16 model.
-    # H200: 128 tokens, 2.0-2.1 ms decode steps with graphs (3.3-3.5 ms without), 11-15 rounds, three leases
-    # (tests/data/gpu/h200_llama3b_batch64_ledger, session13); every step also from session 17 (256 tokens, 13 rounds: 0.856 / 0.874 with
-    # graphs, 0.869 without).
+    # against the pipeline with no max_profile code, batch 1, a Llama-3.2-3B-shaped bf16 model (docs/measurements.md).
+    # H200, 128-256 tokens, 2.0-2.1 ms decode steps with graphs (3.3-3.5 ms without), 11-15 rounds per run; every step
+    # recorded: 0.856-0.874 of untraced with graphs, 0.869 without.
     ("cupti, a quarter of the steps", True): MeasuredCost(0.022, 0.032, "H200", 2.05),
     ("cupti, every step", True): MeasuredCost(0.035, 0.19, "H200", 2.05),
     ("cupti, a quarter of the steps", False): MeasuredCost(0.06, 0.105, "H200", 3.4),
     ("cupti, every step", False): MeasuredCost(0.045, 0.135, "H200", 3.4),
     ("step hook and GPU sampler", True): MeasuredCost(0.0, 0.04, "H200", 2.05),
     ("step hook and GPU sampler", False): MeasuredCost(0.0, 0.07, "H200", 3.4),
-    # A sixteenth of the steps (the default since session 19) was measured only on H100s (the H200 was not lent):
-    # 256 tokens, sessions 19, 21 and 22 (tests/data/gpu/h100_llama_custom_serve_ops_mode, session21, session22). Graphs on, 2.47 ms steps:
-    # 0.999 / 1.007, 0.9894 / 0.9883 (11 rounds), 1.0286 / 1.0083 (15). Eager, 2.8-3.6 ms steps: 0.987 / 1.003, 0.9492 /
-    # 0.9696 (on a lease where the hook alone, no CUPTI, read 0.9471 paired: eager's spread is as large as the cost),
-    # 0.9580 / 0.9530 (21 rounds, the untraced step ranging 2.50-3.02 ms between rounds). Session 23
-    # (tests/data/h200/session23): graphs 0.9907 / 0.9927 (21 rounds); eager 0.9307 / 0.9545 (31 rounds, untraced
-    # tokens/s spreading 43 %) and 0.9647 / 0.9461 (15 rounds). Session 25 (tests/data/gpu/h100_llama3b_tracing_cost_in_process), a steady lease
-    # (no stalls; untraced spread 0.1 % with graphs, 3.7 % eager): graphs 0.9955 / 0.9954 (11 rounds), eager 0.9918 /
-    # 0.9936 (15): inside both ranges, which stay as wide as the noisier leases measured. Session 26
-    # (tests/data/gpu/h100_llama3b_serve_recording_cost), the 5.2B model with graphs at 3.91 ms steps: 0.9982 / 0.9982 (6 rounds), inside too.
+    # A sixteenth of the steps (the default), H100s, 256 tokens, 11-31 rounds per run. Graphs on, 2.47 ms steps: the
+    # runs read 0.9894 to 1.0286 (ratio of medians), a steady machine 0.9955 / 0.9954 (tests/data/gpu/
+    # h100_llama3b_tracing_cost_in_process) and the 5.2B model at 3.91 ms steps 0.9982. Eager, 2.8-3.6 ms steps: 0.9307
+    # to 0.987 on machines whose untraced rate spread 18-43 % between rounds, a steady machine 0.9918 / 0.9936: the
+    # range is as wide as the noisier machines measured.
     ("cupti, a sixteenth of the steps", True): MeasuredCost(0.0, 0.012, "H100", 2.47),
     ("cupti, a sixteenth of the steps", False): MeasuredCost(0.0, 0.069, "H100", 2.8),
 }
-"""What tracing cost in-process where the capture itself did not measure it (issue 34). Equivalent measurement:
+"""What tracing cost in-process where the capture itself did not measure it. Equivalent measurement:
 ``python benchmarks/untraced_overhead.py --model-path M`` (every arm against the pipeline with no max_profile code).
 The cost per step is about fixed, so a longer decode step than the row's pays a smaller share."""
 
 
 def cupti_cost_row(recorded_share: float | None) -> str:
-    """The row of MEASURED_TRACING_COST nearest a CUPTI recording's share of the window (the shares recorded by default
-    were a quarter before session 19 and a sixteenth since; a short run records more than its share: the first slice
-    holds prefill and the first decode steps)."""
+    """The row of MEASURED_TRACING_COST nearest a CUPTI recording's share of the window (older captures recorded a
+    quarter by default, current ones a sixteenth; a short run records more than its share: the first slice holds
+    prefill and the first decode steps)."""
     if recorded_share is None or recorded_share >= 0.5:
         return "cupti, every step"
     return "cupti, a quarter of the steps" if recorded_share >= 0.125 else "cupti, a sixteenth of the steps"

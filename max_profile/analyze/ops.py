@@ -28,10 +28,9 @@ back out of the paged cache (seen on the H200: ``batched_matmul``, ``Prologue(..
 ``elementwise(kv_cache_gather_rows_ragged)``)."""
 OPS_MODE_DECODE_STEP_MS = (4.749, 1.845)
 """The decode host step (p50, ms) of one model in ``--kernels ops`` and in MAX's default run (device graphs on), on an
-H200 (session 17, tests/data/gpu/h200_llama_custom_ops_vs_default: 8-layer bf16 Llama, hidden 2048, batch 1): 2.57x, with the same kernel
-time per step (0.42 / 0.43 ms) and 86 op calls per step. No per-op rate is drawn from it: the unfused-attention
-architecture of session 14 makes 203 op calls per decode step in a 5.1 ms step, which 86 calls in 2.9 ms extra would
-overshoot."""
+H200 (tests/data/gpu/h200_llama_custom_ops_vs_default: 8-layer bf16 Llama, hidden 2048, batch 1): 2.57x, with the same
+kernel time per step (0.42 / 0.43 ms) and 86 op calls per step. No per-op rate is drawn from it: the unfused-attention
+architecture makes 203 op calls per decode step in a 5.1 ms step, which 86 calls in 2.9 ms extra would overshoot."""
 UNATTRIBUTED = "(no op range)"
 """The row of kernels launched outside every op range."""
 TOP_KERNELS = 3

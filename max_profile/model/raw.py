@@ -132,7 +132,8 @@ def _upgrade_v2(data: bytes, doc: dict[str, Any], path: str) -> RawCapture:
 
 
 class _RawCaptureV1(msgspec.Struct):
-    """Schema version 1 (sessions 1-3): kernels as a list of array-like records, tracer cost as a %."""
+    """Schema version 1: kernels as a list of array-like records (version 2 keeps them as columns), the tracer's cost as
+    a % of the window (version 2 keeps the seconds in its callbacks)."""
 
     environment: Environment
     capture: Capture

@@ -128,7 +128,7 @@ def _dtype(fields: Mapping[str, int], types: Mapping[str, object]) -> np.dtype:
 
 
 LAUNCH_AFTER_START_TOLERANCE_NS = 1_000_000
-"""How far a joined launch call may start after its kernel (CUPTI's CPU and GPU timestamps; session 22's captures: up
+"""How far a joined launch call may start after its kernel (CUPTI's CPU and GPU timestamps; served H100 captures: up
 to 0.06 ms) or before an earlier launch of the same stream, before the join is judged impossible."""
 IDLE_STREAM_LAUNCH_NS = 50_000_000
 """A kernel that starts on an idle stream (nothing of it running for this long before) runs soon after its launch call:
@@ -164,10 +164,10 @@ def impossible_launch_joins(
     kernel sharing a flagged correlation id (one graph launch's nodes) is flagged with it.
 
     CUPTI 13.0 can hand out wrong correlation ids for graph launches in recording sessions after the first (fixed in
-    CUDA 13.1 Update 1, CUPTI's release notes). On an H100 (session 22) a served window's kernels, counted by launch
-    time, came back as 248,742 in one 0.5 s slice and none in three later ones, where each held ~52,000. On another
-    H100 server (session 23) this check undid none of the joins in its first recording session, 1,620 in its second
-    and 182,064 of 190,740 in its third, and every window kept its kernels in their slices. All times share the host
+    CUDA 13.1 Update 1, CUPTI's release notes). On an H100 a served window's kernels, counted by launch time, came back
+    as 248,742 in one 0.5 s slice and none in three later ones, where each held ~52,000. On another H100 server this
+    check undid none of the joins in its first recording session, 1,620 in its second and 182,064 of 190,740 in its
+    third, and every window kept its kernels in their slices. All times share the host
     clock (``decode``); kernels without a start time (-1) are not judged, and a kernel whose own join is impossible
     sets no launch order for the next. Captures recorded before this check are not re-judged (every capture in the
     tests passes it)."""

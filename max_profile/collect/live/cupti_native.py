@@ -49,16 +49,17 @@ RECORDING_OPTIONS = {"zeroed-buffers": 1, "release-while-paused": 2, "flush-at-p
 otherwise CUPTI zeroes each buffer on the launching thread). ``release-while-paused`` gives up the CUPTI subscription at
 each pause and takes it again at resume (between slices the process has no CUPTI subscriber; a client that takes CUPTI
 meanwhile ends the recording's slices, :attr:`NativeCuptiCollector.resume_problem` says so); not the default: on an
-H100 (session 23, 3B shape, 256 tokens) it bought nothing measurable, 0.9905 of untraced with device graphs against the
+H100 (3B shape, 256 tokens) it bought nothing measurable, 0.9905 of untraced with device graphs against the
 default's 0.9907, and eager within the rounds' spread. ``flush-at-pause`` hands every CUPTI buffer over at each
 pause (a forced flush), so no partly filled buffer is carried from one slice into the next: an experiment on where
 eager's cost after a resume comes from (``benchmarks/untraced_overhead.py``'s ``cupti-flush`` arm); not the default:
-on an H100 (session 25, 3B shape, 256 tokens, eager, 15 rounds) it cost more, 0.9759 of untraced against the default's
+on an H100 (3B shape, 256 tokens, eager, 15 rounds) it cost more, 0.9759 of untraced against the default's
 0.9918 (its four pauses and resumes 3.9 ms against 0.9 ms). A detach of CUPTI after each recording (``cuptiFinalize``
-at the exit of the next driver call, as Kineto does) was tried in session 25 and removed: with device graphs on it
+at the exit of the next driver call, as Kineto does) was tried and removed: with device graphs on it
 broke the next generation (``CUDA_ERROR_LAUNCH_FAILED``, H100, CUDA 13.0), and it had nothing to cure: the untraced
 arm ran at 0.9989 (graphs) and 1.0003 (eager) of its speed before CUPTI ever started in the process, after 12 and 64
-recordings (tests/data/gpu/h100_llama3b_tracing_cost_in_process). (Graph-level records, ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` switched on in a
+recordings (tests/data/gpu/h100_llama3b_tracing_cost_in_process). (Graph-level records,
+``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` switched on in a
 running ``max serve`` worker, crashed it on the H200: segmentation fault; not offered.)"""
 RESERVE_ARENA_BYTES = 128 << 20
 RESERVE_BUFFERS = 4

@@ -46,7 +46,7 @@ CUPTI_WITHOUT_GRAPHS_NOTE = (
     "--device-graph-capture (MAX serve's default) or compare against `--kernels off`"
 )
 """Said with every CUPTI recording made with device graphs off (benchmarks/tracer_overhead.py,
-tests/data/h200/README.md)."""
+tests/data/gpu/h200_llama5b_cupti_recorder)."""
 
 
 class Recorder(Protocol):
@@ -175,8 +175,8 @@ DEFAULT_SLICE_STEPS = 8
 DEFAULT_KERNEL_SHARE = 0.0625
 """The share of steps the in-process CUPTI recorder records by default: a slice of DEFAULT_SLICE_STEPS steps (the first
 one from the start: prefill and the first decode steps), then a pause of fifteen times as many. On an H200 a recorded
-step cost 13-14 % of its throughput, graphs or not (tests/data/gpu/h200_llama3b_batch64_quarter_recorded), so a share s costs about 0.13 s: a
-sixteenth is under 1 %, a quarter was 2-6 %."""
+step cost 13-14 % of its throughput, graphs or not, so a share s costs about 0.13 s: a sixteenth is under 1 %, a
+quarter was 2-6 % (docs/measurements.md)."""
 
 
 def check_kernel_sampling(
@@ -398,7 +398,7 @@ OPS_MODE_NOTE = (
     "recompiles), device graphs are off (every op launched eagerly, with its NVTX range) and CUPTI records every step: "
     "step times are those of this mode, not of MAX's default run (compare with --kernels auto for those)"
 )
-"""Said in every ``--kernels ops`` capture (issue 35: the mode's own cost)."""
+"""Said in every ``--kernels ops`` capture: the mode's own cost."""
 NO_OPS_IN_WINDOW = (
     "the NVTX log has no MAX op ranges in the profiled window: MAX emits them only with MODULAR_ENABLE_PROFILING=on "
     "set before the model is loaded"

@@ -212,8 +212,8 @@ static int is_launch(const char *name) {
  * switching the DRIVER / RUNTIME kinds back on records every call again (the H200: 7,027 API records in 33 resumed steps
  * against 1,670 in 128 steps never paused). Re-applying takes about 0.24 ms per resume on the H200. A pause that left
  * the DRIVER / RUNTIME kinds on and switched off only the launch calls (0.04 ms per pause or resume) made the steps
- * between slices slower: CUPTI still intercepts every driver call while the kinds are on. On the H200 (session 17, 3B
- * shape, batch 1, 256 tokens, no device graphs), a sixteenth of the steps recorded cost as much as a quarter: 0.920
+ * between slices slower: CUPTI still intercepts every driver call while the kinds are on. On the H200 (3B shape,
+ * batch 1, 256 tokens, no device graphs), a sixteenth of the steps recorded cost as much as a quarter: 0.920
  * and 0.893 of untraced tok/s (paired medians). The kinds therefore go off at a pause. */
 static int filter_n;
 static struct { uint8_t runtime; uint8_t launch; uint16_t cbid; } filter_calls[4096];
