@@ -362,18 +362,8 @@ VERBS_ON_RECORDED_DATA = {
     "report startup": ["report", str(DATA / "cpu" / "startup" / "startup_cold.json")],
     "diff": [
         "diff",
-        str(
-            DATA
-            / "gpu"
-            / "h200_llama1.75b_custom_architectures"
-            / "h200_llama1.75b_custom_architectures/arch_a_raw.json.gz"
-        ),
-        str(
-            DATA
-            / "gpu"
-            / "h200_llama1.75b_custom_architectures"
-            / "h200_llama1.75b_custom_architectures/arch_b_raw.json.gz"
-        ),
+        str(DATA / "gpu" / "h200_llama1.75b_custom_architectures" / "arch_a_raw.json.gz"),
+        str(DATA / "gpu" / "h200_llama1.75b_custom_architectures" / "arch_b_raw.json.gz"),
     ],
     "kernels --import": [
         "kernels",

@@ -17,7 +17,7 @@ from max_profile.analyze.report import build_report
 from max_profile.collect.readers.nsys import nsys_capture
 from max_profile.collect.readers.sources import import_trace, load_any
 from max_profile.errors import TraceFormatError
-from max_profile.model import SCHEMA_VERSION, KernelBreakdown, RawCapture, Report, Unavailable
+from max_profile.model import SCHEMA_VERSION, KernelBreakdown, RawCapture, Report, StepLedger, Unavailable
 
 from .conftest import DATA, run_cli
 from .nsys_schema import make_nsys_sqlite
@@ -63,8 +63,14 @@ def test_generated_nsys_exact_per_phase_numbers(
     assert [s.phase for s in report.steps] == ["prefill"] + ["decode"] * exp.steps["decode"]
     if ours and scheduler:
         assert any("MAX scheduler range(s) describe the same steps" in n for n in report.notes)
-    if ours:  # our ranges are the steps: wall time per phase is theirs to the nanosecond
-        assert round((decode.wall_ms or 0) * 1e6) == exp.wall_ns["decode"]
+    # the phase's time is the ledger's (one account): its kernels' busy time plus the GPU's idle time inside the steps
+    ledger = report.ledger
+    assert isinstance(ledger, StepLedger)
+    lp = next(p for p in ledger.phases if p.phase == "decode")
+    assert decode.wall_ms == pytest.approx(lp.step_ms * lp.steps, abs=1e-6)
+    assert (decode.wall_ms or 0) * (decode.gpu_busy_pct or 0) / 100 == pytest.approx(decode.kernel_ms, rel=1e-3)
+    if ours:  # the ranges' time is their kernels' plus the idle time inside them: never more than the step's
+        assert (decode.wall_ms or 0) * 1e6 >= exp.wall_ns["decode"] - 1
 
 
 def test_launches_at_step_boundaries(tmp_path: Path) -> None:

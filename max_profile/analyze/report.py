@@ -191,8 +191,11 @@ def build_report(
     elif host_steps:
         report.steps = host_steps
         report.step_summary = Unavailable("no pipeline step ran inside the profiled block")
+    # without a recorded window: the steps' span (a trace's steps too, when they are on the host's clock: an NVTX range
+    # opens before the host's step does)
+    spanned = host_work + ([s for s in timeline.steps if s.batch_size > 0] if raw.kernel_clock == "host" else [])
     host_window = raw.window_ns or (
-        (min(s.start_ns for s in host_work), max(s.end_ns for s in host_work)) if host_work else None
+        (min(s.start_ns for s in spanned), max(s.end_ns for s in spanned)) if spanned else None
     )
 
     if raw.utilization_unavailable is not None:
