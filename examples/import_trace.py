@@ -18,7 +18,14 @@ import max_profile
 from max_profile.model import KernelBreakdown, RawCapture, Report
 from max_profile.render.terminal import fit_to_terminal
 
-default = Path(__file__).resolve().parent.parent / "tests" / "data" / "gpu" / "h200_llama180m_host_bound" / "small_nsys.sqlite.gz"
+default = (
+    Path(__file__).resolve().parent.parent
+    / "tests"
+    / "data"
+    / "gpu"
+    / "h200_llama180m_host_bound"
+    / "small_nsys.sqlite.gz"
+)
 path = sys.argv[1] if len(sys.argv) > 1 else str(default)
 
 try:
