@@ -33,6 +33,7 @@ Comparing two servers instead (one per mode) adds the spread between server star
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -41,6 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from max_profile.analyze.load import counts_noise, token_arrivals, window_tokens  # noqa: E402
+from max_profile.collect.server.worker_protocol import WindowRecording  # noqa: E402
 
 
 def token_gaps(requests: list[Any], window_ns: tuple[int, int]) -> dict[str, float]:
@@ -73,20 +75,20 @@ def tokens_per_second(requests: list[Any], window_ns: tuple[int, int]) -> list[i
     return counts
 
 
-def variant_plan(spec: str, default_share: float, slice_s: float) -> dict[str, Any]:
+def variant_plan(spec: str, default_share: float, slice_s: float) -> WindowRecording:
     """What the worker records in a window of variant ``spec`` (see the module docstring)."""
-    plan: dict[str, Any] = {"share": 1.0, "slice_s": slice_s, "options": []}
+    plan = WindowRecording(share=1.0, slice_s=slice_s)
     for part in spec.split("+"):
         if part == "default":
-            plan["share"] = default_share
+            plan = dataclasses.replace(plan, share=default_share)
         elif part == "full":
-            plan["share"] = 1.0
+            plan = dataclasses.replace(plan, share=1.0)
         elif part.startswith("share="):
-            plan["share"] = float(part.removeprefix("share="))
+            plan = dataclasses.replace(plan, share=float(part.removeprefix("share=")))
         elif part == "zeroed":
-            plan["options"].append("zeroed-buffers")
+            plan = dataclasses.replace(plan, options=(*plan.options, "zeroed-buffers"))
         elif part == "steps":
-            plan["kernels"] = False
+            plan = dataclasses.replace(plan, kernels=False)
         else:
             raise SystemExit(f"unknown variant part {part!r} (default, full, share=F, zeroed, steps; + combines)")
     return plan
@@ -224,6 +226,7 @@ def main() -> int:
         ServePlan,
         free_port,
         new_serve_raw,
+        resolve_plan,
         serve_windows,
         server_tmpdir,
         warm_pass,
@@ -246,6 +249,7 @@ def main() -> int:
         reference=False,
         extra_args=list(args.server_args),
     )  # the untraced windows are this benchmark's own reference
+    resolved = resolve_plan(plan, env.vendor)
     slice_s = args.slice if args.slice is not None else plan.record_slice_s
     plans = {v: variant_plan(v, plan.record_share, slice_s) for v in variants}
     traced_windows = {i for i, v in enumerate(order, 1) if v is not None}
@@ -254,16 +258,22 @@ def main() -> int:
         print(line, file=sys.stderr, flush=True)
 
     print("windows: " + ", ".join(v or "untraced" for v in order), flush=True)
+    settle_s = args.settle if args.settle is not None else ModeContext.settle_s
     with server_tmpdir() as tmp:
         if plan.warm:
-            warm_pass(plan, tmp, 900, progress)
-        recorder, dest = plan.spec.make_recorder(plan, ModeContext(env, tmp, None, 900, progress, None))
-        window_plans = {i: plans[v] for i, v in enumerate(order, 1) if v is not None}
-        recorder.window_plans = window_plans  # type: ignore[attr-defined]
-        if args.settle is not None:
-            recorder.settle_s = args.settle  # type: ignore[attr-defined]
+            warm_pass(resolved, tmp, 900, progress)
+        recordings = {i: plans[v] for i, v in enumerate(order, 1) if v is not None}
+        context = ModeContext(env, tmp, 900, progress, None, window_recordings=recordings, settle_s=settle_s)
+        recorder, dest = resolved.mode.make_recorder(resolved, context)
         raw = serve_windows(
-            plan, recorder, new_serve_raw(plan, env, []), tmp, 900, progress, dest, record=lambda w: w in traced_windows
+            resolved,
+            recorder,
+            new_serve_raw(resolved, env, []),
+            tmp,
+            900,
+            progress,
+            dest,
+            record=lambda w: w in traced_windows,
         )
     from max_profile.analyze.breakdown import gpu_waits
     from max_profile.analyze.load import server_metrics
@@ -357,14 +367,14 @@ def main() -> int:
     summary: dict[str, Any] = {
         "order": order,
         "order_kind": args.order,
-        "plans": plans,
+        "plans": {v: dataclasses.asdict(p) for v, p in plans.items()},
         "rounds": args.pairs,
         "variants": {},
         "windows": windows,
         "notes": raw.notes,
         "kernels": len(raw.kernels),
         "graph_kernels": int((raw.kernels.graph_id > 0).sum()) if raw.kernels.graph_id is not None else 0,
-        "settle_s": getattr(recorder, "settle_s", None),
+        "settle_s": settle_s,
     }
     untraced = [w["tok_s"] for w in windows if not w["traced"]]
     for v in variants:

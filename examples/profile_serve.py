@@ -16,14 +16,15 @@ import argparse
 from pathlib import Path
 
 import max_profile
+from max_profile.collect.probes.environment import detect_environment
 from max_profile.render.terminal import fit_to_terminal
-from max_profile.serve import ServePlan, free_port, run_serve_capture
+from max_profile.serve import SERVE_MODES, ServePlan, free_port, resolve_plan, run_serve_capture
 from max_profile.tinymodel import build_tiny_llama
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--model-path")
 ap.add_argument("--devices", default="cpu")
-ap.add_argument("--mode", default="utilization", choices=["utilization", "kernels", "nsys", "rocprof"])
+ap.add_argument("--mode", default="utilization", choices=list(SERVE_MODES))
 ap.add_argument("--seconds", type=float, default=5.0)
 ap.add_argument("--out", default="max-profile-profile-serve", help="folder for what it writes (created)")
 ap.add_argument("--no-warm", action="store_true", help="skip `max warm-cache` (when the compile cache is known warm)")
@@ -41,10 +42,11 @@ plan = ServePlan(
     max_tokens=16,
     warm=not args.no_warm,
 )
-print(plan.describe())
 try:
+    resolved = resolve_plan(plan, detect_environment(check_tools=False).vendor)  # checked before anything starts
+    print(resolved.describe())
     raw = run_serve_capture(
-        plan,
+        resolved,
         confirm=True,
         progress=lambda line: print(fit_to_terminal(line)),
         artifacts_dir=str(Path(args.out) / "artifacts"),

@@ -24,6 +24,7 @@ from max_profile.collect.server.serve_client import split_url, stream_completion
 from max_profile.collect.server.serve_metrics import scrape
 from max_profile.errors import InputError
 from max_profile.model import Capture, RawCapture, RequestRecord, ServeRun, Unavailable
+from max_profile.model.tags import Collector, TargetKind
 from max_profile.util.procs import raise_pending_signal
 
 PROBE_REQUESTS = 3
@@ -205,9 +206,9 @@ def run_attach(plan: AttachPlan, progress: Callable[[str], None] = lambda m: Non
     local_model = os.path.isdir(model)  # served from a local folder: its config and weights price the decode step
     capture = Capture(
         started_unix_s=time.time(),
-        target=f"attach:{plan.url}",
+        target=TargetKind.ATTACH.target(plan.url),
         model_path=model,
-        collectors=["attach"],
+        collectors=[Collector.ATTACH],
         model_config=read_model_config(model) if local_model else None,
         model_weights=read_model_weights(model) if local_model else None,
     )

@@ -43,6 +43,7 @@ from max_profile.errors import (
 )
 from max_profile.flags import build_parser, parse_args
 from max_profile.model import Capture, Report
+from max_profile.model.kernel_modes import BACKENDS, kernel_mode
 from max_profile.ncu_run import KernelRun, profile_kernel
 from max_profile.nsys_run import NsysRun, profile_generation_with_nsys
 from max_profile.preflight import check_architecture
@@ -61,7 +62,7 @@ from max_profile.run import (
     startup_capture,
     workload,
 )
-from max_profile.serve import ServePlan, free_port, run_serve_capture
+from max_profile.serve import ResolvedServe, ServePlan, free_port, resolve_plan, run_serve_capture
 from max_profile.session import remove_own_nvtx_log
 from max_profile.tinymodel import DEFAULT_CHAT_TEMPLATE, ModelShape, build_tiny_llama
 from max_profile.util.devices import resolve_devices
@@ -213,22 +214,18 @@ def cmd_kernels(args: argparse.Namespace, progress: Progress) -> int:
         return _emit(import_trace(args.import_file), args, progress)
     if not args.model_path:
         raise InputError("kernels needs --model-path P (run a generation) or --import FILE (read an existing trace)")
-    if args.backend == "nsys":
+    mode = kernel_mode(args.backend, BACKENDS)
+    if mode.runner == "refused":
+        raise InputError(mode.refusal)
+    if mode.runner == "nsys":
         plan = _run_plan(args)
         check_plan(plan)
         devices = resolve_devices(args.devices, detect_environment(check_tools=False).vendor)
         run = _from_flags(NsysRun, args, devices=devices, custom_architectures=list(args.custom_architectures or []))
         raw = profile_generation_with_nsys(run, progress)
-        raw.capture.workload = workload(plan, raw, kernels="nsys")
+        raw.capture.workload = workload(plan, raw, kernels=mode.name)
         return _emit(raw, args, progress)
-    if args.backend == "rocprof":
-        raise InputError(
-            "run the generation under rocprofv3 yourself (rocprofv3 --kernel-trace --marker-trace --output-format csv "
-            "-d OUT -- "
-            "max-profile run --model-path P --kernels off) and read it with `max-profile kernels --import "
-            "OUT/<host>/<pid>_kernel_trace.csv`"
-        )
-    args.kernels = args.backend  # cupti, nvtx-log or ops: a profiled generation in this process
+    args.kernels = mode.name  # a profiled generation in this process
     return cmd_run(args, progress)
 
 
@@ -300,9 +297,10 @@ def cmd_serve(args: argparse.Namespace, progress: Progress) -> int:
         concurrency=list(args.concurrency),
         slo_ms=dict(args.slo),
     )
-    print("max-profile serve plan:\n" + plan.describe(), file=sys.stderr)
+    resolved = resolve_plan(plan, vendor)  # checked and resolved before anything starts
+    print("max-profile serve plan:\n" + resolved.describe(), file=sys.stderr)
 
-    def confirm(p: ServePlan) -> bool:
+    def confirm(p: ResolvedServe) -> bool:
         if args.yes:
             return True
         if sys.stdin.isatty():
@@ -310,7 +308,11 @@ def cmd_serve(args: argparse.Namespace, progress: Progress) -> int:
         return False
 
     raw = run_serve_capture(
-        plan, confirm=confirm, progress=progress, ready_timeout_s=args.ready_timeout, artifacts_dir=args.artifacts_dir
+        resolved,
+        confirm=confirm,
+        progress=progress,
+        ready_timeout_s=args.ready_timeout,
+        artifacts_dir=args.artifacts_dir,
     )
     return _emit(raw, args, progress)
 

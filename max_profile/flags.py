@@ -13,6 +13,7 @@ from typing import Any
 
 from max_profile.collect.live.recorders import DEFAULT_KERNEL_SHARE
 from max_profile.errors import InputError
+from max_profile.model.kernel_modes import BACKENDS, IN_PROCESS_MODES
 from max_profile.preflight import DEFAULT_TIMEOUT_S
 from max_profile.render.outputs import OUTPUTS
 from max_profile.serve import READY_TIMEOUT_S, SERVE_MODES
@@ -69,7 +70,7 @@ def add_generation_flags(p: argparse.ArgumentParser, default_tokens: int = 64) -
     p.add_argument("--warmup", type=int, default=4, help="tokens of an unprofiled warm-up generation (0: none)")
     p.add_argument(
         "--kernels",
-        choices=["off", "cupti", "nvtx-log", "ops", "auto"],
+        choices=list(IN_PROCESS_MODES),
         default="auto",
         help="kernel recording: cupti (NVIDIA, in-process), nvtx-log (MAX's op ranges, any device; device graphs off), "
         "ops (MAX's ops joined to the CUPTI kernels they launch, NVIDIA; profiling on, device graphs off), off; "
@@ -217,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-path", help="local model folder (or --import FILE)")
     p.add_argument(
         "--backend",
-        choices=["cupti", "nsys", "nvtx-log", "ops", "rocprof"],
+        choices=list(BACKENDS),
         default="cupti",
         help="cupti: in-process recorder (NVIDIA); nsys: a run under Nsight Systems; nvtx-log: MAX's op ranges (any "
         "device); ops: MAX's ops joined to the CUPTI kernels they launched (NVIDIA)",

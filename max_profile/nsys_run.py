@@ -23,6 +23,7 @@ from max_profile.collect.probes.environment import require_tool
 from max_profile.collect.readers.nsys import merge_trace, read_nsys_sqlite
 from max_profile.errors import CaptureError
 from max_profile.model import RawCapture
+from max_profile.model.tags import Collector, KernelOrigin
 from max_profile.runner import generate, load_model
 from max_profile.session import profile
 from max_profile.util.models import check_model_folder
@@ -93,8 +94,8 @@ class NsysProfileTool:
     def read_after_teardown(self, raw: RawCapture, span: tuple[int, int]) -> None:
         if not os.path.exists(self.sqlite_path):
             raise CaptureError(f"nsys profile wrote no {self.sqlite_path}")
-        merge_trace(raw, read_nsys_sqlite(self.sqlite_path), "nsys", self.sqlite_path)
-        raw.capture.collectors = [*raw.capture.collectors, "nsys"]
+        merge_trace(raw, read_nsys_sqlite(self.sqlite_path), KernelOrigin.NSYS.describe(), self.sqlite_path)
+        raw.capture.collectors = [*raw.capture.collectors, Collector.NSYS]
 
     def close(self) -> None:
         return None

@@ -26,9 +26,11 @@ from max_profile.collect.live.recorders import check_kernel_sampling
 from max_profile.collect.probes.environment import detect_environment
 from max_profile.errors import CaptureError, InputError, ToolMissingError
 from max_profile.model import Capture, Environment, RawCapture, Workload
+from max_profile.model.kernel_modes import KERNEL_MODES, KernelMode, kernel_mode, place_of, resolve_kernel_mode
+from max_profile.model.tags import Collector, TargetKind
 from max_profile.preflight import preflight_gate
 from max_profile.runner import LoadFailed, LoadSettings, generate, load_and_warm_up
-from max_profile.session import attached_nvtx_log, profile, resolve_kernel_mode
+from max_profile.session import attached_nvtx_log, profile
 from max_profile.tinymodel import ModelShape, build_tiny_llama
 from max_profile.util.devices import resolve_devices
 from max_profile.util.files import cache_dir
@@ -101,44 +103,38 @@ def prepare_run(plan: RunPlan, progress: Progress, op_ranges_on_cpu: bool = True
     check_plan(plan)
     env = detect_environment(check_tools=True)
     devices = resolve_devices(plan.devices, env.vendor)
-    kernels = plan.kernels
-    if kernels == "cupti" and (env.vendor != "nvidia" or devices == "cpu"):
-        where = (
-            "the CPU"
-            if devices == "cpu"
-            else f"an {env.vendor.upper()} GPU"
-            if env.vendor != "none"
-            else "a machine without a GPU"
-        )
-        raise InputError(
-            f"--kernels cupti records NVIDIA GPU kernels; this run is on {where} ({env.vendor_reason}): nothing could "
-            "be "
-            "recorded. Use --kernels nvtx-log for MAX's op ranges on any device (or --kernels auto)"
-        )
-    if op_ranges_on_cpu and kernels == "auto" and devices == "cpu":
-        try:
+    mode = kernel_mode(plan.kernels)
+    place = place_of(env.vendor, devices)
+    choices = mode.choices.get(place, ())
+    op_ranges = attached_nvtx_log() is not None
+    # a mode that needs MAX's op ranges, or auto on the CPU (its first choice there), restarts with the NVTX library
+    first_needs_ranges = bool(choices) and KERNEL_MODES[choices[0]].op_ranges
+    if not op_ranges and first_needs_ranges and (len(choices) == 1 or (op_ranges_on_cpu and place == "cpu")):
+        try:  # re-runs this command with the NVTX log library (returns only when it is already loaded)
             ensure_op_range_log(plan, devices, progress)
-            kernels = "nvtx-log"
+            op_ranges = True
         except ToolMissingError as exc:
+            if len(choices) == 1:
+                raise
             progress(f"no op breakdown on the CPU ({exc}); profiling steps and utilization only")
-    if kernels == "ops" and (env.vendor != "nvidia" or devices == "cpu"):
-        progress("--kernels ops: no CUPTI here; MAX's op ranges are the work on this device (as --kernels nvtx-log)")
-        kernels = "nvtx-log"
-    if kernels in ("nvtx-log", "ops"):
-        ensure_op_range_log(plan, devices, progress)
-    kernels = resolve_kernel_mode(kernels, env.vendor, attached_nvtx_log() is not None)  # type: ignore[arg-type]
-    graphs = device_graphs_for(kernels, devices, plan.device_graph_capture)
+    try:
+        resolved = resolve_kernel_mode(mode, place, op_ranges)
+    except InputError as exc:
+        raise InputError(f"{exc} ({env.vendor_reason}): nothing could be recorded") from None
+    if resolved is not mode and mode.records_kernels:
+        progress(f"--kernels {mode.name}: {resolved.name} records on {devices} ({resolved.records})")
+    graphs = device_graphs_for(resolved, devices, plan.device_graph_capture)
     if graphs is False and plan.device_graph_capture is None:
         progress("device graphs off: MAX's op ranges (--kernels nvtx-log) are not emitted for graph replays")
-    return PreparedRun(env=env, devices=devices, kernels=kernels, device_graph_capture=graphs)
+    return PreparedRun(env=env, devices=devices, kernels=resolved.name, device_graph_capture=graphs)
 
 
-def device_graphs_for(kernels: str, devices: str, requested: bool | None) -> bool | None:
+def device_graphs_for(mode: KernelMode, devices: str, requested: bool | None) -> bool | None:
     """Device graph capture for a run: the user's choice, else MAX's (None), except with MAX's op ranges on a GPU
     (--kernels nvtx-log): they are host-side ranges around each op's launch, and a graph replay has none."""
     if requested is not None:
         return requested
-    return False if kernels in ("nvtx-log", "ops") and devices != "cpu" else None
+    return False if mode.graphs_off_on_gpu and devices != "cpu" else None
 
 
 def load_settings(plan: RunPlan, prepared: PreparedRun, model_path: str | None = None) -> LoadSettings:
@@ -216,14 +212,16 @@ def workload(plan: RunPlan, raw: RawCapture, kernels: str | None = None) -> Work
 def kernels_outcome(raw: RawCapture, plan: RunPlan, prepared: PreparedRun) -> CaptureError | None:
     """A kernel recorder asked for by name that recorded nothing fails the command (after the report: the returned
     error); with ``--kernels auto`` the report says what was left out."""
-    if plan.kernels == "auto" and raw.kernels_unavailable:
-        raw.notes.append(
-            f"--kernels auto chose {prepared.kernels}, which recorded nothing ({raw.kernels_unavailable.reason}): "
-            "steps and "
-            "utilization only"
-        )
-    if plan.kernels in ("cupti", "nvtx-log", "ops") and raw.kernels_unavailable:
+    asked = kernel_mode(plan.kernels)
+    if not raw.kernels_unavailable:
+        return None
+    if asked.records_kernels:
         return CaptureError(f"--kernels {plan.kernels} recorded no kernels: {raw.kernels_unavailable.reason}")
+    if asked.name != prepared.kernels:  # a mode chosen for the user (auto) that recorded nothing: said, not failed
+        raw.notes.append(
+            f"--kernels {asked.name} chose {prepared.kernels}, which recorded nothing "
+            f"({raw.kernels_unavailable.reason}): steps and utilization only"
+        )
     return None
 
 
@@ -237,10 +235,10 @@ def startup_capture(plan: RunPlan, progress: Progress) -> tuple[RawCapture, Load
         environment=prepared.env,
         capture=Capture(
             started_unix_s=time.time(),
-            target="startup",
+            target=TargetKind.STARTUP,
             model_path=plan.model_path,
             devices=prepared.devices,
-            collectors=["startup"],
+            collectors=[Collector.STARTUP],
             profiling_mode=os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
         ),
     )

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 from max_profile.analyze.report import build_report
 from max_profile.collect.live.gpu_sampling import DEFAULT_INTERVAL_S
@@ -45,27 +45,10 @@ from max_profile.collect.probes.environment import detect_environment
 from max_profile.collect.probes.model_files import read_model_config, read_model_weights
 from max_profile.errors import InputError
 from max_profile.model import Capture, Environment, RawCapture, Report, Unavailable
+from max_profile.model.kernel_modes import KernelMode, kernel_mode, place_of, resolve_kernel_mode
+from max_profile.model.tags import Collector
 from max_profile.util.files import cache_dir
 from max_profile.version import __version__
-
-KernelMode = Literal["off", "cupti", "nvtx-log", "ops", "auto"]
-KERNEL_MODES: tuple[str, ...] = ("off", "cupti", "nvtx-log", "ops", "auto")
-
-
-def resolve_kernel_mode(kernel_mode: KernelMode | bool, vendor: str, nvtx_log_attached: bool) -> KernelMode:
-    """``auto``: CUPTI on NVIDIA, MAX's op ranges when an NVTX log is attached, else off. True means CUPTI.
-    ``ops``: MAX's op ranges joined to CUPTI's kernels on NVIDIA; elsewhere the op ranges are the work (nvtx-log)."""
-    if kernel_mode is True:
-        return "cupti"
-    if kernel_mode is False:
-        return "off"
-    if kernel_mode not in KERNEL_MODES:
-        raise InputError(f"kernels={kernel_mode!r}: use one of {', '.join(KERNEL_MODES)}")
-    if kernel_mode == "auto":
-        return "cupti" if vendor == "nvidia" else "nvtx-log" if nvtx_log_attached else "off"
-    if kernel_mode == "ops" and vendor != "nvidia":
-        return "nvtx-log"
-    return kernel_mode
 
 
 def attached_nvtx_log() -> str | None:
@@ -87,16 +70,17 @@ class _Recording:
         self.hook = PipelineHook(owner.pipeline, marker, on_step=owner._step_done)
         self.recorders: list[Recorder] = [HostLoadRecorder()]
         self.cupti: CuptiRecorder | None = None
-        if owner.kernel_mode in ("cupti", "ops"):
+        mode = owner.kernel_mode
+        if mode.cupti:
             self.cupti = CuptiRecorder(
                 self.notes,
                 before_stop=lambda: synchronize_accelerators(owner.pipeline),
-                share=owner.kernel_share if owner.kernel_mode == "cupti" else 1.0,  # ops: every op's kernels
+                share=owner.kernel_share if mode.sampled else 1.0,  # ops: every op's kernels
                 slice_steps=owner.kernel_slice_steps,
             )
             self.recorders.append(self.cupti)
-        if owner.kernel_mode in ("nvtx-log", "ops"):
-            self.recorders.append(NvtxLogRecorder(owner.nvtx_log, beside_kernels=owner.kernel_mode == "ops"))
+        if mode.op_ranges:  # beside CUPTI's kernels (ops), the op ranges are joined to them; alone they are the work
+            self.recorders.append(NvtxLogRecorder(owner.nvtx_log, beside_kernels=mode.cupti))
         if (
             owner.gpu_sampling and owner.environment.vendor != "none"
         ):  # no GPU: no sampler process competing for the CPU
@@ -146,9 +130,9 @@ class _Recording:
             devices=owner.devices or pipeline_devices(owner.pipeline),
             device_graph_capture=_device_graph_capture(owner.pipeline),
             profiling_mode=os.environ.get("MODULAR_ENABLE_PROFILING", "off"),
-            collectors=["pipeline-hook"]
+            collectors=[Collector.PIPELINE_HOOK]
             + ([sampler.sampler.source] if sampler is not None else [])
-            + ([f"kernels:{owner.kernel_mode}"] if owner.kernel_mode != "off" else []),
+            + ([owner.kernel_mode.collector] if owner.kernel_mode.collector else []),
             phase_markers=self.hook.marker.kind,
             model_config=read_model_config(path) if path else None,
             model_weights=read_model_weights(path) if path else None,
@@ -201,7 +185,7 @@ class Profiler:
         self,
         target: Any,
         *,
-        kernels: KernelMode | bool = "off",
+        kernels: str | bool = "off",
         sample_interval_s: float = DEFAULT_INTERVAL_S,
         gpu_sampling: bool = True,
         phase_markers: bool = True,
@@ -226,7 +210,9 @@ class Profiler:
             )
         self.environment = environment or detect_environment(check_tools=False)
         self.nvtx_log = nvtx_log or attached_nvtx_log()
-        self.kernel_mode: KernelMode = resolve_kernel_mode(kernels, self.environment.vendor, self.nvtx_log is not None)
+        self.kernel_mode: KernelMode = resolve_kernel_mode(
+            kernel_mode(kernels), place_of(self.environment.vendor, devices or "gpu"), self.nvtx_log is not None
+        )
         self.sample_interval_s = sample_interval_s
         self.gpu_sampling = gpu_sampling
         self.phase_markers = phase_markers

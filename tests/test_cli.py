@@ -152,7 +152,11 @@ def test_import_real_nsys_capture(tmp_path: Path) -> None:
 
 
 def test_device_graphs_follow_max_except_for_op_ranges_on_a_gpu() -> None:
-    from max_profile.run import device_graphs_for
+    from max_profile.model.kernel_modes import KERNEL_MODES
+    from max_profile.run import device_graphs_for as by_mode
+
+    def device_graphs_for(name: str, devices: str, requested: bool | None) -> bool | None:
+        return by_mode(KERNEL_MODES[name], devices, requested)
 
     assert device_graphs_for("cupti", "gpu", None) is None  # MAX decides (on for supported architectures on a GPU)
     assert device_graphs_for("off", "gpu", None) is None

@@ -409,7 +409,7 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
     window after CUPTI's enable), and writes each window's kernels and coverage (the enable's seconds among it)."""
     import time
 
-    from max_profile.collect.server.worker_protocol import WindowCoverage, WorkerHook
+    from max_profile.collect.server.worker_protocol import WindowCoverage, WindowRecording, WorkerHook
     from max_profile.model import KernelTable
 
     as_cuda = tmp_path / "libcuda.so.fake-cupti"  # the FAKE library again, named so the hook's libcuda check passes
@@ -434,7 +434,7 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
         assert "worker hook ready" in said and "CUPTI" in said, said
 
         def record(
-            window: int, plan: dict[str, object] | None = None, seconds: float = 0.3, bogus: bool = False
+            window: int, plan: WindowRecording = WindowRecording(), seconds: float = 0.3, bogus: bool = False
         ) -> tuple[KernelTable, WindowCoverage, tuple[int, int]]:
             """One window as the controller runs it: started, opened once recording runs, stopped, read."""
             hook.start(window, plan)
@@ -465,7 +465,7 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
             assert coverage.per_slice == (coverage.recorded_kernels,) and coverage.outside_slices == 0
         assert not hook.wait_started(3, alive, timeout_s=0.2)  # no start-3 asked: the wait gives up and says so
         # window 3 sampled: slices of 0.1 s, half the time; kernels only inside them, the pauses between them empty
-        kernels, coverage, span = record(3, {"share": 0.5, "slice_s": 0.1}, seconds=1.0)
+        kernels, coverage, span = record(3, WindowRecording(share=0.5, slice_s=0.1), seconds=1.0)
         assert coverage.sampled and len(kernels) > 100
         slices = coverage.slices
         assert (
@@ -487,7 +487,7 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
         paused = [(b0, a1) for (_, b0), (a1, _) in zip(slices, slices[1:], strict=False)]
         assert all(not ((kernels.start_ns > b0 + margin) & (kernels.start_ns < a1)).any() for b0, a1 in paused)
         # window 4, steps only (serve_ab's `steps` variant): CUPTI stays off, nothing recorded, the coverage says so
-        kernels, coverage, _ = record(4, {"kernels": False})
+        kernels, coverage, _ = record(4, WindowRecording(kernels=False))
         assert len(kernels) == 0
         assert coverage.covered_s == 0 and coverage.slices == () and coverage.recorded_kernels == 0
         assert any("steps only (CUPTI off)" in n for n in coverage.notes)

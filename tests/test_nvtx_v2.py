@@ -45,9 +45,10 @@ def test_serve_puts_it_on_the_servers_path_when_profiling_is_on(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_model_dir: Path
 ) -> None:
     from max_profile import serve
+    from max_profile.serve import modes
 
     monkeypatch.setattr(nvtx_log, "_system_nvtx_v2", lambda: False)
-    monkeypatch.setattr(serve, "profiling_library_env", nvtx_log.profiling_library_env)
+    monkeypatch.setattr(modes, "profiling_library_env", nvtx_log.profiling_library_env)
     plan = serve.ServePlan(
         model_path=str(tiny_model_dir),
         devices="gpu",
@@ -58,14 +59,13 @@ def test_serve_puts_it_on_the_servers_path_when_profiling_is_on(
         vendor="nvidia",
         profiling_mode="on",
     )
-    assert str(nvtx_log.nvtx_v2_folder()) in serve._server_env(plan, tmp_path, {})["LD_LIBRARY_PATH"]
+    on_env = modes.resolve_plan(plan, "nvidia", check_tool=False).env_for(tmp_path, {})
+    assert str(nvtx_log.nvtx_v2_folder()) in on_env["LD_LIBRARY_PATH"]
     off = serve.ServePlan(
         model_path=str(tiny_model_dir), devices="gpu", mode="utilization", duration_s=1, port=1, metrics_port=2
     )
-    assert (
-        "LD_LIBRARY_PATH" not in serve._server_env(off, tmp_path, {})
-        or str(nvtx_log.nvtx_v2_folder()) not in serve._server_env(off, tmp_path, {})["LD_LIBRARY_PATH"]
-    )
+    off_env = modes.resolve_plan(off, "nvidia", check_tool=False).env_for(tmp_path, {})
+    assert str(nvtx_log.nvtx_v2_folder()) not in off_env.get("LD_LIBRARY_PATH", "")
 
 
 def test_without_any_v2_library_the_error_names_the_fix_before_the_load(monkeypatch: pytest.MonkeyPatch) -> None:

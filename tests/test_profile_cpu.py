@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from max_profile import Report, profile
 from max_profile.collect.live.pipeline_hook import ProfileTargetError
+from max_profile.collect.probes.environment import detect_environment
 from max_profile.errors import MaxProfileError
 from max_profile.model import RawCapture, StepSummary, Unavailable
 from max_profile.runner import generate
@@ -155,7 +157,9 @@ def test_cupti_recording_waits_for_the_gpu_and_says_what_it_cost(
     monkeypatch.setattr(
         "max_profile.collect.live.recorders.make_cupti_collector", lambda notes, launches=True: StandInRecorder()
     )
-    with profile(loaded_model.pipeline, kernels="cupti", gpu_sampling=False) as prof:
+    # the environment a GPU machine detects (CUPTI is refused on a CPU machine before anything starts)
+    on_a_gpu = msgspec.structs.replace(detect_environment(check_tools=False), vendor="nvidia")
+    with profile(loaded_model.pipeline, kernels="cupti", gpu_sampling=False, environment=on_a_gpu) as prof:
         generate(loaded_model, ["hello world"], 4)
     assert order == ["start", "gpu wait", "stop"]
     raw = prof.raw_capture

@@ -21,7 +21,7 @@ import pytest
 from max_profile.analyze.report import build_report
 from max_profile.errors import MaxProfileError as ServeError
 from max_profile.model import KernelBreakdown, Report, StepLedger, Unavailable
-from max_profile.serve import ServePlan, free_port
+from max_profile.serve import ResolvedServe, ServePlan, free_port, resolve_plan
 from max_profile.serve import run_serve_capture as capture_raw
 from max_profile.util.procs import clean_child_env
 
@@ -277,7 +277,7 @@ def _fake_env(monkeypatch: pytest.MonkeyPatch, vendor: str) -> None:
     real = environment.detect_environment(check_tools=False)
     fake: Environment = msgspec.structs.replace(real, vendor=vendor, vendor_reason=f"FAKE for this test: {vendor}")
     monkeypatch.setattr(environment, "detect_environment", lambda check_tools=True: fake)
-    monkeypatch.setattr("max_profile.serve.detect_environment", lambda check_tools=True: fake)
+    monkeypatch.setattr("max_profile.serve.lifecycle.detect_environment", lambda check_tools=True: fake)
 
 
 def test_wrong_vendor_and_missing_tool_start_nothing(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -310,7 +310,7 @@ def test_rocprof_three_passes_with_fake_rocprofv3(
     delay, duration, repeat = (float(x) for x in args[args.index("--collection-period") + 1].split(":"))
     assert ["--kernel-trace", "--marker-trace", "--output-format", "csv"] == args[1:5]
     assert duration == 3.0 and repeat == 1 and 2.0 < delay < 2.0 + 120  # R2 + the settle delay
-    assert args[args.index("--") + 1 :] == plan.serve_command()
+    assert tuple(args[args.index("--") + 1 :]) == resolve_plan(plan, "amd", check_tool=False).serve_command
     k = report.kernels
     assert isinstance(k, KernelBreakdown) and k.kernels > 1000  # ~1 per ms over the 3 s window
     assert {r.family for r in k.families} == {"gemv", "attention", "norm"}
@@ -391,7 +391,7 @@ def test_kernel_modes_keep_maxs_device_graphs_on_nvidia_only(tiny_model_dir: Pat
     choice the user passed after `--` is kept either way."""
 
     def cmd(**kw: object) -> list[str]:
-        return _plan(tiny_model_dir, **kw).serve_command()
+        return list(resolve_plan(_plan(tiny_model_dir, **kw), "none", check_tool=False).serve_command)
 
     assert "--no-device-graph-capture" not in cmd(mode="kernels", vendor="nvidia")
     assert "--no-device-graph-capture" not in cmd(mode="nsys", vendor="nvidia")
@@ -408,7 +408,8 @@ def test_kernel_modes_keep_maxs_device_graphs_on_nvidia_only(tiny_model_dir: Pat
         )
         == 1
     )
-    assert "--cuda-graph-trace=node" in _plan(tiny_model_dir, mode="nsys", vendor="nvidia").describe()
+    nsys = resolve_plan(_plan(tiny_model_dir, mode="nsys", vendor="nvidia"), "nvidia", check_tool=False)
+    assert "--cuda-graph-trace=node" in nsys.describe()
     # the ops mode needs every op launched eagerly, with its range: graphs off on NVIDIA too, unless the user says on
     assert "--no-device-graph-capture" in cmd(mode="ops", vendor="nvidia")
     assert "--no-device-graph-capture" not in cmd(mode="ops", vendor="nvidia", extra_args=["--device-graph-capture"])
@@ -433,16 +434,14 @@ def test_reference_window_is_planned_for_kernels_mode_and_can_be_skipped(tiny_mo
     `--no-reference` and the other modes plan none."""
     from max_profile.flags import build_parser
 
-    assert _plan(tiny_model_dir, mode="kernels").reference_window()
-    assert not _plan(tiny_model_dir, mode="kernels", reference=False).reference_window()
-    assert not any(_plan(tiny_model_dir, mode=m).reference_window() for m in ("utilization", "nsys", "rocprof"))
-    assert (
-        "reference    one 3 s window without the recorder"
-        in _plan(tiny_model_dir, mode="kernels", vendor="nvidia").describe()
-    )
-    assert (
-        "reference" not in _plan(tiny_model_dir, mode="kernels", vendor="none").describe()
-    )  # MAX's op ranges: set at launch
+    def resolved(**kw: object) -> ResolvedServe:
+        return resolve_plan(_plan(tiny_model_dir, **kw), "none", check_tool=False)
+
+    assert resolved(mode="kernels").reference_window
+    assert not resolved(mode="kernels", reference=False).reference_window
+    assert not any(resolved(mode=m).reference_window for m in ("utilization", "nsys", "rocprof"))
+    assert "reference    one 3 s window without the recorder" in resolved(mode="kernels", vendor="nvidia").describe()
+    assert "reference" not in resolved(mode="kernels", vendor="none").describe()  # MAX's op ranges: set at launch
     args = build_parser().parse_args(
         ["serve", "--model-path", str(tiny_model_dir), "--mode", "kernels", "--no-reference"]
     )
@@ -576,7 +575,7 @@ def test_kernels_mode_measures_the_recorder_against_an_untraced_reference_window
     from max_profile.collect.probes.environment import detect_environment
     from max_profile.collect.server.serve_recorders import UtilizationRecorder
     from max_profile.model import RawCapture
-    from max_profile.serve import new_serve_raw, serve_windows, server_tmpdir
+    from max_profile.serve import new_serve_raw, resolve_plan, serve_windows, server_tmpdir
 
     class StandInRecorder(UtilizationRecorder):  # stands in for WorkerKernelRecorder with its CUPTI hook
         mode = "kernels"
@@ -603,7 +602,7 @@ def test_kernels_mode_measures_the_recorder_against_an_untraced_reference_window
 
             return StandInWindow()
 
-    plan = _plan(tiny_model_dir, mode="kernels", profiling_mode="off", warm=False, duration_s=3.0)
+    plan = resolve_plan(_plan(tiny_model_dir, mode="kernels", profiling_mode="off", warm=False, duration_s=3.0), "none")
     recorder = StandInRecorder()
     with server_tmpdir() as tmp:
         raw = serve_windows(

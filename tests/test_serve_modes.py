@@ -3,16 +3,15 @@ outside the registry branches on a mode's name."""
 
 from __future__ import annotations
 
-import re
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from max_profile.collect.probes.environment import detect_environment
 from max_profile.errors import InputError
-from max_profile.serve import SERVE_MODES, ModeContext, ServePlan, check_plan, serve_mode
-
-from .conftest import REPO
+from max_profile.serve import SERVE_MODES, ModeContext, ServePlan, check_plan, resolve_plan, serve_mode
+from max_profile.serve.modes import serve_command, warm_command
 
 
 def plan(mode: str, model: Path, **kw: object) -> ServePlan:
@@ -22,22 +21,22 @@ def plan(mode: str, model: Path, **kw: object) -> ServePlan:
 
 @pytest.mark.parametrize("name", list(SERVE_MODES))
 def test_each_mode_builds_its_own_recorder_and_says_its_plan(name: str, tiny_model_dir: Path, tmp_path: Path) -> None:
-    p = plan(name, tiny_model_dir, vendor="nvidia")
     # the profiler binary: /bin/true stands in for nsys / rocprofv3 (the recorder only asks nsys for stale sessions
     # here)
-    ctx = ModeContext(
-        detect_environment(check_tools=False), tmp_path, "/bin/true", 60.0, lambda line: None, str(tmp_path / "art")
-    )
-    recorder, _ = p.spec.make_recorder(p, ctx)
+    r = dataclasses.replace(resolve_plan(plan(name, tiny_model_dir, vendor="nvidia"), "nvidia", check_tool=False))
+    r = dataclasses.replace(r, tool="/bin/true")
+    ctx = ModeContext(detect_environment(check_tools=False), tmp_path, 60.0, lambda line: None, str(tmp_path / "art"))
+    recorder, _ = r.mode.make_recorder(r, ctx)
     assert recorder.mode == name
     assert recorder.reads_after_teardown == (name in ("nsys", "rocprof"))
-    described = p.describe(width=400)
-    for line in p.spec.plan_lines(p):
+    described = r.describe(width=400)
+    for line in r.mode.plan_lines(r):
         assert line in described
     # NVIDIA keeps graphs (its tracers see into them), unless the mode records MAX's op ranges (ops launched eagerly)
-    assert ("--no-device-graph-capture" in p.serve_command()) == SERVE_MODES[name].op_ranges
-    other = plan(name, tiny_model_dir, vendor="amd")
-    assert ("--no-device-graph-capture" in other.serve_command()) == SERVE_MODES[name].records_kernels
+    assert ("--no-device-graph-capture" in r.serve_command) == SERVE_MODES[name].op_ranges
+    assert r.device_graphs is (False if SERVE_MODES[name].op_ranges else None)
+    other = resolve_plan(plan(name, tiny_model_dir, vendor="amd"), "amd", check_tool=False)
+    assert ("--no-device-graph-capture" in other.serve_command) == SERVE_MODES[name].records_kernels
 
 
 def test_sweeps_only_where_the_mode_records_several_windows(tiny_model_dir: Path) -> None:
@@ -52,17 +51,6 @@ def test_sweeps_only_where_the_mode_records_several_windows(tiny_model_dir: Path
                 check_plan(p)
     with pytest.raises(InputError, match="unknown --mode 'gpu': use utilization or kernels or ops or nsys or rocprof"):
         serve_mode("gpu")
-
-
-def test_no_code_outside_the_registry_branches_on_a_serve_mode_name() -> None:
-    names = "|".join(SERVE_MODES)
-    branch = re.compile(rf"""mode\s*(==|!=|\bin\b|\bnot in\b)\s*[(\[{{]?[^\n]*["']({names})["']""")
-    found = []
-    for path in sorted((REPO / "max_profile").rglob("*.py")):
-        for lineno, line in enumerate(path.read_text().splitlines(), 1):
-            if branch.search(line) and "kernel_mode" not in line and "profiling_mode" not in line:
-                found.append(f"{path.relative_to(REPO)}:{lineno}: {line.strip()}")
-    assert not found, found
 
 
 def test_ops_mode_needs_maxs_op_ranges_before_anything_starts(
@@ -80,13 +68,13 @@ def test_ops_mode_needs_maxs_op_ranges_before_anything_starts(
         check_plan(plan("ops", tiny_model_dir, profiling_mode="off", **ports))
     with pytest.raises(InputError, match="--mode ops records one window per server"):
         check_plan(plan("ops", tiny_model_dir, concurrency=[1, 4], **ports))
-    described = plan("ops", tiny_model_dir, vendor="nvidia").describe(width=400)
+    described = resolve_plan(plan("ops", tiny_model_dir, vendor="nvidia"), "nvidia").describe(width=400)
     assert (
         "MAX's op ranges (MODULAR_ENABLE_PROFILING=on, device graphs off: every op launched eagerly), joined to the "
         in described
     )
     assert "--no-device-graph-capture" in described
-    monkeypatch.setattr("max_profile.serve.max_profiling_usable", lambda devices: False)  # CUDA 13, no NVTX v2
+    monkeypatch.setattr("max_profile.serve.modes.max_profiling_usable", lambda devices: False)  # CUDA 13, no NVTX v2
     gpu = ServePlan(model_path=str(tiny_model_dir), devices="gpu", mode="ops", duration_s=1.0, **ports)  # type: ignore[arg-type]
     with pytest.raises(
         ToolMissingError, match=r"--mode ops on gpu: MAX 26.7 on a GPU .* fix: pip install 'nvidia-nvtx-cu12"
@@ -113,9 +101,10 @@ def test_relative_model_and_package_paths_reach_the_server_absolute(
         metrics_port=2,
         custom_architectures=["archs/pkg", "archs:pkg", "elsewhere/pkg"],
     )
-    for cmd in (plan.serve_command(), plan.warm_command()):
+    for cmd in (serve_command(plan, SERVE_MODES["utilization"]), warm_command(plan)):
         assert cmd[cmd.index("--model-path") + 1] == str(tmp_path / "model")
         archs = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--custom-architectures"]
         assert archs == [str(tmp_path / "archs" / "pkg"), f"{tmp_path / 'archs'}:pkg", "elsewhere/pkg"]
     hub = ServePlan(model_path="org/model", devices="cpu", mode="utilization", duration_s=1.0, port=1, metrics_port=2)
-    assert hub.serve_command()[hub.serve_command().index("--model-path") + 1] == "org/model"
+    hub_cmd = serve_command(hub, SERVE_MODES["utilization"])
+    assert hub_cmd[hub_cmd.index("--model-path") + 1] == "org/model"

@@ -15,8 +15,9 @@ from __future__ import annotations
 import msgspec
 
 from max_profile.model import KernelBreakdown, PhaseBreakdown, PhaseLedger, Report, Step, StepKernels, StepLedger
+from max_profile.model.tags import LedgerSource
 
-ACCOUNTED_SOURCES = ("kernel timeline", "op ranges (host)")
+ACCOUNTED_SOURCES = (LedgerSource.KERNEL_TIMELINE, LedgerSource.OP_RANGES)
 """Ledgers built from the same records as the breakdown (a server-metrics ledger holds batch times, not kernels)."""
 
 

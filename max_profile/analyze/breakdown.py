@@ -38,6 +38,7 @@ from max_profile.model import (
     StepKernels,
     merged_spans,
 )
+from max_profile.model.tags import StepSource
 
 PHASES: tuple[Phase, ...] = ("prefill", "mixed", "decode", "unknown")
 TOP_N = 15
@@ -328,7 +329,7 @@ def build_breakdown(
     *,
     source: str,
     steps: Sequence[Step] = (),
-    step_source: str = "none",
+    step_source: StepSource = StepSource.NONE,
     window: tuple[int, int] | None = None,
     top: int = TOP_N,
     device_graph_capture: bool | None = None,
@@ -462,7 +463,7 @@ def build_breakdown(
         families=_family_rows(fam_idx, dur),
         top_kernels=_kernel_rows(base_idx, names.bases, names.base_family, dur, top),
         phases=phases,
-        step_source=step_source if ordered else "none",
+        step_source=step_source if ordered else StepSource.NONE,
         window_ms=window_ns / 1e6 if window_ns > 0 else None,
         recorded_ms=recorded_ns / 1e6 if recorded_ns is not None else None,
         gpu_busy_pct=_busy_pct(busy_all, recorded_ns if recorded_ns is not None else window_ns),

@@ -22,6 +22,8 @@ from max_profile.analyze.families import distinctive_regex
 from max_profile.analyze.load import load_share
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import Command, KernelBreakdown, KernelRow, Report, Unavailable, Workload
+from max_profile.model.kernel_modes import KERNEL_MODES
+from max_profile.model.tags import TargetKind
 
 ArgValue = str | int | float | bool | list[str]
 
@@ -118,9 +120,9 @@ def attach_command(report: Report, comment: str | None = None, **args: ArgValue)
     """``max-profile attach`` on the attached server again (its URL, and its metrics URL where not the default), with
     ``args``; None when the report is not an attach capture."""
     target = report.capture.target
-    if not target.startswith("attach:"):
+    if TargetKind.of(target) is not TargetKind.ATTACH:
         return None
-    url = target.removeprefix("attach:")
+    url = target.split(":", 1)[1]
     out: dict[str, ArgValue] = {}
     metrics = report.server_metrics.url if report.server_metrics is not None else None
     host = urlsplit(url).hostname
@@ -181,30 +183,26 @@ def python(cmd: Command) -> str:
     """The Python equivalent (one line; ``...`` stands for the user's own generation)."""
     a = dict(cmd.args)
     if cmd.verb in ("run", "kernels"):
-        kernels = a.pop("kernels", None) or {"cupti": "cupti", "nvtx-log": "nvtx-log", "ops": "ops"}.get(
-            str(a.pop("backend", "")), "auto"
-        )
-        if cmd.verb == "kernels" and cmd.args.get("backend") == "nsys":
+        backend = str(a.pop("backend", ""))
+        named = KERNEL_MODES.get(str(a.pop("kernels", None) or backend or "auto"), KERNEL_MODES["auto"])
+        if named.runner == "nsys":
             line = (
                 "from max_profile.nsys_run import NsysRun, profile_generation_with_nsys; raw = "
                 f"profile_generation_with_nsys(NsysRun({_kw(a)}), print)"
             )
         else:
+            mode = named if named.in_process_api else KERNEL_MODES["auto"]
             same = [f"{k}={a[k]!r}" for k in _GENERATION_ARGS if k in a]
             extra = f"  (as before: {', '.join(same)})" if same else ""
             line = (
-                f"with max_profile.profile(pipeline, kernels={kernels!r}, {_kw(a, drop=_GENERATION_ARGS)}) as "
-                "prof: "
-                f"...{extra}"
+                f"with max_profile.profile(pipeline, kernels={mode.name!r}, {_kw(a, drop=_GENERATION_ARGS)}) as "
+                f"prof: ...{extra}"
             )
-            if (
-                kernels == "nvtx-log"
-            ):  # MAX's op ranges need the process started for them: the one call that does it, first
+            if mode.op_ranges:  # MAX's op ranges need the process started for them: that call first
                 devices = str(a.get("devices", "cpu"))
                 line = (
                     f"max_profile.restart_with_op_ranges({devices!r})  # first thing in the script, before MAX loads "
-                    "the model; "
-                    f"then: {line}"
+                    f"the model; then: {line}"
                 )
     elif cmd.verb == "kernel":
         a.pop("set", None)
@@ -324,7 +322,7 @@ def next_command(report: Report, th: Thresholds | None = None) -> Command | None
     """The next, costlier measurement as a :class:`Command` (None when the question is answered)."""
     suspicious_pct = (th or Thresholds()).plan_suspicious_share_pct
     ids = {f.id for f in report.findings}
-    if report.kernel_analyses or report.capture.target == "startup" or "kv-cache-broken" in ids:
+    if report.kernel_analyses or TargetKind.of(report.capture.target) is TargetKind.STARTUP or "kv-cache-broken" in ids:
         return None
     if "tracer-overhead" in ids:
         # the timing figures were distorted by the in-process tracer: measure utilization without it first
@@ -335,7 +333,7 @@ def next_command(report: Report, th: Thresholds | None = None) -> Command | None
         return for_model(report, "run", kernels="off")
     if "lightly-loaded" in ids:
         return next((f.command for f in report.findings if f.id == "lightly-loaded" and f.command is not None), None)
-    if report.capture.target.startswith("attach") and load_share(report)[0] is None:
+    if TargetKind.of(report.capture.target) is TargetKind.ATTACH and load_share(report)[0] is None:
         # the server's load over the window is not known: the same window with a few requests of ours
         return attach_command(report, comment="a few requests of ours: the window's load and latency", probe=True)
     if "host-bound" in ids:

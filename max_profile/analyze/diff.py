@@ -33,6 +33,7 @@ from max_profile.model import (
     StartupProfile,
     UtilizationSection,
 )
+from max_profile.model.tags import TargetKind, host_ops
 
 MIN_SAMPLES = 8
 ALPHA = 0.01
@@ -99,7 +100,8 @@ def comparability(a: Report, b: Report) -> list[str]:
     gb = sorted(g.name or g.key for g in b.environment.gpus)
     if ga != gb:
         reasons.append(f"GPUs: {', '.join(ga) or 'none'} vs {', '.join(gb) or 'none'}")
-    startups = a.capture.target == b.capture.target == "startup"  # a MAX upgrade is what a start-up diff is for
+    # a MAX upgrade is what a start-up diff is for
+    startups = TargetKind.of(a.capture.target) is TargetKind.of(b.capture.target) is TargetKind.STARTUP
     if (
         not startups
         and a.environment.max_version
@@ -236,7 +238,7 @@ def host_timing_problem(label: str, r: Report) -> str | None:
 
 def _kernel_basis(k: KernelBreakdown) -> str:
     """``device`` for GPU kernels, ``host`` for MAX's op ranges on a CPU (host time)."""
-    return "host" if k.source.startswith("nvtx-log") else "device"
+    return "host" if host_ops(k.source) else "device"
 
 
 def diff_reports(

@@ -53,14 +53,13 @@ from max_profile.model import (
     Step,
     StepLedger,
 )
+from max_profile.model.tags import LedgerSource
 
 IDLE_BEFORE_GRAPH = "GPU idle: waiting for a device-graph launch"
 IDLE_BETWEEN_LAUNCHES = "GPU idle: between launches"
 HOST_BETWEEN_OPS = "host time between MAX's ops"
 MATMUL_PART = "matmul"
 ATTENTION_PART = "attention"
-HOST_OPS = "op ranges (host)"
-"""The ledger's source when MAX's op ranges on the host are its timeline (the CPU: no GPU kernels to price)."""
 
 
 @dataclass(frozen=True)
@@ -355,7 +354,7 @@ def build_ledger(
     gpu: str | None,
     th: Thresholds,
     host_ops: bool = False,
-    source: str = "kernel timeline",
+    source: LedgerSource = LedgerSource.KERNEL_TIMELINE,
 ) -> StepLedger | None:
     """The step ledger of a capture with kernels and steps on one clock (see the module docstring); None without
     both."""
@@ -398,7 +397,7 @@ def build_ledger(
         )
     outside = outside_idle + outside_kernels
     return StepLedger(
-        source=source if not host_ops else HOST_OPS,
+        source=source if not host_ops else LedgerSource.OP_RANGES,
         window_ms=round(observed / 1e6, 6),
         phases=phases,
         outside_steps_ms=round(outside / 1e6, 6),
@@ -468,7 +467,7 @@ def server_ledger(server: ServerMetrics, window: LoadWindow) -> StepLedger | Non
     outside = max(observed_ms - inside_ms, 0.0)
     return with_load(
         StepLedger(
-            source="server metrics",
+            source=LedgerSource.SERVER_METRICS,
             window_ms=round(observed_ms, 6),
             phases=phases,
             outside_steps_ms=round(outside, 6),

@@ -33,6 +33,7 @@ from max_profile.model import (
     UtilizationSample,
     merged_spans,
 )
+from max_profile.model.tags import Collector, KernelOrigin, LedgerSource, host_ops, serve_mode_of, traced_inside
 
 METRIC_NAMES: dict[str, tuple[str, ...]] = {
     "requests": ("maxserve_request_count",),
@@ -387,13 +388,13 @@ def tracing_cost_statement(report: Report) -> str | None:
             f"({c.traced_tok_s:.1f} vs {c.reference_tok_s:.1f} tok/s, concurrency {c.concurrency})" + unresolved_text(c)
         )
     collectors = report.capture.collectors
-    if "pipeline-hook" not in collectors:
-        tool = next((x for x in collectors if x != "startup"), None)
+    if Collector.PIPELINE_HOOK not in collectors:
+        tool = next((x for x in collectors if x != Collector.STARTUP), None)
         if tool is None:
             return None
-        if tool in ("attach", "serve:utilization"):
+        if not traced_inside(tool):
             return "tracing cost: none inside the server (its /metrics and the GPU's counters are read from outside)"
-        if tool.startswith("serve:"):
+        if serve_mode_of(tool) is not None:
             return f"tracing cost: not measured ({tool} ran without an untraced reference window)"
         return f"tracing cost: set by the tool that recorded this trace ({tool}); not measured here"
     if isinstance(report.ops, OpBreakdown):
@@ -412,14 +413,16 @@ def tracing_cost_statement(report: Report) -> str | None:
     recorded_share = (
         k.recorded_ms / k.window_ms if k is not None and k.recorded_ms is not None and k.window_ms else None
     )
-    if source.startswith("nvtx-log"):
+    if host_ops(source):
         return (
             "tracing cost, not measured: MAX's profiling mode (MODULAR_ENABLE_PROFILING=on) compiles the model again "
             "and "
             "emits a range per op on the host; compare step times with a run without it (--kernels off)"
         )
     graphs = report.capture.device_graph_capture is not False
-    what = cupti_cost_row(recorded_share) if source.startswith("cupti") else "step hook and GPU sampler"
+    what = (
+        cupti_cost_row(recorded_share) if KernelOrigin.of(source) is KernelOrigin.CUPTI else "step hook and GPU sampler"
+    )
     row = MEASURED_TRACING_COST[(what, graphs)]
     step_ms = _decode_step_ms(report)
     scale = min(1.0, row.step_ms / step_ms) if step_ms else 1.0
@@ -534,7 +537,10 @@ def load_share(report: Report) -> tuple[float | None, str]:
     if report.window_load is not None and report.window_load.in_flight_pct is not None:
         return report.window_load.in_flight_pct, "requests in flight"
     if lg is not None:
-        return 100.0 - lg.outside_steps_pct, "steps running" if lg.source != "server metrics" else "batches executing"
+        return (
+            100.0 - lg.outside_steps_pct,
+            "steps running" if lg.source != LedgerSource.SERVER_METRICS else "batches executing",
+        )
     share = server_batch_share(report)
     if share is not None:
         return share, "batches executing (server metrics)"

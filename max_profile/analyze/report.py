@@ -17,7 +17,7 @@ import numpy as np
 from max_profile.analyze.account import breakdown_from_ledger, ms_per_step_of
 from max_profile.analyze.breakdown import breakdown_from_totals, build_breakdown, slices_without_records
 from max_profile.analyze.commands import next_command, say
-from max_profile.analyze.ledger import HOST_OPS, build_ledger, server_ledger, with_load
+from max_profile.analyze.ledger import build_ledger, server_ledger, with_load
 from max_profile.analyze.load import load_level, summarize_serve, tracer_cost, tracing_cost_statement
 from max_profile.analyze.ncu import analyze_launch
 from max_profile.analyze.op_roofline import price_ops
@@ -39,6 +39,7 @@ from max_profile.model import (
     Unavailable,
     UtilizationSection,
 )
+from max_profile.model.tags import LedgerSource, StepSource, host_ops
 
 
 def tracer_overhead_pct(callback_s: float | None, window: tuple[int, int] | None) -> float | None:
@@ -74,7 +75,7 @@ def decode_cost_of(report: Report) -> DecodeCost | None:
     gpu = report.environment.gpus[0].name if report.environment.gpus else None
     per_step: dict[str, float] | None = None
     k = report.kernels
-    if isinstance(k, KernelBreakdown) and not k.source.startswith("nvtx-log"):
+    if isinstance(k, KernelBreakdown) and not host_ops(k.source):
         d = next((p for p in k.phases if p.phase == "decode"), None)
         if d is not None and d.steps and d.kernel_ms:
             per_step = {r.family: ms_per_step_of(d, r.total_ms) or 0.0 for r in d.families}
@@ -107,7 +108,7 @@ def ledger_of(
             weights=raw.capture.model_weights,
             gpu=gpu,
             th=th,
-            host_ops=k.source.startswith("nvtx-log"),
+            host_ops=host_ops(k.source),
         )
         if ledger is not None:
             return with_load(ledger, raw.load_windows)
@@ -182,7 +183,7 @@ def build_report(
         report.steps = host_steps
         report.step_summary = summarize_steps(
             host_steps,
-            source="model worker steps" if raw.serve is not None else "host steps",
+            source=StepSource.WORKER if raw.serve is not None else StepSource.HOST,
             traced=raw.recorded_spans if raw.kernel_clock == "host" else (),
         )
     elif timeline.steps:
@@ -295,7 +296,11 @@ def build_report(
         report.kernels = breakdown_from_ledger(report.kernels, report.ledger)
     report.decode_cost = decode_cost_of(report)
     ops = op_breakdown(raw)
-    if isinstance(ops, OpBreakdown) and isinstance(report.ledger, StepLedger) and report.ledger.source != HOST_OPS:
+    if (
+        isinstance(ops, OpBreakdown)
+        and isinstance(report.ledger, StepLedger)
+        and report.ledger.source != LedgerSource.OP_RANGES
+    ):
         gpu = report.environment.gpus[0].name if report.environment.gpus else None
         priced = price_ops(ops, timeline.steps, raw.capture.model_config, raw.capture.model_weights, gpu, th)
         ops = msgspec.structs.replace(ops, priced=priced)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from max_profile.model import BatchStats, Phase, PhaseStats, Step, StepSummary
+from max_profile.model.tags import StepSource
 
 
 def _pct(values: np.ndarray, q: float) -> float:
@@ -23,7 +24,7 @@ def active_steps(steps: Sequence[Step]) -> list[Step]:
 
 
 def summarize_steps(
-    steps: Sequence[Step], source: str = "host steps", traced: Sequence[tuple[int, int]] = ()
+    steps: Sequence[Step], source: StepSource = StepSource.HOST, traced: Sequence[tuple[int, int]] = ()
 ) -> StepSummary:
     """Summary of one run's steps; raises ValueError when no step carried a request.
 
@@ -55,7 +56,7 @@ def summarize_steps(
     first = work[0]
     ttft_ms: float | None = None
     prefill_steps = [s for s in work if s.phase in ("prefill", "mixed")]
-    if prefill_steps and source == "host steps":
+    if prefill_steps and source == StepSource.HOST:
         # Time to first token as the host sees it: from the first prefill step's start to the
         # end of the step that returned the first token (the overlap pipeline returns a step's
         # tokens from the following call).

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from max_profile.model import Phase, PhaseRange, RawCapture, Step
+from max_profile.model.tags import StepSource
 
 PHASE_NAMES: tuple[str, ...] = ("prefill", "decode", "mixed")
 _OUR_PREFIXES = ("max_profile:", "max_profile/", ":max_profile/")
@@ -105,7 +106,7 @@ class Timeline:
     """The steps kernels are attributed to, in time order (only steps that carried requests)."""
 
     steps: list[Step]
-    source: str
+    source: StepSource
     """``max_profile ranges + host steps``, ``max_profile ranges``, ``MAX scheduler ranges``, ``host steps`` or
     ``none``."""
     notes: list[str] = field(default_factory=list)
@@ -158,26 +159,26 @@ def step_timeline(host_steps: Sequence[Step], ranges: Sequence[PhaseRange], *, h
             )
         aligned = align_steps_to_ranges(host_steps, ours) if host_steps else None
         if aligned is not None:
-            return Timeline([s for s in aligned if s.batch_size > 0], "max_profile ranges + host steps", notes)
+            return Timeline([s for s in aligned if s.batch_size > 0], StepSource.OURS_AND_HOST, notes)
         if host_steps:
             notes.append(
                 f"{len(ours)} max_profile ranges do not match the {len(host_steps)} host steps one to one: "
                 "steps taken from the ranges (no token counts)"
             )
-        return Timeline(_steps_from_ranges(ours), "max_profile ranges", notes)
+        return Timeline(_steps_from_ranges(ours), StepSource.OURS, notes)
     if scheduler:
         if dropped_sched:
             notes.append(f"{dropped_sched} nested or duplicate MAX scheduler range(s) counted once")
-        return Timeline(_steps_from_ranges(scheduler), "MAX scheduler ranges", notes)
+        return Timeline(_steps_from_ranges(scheduler), StepSource.SCHEDULER, notes)
     work = [s for s in host_steps if s.batch_size > 0]
     if work and host_clock:
-        return Timeline(sorted(work, key=lambda s: s.start_ns), "host steps", notes)
+        return Timeline(sorted(work, key=lambda s: s.start_ns), StepSource.HOST, notes)
     if work:
         notes.append(
             "host steps are on another clock than the trace and no range of ours aligns them: kernels are not split by "
             "step"
         )
-    return Timeline([], "none", notes)
+    return Timeline([], StepSource.NONE, notes)
 
 
 def valid_host_steps(raw: RawCapture) -> list[Step]:

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 import msgspec
 
 from max_profile.model.serialization import Phase, Severity, Vendor
+from max_profile.model.tags import StartupSource
 
 
 class Unavailable(msgspec.Struct, frozen=True, tag="unavailable"):
@@ -151,7 +152,7 @@ class StartupProfile(msgspec.Struct, frozen=True, tag=True):
     """The command that fills the cache for this exact compile key (for an image, before serving)."""
     failure: str | None = None
     """A compile that failed: MAX's failing kernel file:line, its message, the GPU architecture."""
-    source: str = "in-process load"
+    source: StartupSource = StartupSource.IN_PROCESS
 
 
 class Workload(msgspec.Struct, frozen=True):

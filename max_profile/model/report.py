@@ -27,6 +27,7 @@ from max_profile.model.serialization import (
     _encode,
     _validated,
 )
+from max_profile.model.tags import LedgerSource, StepSource
 from max_profile.util.files import read_input, write_output
 
 
@@ -64,7 +65,7 @@ class StepSummary(msgspec.Struct, frozen=True, tag=True):
     decode_tokens_per_s: float | None
     decode_step_growth_ms_per_100_ctx: float | None = None
     """Slope of decode step time against sequence length (ms per 100 tokens of context)."""
-    source: str = "host steps"
+    source: StepSource = StepSource.HOST
     """Where the step times come from: ``host steps`` (the pipeline hook) or the trace's ranges."""
     by_batch: list[BatchStats] = []
     """Step times by phase and batch size (one row per size seen)."""
@@ -206,7 +207,7 @@ class KernelBreakdown(msgspec.Struct, frozen=True, tag=True):
     families: list[FamilyRow]
     top_kernels: list[KernelRow]
     phases: list[PhaseBreakdown]
-    step_source: str = "none"
+    step_source: StepSource = StepSource.NONE
     """Which intervals were the steps: ``max_profile ranges``, ``max_profile ranges + host steps``,
     ``MAX scheduler ranges``, ``host steps`` or ``none``."""
     window_ms: float | None = None
@@ -412,7 +413,7 @@ class StepLedger(msgspec.Struct, frozen=True, tag=True):
     """One account of the capture's time: each phase's step split into kernel families and GPU idle, the time outside
     steps apart, each part against its roofline. Every verdict about where time goes reads it."""
 
-    source: str
+    source: LedgerSource
     """``kernel timeline`` (kernels on the GPU, or MAX's op ranges on the host), or ``server metrics`` (batch times
     only)."""
     window_ms: float

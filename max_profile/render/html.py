@@ -30,6 +30,7 @@ from max_profile.model import (
     Unavailable,
     UtilizationSection,
 )
+from max_profile.model.tags import LedgerSource
 from max_profile.render.html_base import CSS, HEATMAP_COLUMNS, PHASE_COLORS, SEVERITY_COLORS, esc, na, new_figure, thin
 from max_profile.render.tables import (
     OP_COLUMNS,
@@ -493,7 +494,7 @@ def _ledger(report: Report) -> str:
             f"{steps_text(p.steps, p.steps_in_capture)} of {p.step_ms:.3f} ms",
             f"host step p50 {_n(p.host_step_p50_ms, '.3f', ' ms')}",
             f"batch {p.batch}" if p.batch else "",
-            f"GPU busy {p.busy_pct:.1f} %" if lg.source == "kernel timeline" else "",
+            f"GPU busy {p.busy_pct:.1f} %" if lg.source == LedgerSource.KERNEL_TIMELINE else "",
             f"{p.recoverable_ms_per_step:.3f} ms per step recoverable",
         ]
         out.append(f"<h3>{esc(p.phase)}</h3><p class='meta'>{esc(', '.join(x for x in facts if x))}</p>")

@@ -24,6 +24,7 @@ from max_profile.model import (
     Unavailable,
     UtilizationSection,
 )
+from max_profile.model.tags import LedgerSource, StartupSource, StepSource, TargetKind, host_ops
 from max_profile.render.serve_text import load_levels_section, serve_section, server_metrics_section, tracer_cost_line
 from max_profile.render.tables import (
     INNER,
@@ -59,7 +60,9 @@ def environment_section(report: Report) -> RenderableType:
     if env.driver_version:
         t.add_row("driver", env.driver_version)
     c = report.capture
-    imported = c.target.startswith("import:")  # a trace made elsewhere: what it does not say is unknown, not "off"
+    imported = (
+        TargetKind.of(c.target) is TargetKind.IMPORT
+    )  # a trace made elsewhere: what it does not say is unknown, not "off"
     t.add_row("MAX", env.max_version or ("unknown (imported trace)" if imported else "not installed"))
     if measured_anything(report):  # doctor captured nothing: no target or capture settings to show
         graphs = {True: "on", False: "off", None: "unknown"}[c.device_graph_capture]
@@ -139,7 +142,7 @@ def steps_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableType:
     ]
     head = Text(
         f"TTFT {figure(s.ttft_ms, '.2f', ' ms')}   decode {figure(s.decode_tokens_per_s, '.1f', ' tok/s')}   steps "
-        f"{s.steps}" + (f"   (from {s.source})" if s.source != "host steps" else "")
+        f"{s.steps}" + (f"   (from {s.source})" if s.source != StepSource.HOST else "")
     )
     growth = growth_text(s)
     if growth:
@@ -166,7 +169,7 @@ def steps_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableType:
             for b in s.by_batch
         ]
         parts += fitted_tables(bcols, brows, width - INNER, title="by batch size")
-    return Panel(Group(*parts), title="Steps (host)" if s.source == "host steps" else "Steps", title_align="left")
+    return Panel(Group(*parts), title="Steps (host)" if s.source == StepSource.HOST else "Steps", title_align="left")
 
 
 def utilization_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableType:
@@ -263,7 +266,7 @@ def kernels_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableTyp
         return Panel(na_text(k.reason), title="Kernels", title_align="left")
     assert isinstance(k, KernelBreakdown)
     inner = width - INNER
-    ops = k.source.startswith("nvtx-log")
+    ops = host_ops(k.source)
     unit = "ops" if ops else "kernels"  # MAX's op ranges on the host clock are not GPU kernels: the columns say so
     head = (
         f"{k.kernels} {'MAX ops' if ops else 'kernels'}, {k.kernel_ms:.3f} ms of "
@@ -280,7 +283,7 @@ def kernels_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableTyp
         )
         if ops:
             head += f" (the other {100 - k.gpu_busy_pct:.1f}% is host time between ops: Python, scheduling, sampling)"
-    if k.unattributed_kernels and k.step_source != "none":
+    if k.unattributed_kernels and k.step_source != StepSource.NONE:
         head += f"; {k.unattributed_kernels} {unit} outside every step"
     if k.invalid_kernels:
         head += f"; {k.invalid_kernels} records with invalid timestamps dropped"
@@ -490,8 +493,8 @@ def ledger_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableType
         Col("recoverable ms"),
         Col("kernels/step"),
     ]
-    on_gpu = lg.source == "kernel timeline" and not (
-        isinstance(report.kernels, KernelBreakdown) and report.kernels.source.startswith("nvtx-log")
+    on_gpu = lg.source == LedgerSource.KERNEL_TIMELINE and not (
+        isinstance(report.kernels, KernelBreakdown) and host_ops(report.kernels.source)
     )
     for p in lg.phases:
         head = Text(f"{p.phase}: {steps_text(p.steps, p.steps_in_capture)} of {p.step_ms:.3f} ms", style="bold")
@@ -636,7 +639,7 @@ def startup_section(st: StartupProfile | None, width: int = DEFAULT_WIDTH) -> Re
         return None
     span = (
         "from launch to /health 200 (from the server's log)"
-        if st.source.startswith("max serve")
+        if st.source == StartupSource.SERVE_LOG
         else "from process start to the first token"
     )
     head = Text(f"{st.total_s:.1f} s {span}; compile cache {st.cache_reason}")

@@ -22,6 +22,7 @@ from max_profile.model import (
     UtilizationSection,
 )
 from max_profile.model.serialization import Severity
+from max_profile.model.tags import LedgerSource, TargetKind, host_ops
 
 Rule = Callable[[Report, Thresholds], list[Finding]]
 
@@ -70,13 +71,13 @@ def fam_ms(rows: list, family: str) -> float:  # type: ignore[type-arg]
 
 def gpu_kernels(k: KernelBreakdown) -> bool:
     """Kernels recorded on a GPU (not MAX's op ranges on the host)."""
-    return not k.source.startswith("nvtx-log")
+    return not host_ops(k.source)
 
 
 def timeline_ledger(report: Report) -> StepLedger | None:
     """The ledger when it comes from a GPU kernel timeline (not the server's batch times, not host op ranges)."""
     lg = ledger(report)
-    return lg if lg is not None and lg.source == "kernel timeline" else None
+    return lg if lg is not None and lg.source == LedgerSource.KERNEL_TIMELINE else None
 
 
 def nvml_window_long_enough(u: UtilizationSection, th: Thresholds) -> bool:
@@ -196,7 +197,7 @@ NEEDS: dict[str, Callable[[Report], str | None]] = {
     "host_load": lambda r: None if r.capture.host_load is not None else "the host's load was not recorded",
     "known_load": lambda r: (
         None
-        if not r.capture.target.startswith("attach") or load_share(r)[0] is not None
+        if TargetKind.of(r.capture.target) is not TargetKind.ATTACH or load_share(r)[0] is not None
         else "the attached server's load over the window is not known (no server metrics, no requests of ours: "
         "--probe or --concurrency): an idle or host-bound verdict needs load"
     ),

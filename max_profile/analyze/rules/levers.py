@@ -46,6 +46,7 @@ from max_profile.model import (
     PhaseLedger,
     Report,
 )
+from max_profile.model.tags import LedgerSource
 
 WEIGHTS_PARTS = (WEIGHTS, LAYERS, OUTPUT)
 
@@ -396,7 +397,7 @@ def rule_gpu_idle(report: Report, th: Thresholds) -> list[Finding]:
     if lightly_loaded(report, th):
         return []
     lg = ledger(report)
-    if lg is not None and lg.source == "op ranges (host)":
+    if lg is not None and lg.source == LedgerSource.OP_RANGES:
         return [_host_ops_finding(report, p, th) for p in lg.phases]
     tl = timeline_ledger(report)
     if tl is not None:
@@ -707,7 +708,7 @@ def rule_outside_steps(report: Report, th: Thresholds) -> list[Finding]:
                 or (for_model(report, "serve", concurrency="1,4,16", yes=True) if report.serve is not None else None),
             )
         ]
-    if lg is None or lg.source == "server metrics":
+    if lg is None or lg.source == LedgerSource.SERVER_METRICS:
         return []
     steps = sum(p.steps for p in lg.phases)
     if not steps or not lg.window_ms:

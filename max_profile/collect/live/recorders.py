@@ -38,6 +38,7 @@ from max_profile.collect.live.nvtx_log import (
 )
 from max_profile.errors import InputError, MaxProfileError
 from max_profile.model import HostLoad, KernelTable, PhaseRange, RawCapture, Unavailable, ranges_within
+from max_profile.model.tags import KernelOrigin
 
 CUPTI_WITHOUT_GRAPHS_NOTE = (
     "CUPTI instruments every kernel launch: without device graphs decode ran 2-12 % slower under it on an H200 "
@@ -364,7 +365,7 @@ class CuptiRecorder:
             raw.kernels_unavailable = Unavailable(self.problem)
             return
         raw.kernels = self.kernels
-        raw.kernel_source = "cupti" if c is None or c.native else "cupti (cupti-python)"
+        raw.kernel_source = KernelOrigin.CUPTI.describe("" if c is None or c.native else "cupti-python")
         if self.slices.sampled:
             spans = list(self.slices.spans)
             raw.kernels = launched_within(self.kernels, spans)
@@ -459,7 +460,7 @@ class NvtxLogRecorder:
                 raw.notes.append(NO_OPS_IN_WINDOW)
             return
         raw.kernels, raw.ranges = table, ranges
-        raw.kernel_source = "nvtx-log (MAX op ranges, host time)"
+        raw.kernel_source = KernelOrigin.OP_RANGES.describe("MAX op ranges, host time")
         if not len(table):
             raw.kernels_unavailable = Unavailable(
                 "the NVTX log has no MAX op ranges in the profiled window: MAX emits them only with "

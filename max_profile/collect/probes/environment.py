@@ -224,10 +224,10 @@ def detect_environment(check_tools: bool = True) -> Environment:
         for t in tools:
             if t.problem and t.path:
                 warnings.append(t.problem)
-    mode = os.environ.get("MODULAR_ENABLE_PROFILING")
-    if mode and mode not in ("off", "on", "detailed"):
+    profiling = os.environ.get("MODULAR_ENABLE_PROFILING")
+    if profiling and profiling not in ("off", "on", "detailed"):
         warnings.append(
-            f"MODULAR_ENABLE_PROFILING={mode!r} is invalid: MAX accepts off, on or detailed and fails at load"
+            f"MODULAR_ENABLE_PROFILING={profiling!r} is invalid: MAX accepts off, on or detailed and fails at load"
         )
     profiling_problem = None
     if vendor == "nvidia":
@@ -240,7 +240,7 @@ def detect_environment(check_tools: bool = True) -> Environment:
         max_version=max_version(),
         python_version=sys.version.split()[0],
         platform=f"{platform.system()} {platform.machine()}",
-        modular_enable_profiling=mode,
+        modular_enable_profiling=profiling,
         max_profiling_problem=profiling_problem,
         tools=tools,
         warnings=warnings,

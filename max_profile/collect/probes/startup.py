@@ -29,6 +29,7 @@ from pathlib import Path
 
 from max_profile.collect.probes.model_files import read_model_config
 from max_profile.model import StartupPhase, StartupProfile
+from max_profile.model.tags import StartupSource
 from max_profile.util.files import cache_dir
 from max_profile.util.procs import max_command
 
@@ -811,6 +812,6 @@ def serve_startup(
         max_logged_compile_s=round(sum(g.compile for g in graphs_from_log(timed)), 3),
         engine_compile_s=engine,
         warm_cache_command=warm_command if state != "hit" else None,
-        source="max serve log (launch to /health 200)",
+        source=StartupSource.SERVE_LOG,
         failure=compile_failure([x.text for x in lines]),
     )

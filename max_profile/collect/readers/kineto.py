@@ -27,6 +27,7 @@ import numpy as np
 from max_profile.collect.readers.tables import check_json_depth, ns, number, read_text
 from max_profile.errors import TraceFormatError
 from max_profile.model import Capture, Environment, GpuInfo, KernelTable, PhaseRange, RawCapture, Vendor
+from max_profile.model.tags import Collector, KernelOrigin
 
 US = 1e3
 _LAUNCH_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_api")
@@ -196,12 +197,12 @@ def kineto_capture(path: str) -> RawCapture:
     env = _environment(doc, path, launch_cats)
     raw = RawCapture(
         environment=env,
-        capture=Capture(started_unix_s=time.time(), target="import:kineto-json", collectors=["kineto-json"]),
+        capture=Capture(started_unix_s=time.time(), target="import:kineto-json", collectors=[Collector.KINETO_JSON]),
         kernels=table,
         kernel_clock="trace",
         ranges=keep,
         range_names=dict(sorted(counts.items(), key=lambda kv: -kv[1])[:200]),
-        kernel_source="kineto json",
+        kernel_source=KernelOrigin.KINETO.describe("json"),
         artifacts=[os.path.abspath(path)],
     )
     if lo is not None and hi is not None:

@@ -20,6 +20,7 @@ from typing import Any
 from max_profile.collect.probes.environment import require_tool
 from max_profile.errors import TraceFormatError
 from max_profile.model import Capture, Environment, NcuLaunch, RawCapture
+from max_profile.model.tags import Collector
 from max_profile.util.files import check_input_path, read_input
 from max_profile.util.procs import run_bounded
 
@@ -236,7 +237,7 @@ def fill_ncu_pages(raw: RawCapture, details_path: str | None, raw_path: str | No
     """The launches of Nsight Compute's ``details`` / ``raw`` pages into ``raw`` (ncu among its collectors)."""
     raw.ncu_launches = read_ncu_files(details_path, raw_path)
     raw.kernels_unavailable = None
-    raw.capture.collectors = [*raw.capture.collectors, "ncu"]
+    raw.capture.collectors = [*raw.capture.collectors, Collector.NCU]
 
 
 def _read(path: str) -> str:

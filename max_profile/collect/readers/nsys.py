@@ -24,6 +24,7 @@ import numpy as np
 
 from max_profile.errors import TraceFormatError
 from max_profile.model import Capture, Environment, GpuInfo, KernelTable, PhaseRange, RawCapture, Unavailable
+from max_profile.model.tags import Collector, KernelOrigin
 from max_profile.util.files import ROW_LIMIT_ENV, SQLITE_ERRORS, check_input_path, open_sqlite_readonly, row_limit
 from max_profile.util.procs import run_bounded
 
@@ -90,10 +91,10 @@ def nsys_capture(path: str, *, pid: int | None = None) -> RawCapture:
     )
     raw = RawCapture(
         environment=env,
-        capture=Capture(started_unix_s=time.time(), target="import:nsys", collectors=["nsys"]),
+        capture=Capture(started_unix_s=time.time(), target="import:nsys", collectors=[Collector.NSYS]),
         artifacts=[os.path.abspath(path)],
     )
-    merge_trace(raw, trace, "nsys", path)
+    merge_trace(raw, trace, KernelOrigin.NSYS.describe(), path)
     return raw
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from max_profile.collect.readers.tables import column, csv_rows, ns, number, optional_column, read_text
 from max_profile.model import Capture, Environment, GpuInfo, KernelTable, KernelTotal, RawCapture, Unavailable
+from max_profile.model.tags import KernelOrigin
 
 _DEVICE_ORDINAL = re.compile(r"\((\d+)\)\s*$")
 
@@ -95,7 +96,7 @@ def gpu_trace_capture(path: str) -> RawCapture:
         block=np.array(block, dtype=np.int32).reshape(-1, 3),
         registers=np.array(regs, dtype=np.int32),
     )
-    raw.kernel_source = "nsys stats cuda_gpu_trace"
+    raw.kernel_source = KernelOrigin.NSYS_STATS.value + " cuda_gpu_trace"
     if skipped:
         raw.notes.append(f"{skipped} row(s) of {path} had no usable start / duration and were skipped")
     if not len(raw.kernels):
@@ -122,7 +123,7 @@ def kern_sum_capture(path: str) -> RawCapture:
         totals.append(KernelTotal(name=r[i_name], count=int(count), total_ns=total))
     raw = _raw("nsys-kern-sum-csv", path)
     raw.kernel_totals = totals
-    raw.kernel_source = "nsys stats cuda_gpu_kern_sum (totals only: no phases, no timeline)"
+    raw.kernel_source = KernelOrigin.NSYS_STATS.value + " cuda_gpu_kern_sum (totals only: no phases, no timeline)"
     if skipped:
         raw.notes.append(f"{skipped} row(s) of {path} had no usable totals and were skipped")
     if not totals:
@@ -156,7 +157,9 @@ def max_generate_capture(path: str) -> RawCapture:
                 in_table = False
     if totals:
         raw.kernel_totals = totals
-        raw.kernel_source = "max generate --profile top-kernels table (totals only; the table lists the top N)"
+        raw.kernel_source = (
+            KernelOrigin.MAX_GENERATE.value + " --profile top-kernels table (totals only; the table lists the top N)"
+        )
         raw.environment = Environment(vendor="nvidia", vendor_reason=raw.environment.vendor_reason)
     else:
         raw.kernels_unavailable = Unavailable(

@@ -21,7 +21,7 @@ span.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -39,9 +39,10 @@ from max_profile.collect.live.recorders import (
 from max_profile.collect.readers.nsys import export_sqlite, merge_trace, read_nsys_sqlite
 from max_profile.collect.readers.rocprof import rocprof_csv_capture
 from max_profile.collect.server import serve_profilers as sp
-from max_profile.collect.server.worker_protocol import WindowCoverage, WorkerHook
+from max_profile.collect.server.worker_protocol import WindowCoverage, WindowRecording, WorkerHook
 from max_profile.errors import CaptureError, MaxProfileError, ToolMissingError, TraceFormatError
 from max_profile.model import KernelTable, RawCapture, Unavailable
+from max_profile.model.tags import KernelOrigin
 from max_profile.util.procs import run_bounded
 
 Progress = Callable[[str], None]
@@ -126,6 +127,8 @@ class WorkerKernelRecorder(UtilizationRecorder):
         record_share: float = 1.0,
         slice_s: float = 0.5,
         ops_beside_kernels: bool = False,
+        window_recordings: Mapping[int, WindowRecording] | None = None,
+        settle_s: float = 0.5,
     ) -> None:
         self.tmp = tmp
         self.mode = "ops" if ops_beside_kernels else "kernels"
@@ -133,9 +136,13 @@ class WorkerKernelRecorder(UtilizationRecorder):
         """``serve --mode ops``: MAX's op ranges go beside CUPTI's kernels (``raw.op_ranges``, joined by the report)
         instead of standing in for them."""
         self.record_share, self.slice_s = record_share, slice_s
-        self.window_plans: dict[int, dict[str, object]] = {}
+        self.window_recordings = dict(window_recordings or {})
         """Server window -> what the worker records in it, instead of the share above (``benchmarks/serve_ab.py``'s
         variants)."""
+        self.settle_s = settle_s
+        """Load under recording before the window opens, so CUPTI's enable and its first launches after it stay out
+        of the measured window (on the H200 the recorder's cost proved steady, not a start-up transient:
+        tests/data/gpu/h200_llama5b_serve_steps_startup)."""
         self.hook_windows = 0
         """Windows the hook recorded so far (the hook numbers only those)."""
         self.coverage: dict[int, WindowCoverage] = {}
@@ -178,11 +185,6 @@ class WorkerKernelRecorder(UtilizationRecorder):
         if self.hook is not None:
             progress(self.hook.prepare(server.alive))
 
-    settle_s = 0.5
-    """Load under recording before the window opens, so CUPTI's enable and its first launches after it stay out of the
-    measured window (on the H200 the recorder's cost proved steady, not a start-up transient:
-    tests/data/gpu/h200_llama5b_serve_steps_startup)."""
-
     def window(self, index: int, server: ServerHandle, progress: Progress) -> Recorder | None:
         return WorkerKernelWindow(self, index, server, progress)
 
@@ -209,10 +211,8 @@ class WorkerKernelWindow:
         if m.hook is None:
             return
         self.hook_window = m.hook_windows = m.hook_windows + 1
-        plan = m.window_plans.get(self.index) or (
-            {"share": m.record_share, "slice_s": m.slice_s} if m.record_share < 1 else {}
-        )
-        m.hook.start(self.hook_window, plan)
+        recording = m.window_recordings.get(self.index) or WindowRecording(share=m.record_share, slice_s=m.slice_s)
+        m.hook.start(self.hook_window, recording)
         if not m.hook.wait_started(self.hook_window, self.server.alive):
             self.progress(
                 "the model worker had not started recording after 10 s; the window opens anyway (its coverage says how "
@@ -247,7 +247,9 @@ class WorkerKernelWindow:
                         raw.op_ranges = KernelTable.concat([raw.op_ranges, op_table])
                         said = [SERVE_OPS_MODE_NOTE] + ([] if len(op_table) else [NO_OPS_IN_WINDOW])
                         raw.notes = [*raw.notes, *(n for n in said if n not in raw.notes)]
-                    raw.kernel_source = "cupti (model worker" + (coverage.describe() if coverage else "") + ")"
+                    raw.kernel_source = KernelOrigin.CUPTI.describe(
+                        "model worker" + (coverage.describe() if coverage else "")
+                    )
                     if coverage is not None:
                         if coverage.sampled:
                             raw.recorded_spans = [*raw.recorded_spans, *coverage.slices]
@@ -257,7 +259,7 @@ class WorkerKernelWindow:
                     return
         if len(op_table):
             raw.kernels = KernelTable.concat([raw.kernels, op_table])
-            raw.kernel_source = "nvtx-log (model worker ops, host time)"
+            raw.kernel_source = KernelOrigin.OP_RANGES.describe("model worker ops, host time")
             return
         if m.nvtx_template is None and m.hook is None:
             return
@@ -316,7 +318,7 @@ class NsysRecorder(UtilizationRecorder):
         except TraceFormatError as exc:
             raw.kernels_unavailable = Unavailable(f"the nsys report could not be read back: {exc}")
             return
-        merge_trace(raw, trace, "nsys (max serve)", sqlite_path)
+        merge_trace(raw, trace, KernelOrigin.NSYS.describe("max serve"), sqlite_path)
 
     def artifacts(self) -> list[str]:
         rep = self.rep_base + ".nsys-rep"

@@ -3,10 +3,8 @@ serve``'s model worker, driven through files in one folder (no socket, nothing t
 
     hook = WorkerHook(folder)                     # the server starts with hook.env() in its environment
     line = hook.prepare(server_alive)             # after /health: the worker imports CUPTI now, not in the window
-    hook.start(1); hook.wait_started(1, alive)    # one window (several per server: 2, 3, ...): open it once recording
-    runs
-                                                  # (hook.start(1, {"share": 0.25, "slice_s": 0.5}): slices, a quarter
-                                                  of it)
+    hook.start(1); hook.wait_started(1, alive)    # one window (several per server: 2, 3, ...): open it once it records
+    hook.start(2, WindowRecording(share=0.25))    # or: slices of 0.5 s, a quarter of the window
     ...; hook.stop(1)
     kernels, coverage = hook.read(1, window)      # its kernels (host clock), how much of it was recorded
     hook.quit()                                   # the hook threads end
@@ -26,6 +24,30 @@ import msgspec
 from max_profile.model import KernelTable, Step
 
 HOOK_DIR = Path(__file__).parent / "worker_hook"
+
+
+@dataclass(frozen=True)
+class WindowRecording:
+    """What the model worker records in one server window."""
+
+    share: float = 1.0
+    """The share of the window recorded, in slices of ``slice_s`` with the recorder paused between them (1: all)."""
+    slice_s: float = 0.5
+    kernels: bool = True
+    """CUPTI's kernels (False: the steps only, the hook's own cost)."""
+    options: tuple[str, ...] = ()
+    """Recorder options for measurements (``zeroed-buffers``)."""
+
+    def message(self) -> dict[str, object]:
+        """The start request as the hook reads it (only what differs from recording everything)."""
+        out: dict[str, object] = {}
+        if self.share < 1:
+            out.update(share=self.share, slice_s=self.slice_s)
+        if not self.kernels:
+            out["kernels"] = False
+        if self.options:
+            out["options"] = list(self.options)
+        return out
 
 
 @dataclass(frozen=True)
@@ -169,12 +191,11 @@ class WorkerHook:
         inside = sorted((s for s in steps if span[0] <= s.start_ns <= span[1]), key=lambda s: s.start_ns)
         return [msgspec.structs.replace(s, index=i) for i, s in enumerate(inside)]
 
-    def start(self, window: int, plan: dict[str, object] | None = None) -> None:
-        """Ask for window ``window``'s recording; ``plan`` as the hook reads it (``share``, ``slice_s``,
-        ``options``, ``kernels``)."""
+    def start(self, window: int, recording: WindowRecording = WindowRecording()) -> None:
+        """Ask for window ``window``'s recording."""
         target = self.folder / f"start-{window}"
         tmp = self.folder / f".start-{window}"
-        tmp.write_text(json.dumps(plan or {}))
+        tmp.write_text(json.dumps(recording.message()))
         os.replace(tmp, target)  # whole or not at all: the hook reads it as soon as it exists
 
     def wait_started(self, window: int, alive: Callable[[], bool], timeout_s: float = 10.0) -> bool:
