@@ -4,8 +4,10 @@ Nothing about the server is started, stopped or reconfigured. Over a window of `
 server's own Prometheus metrics before and after (counter and histogram deltas: requests, tokens, CE / TG batch times,
 batch sizes, queue, KV-cache use, preemptions), samples the GPUs (this machine's; the ones the server's processes use
 are named when it runs here), and records the host's load. ``--probe`` adds a few streaming requests of its own (client
-TTFT / ITL); ``--concurrency 1,4,16`` drives a closed-loop load per level (a sweep) instead. A server that dies in the
-window is reported with what was seen, and the command fails (exit 4); the server is not ours to clean up.
+TTFT / ITL); ``--concurrency 1,4,16`` drives a closed-loop load per level (a sweep) instead. ``--otlp PORT`` receives
+the servers' own OpenTelemetry spans for the window: each forward pass and request, per replica (several URLs, or a
+Collector feeding many). A server that dies in the window is reported with what was seen, and the command fails (exit
+4); the server is not ours to clean up.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from dataclasses import dataclass, field
 
 from max_profile.collect.probes.environment import detect_environment
 from max_profile.collect.probes.model_files import read_model_config, read_model_weights
+from max_profile.collect.readers.otlp_passes import passes_from_spans
 from max_profile.collect.server.load_window import ServerTarget, ServerWindow, window_recorders
+from max_profile.collect.server.otlp_receiver import OtlpReceiver, parse_listen
 from max_profile.collect.server.serve_client import split_url, stream_completion
 from max_profile.collect.server.serve_metrics import scrape
 from max_profile.errors import InputError
@@ -49,6 +53,14 @@ class AttachPlan:
     prompt: str = "I believe the meaning of life is"
     max_tokens: int = 64
     timeout_s: float = 5.0
+    replicas: list[str] = field(default_factory=list)
+    """Further servers (URLs) in the same window: probes go to each in turn; their passes come from the spans."""
+    otlp: str | None = None
+    """``[HOST:]PORT`` to receive the servers' OTLP spans on for the window (``--otlp``)."""
+    otlp_save: str | None = None
+    """Write every span received to this file, as a Collector's file exporter does (``max-profile report`` reads it)."""
+    otlp_flush_s: float = 6.0
+    """How long after the window to wait for spans still in the exporters' batches (OTel's default delay is 5 s)."""
 
 
 @dataclass
@@ -135,7 +147,8 @@ def local_server(port: int) -> dict[str, object] | None:
         while (parent := root.parent()) is not None and any(w in " ".join(parent.cmdline()) for w in ("max", "serve")):
             root = parent
         tree = {root.pid, *(c.pid for c in root.children(recursive=True))}
-        environ = {k: v for k, v in root.environ().items() if k.startswith(("MAX_SERVE_", "MODULAR_", "OTEL_"))}
+        # the listening process's own environment: what the server runs with (a launching shell above it may differ)
+        environ = {k: v for k, v in proc.environ().items() if k.startswith(("MAX_SERVE_", "MODULAR_", "OTEL_"))}
         cmdline = " ".join(root.cmdline())
     except (psutil.Error, OSError):
         return {"pid": pid}
@@ -166,6 +179,19 @@ def _alive(host: str, port: int, prefix: str, timeout_s: float) -> bool:
         return False
 
 
+def otlp_setup(endpoint: str) -> list[str]:
+    """How to send a server's (or a fleet's) spans to ``endpoint``: the environment of ``max serve`` and the
+    Collector exporter entry."""
+    base = endpoint.removesuffix("/v1/traces")
+    return [
+        f"send MAX's spans here: start each server with OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={endpoint} "
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf MAX_SERVE_KERNEL_TRACE_LEVEL=batch "
+        "OTEL_RESOURCE_ATTRIBUTES=service.instance.id=<replica name> max serve ...",
+        f"or, through a fleet's OpenTelemetry Collector, add an exporter `otlphttp/max-profile: {{endpoint: {base}}}` "
+        "to its traces pipeline (`exporters: [..., otlphttp/max-profile]`)",
+    ]
+
+
 def run_attach(plan: AttachPlan, progress: Callable[[str], None] = lambda m: None) -> AttachResult:
     """The window(s) on the running server (see the module docstring)."""
     if not plan.duration_s > 0:
@@ -173,6 +199,8 @@ def run_attach(plan: AttachPlan, progress: Callable[[str], None] = lambda m: Non
     if any(c < 1 for c in plan.concurrency):
         raise InputError("--concurrency needs levels >= 1 (e.g. 1,4,16)")
     model, version = identify_server(plan.url, plan.timeout_s)
+    others = [(url, identify_server(url, plan.timeout_s)[0]) for url in plan.replicas]
+    listen = parse_listen(plan.otlp) if plan.otlp else None
     host, port, prefix = split_url(plan.url)
     metrics_url = plan.metrics_url or default_metrics_url(plan.url)
     env = detect_environment(check_tools=False)
@@ -221,17 +249,37 @@ def run_attach(plan: AttachPlan, progress: Callable[[str], None] = lambda m: Non
     )
     levels = plan.concurrency or [0]
     target = ServerTarget(host, port, model, plan.prompt, plan.max_tokens, prefix)
+    targets = [target] + [
+        ServerTarget(*split_url(url)[:2], name, plan.prompt, plan.max_tokens, split_url(url)[2]) for url, name in others
+    ]
     server_pids = frozenset(int(x) for x in local.get("pids", [])) if local else frozenset()  # type: ignore[attr-defined]
     windows: list[ServerWindow] = []
     failure = None
-    for level in levels:
-        window, failure = _window(plan, target, metrics_url, level, progress, raw, server_pids)
-        windows.append(window)
-        window.fill(raw)
-        if failure:
-            break
-    raw.load_windows = [w.load_window() for w in windows]
-    raw.window_ns = (windows[0].span[0], windows[-1].span[1])
+    receiver = OtlpReceiver(*listen, keep_bodies=plan.otlp_save is not None) if listen else None
+    try:
+        if receiver is not None:
+            for line in otlp_setup(receiver.endpoint):
+                progress(line)
+            if local:
+                notes.extend(_otlp_env_note(local, receiver.port))
+        for level in levels:
+            window, failure = _window(plan, targets, metrics_url, level, progress, raw, server_pids)
+            windows.append(window)
+            window.fill(raw)
+            if failure:
+                break
+        raw.load_windows = [w.load_window() for w in windows]
+        raw.window_ns = (windows[0].span[0], windows[-1].span[1])
+        if receiver is not None:
+            _wait_for_spans(receiver, raw.window_ns[1], plan.otlp_flush_s, progress)
+            _spans_into(raw, receiver)
+            if plan.otlp_save:
+                bodies = receiver.save(plan.otlp_save)
+                progress(f"{bodies} OTLP bodies saved to {plan.otlp_save} (max-profile report reads it)")
+                raw.artifacts.append(plan.otlp_save)
+    finally:
+        if receiver is not None:
+            receiver.stop()
     raw.requests = [r for w in windows for r in w.records]
     if not raw.samples:
         raw.utilization_unavailable = Unavailable(f"not sampled: {env.vendor_reason}")
@@ -257,14 +305,68 @@ def _trace_headers_note(local: dict[str, object]) -> str:
     )
     return (
         f"the server can capture kernels per request (trace headers and profiler plugin set): a probe request with "
-        f"`x-max-trace-level: kernel-sampled` sends its kernels to {endpoint}, where they are read (max_profile does "
-        "not receive OTLP)"
+        f"`x-max-trace-level: kernel-sampled` sends its kernels to {endpoint}, where they are read (max_profile's "
+        "--otlp receives MAX's pass and request spans, not the kernel events)"
     )
+
+
+def _wait_for_spans(
+    receiver: OtlpReceiver, window_end_ns: int, flush_s: float, progress: Callable[[str], None]
+) -> None:
+    """Until every exporting process has sent a span that ended after the window (its earlier ones are then in: an
+    exporter sends spans in the order they end), or ``flush_s`` has passed."""
+    end_unix = window_end_ns + time.time_ns() - time.perf_counter_ns()
+    deadline = time.monotonic() + flush_s
+    progress(f"waiting up to {flush_s:g} s for the exporters' last spans")
+    while time.monotonic() < deadline:
+        raise_pending_signal()
+        spans = receiver.spans()
+        processes = {str(s.resource.get("telemetry.session") or s.resource.get("service.instance.id")) for s in spans}
+        after = {
+            str(s.resource.get("telemetry.session") or s.resource.get("service.instance.id"))
+            for s in spans
+            if s.end_ns > end_unix
+        }
+        if spans and processes <= after:
+            return
+        time.sleep(0.2)
+
+
+def _spans_into(raw: RawCapture, receiver: OtlpReceiver) -> None:
+    """The window's passes and requests from the spans received (steps and server requests of ``raw``)."""
+    assert raw.window_ns is not None
+    offset = time.time_ns() - time.perf_counter_ns()
+    raw.capture.unix_minus_perf_counter_ns = offset
+    passes = passes_from_spans(receiver.spans(), offset, raw.window_ns)
+    raw.notes.append(receiver.summary())
+    if not passes.steps and not passes.server_requests:
+        raw.notes.append(
+            "no MAX serve pass or request span arrived for the window: " + " ".join(otlp_setup(receiver.endpoint))
+        )
+        return
+    passes.fill(raw)
+    raw.notes.append(
+        f"{len(passes.steps)} forward passes and {len(passes.server_requests)} requests in the window from MAX's spans "
+        f"({', '.join(passes.replicas)})"
+    )
+
+
+def _otlp_env_note(local: dict[str, object], port: int) -> list[str]:
+    environ = local.get("environ") or {}
+    assert isinstance(environ, dict)
+    endpoint = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+    level = environ.get("MAX_SERVE_KERNEL_TRACE_LEVEL", "off")
+    problems = []
+    if f":{port}" not in endpoint:
+        problems.append(f"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is {endpoint or 'unset'}")
+    if level not in ("batch", "op", "kernel"):
+        problems.append(f"MAX_SERVE_KERNEL_TRACE_LEVEL is {level} (max.batch spans need batch or above)")
+    return [f"the local server does not send its passes here: {'; '.join(problems)}"] if problems else []
 
 
 def _window(
     plan: AttachPlan,
-    target: ServerTarget,
+    targets: list[ServerTarget],
     metrics_url: str,
     concurrency: int,
     progress: Callable[[str], None],
@@ -272,7 +374,9 @@ def _window(
     server_pids: frozenset[int] = frozenset(),
 ) -> tuple[ServerWindow, str | None]:
     """One window: our own load (a sweep level) or the server's own traffic (and a few probes); read-only otherwise.
-    ``server_pids``: the attached server's processes on this machine (its load is the work observed)."""
+    ``server_pids``: the attached server's processes on this machine (its load is the work observed); probes go to
+    each of ``targets`` in turn (the load of a sweep to the first)."""
+    target = targets[0]
     recorders = window_recorders(raw.environment.vendor != "none", "", server_pids)
     window = ServerWindow(target, concurrency, plan.duration_s, metrics_url, recorders)
     probes: list[RequestRecord] = []
@@ -283,13 +387,10 @@ def _window(
         deadline = time.monotonic() + plan.duration_s
         while time.monotonic() < deadline:
             raise_pending_signal()
-            if plan.probe and not concurrency and len(probes) < PROBE_REQUESTS:
-                probes.append(
-                    stream_completion(
-                        target.host, target.port, target.model, target.prompt, target.max_tokens, prefix=target.prefix
-                    )
-                )
-                if not probes[-1].ok and not _alive(target.host, target.port, target.prefix, plan.timeout_s):
+            if plan.probe and not concurrency and len(probes) < PROBE_REQUESTS * len(targets):
+                to = targets[len(probes) % len(targets)]
+                probes.append(stream_completion(to.host, to.port, to.model, to.prompt, to.max_tokens, prefix=to.prefix))
+                if not probes[-1].ok and not _alive(to.host, to.port, to.prefix, plan.timeout_s):
                     failure = f"the server stopped answering during the window ({probes[-1].error})"
                     break
                 continue

@@ -293,6 +293,7 @@ def cmd_serve(args: argparse.Namespace, progress: Progress) -> int:
         extra_args=args.extra,
         warm=not args.no_warm,
         reference=not args.no_reference,
+        spans=not args.no_spans,
         record_slice_s=args.record_slice,
         concurrency=list(args.concurrency),
         slo_ms=dict(args.slo),
@@ -319,13 +320,23 @@ def cmd_serve(args: argparse.Namespace, progress: Progress) -> int:
 
 def cmd_attach(args: argparse.Namespace, progress: Progress) -> int:
     """A bounded, read-only window on a running server; exit 4 (after the report) when the server died in it."""
+    if args.otlp_save:
+        if not args.otlp:
+            raise InputError("--otlp-save needs --otlp [HOST:]PORT (the spans it saves are the ones received there)")
+        probe_writable(args.otlp_save, "--otlp-save")
     plan = _from_flags(
-        AttachPlan, args, duration_s=args.duration, concurrency=list(args.concurrency), slo_ms=dict(args.slo)
+        AttachPlan,
+        args,
+        url=args.url[0],
+        replicas=list(args.url[1:]),
+        duration_s=args.duration,
+        concurrency=list(args.concurrency),
+        slo_ms=dict(args.slo),
     )
     result = run_attach(plan, progress)
     code = _emit(result.raw, args, progress)
     if result.failure:
-        raise CaptureError(f"{args.url}: {result.failure}; the report above holds what was seen before")
+        raise CaptureError(f"{args.url[0]}: {result.failure}; the report above holds what was seen before")
     return code
 
 

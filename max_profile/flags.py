@@ -339,6 +339,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-warm", action="store_true", help="skip the warm pass (the compile cache is already filled)")
     p.add_argument(
+        "--no-spans",
+        action="store_true",
+        help="leave MAX's telemetry off: no OTLP spans (the per-pass timeline then comes from the worker hook of the "
+        "kernel modes only)",
+    )
+    p.add_argument(
         "--no-reference",
         action="store_true",
         help="kernels mode on NVIDIA: skip the untraced reference window run first (it measures the recorder's cost on "
@@ -368,7 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
         "read-only look at a running `max serve`: its metrics over a window, the GPUs, client latency with --probe, or "
         "a load sweep",
     )
-    p.add_argument("url", help="the server's API, http://HOST:PORT")
+    p.add_argument(
+        "url", nargs="+", help="the server's API, http://HOST:PORT (several: one window over all, probes to each)"
+    )
     p.add_argument(
         "--metrics-url", help="its Prometheus endpoint (default: http://HOST:8001/metrics, MAX's default port)"
     )
@@ -387,6 +395,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--slo", type=slo, default={}, metavar="ttft=MS,itl=MS", help="objectives for goodput")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens per request of ours")
+    p.add_argument(
+        "--otlp",
+        metavar="[HOST:]PORT",
+        help="receive the servers' OpenTelemetry spans here for the window (127.0.0.1 unless HOST): every forward "
+        "pass and request from MAX's own spans, per replica; prints the server / Collector settings that send them",
+    )
+    p.add_argument(
+        "--otlp-save",
+        metavar="FILE",
+        help="with --otlp: keep every span received in FILE as a Collector's file exporter writes it (JSON lines)",
+    )
     add_output_flags(p)
 
     p = verb(

@@ -73,6 +73,14 @@ MAX_GENERATE = (
 )
 
 
+def _otlp_protobuf(out: Path) -> Path:
+    """One OTLP protobuf body, as MAX's exporter sends it (spans made with the OpenTelemetry SDK)."""
+    from .otlp_spans import protobuf_body, served_spans
+
+    (out / "traces.pb").write_bytes(protobuf_body(served_spans(requests=2, output_tokens=4).spans))
+    return out / "traces.pb"
+
+
 def _copy(src: Path, out: Path) -> Path:
     dest = out / src.name
     dest.write_bytes(src.read_bytes())
@@ -89,6 +97,8 @@ SEEDS: dict[str, Callable[[Path], Path]] = {
     "ncu-csv": lambda out: _copy(DATA / "gpu" / "h200_llama180m_host_bound" / "small_ncu_gemv_details.csv", out),
     "rocprof-json": fuzzing._rocprof_json,
     "kineto-json": fuzzing._kineto,
+    "otlp-json": lambda out: _copy(DATA / "cpu" / "tiny_llama_otlp_spans" / "spans.jsonl", out),
+    "otlp-protobuf": _otlp_protobuf,
     "max-profile-json": lambda out: fuzzing._raw_capture(out)[0],
     "kineto-json-bare": _bare_chrome,
     "rocprof-kernel-csv": _text("run_kernel_trace.csv", fuzzing.ROCPROF),
@@ -105,7 +115,7 @@ REFUSED = {
 }
 """Sources whose seed is refused on a machine without the tool (or, for one, always): the error and what it names."""
 
-NO_KERNELS = {"max-generate-profile"}
+NO_KERNELS = {"max-generate-profile", "otlp-json", "otlp-protobuf"}
 """Sources that hold no kernels by nature (said as unavailable)."""
 ANALYSES_ONLY = {"ncu-csv"}
 """Sources that hold per-kernel analyses (Nsight Compute), not a kernel timeline."""

@@ -105,6 +105,12 @@ def test_utilization_mode_end_to_end(
         )
         assert lv.server is not None and lv.server.requests and lv.server.batches.get("TG")
     assert (tmp_path / "art" / "server.log").read_text().strip()
+    # MAX's own spans split the window by prefill / decode (no hook in this mode): one step per forward pass
+    assert {st.phase for st in report.steps} >= {"prefill", "decode"}
+    assert {st.replica for st in report.steps} == {"max-profile-serve"}
+    replica = report.replicas[0]
+    # the requests that ended inside the windows, as the server's spans tell them (a prefill pass may hold two)
+    assert replica.passes == len(report.steps) and replica.requests >= 0.9 * s.requests
     _assert_clean(plan.port, before)
 
 
@@ -136,6 +142,14 @@ def test_kernels_mode_uses_scheduler_ranges(tiny_model_dir: Path) -> None:
     ledger = report.ledger
     assert isinstance(ledger, StepLedger) and {p.phase for p in ledger.phases} >= {"prefill", "decode"}
     assert ledger.requests_in_flight_pct is not None and ledger.requests_in_flight_pct > 90
+    # MAX's spans of the same window agree with the hook: the passes, their prefill / decode split (a pass at either
+    # edge of the window may fall on one side for one and the other side for the other) and the median pass within
+    # 25 % (a span also holds the pass's response hand-off)
+    a = raw.pass_agreement
+    assert a is not None and a.span_passes > 5, a
+    assert abs(a.span_passes - a.hook_steps) <= 2 and abs(a.span_prefill - a.hook_prefill) <= 1, a
+    assert a.span_median_ms is not None and a.hook_median_ms is not None
+    assert 0.75 <= a.span_median_ms / a.hook_median_ms <= 1.25, a
 
 
 def test_not_confirmed_starts_nothing(tiny_model_dir: Path) -> None:
@@ -629,7 +643,10 @@ def test_kernels_mode_measures_the_recorder_against_an_untraced_reference_window
     assert cost.throughput_ratio == pytest.approx(cost.traced_tok_s / cost.reference_tok_s, rel=1e-3)
     assert cost.reference_decode_step_ms and cost.traced_decode_step_ms  # the server's own TG batch time, per window
     assert report.load_levels == [] and report.server_metrics is not None
+    # the metrics' deltas span the two scrapes that bracket the recorded window
+    assert recorded.metrics_before is not None and recorded.metrics_after is not None
     assert report.server_metrics.window_s == pytest.approx(
-        (recorded.window_ns[1] - recorded.window_ns[0]) / 1e9, abs=0.05
+        (recorded.metrics_after.t_ns - recorded.metrics_before.t_ns) / 1e9, abs=1e-6
     )
+    assert report.server_metrics.window_s >= (recorded.window_ns[1] - recorded.window_ns[0]) / 1e9
     assert Report.from_json(report.to_json()).tracer_cost == cost

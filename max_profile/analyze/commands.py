@@ -23,7 +23,7 @@ from max_profile.analyze.load import load_share
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import Command, KernelBreakdown, KernelRow, Report, Unavailable, Workload
 from max_profile.model.kernel_modes import KERNEL_MODES
-from max_profile.model.tags import TargetKind
+from max_profile.model.tags import Collector, TargetKind
 
 ArgValue = str | int | float | bool | list[str]
 
@@ -338,6 +338,11 @@ def next_command(report: Report, th: Thresholds | None = None) -> Command | None
         return attach_command(report, comment="a few requests of ours: the window's load and latency", probe=True)
     if "host-bound" in ids:
         return None
+    if Collector.OTLP in report.capture.collectors and report.serve is None and report.capture.model_path:
+        # MAX's spans time the passes of a server elsewhere: its kernels, on the machine that serves it
+        return for_model(
+            report, "serve", mode="kernels", comment="the kernels of these passes, where the model is served"
+        )
     if report.environment.vendor == "none":
         if report.kernels is None:
             return for_model(report, "run", kernels="nvtx-log", comment="MAX's op ranges on the CPU")

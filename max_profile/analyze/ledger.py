@@ -432,31 +432,66 @@ def server_ledger(server: ServerMetrics, window: LoadWindow) -> StepLedger | Non
     alike."""
     if server.unavailable or not server.batches:
         return None
-    w0, w1 = window.window_ns
+    batch = int(round(server.batch_size_mean)) if server.batch_size_mean else None
+    passes = [
+        (phase, server.batches.get(batch_type) or 0.0, server.batch_execution_ms_mean.get(batch_type), size)
+        for batch_type, phase, size in (("CE", "prefill", None), ("TG", "decode", batch))
+    ]
+    return _pass_ledger(
+        passes,
+        window.window_ns,
+        LedgerSource.SERVER_METRICS,
+        "batch execution (kernels and host work, server metrics)",
+        "not priced: the server's metrics give batch times, not kernels",
+        [window],
+    )
+
+
+def spans_ledger(steps: Sequence[Step], window_ns: tuple[int, int], windows: list[LoadWindow]) -> StepLedger | None:
+    """A ledger from MAX's own ``max.batch`` spans of one server (no kernel timeline): each phase's passes at their
+    mean wall time, the rest of the window outside them. A pass holds its kernels and host work alike."""
+    passes = []
+    for phase in ("prefill", "decode"):
+        mine = [s for s in steps if (s.phase in ("prefill", "mixed") if phase == "prefill" else s.phase == "decode")]
+        mean = sum(s.duration_ns for s in mine) / len(mine) / 1e6 if mine else None
+        batch = int(round(sum(s.batch_size for s in mine) / len(mine))) if mine else None
+        passes.append((phase, float(len(mine)), mean, batch if phase == "decode" else None))
+    return _pass_ledger(
+        passes,
+        window_ns,
+        LedgerSource.SPANS,
+        "forward pass (kernels and host work, MAX's max.batch spans)",
+        "not priced: the spans time each pass, not its kernels",
+        windows,
+    )
+
+
+def _pass_ledger(
+    passes: Sequence[tuple[str, float, float | None, int | None]],
+    window_ns: tuple[int, int],
+    source: LedgerSource,
+    part: str,
+    basis: str,
+    windows: list[LoadWindow],
+) -> StepLedger | None:
+    """(phase, passes, mean ms, batch) per phase as a ledger of passes with no kernels, the rest of the window
+    outside."""
+    w0, w1 = window_ns
     observed_ms = max((w1 - w0) / 1e6, 1e-9)
     phases: list[PhaseLedger] = []
     inside_ms = 0.0
-    phase: Phase
-    for batch_type, phase in (("CE", "prefill"), ("TG", "decode")):
-        count = server.batches.get(batch_type)
-        mean = server.batch_execution_ms_mean.get(batch_type)
+    for phase, count, mean, batch in passes:
         if not count or mean is None:
             continue
         inside_ms += count * mean
-        row = LedgerRow(
-            part="batch execution (kernels and host work, server metrics)",
-            kind="kernels",
-            ms_per_step=round(mean, 6),
-            share_pct=100.0,
-            basis="not priced: the server's metrics give batch times, not kernels",
-        )
+        row = LedgerRow(part=part, kind="kernels", ms_per_step=round(mean, 6), share_pct=100.0, basis=basis)
         phases.append(
             PhaseLedger(
-                phase=phase,
+                phase=phase,  # type: ignore[arg-type]
                 steps=int(round(count)),
                 step_ms=round(mean, 6),
                 host_step_p50_ms=None,  # type: ignore[arg-type]
-                batch=int(round(server.batch_size_mean)) if server.batch_size_mean and phase == "decode" else None,
+                batch=batch,
                 tokens_per_step=None,
                 rows=[row],
                 busy_pct=100.0,
@@ -467,11 +502,11 @@ def server_ledger(server: ServerMetrics, window: LoadWindow) -> StepLedger | Non
     outside = max(observed_ms - inside_ms, 0.0)
     return with_load(
         StepLedger(
-            source=LedgerSource.SERVER_METRICS,
+            source=source,
             window_ms=round(observed_ms, 6),
             phases=phases,
             outside_steps_ms=round(outside, 6),
             outside_steps_pct=round(100 * outside / observed_ms, 2),
         ),
-        [window],
+        windows,
     )

@@ -115,9 +115,12 @@ def _gauge(scrape: MetricsScrape, prefixes: tuple[str, ...]) -> float | None:
 
 
 def server_metrics(before: MetricsScrape | None, after: MetricsScrape | None, window_s: float) -> ServerMetrics | None:
-    """Counter and histogram deltas between two scrapes, gauges at the second; None when no scrape was taken."""
+    """Counter and histogram deltas between two scrapes, gauges at the second; None when no scrape was taken. Its
+    window is the time between the two scrapes (they bracket the load window, each a little outside it)."""
     if before is None and after is None:
         return None
+    if before is not None and after is not None and after.t_ns > before.t_ns:
+        window_s = (after.t_ns - before.t_ns) / 1e9
     url = (after or before).url  # type: ignore[union-attr]
     for scrape in (before, after):
         if scrape is None or scrape.problem:
@@ -539,7 +542,7 @@ def load_share(report: Report) -> tuple[float | None, str]:
     if lg is not None:
         return (
             100.0 - lg.outside_steps_pct,
-            "steps running" if lg.source != LedgerSource.SERVER_METRICS else "batches executing",
+            "batches executing" if lg.source in (LedgerSource.SERVER_METRICS, LedgerSource.SPANS) else "steps running",
         )
     share = server_batch_share(report)
     if share is not None:

@@ -17,11 +17,12 @@ import numpy as np
 from max_profile.analyze.account import breakdown_from_ledger, ms_per_step_of
 from max_profile.analyze.breakdown import breakdown_from_totals, build_breakdown, slices_without_records
 from max_profile.analyze.commands import next_command, say
-from max_profile.analyze.ledger import build_ledger, server_ledger, with_load
+from max_profile.analyze.ledger import build_ledger, server_ledger, spans_ledger, with_load
 from max_profile.analyze.load import load_level, summarize_serve, tracer_cost, tracing_cost_statement
 from max_profile.analyze.ncu import analyze_launch
 from max_profile.analyze.op_roofline import price_ops
 from max_profile.analyze.ops import op_breakdown
+from max_profile.analyze.replicas import replica_table, slowest_replica
 from max_profile.analyze.roofline import decode_roofline
 from max_profile.analyze.rules import RULES, RuleSpec, evaluate_rules, nvml_window_long_enough
 from max_profile.analyze.steps import summarize_steps
@@ -113,6 +114,12 @@ def ledger_of(
         if ledger is not None:
             return with_load(ledger, raw.load_windows)
     windows = [w for w in raw.load_windows if not w.reference]
+    if raw.steps and raw.steps[0].replica is not None and len({s.replica for s in raw.steps}) == 1:
+        # one server's passes from MAX's spans: each pass timed, where the server's metrics give only means
+        window = raw.window_ns or (min(s.start_ns for s in raw.steps), max(s.end_ns for s in raw.steps))
+        spans = spans_ledger(raw.steps, window, windows)
+        if spans is not None:
+            return spans
     if windows and report.server_metrics is not None:
         ledger = server_ledger(report.server_metrics, windows[-1])
         if ledger is not None:
@@ -183,7 +190,11 @@ def build_report(
         report.steps = host_steps
         report.step_summary = summarize_steps(
             host_steps,
-            source=StepSource.WORKER if raw.serve is not None else StepSource.HOST,
+            source=StepSource.SPANS
+            if host_steps[0].replica is not None  # MAX's max.batch spans name their replica
+            else StepSource.WORKER
+            if raw.serve is not None
+            else StepSource.HOST,
             traced=raw.recorded_spans if raw.kernel_clock == "host" else (),
         )
     elif timeline.steps:
@@ -277,6 +288,22 @@ def build_report(
         if len(levels) > 1:
             report.load_levels = levels
     report.tracer_cost = tracer_cost(raw.load_windows)
+    if raw.pass_agreement is not None:
+        a = raw.pass_agreement
+
+        def figure(ms: float | None, fmt: str) -> str:
+            return "n/a" if ms is None else format(ms, fmt)
+
+        notes.append(
+            f"forward passes of the window, MAX's spans against the worker hook: {a.span_passes} ({a.span_prefill} "
+            f"prefill / {a.span_decode} decode, median {figure(a.span_median_ms, '.2f')} ms) against {a.hook_steps} "
+            f"({a.hook_prefill} / {a.hook_decode}, median {figure(a.hook_median_ms, '.2f')} ms; a span also holds the "
+            "pass's response hand-off)"
+        )
+    report.replicas = replica_table(raw.steps, raw.server_requests, raw.window_ns if raw.serve is not None else None)
+    slowest = slowest_replica(report.replicas)
+    if slowest is not None:
+        report.slowest_replica = f"{slowest[0].replica}: {slowest[1]}"
     if raw.serve is not None:
         report.serve = summarize_serve(raw.serve, raw.requests, raw.window_ns)
         if report.serve.requests and report.serve.requests == report.serve.failed_requests and kernels is None:

@@ -234,6 +234,11 @@ class Step(msgspec.Struct, frozen=True):
     """CPU time the profiled process (all its threads) used during the step (``time.process_time_ns()``): on a CPU
     device the step's work without the wait for cores other processes held (wall time grows under load, this does
     not)."""
+    replica: str | None = None
+    """The server instance that ran this pass, where it came from MAX's spans (``service.instance.id``, else
+    ``replica-N``)."""
+    batch_id: int | None = None
+    """MAX's ``max.batch_id`` of the pass, where it came from MAX's spans."""
 
     @property
     def duration_ns(self) -> int:
@@ -299,6 +304,41 @@ class RequestRecord(msgspec.Struct, frozen=True):
     error: str | None = None
     truncated: bool = False
     """The client stopped reading before the stream ended (the load stopped mid-request)."""
+
+
+class ServerRequest(msgspec.Struct, frozen=True):
+    """One request as the server's own spans tell it (``max.request`` with its ``max.phase.prefill`` /
+    ``max.phase.decode``): times on the capture's clock, durations in nanoseconds."""
+
+    request_id: str
+    replica: str
+    started_ns: int
+    """Arrival at the API server (the ``max.request`` span's start) and the end of its response."""
+    ended_ns: int
+    ok: bool = True
+    input_tokens: int = 0
+    output_tokens: int = 0
+    queue_ns: int | None = None
+    """Arrival to the start of its first forward pass (``max.first_batch_id``)."""
+    ttft_ns: int | None = None
+    """Arrival to the end of its prefill phase (its first token computed)."""
+    prefill_ns: int | None = None
+    decode_ns: int | None = None
+    first_batch_id: int | None = None
+    last_batch_id: int | None = None
+
+
+class PassAgreement(msgspec.Struct, frozen=True):
+    """The same window's forward passes as the worker hook stamped them and as MAX's ``max.batch`` spans tell them."""
+
+    hook_steps: int
+    hook_prefill: int
+    hook_decode: int
+    hook_median_ms: float | None
+    span_passes: int
+    span_prefill: int
+    span_decode: int
+    span_median_ms: float | None
 
 
 class MetricPoint(msgspec.Struct, frozen=True, array_like=True):

@@ -12,9 +12,11 @@ from max_profile.model.capture import (
     Environment,
     LoadWindow,
     NcuLaunch,
+    PassAgreement,
     PhaseRange,
     PreflightResult,
     RequestRecord,
+    ServerRequest,
     ServeRun,
     StartupProfile,
     Step,
@@ -68,6 +70,10 @@ class RawCapture(msgspec.Struct):
     tracer_callback_s: float | None = None
     """Seconds the in-process kernel tracer spent in its buffer callbacks while recording."""
     requests: list[RequestRecord] = []
+    server_requests: list[ServerRequest] = []
+    """The requests as the server's own spans tell them (OTLP: ``attach --otlp``, ``serve``, an imported span file)."""
+    pass_agreement: PassAgreement | None = None
+    """Where the worker hook and MAX's spans both timed the passes (``serve`` in a kernel mode): how they agree."""
     serve: ServeRun | None = None
     startup: StartupProfile | None = None
     """How the capture's process (or the served model) started: phases to the first token, compile-cache state."""

@@ -581,6 +581,30 @@ class LoadLevel(msgspec.Struct, frozen=True):
     """Share of the window with at least one request in flight (ours: probes or load)."""
 
 
+class ReplicaRow(msgspec.Struct):
+    """One server instance's share of a window, from MAX's spans (``replica`` "fleet": all of them together). Times in
+    ms; ``busy_pct``: the passes' wall time over the window (the fleet's: the replicas' mean)."""
+
+    replica: str
+    passes: int
+    passes_per_s: float | None
+    prefill_passes: int
+    decode_passes: int
+    prefill_ms: float
+    decode_ms: float
+    busy_pct: float | None
+    mean_batch: float | None
+    mean_decode_pass_ms: float | None
+    requests: int
+    failed_requests: int
+    output_tokens: int
+    queue_ms: float | None
+    ttft_ms: float | None
+    ttft_p90_ms: float | None
+    itl_ms: float | None
+    """Mean inter-token latency: each request's decode phase over its tokens after the first."""
+
+
 class TracerCost(msgspec.Struct, frozen=True):
     """What the kernel recorder cost a served model, measured on the same server: the untraced reference window that
     ``serve --mode kernels`` runs first against the first recorded window at the same concurrency.
@@ -670,6 +694,10 @@ class Report(msgspec.Struct):
     window_load: LoadLevel | None = None
     """The (last) load window of a serve / attach capture: requests, throughput, how much of it had requests in
     flight."""
+    replicas: list[ReplicaRow] = []
+    """Per server instance, from MAX's spans, and the fleet's total when there are several."""
+    slowest_replica: str | None = None
+    """With several replicas: the slowest (by inter-token latency) and why."""
     tracer_cost: TracerCost | None = None
     """``serve --mode kernels``: the recorder's cost on this server, against its untraced reference window."""
     slo_ms: dict[str, float] = {}

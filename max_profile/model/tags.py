@@ -49,6 +49,7 @@ class LedgerSource(StrEnum):
     KERNEL_TIMELINE = "kernel timeline"  # GPU kernels on a timeline with the steps
     OP_RANGES = "op ranges (host)"  # MAX's op ranges on the host: idle is host time between ops
     SERVER_METRICS = "server metrics"  # a server's batch execution times (attach): no kernels
+    SPANS = "MAX serve spans"  # one server's max.batch spans: each pass's wall time, no kernels
 
 
 class StepSource(StrEnum):
@@ -59,6 +60,7 @@ class StepSource(StrEnum):
     OURS = "max_profile ranges"  # our NVTX / roctx ranges in a trace
     OURS_AND_HOST = "max_profile ranges + host steps"
     SCHEDULER = "MAX scheduler ranges"  # MAX's own ranges (profiling on) in a trace
+    SPANS = "MAX serve spans"  # MAX's OTLP max.batch spans, one per forward pass
     NONE = "none"
 
 
@@ -72,6 +74,7 @@ class Collector(StrEnum):
     NSYS = "nsys"
     NCU = "ncu"
     KINETO_JSON = "kineto-json"
+    OTLP = "otlp"  # MAX serve's OpenTelemetry spans
 
 
 SERVE_PREFIX = "serve:"

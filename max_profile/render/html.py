@@ -56,6 +56,7 @@ SECTIONS = (
     "ncu",
     "serve",
     "server",
+    "replicas",
     "sweep",
 )
 
@@ -576,6 +577,33 @@ def _server(report: Report) -> str:
     return f"<p class='meta'>{esc(m.url)}, {m.window_s:.1f} s window</p>" + _figures_table(["metric", "value"], rows)
 
 
+def _replicas(report: Report) -> str:
+    """Per server instance from MAX's own spans, and the fleet's total."""
+    if not report.replicas:
+        return na("no MAX serve spans (serve records them; attach --otlp PORT receives them)")
+    header = ["replica", "passes", "passes/s", "prefill / decode passes", "prefill / decode ms", "busy %"]
+    header += ["batch size", "decode pass ms", "requests", "queue ms", "TTFT ms", "ITL ms"]
+    rows = [
+        [
+            r.replica,
+            str(r.passes),
+            _n(r.passes_per_s, ".1f"),
+            f"{r.prefill_passes} / {r.decode_passes}",
+            f"{r.prefill_ms:.1f} / {r.decode_ms:.1f}",
+            _n(r.busy_pct, ".1f"),
+            _n(r.mean_batch),
+            _n(r.mean_decode_pass_ms),
+            f"{r.requests} ({r.failed_requests} failed)",
+            _n(r.queue_ms),
+            _n(r.ttft_ms),
+            _n(r.itl_ms),
+        ]
+        for r in report.replicas
+    ]
+    slowest = f"<p class='meta'>slowest: {esc(report.slowest_replica)}</p>" if report.slowest_replica else ""
+    return slowest + _figures_table(header, rows)
+
+
 def _startup_plot(report: Report) -> Any | str:
     """Start-up as one horizontal bar of phases (compile phases coloured by cache hit / miss), then the table."""
     from bokeh.models import ColumnDataSource
@@ -707,6 +735,7 @@ def render_html(report: Report) -> str:
         "ncu": "Kernel deep dive (Nsight Compute)",
         "serve": "max serve: client-side latency",
         "server": "Server metrics (its /metrics over the window)",
+        "replicas": "Replicas (MAX serve spans)",
         "sweep": "Load sweep",
     }
     built: dict[str, Any] = {
@@ -723,6 +752,7 @@ def render_html(report: Report) -> str:
         "ncu": _ncu_plots(report.kernel_analyses),
         "serve": _serve_plots(report),
         "server": _server(report),
+        "replicas": _replicas(report),
         "sweep": _sweep_plots(report),
     }
     models = {name: obj for name, obj in built.items() if not isinstance(obj, str)}

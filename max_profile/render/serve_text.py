@@ -157,3 +157,56 @@ def load_levels_section(
         style="dim",
     )
     return Panel(Group(*fitted_tables(cols, rows, width - INNER), note), title="Load sweep", title_align="left")
+
+
+def replicas_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableType | None:
+    """Per server instance from MAX's own spans (``attach --otlp``, ``serve``, an imported span file)."""
+    if not report.replicas:
+        return None
+    cols = [
+        Col("replica", numeric=False),
+        Col("passes"),
+        Col("passes/s"),
+        Col("prefill passes"),
+        Col("decode passes"),
+        Col("prefill ms"),
+        Col("decode ms"),
+        Col("busy %"),
+        Col("batch size"),
+        Col("decode pass ms"),
+        Col("requests"),
+        Col("output tokens"),
+        Col("queue ms"),
+        Col("TTFT ms"),
+        Col("TTFT p90 ms"),
+        Col("ITL ms"),
+    ]
+    rows = [
+        [
+            r.replica,
+            str(r.passes),
+            figure(r.passes_per_s, ".1f"),
+            str(r.prefill_passes),
+            str(r.decode_passes),
+            f"{r.prefill_ms:.1f}",
+            f"{r.decode_ms:.1f}",
+            figure(r.busy_pct, ".1f"),
+            figure(r.mean_batch, ".2f"),
+            figure(r.mean_decode_pass_ms, ".2f"),
+            f"{r.requests}" + (f" ({r.failed_requests} failed)" if r.failed_requests else ""),
+            str(r.output_tokens),
+            figure(r.queue_ms, ".2f"),
+            figure(r.ttft_ms, ".2f"),
+            figure(r.ttft_p90_ms, ".2f"),
+            figure(r.itl_ms, ".2f"),
+        ]
+        for r in report.replicas
+    ]
+    lines = [
+        "from MAX's own spans: a pass is one max.batch span (prefill: context-encoding requests only; decode: "
+        "token generation only), queue is arrival to the first pass, ITL the decode phase over its tokens"
+    ]
+    if report.slowest_replica:
+        lines.insert(0, f"slowest: {report.slowest_replica}")
+    body = Group(*fitted_tables(cols, rows, width - INNER), Text("\n".join(lines), style="dim"))
+    return Panel(body, title="Replicas (MAX serve spans)", title_align="left")

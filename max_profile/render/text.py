@@ -25,7 +25,13 @@ from max_profile.model import (
     UtilizationSection,
 )
 from max_profile.model.tags import LedgerSource, StartupSource, StepSource, TargetKind, host_ops
-from max_profile.render.serve_text import load_levels_section, serve_section, server_metrics_section, tracer_cost_line
+from max_profile.render.serve_text import (
+    load_levels_section,
+    replicas_section,
+    serve_section,
+    server_metrics_section,
+    tracer_cost_line,
+)
 from max_profile.render.tables import (
     INNER,
     OP_COLUMNS,
@@ -709,6 +715,7 @@ def render_renderables(report: Report, width: int = DEFAULT_WIDTH) -> list[Rende
         startup_section(report.startup, width),
         serve_section(report),
         server_metrics_section(report.server_metrics),
+        replicas_section(report, width),
         tracer_cost_line(report),
         load_levels_section(report.load_levels, report.slo_ms, width),
         steps_section(report, width) if report.steps or report.step_summary is not None else None,

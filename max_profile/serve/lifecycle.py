@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from max_profile.collect.live.nvtx_log import MAX_GPU_NVTX_PROBLEM, NVTX_V2_FIX
 from max_profile.collect.probes.environment import detect_environment
 from max_profile.collect.probes.startup import (
@@ -33,17 +35,22 @@ from max_profile.collect.probes.startup import (
     serve_startup,
     warm_cache_command,
 )
+from max_profile.collect.readers.otlp import BATCH_SPAN
+from max_profile.collect.readers.otlp_passes import passes_from_spans
 from max_profile.collect.server.load_window import ServerTarget, ServerWindow, window_recorders
+from max_profile.collect.server.otlp_receiver import OtlpReceiver
 from max_profile.collect.server.serve_recorders import ServeRecorder
 from max_profile.collect.server.server_process import EARLY_ERRORS, ServerProcess, server_tmpdir, wait_ready
 from max_profile.errors import CaptureError, InputError
 from max_profile.model import (
     Capture,
     Environment,
+    PassAgreement,
     PreflightResult,
     RawCapture,
     ServeRun,
     StartupProfile,
+    Step,
     Unavailable,
     Workload,
 )
@@ -54,6 +61,8 @@ from max_profile.serve.plan import ModeContext, ResolvedServe, ServePlan
 from max_profile.util.procs import die_with_parent, kill_group, raise_pending_signal
 
 READY_TIMEOUT_S = 900.0
+SPAN_FLUSH_S = 3.0
+"""How long after the last window to wait for the server's last spans (its exporter sends every 0.2 s)."""
 
 
 def run_serve_capture(
@@ -111,7 +120,14 @@ def serve_windows(
 
     cache_was_empty = not any("/.max_cache/" in p for p in cache_files(modular_cache_dir()))
     progress("starting: " + " ".join(cmd))
-    server = ServerProcess(cmd, resolved.env_for(tmp, recorder.env()), tmp)
+    receiver = OtlpReceiver() if plan.spans else None
+    spans_env = span_export_env(receiver.endpoint) if receiver is not None else {}
+    try:
+        server = ServerProcess(cmd, resolved.env_for(tmp, {**recorder.env(), **spans_env}), tmp)
+    except BaseException:
+        if receiver is not None:
+            receiver.stop()
+        raise
     recorder.launched(server.started)
     raw.serve = ServeRun(mode=plan.mode, port=plan.port, commands=[cmd])
     metrics_url = f"http://127.0.0.1:{plan.metrics_port}/metrics"
@@ -155,6 +171,9 @@ def serve_windows(
                 progress(
                     f"window {index} (concurrency {concurrency}{', recorded' if traced else ''}): {window.summary()}"
                 )
+        if receiver is not None:
+            measured = [w.span for w in windows if not w.reference] or [w.span for w in windows]
+            spans_into_serve(raw, receiver, (measured[0][0], measured[-1][1]), progress)
         saved = _keep_artifacts(tmp, artifacts_dir)
     finally:
         for w in windows:
@@ -163,12 +182,77 @@ def serve_windows(
             recorder.close()
         finally:
             server.stop()
+            if receiver is not None:
+                receiver.stop()
             if artifacts_dir and recorder.reads_after_teardown:
                 _keep_artifacts(tmp, artifacts_dir)
     if recorder.reads_after_teardown:
         recorder.read_after_teardown(raw, windows[-1].span)
         saved = {"server.log": str(Path(artifacts_dir) / "server.log")} if artifacts_dir else {}
     return _finish_raw(raw, windows, ready_s, saved.get("server.log"), [*recorder.artifacts(), *saved.values()])
+
+
+def span_export_env(endpoint: str) -> dict[str, str]:
+    """The server environment that sends MAX's spans to ``endpoint``: traces on (``OTEL_SDK_DISABLED`` false), a
+    ``max.batch`` span per forward pass (``MAX_SERVE_KERNEL_TRACE_LEVEL=batch``), exported within 0.2 s, and the generic
+    endpoint set so MAX's metrics export goes there too rather than to Modular's collector."""
+    return {
+        "OTEL_SDK_DISABLED": "false",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint,
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint.removesuffix("/v1/traces"),
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+        "OTEL_RESOURCE_ATTRIBUTES": "service.instance.id=max-profile-serve",
+        "MAX_SERVE_KERNEL_TRACE_LEVEL": "batch",
+    }
+
+
+def spans_into_serve(
+    raw: RawCapture, receiver: OtlpReceiver, window: tuple[int, int], progress: Callable[[str], None]
+) -> None:
+    """The measured windows' passes and requests from MAX's spans (waiting a moment for the exporter's last batch):
+    they are the capture's steps where no worker hook recorded any; where it did, the hook's steps stay (its kernels
+    are joined to them) and how the two agree is said."""
+    deadline = time.monotonic() + SPAN_FLUSH_S
+    offset = time.time_ns() - time.perf_counter_ns()
+    while time.monotonic() < deadline and not any(
+        s.name == BATCH_SPAN and s.end_ns - offset > window[1] for s in receiver.spans()
+    ):
+        raise_pending_signal()
+        time.sleep(0.1)
+    time.sleep(0.3)  # the API process's request spans, exported on their own schedule
+    passes = passes_from_spans(receiver.spans(), offset, window)
+    raw.capture.unix_minus_perf_counter_ns = raw.capture.unix_minus_perf_counter_ns or offset
+    raw.notes.append(receiver.summary())
+    if not passes.steps:
+        raw.notes.append(
+            "MAX's spans: no forward pass in the window (max.batch spans need MAX_SERVE_KERNEL_TRACE_LEVEL)"
+        )
+        return
+    if raw.steps:
+        raw.pass_agreement = span_agreement(raw.steps, passes.steps)
+        raw.server_requests = list(passes.server_requests)
+        return
+    passes.fill(raw)
+    progress(f"MAX's spans: {len(passes.steps)} forward passes, {len(passes.server_requests)} requests in the window")
+
+
+def span_agreement(hook: list[Step], spans: list[Step]) -> PassAgreement:
+    """How the worker hook's steps and MAX's ``max.batch`` spans of the same window agree."""
+
+    def median_ms(steps: list[Step]) -> float | None:
+        return float(np.median([s.duration_ns for s in steps])) / 1e6 if steps else None
+
+    return PassAgreement(
+        hook_steps=len(hook),
+        hook_prefill=sum(s.phase == "prefill" for s in hook),
+        hook_decode=sum(s.phase == "decode" for s in hook),
+        hook_median_ms=median_ms(hook),
+        span_passes=len(spans),
+        span_prefill=sum(s.phase == "prefill" for s in spans),
+        span_decode=sum(s.phase == "decode" for s in spans),
+        span_median_ms=median_ms(spans),
+    )
 
 
 def _serve_startup(

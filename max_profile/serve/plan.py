@@ -63,6 +63,10 @@ class ServePlan:
     0.3 % with device graphs and 7.6 % without them; ~10 s of steady decode repeat the same steps, so the slices show
     the same kernel mix."""
     record_slice_s: float = 0.5
+    spans: bool = True
+    """MAX's own OTLP spans (``max.batch`` per forward pass, ``max.request`` and its phases) sent to a receiver of ours
+    on 127.0.0.1: the per-pass timeline on every vendor. It turns MAX's telemetry on for this server (its one start-up
+    log goes to Modular; its metrics to our receiver); ``--no-spans`` keeps all of it off."""
     profiling_mode: str = "auto"
     """MODULAR_ENABLE_PROFILING in the kernel modes: ``on`` carries MAX's scheduler ranges (the phases; it shares
     the compile cache with ``max-profile run --kernels nvtx-log``); ``detailed`` adds Python spans (another compile);
@@ -162,6 +166,11 @@ class ResolvedServe:
         if p.warm:
             lines.append("warm pass    " + " ".join(self.warm_command))
         lines += self.mode.plan_lines(self)
+        if p.spans:
+            lines.append(
+                "spans        MAX's OTLP spans (a max.batch per forward pass, max.request) to a receiver on 127.0.0.1: "
+                "MAX's telemetry on for this server (its start-up log to Modular; --no-spans keeps it off)"
+            )
         lines.append(
             "cost         a cold compile takes minutes (about 2 min per shape on 2 CPU cores, 3.5 min on an H200); "
             f"warm: ~10 s to /health, then {p.duration_s:g} s of capture"

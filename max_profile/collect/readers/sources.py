@@ -22,6 +22,8 @@ from max_profile.collect.readers.kineto import kineto_capture
 from max_profile.collect.readers.ncu import ncu_capture, ncu_rep_capture
 from max_profile.collect.readers.nsys import SQLITE_MAGIC, export_sqlite, nsys_capture
 from max_profile.collect.readers.nsys_stats import gpu_trace_capture, kern_sum_capture, max_generate_capture
+from max_profile.collect.readers.otlp import looks_like_otlp_json
+from max_profile.collect.readers.otlp_passes import otlp_capture
 from max_profile.collect.readers.rocprof import (
     ROCPROF_JSON_KEY,
     rocpd_capture,
@@ -159,6 +161,18 @@ SOURCES: tuple[Source, ...] = (
         "an Nsight Compute CSV page (`ncu --csv --page details` or `--page raw`)",
         lambda h: h.text.lstrip("\ufeff").startswith('"ID","Process ID"'),
         _read_ncu_csv,
+    ),
+    Source(
+        "otlp-json",
+        "OpenTelemetry spans (OTLP/JSON; a Collector's file exporter)",
+        lambda h: looks_like_otlp_json(h.text),
+        otlp_capture,
+    ),
+    Source(
+        "otlp-protobuf",
+        "OpenTelemetry spans (an OTLP protobuf ExportTraceServiceRequest, .pb / .otlp)",
+        lambda h: h.path.removesuffix(".gz").endswith((".otlp", ".pb")),
+        otlp_capture,
     ),
     Source(
         "rocprof-json",
