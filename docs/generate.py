@@ -101,6 +101,8 @@ class _Findings(ast.NodeVisitor):
                     and n.args
                 ):
                     keys |= self._keys_of(fn, n.args[0], depth)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and depth < 3:
+                    keys |= self._keys_set_by_helper(n, node.id, depth)
             return keys
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and depth < 3:
             helper = self.functions.get(node.func.id)
@@ -111,6 +113,19 @@ class _Findings(ast.NodeVisitor):
                         keys |= self._keys_of(helper, n.value, depth + 1)
                 return keys
         return set()
+
+    def _keys_set_by_helper(self, call: ast.Call, name: str, depth: int) -> set[str]:
+        """The keys a helper sets in the dict ``name`` passed to it (``helper(..., evidence)`` then
+        ``evidence["key"] = ...`` inside it)."""
+        helper = self.functions.get(call.func.id) if isinstance(call.func, ast.Name) else None
+        if helper is None:
+            return set()
+        params = [a.arg for a in helper.args.args]
+        passed = [
+            params[i] for i, a in enumerate(call.args) if i < len(params) and isinstance(a, ast.Name) and a.id == name
+        ]
+        passed += [k.arg for k in call.keywords if k.arg and isinstance(k.value, ast.Name) and k.value.id == name]
+        return {key for param in passed for key in self._keys_of(helper, ast.Name(id=param), depth + 1)}
 
     def _command(self, fn: ast.FunctionDef, node: ast.AST) -> set[str]:
         if isinstance(node, ast.Constant) and node.value is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from max_profile.collect.live.recorders import DEFAULT_KERNEL_SHARE
@@ -150,34 +150,12 @@ def slo(text: str) -> dict[str, float]:
     return out
 
 
-def build_parser() -> argparse.ArgumentParser:
-    common = Parser(add_help=False)
-    common.add_argument(
-        "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress lines on stderr"
-    )
-    parser = Parser(
-        prog="max-profile",
-        description="Profile models run with Modular's MAX: utilization, kernels by phase, single-kernel deep dives.",
-        formatter_class=Help,
-    )
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
-    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=Parser)
-
-    def verb(name: str, help_text: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help_text, description=help_text, parents=[common], formatter_class=Help)
-
-    p = verb(
-        "doctor",
-        "what this machine has and what a capture will use: GPUs, driver, MAX, profilers with install commands, "
-        "samplers, output libraries",
-    )
+def _doctor_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH", help="write the findings as JSON (the environment section of a report)")
     p.add_argument("--html", metavar="PATH", help="write them as one HTML page")
 
-    p = verb(
-        "make-model",
-        "build a random-weight Llama model in HF format (config, safetensors, tokenizer trained locally), offline",
-    )
+
+def _make_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", help="folder to write (created with its parents)")
     p.add_argument(
         "--dtype",
@@ -195,26 +173,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--architecture", default="LlamaForCausalLM", help="config.json architectures[0]")
     p.add_argument("--no-chat-template", action="store_true", help="write no chat template (a base model)")
 
-    p = verb("demo", "build a tiny model, warm up, profile a generation on the best device, print the report")
+
+def _demo_flags(p: argparse.ArgumentParser) -> None:
     add_generation_flags(p)
     p.add_argument("--hidden", type=int, default=None, help="demo model hidden size (default: 64 on CPU, 2048 on GPU)")
     p.add_argument("--layers", type=int, default=None, help="demo model layers (default: 2 on CPU, 4 on GPU)")
     p.add_argument("--out", default="max-profile-demo", help="folder for report.json, report.html and raw.json.gz")
 
-    p = verb("run", "profile a generation of a local model")
+
+def _run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-path", required=True, help="local Hugging Face model folder")
     add_generation_flags(p)
 
-    p = verb(
-        "startup",
-        "where the time before the first token goes: imports, config, each graph's compile (cache hit or miss, and "
-        "why), weights, "
-        "KV cache, device graphs, warm-up",
-    )
+
+def _startup_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-path", required=True, help="local Hugging Face model folder")
     add_generation_flags(p, default_tokens=1)
 
-    p = verb("kernels", "kernel breakdown by family and phase (run a generation, or --import a trace)")
+
+def _kernels_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-path", help="local model folder (or --import FILE)")
     p.add_argument(
         "--backend",
@@ -232,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_generation_flags(p)
 
-    p = verb("kernel", "why is this kernel slow: a targeted Nsight Compute run (or --import an ncu CSV / .ncu-rep)")
+
+def _kernel_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "name",
         nargs="?",
@@ -279,7 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--import-raw", metavar="CSV", help="the matching `--page raw` output (stall reasons, roofline)")
     add_output_flags(p)
 
-    p = verb("check-arch", "preflight a --custom-architectures package before the long load")
+
+def _check_arch_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", nargs="+", help="package folder or IMPORT_PATH:MODULE, as given to --custom-architectures")
     p.add_argument("--model-path", help="the model folder that will use it (checks config.json and the tokenizer)")
     p.add_argument("--serve", action="store_true", help="also check what `max serve` needs (chat template, embeddings)")
@@ -287,11 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds allowed for the package import")
     p.add_argument("--json", metavar="PATH", help="write every check as JSON")
 
-    p = verb(
-        "serve",
-        "profile `max serve`: plan, confirm, warm, capture under a streaming load (one concurrency or a sweep), clean "
-        "up",
-    )
+
+def _serve_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-path", required=True, help="local model folder to serve")
     p.add_argument("--devices", help="cpu, gpu, gpu:N ... (default: gpu when one is visible, else cpu)")
     p.add_argument(
@@ -369,11 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_output_flags(p)
     p.add_argument("extra", nargs=argparse.REMAINDER, help="-- then extra `max serve` flags")
 
-    p = verb(
-        "attach",
-        "read-only look at a running `max serve`: its metrics over a window, the GPUs, client latency with --probe, or "
-        "a load sweep",
-    )
+
+def _attach_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "url", nargs="+", help="the server's API, http://HOST:PORT (several: one window over all, probes to each)"
     )
@@ -408,18 +381,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_output_flags(p)
 
-    p = verb(
-        "report", "re-analyse a saved raw capture (.json/.json.gz), show a saved report, or import any supported trace"
-    )
+
+def _report_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "file",
         help="a --raw capture, a --json report, or an nsys / rocprofv3 / Kineto / ncu / `max generate --profile` file",
     )
     add_output_flags(p)
 
-    p = verb(
-        "diff", "compare run B against baseline A (raw captures, reports or traces): exit 1 on a significant regression"
-    )
+
+def _diff_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", metavar="A", help="the baseline")
     p.add_argument("b", metavar="B", help="the run to judge")
     p.add_argument(
@@ -439,6 +410,80 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", metavar="PATH", help="write the comparison as JSON")
     p.add_argument("--html", metavar="PATH", help="write the comparison as one HTML page")
+
+
+VERBS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...] = (
+    (
+        "doctor",
+        "what this machine has and what a capture will use: GPUs, driver, MAX, profilers with install commands, "
+        "samplers, output libraries",
+        _doctor_flags,
+    ),
+    (
+        "make-model",
+        "build a random-weight Llama model in HF format (config, safetensors, tokenizer trained locally), offline",
+        _make_model_flags,
+    ),
+    ("demo", "build a tiny model, warm up, profile a generation on the best device, print the report", _demo_flags),
+    ("run", "profile a generation of a local model", _run_flags),
+    (
+        "startup",
+        "where the time before the first token goes: imports, config, each graph's compile (cache hit or miss, and "
+        "why), weights, "
+        "KV cache, device graphs, warm-up",
+        _startup_flags,
+    ),
+    ("kernels", "kernel breakdown by family and phase (run a generation, or --import a trace)", _kernels_flags),
+    (
+        "kernel",
+        "why is this kernel slow: a targeted Nsight Compute run (or --import an ncu CSV / .ncu-rep)",
+        _kernel_flags,
+    ),
+    ("check-arch", "preflight a --custom-architectures package before the long load", _check_arch_flags),
+    (
+        "serve",
+        "profile `max serve`: plan, confirm, warm, capture under a streaming load (one concurrency or a sweep), clean "
+        "up",
+        _serve_flags,
+    ),
+    (
+        "attach",
+        "read-only look at a running `max serve`: its metrics over a window, the GPUs, client latency with --probe, or "
+        "a load sweep",
+        _attach_flags,
+    ),
+    (
+        "report",
+        "re-analyse a saved raw capture (.json/.json.gz), show a saved report, or import any supported trace",
+        _report_flags,
+    ),
+    (
+        "diff",
+        "compare run B against baseline A (raw captures, reports or traces): exit 1 on a significant regression",
+        _diff_flags,
+    ),
+)
+"""Every verb: its name, its help (also its description), and what adds its flags."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = Parser(add_help=False)
+    common.add_argument(
+        "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress lines on stderr"
+    )
+    parser = Parser(
+        prog="max-profile",
+        description="Profile models run with Modular's MAX: utilization, kernels by phase, single-kernel deep dives.",
+        formatter_class=Help,
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=Parser)
+
+    def verb(name: str, help_text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_text, description=help_text, parents=[common], formatter_class=Help)
+
+    for name, help_text, add_flags in VERBS:
+        add_flags(verb(name, help_text))
     return parser
 
 

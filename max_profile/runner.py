@@ -16,15 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from max_profile.collect.probes.compile_key import compile_key, warm_cache_command
 from max_profile.collect.probes.model_files import read_model_weights
-from max_profile.collect.probes.startup import (
-    CACHE_LOG_ENV,
-    StartupRecorder,
-    compile_failure,
-    compile_key,
-    startup_profile,
-    warm_cache_command,
-)
+from max_profile.collect.probes.startup import CACHE_LOG_ENV, StartupRecorder, compile_failure, startup_profile
 from max_profile.errors import CaptureError, InputError, ToolMissingError
 from max_profile.model import StartupProfile
 from max_profile.util.devices import parse_devices

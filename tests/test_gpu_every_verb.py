@@ -16,7 +16,8 @@ from max_profile.analyze.ncu import analyze_launch
 from max_profile.analyze.report import build_report
 from max_profile.analyze.roofline import kv_bytes_per_token, peak_bandwidth
 from max_profile.analyze.rules.nsight import kernel_findings
-from max_profile.collect.probes.startup import compile_key, serve_startup
+from max_profile.collect.probes.compile_key import compile_key
+from max_profile.collect.probes.startup import serve_startup
 from max_profile.collect.readers.ncu import read_ncu_files
 from max_profile.model import KernelAnalysis, KernelBreakdown, RawCapture, Report
 

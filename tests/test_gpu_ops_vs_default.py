@@ -18,7 +18,7 @@ from max_profile.analyze.commands import cli
 from max_profile.analyze.load import tracing_cost_statement
 from max_profile.analyze.ops import OPS_MODE_DECODE_STEP_MS, ops_calls_per_step
 from max_profile.analyze.report import build_report
-from max_profile.analyze.rules.levers import _idle_finding
+from max_profile.analyze.rules.idle import _idle_finding
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import Finding, OpBreakdown, RawCapture, Report
 

@@ -119,7 +119,7 @@ def test_graph_launch_late_of_a_capture_without_steps_at_its_threshold_and_every
     verdict stands, every figure read off the window's waits; a window whose waits have no median says none."""
     import msgspec
 
-    from max_profile.analyze.rules.levers import _capture_graph_waits
+    from max_profile.analyze.rules.idle import _capture_graph_waits
     from max_profile.analyze.thresholds import Thresholds
 
     report = build_report(RawCapture.load(str(S9 / "serve_kernels_4to6s_raw.json.gz")))

@@ -15,7 +15,7 @@ import pytest
 
 from max_profile.analyze.report import build_report
 from max_profile.analyze.rules.base import step_summary
-from max_profile.analyze.rules.levers import rule_gpu_idle
+from max_profile.analyze.rules.idle import rule_gpu_idle
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import GpuUtilization, KernelBreakdown, RawCapture, Report, UtilizationSection
 

@@ -181,7 +181,7 @@ def test_idle_verdicts_at_the_host_bound_and_graph_share_thresholds() -> None:
     0.434 ms between launches per 5.3 ms step), its idle rows set to 0.25 ms each: at ``host_bound_busy_pct`` equal to
     its busy share it is not host-bound; with the idle before graphs exactly ``graph_launch_late_share`` of all the
     idle, the graph is late (at it: late; the rest: idle between launches); two steps are 'each', one is 'the'."""
-    from max_profile.analyze.rules.levers import _idle_finding
+    from max_profile.analyze.rules.idle import _idle_finding
 
     report = build_report(
         RawCapture.load(
@@ -361,7 +361,7 @@ def test_the_host_command_of_a_serve_capture_reruns_that_server_untraced_under_p
 def test_a_phase_of_zero_length_draws_no_lever_and_no_division_by_zero() -> None:
     """A phase whose steps took no time (a capture cut at a step's edge): no idle or matmul lever is priced, the CPU
     verdict still reads 0 % between ops, nothing divides by zero."""
-    from max_profile.analyze.rules.levers import _host_ops_finding, _idle_finding
+    from max_profile.analyze.rules.idle import _host_ops_finding, _idle_finding
 
     report = build_report(RawCapture.load(str(S7 / "run_b32_raw.json.gz")))
     p, row = _decode(report)
@@ -378,7 +378,7 @@ def test_edges_a_matmul_part_without_a_top_kernel_a_phase_without_host_steps_two
     """The breakdown's top-kernel lists hold no matmul kernel (they are cut at the top few): the matmul lever stands,
     with no kernel named, no slow path, no deep-dive command. A phase without host step times says None. Two steps
     of ops are 'each' step."""
-    from max_profile.analyze.rules.levers import _idle_finding, _ops_bound_finding
+    from max_profile.analyze.rules.idle import _idle_finding, _ops_bound_finding
 
     from .test_finding_ids import _ops_on_cpu
 

@@ -10,11 +10,11 @@ import msgspec
 import pytest
 
 from max_profile.analyze.diff import diff_reports, startup_verdicts
+from max_profile.collect.probes.compile_key import explain_cache
 from max_profile.collect.probes.startup import (
     TimedLine,
     cache_events,
     compile_failure,
-    explain_cache,
     graphs_from_log,
     kv_bytes,
     parse_cache_line,

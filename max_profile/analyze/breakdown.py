@@ -175,12 +175,12 @@ def coverage_before(starts: np.ndarray, ends: np.ndarray) -> Callable[[np.ndarra
     b = np.array([y for _, y in spans], dtype=np.int64)
     before = np.concatenate([[0], np.cumsum(b - a)]).astype(np.float64)  # length of the spans wholly before span i
 
+    length = (b - a).astype(np.float64)
+
     def f(t: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(a, t, side="right") - 1  # the span starting at or before t
-        out = np.zeros(t.shape, dtype=np.float64)
-        ok = i >= 0
-        out[ok] = before[i[ok]] + np.minimum(t[ok] - a[i[ok]], b[i[ok]] - a[i[ok]])
-        return out
+        i = np.maximum(np.searchsorted(a, t, side="right") - 1, 0)  # the span starting at or before t (else the first)
+        # before the first span: t - a[0] < 0, clipped to 0 (and before[0] is 0)
+        return before[i] + np.clip(t - a[i], 0, length[i])
 
     return f
 
@@ -324,6 +324,121 @@ def gpu_waits(
     )
 
 
+def _window_and_busy(
+    table: KernelTable,
+    t_attr: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    window: tuple[int, int] | None,
+    recorded: Sequence[tuple[int, int]],
+) -> tuple[tuple[int, int] | None, int, int | None, int]:
+    """(window, its length, the recorded slices' length or None, the GPU's busy time in it): the window defaults to
+    the first launch or step start through the last kernel or step end."""
+    n = len(table)
+    lo_candidates = [int(t_attr.min())] if n else []
+    hi_candidates = [int(table.end_ns.max())] if n else []
+    if starts.size:
+        lo_candidates.append(int(starts.min()))
+        hi_candidates.append(int(ends.max()))
+    if window is None and lo_candidates:
+        window = (min(lo_candidates), max(hi_candidates))
+    window_ns = (window[1] - window[0]) if window else 0
+    recorded_ns = sum(b - a for a, b in recorded_in_window(window, recorded)) if window and recorded else None
+    busy_all = 0
+    if n and window is not None and recorded_ns is not None:  # sampled: each kernel clipped to the slice it started in
+        busy_all = _busy_in_slices(table, recorded_in_window(window, recorded))
+    elif n and window is not None:  # kernels clipped to the window (the last step's kernels may run past it)
+        outside = int(table.start_ns.min()) < window[0] or int(table.end_ns.max()) > window[1]
+        s, e = (
+            (np.clip(table.start_ns, window[0], window[1]), np.clip(table.end_ns, window[0], window[1]))
+            if outside
+            else (table.start_ns, table.end_ns)
+        )
+        busy_all = union_ns(s, e)
+
+    return window, window_ns, recorded_ns, busy_all
+
+
+def _phase_rows(
+    table: KernelTable,
+    ordered: Sequence[Step],
+    kernel_phase: np.ndarray,
+    share: np.ndarray,
+    observed: list[tuple[int, int]] | None,
+    names: _Names,
+    fam_idx: np.ndarray,
+    base_idx: np.ndarray,
+    dur: np.ndarray,
+    t_attr: np.ndarray,
+    top: int,
+) -> list[PhaseBreakdown]:
+    """One row per phase: its kernels, their time per observed step and per token, families and top kernels."""
+    starts = np.array([s.start_ns for s in ordered], dtype=np.int64)
+    ends = np.array([s.end_ns for s in ordered], dtype=np.int64)
+    phases: list[PhaseBreakdown] = []
+    for code, phase in enumerate(PHASES):
+        sel = np.array([i for i, s in enumerate(ordered) if s.phase == phase], dtype=np.int64)
+        if not sel.size:
+            continue
+        mask = kernel_phase == code
+        seen = share[sel]
+        n_seen = float(seen.sum())
+        wall_ns = float((seen * (ends[sel] - starts[sel])).sum())
+        busy = (
+            _busy_in_slices(table.select(mask), observed)
+            if observed is not None
+            else union_ns(table.start_ns[mask], table.end_ns[mask])
+        )
+        k_ns = float(dur[mask].sum())
+        per_step_tokens = np.array(
+            [ordered[i].batch_size if phase == "decode" else ordered[i].input_tokens for i in sel], dtype=np.float64
+        )
+        tokens = float((seen * per_step_tokens).sum())
+        phases.append(
+            PhaseBreakdown(
+                phase=phase,
+                steps=max(int(round(n_seen)), 1) if n_seen > 0 else 0,
+                kernels=int(mask.sum()),
+                kernel_ms=k_ns / 1e6,
+                wall_ms=wall_ns / 1e6 if wall_ns else None,
+                gpu_busy_pct=min(100.0, 100.0 * busy / wall_ns) if wall_ns else None,
+                kernels_per_step=float(mask.sum()) / n_seen if n_seen > 0 else None,
+                kernel_ms_per_step=k_ns / 1e6 / n_seen if n_seen > 0 else None,
+                kernel_us_per_token=k_ns / 1e3 / tokens if tokens else None,
+                families=_family_rows(fam_idx[mask], dur[mask]),
+                top_kernels=_with_launches_before(
+                    _kernel_rows(base_idx[mask], names.bases, names.base_family, dur[mask], top), table, t_attr, mask
+                ),
+                steps_in_capture=int(sel.size),
+                tokens_per_step=round(tokens / n_seen, 4) if n_seen > 0 else None,
+            )
+        )
+
+    return phases
+
+
+def _graphs_hid_kernels(
+    table: KernelTable, graph_kernels: int, graph_launches: int, device_graph_capture: bool | None
+) -> str | None:
+    """Why per-step figures are unreliable when device graphs ran and no kernel record came from inside one."""
+    n = len(table)
+    unreliable = None
+    launches_recorded = table.launch_ns is not None and bool((table.launch_ns >= 0).any()) if n else False
+    # graphs replayed (graph launches recorded), or graph capture on where the tracer does not say what launched:
+    # and still no kernel record from inside a graph
+    if not graph_kernels and (graph_launches or (device_graph_capture and not launches_recorded)):
+        # graphs ran but no kernel record says it ran inside one: the tracer saw graph replays, not their kernels
+        unreliable = (
+            "device graphs ran (graph launches or replays recorded, or capture on) and the trace holds no kernel of a "
+            "graph: "
+            "kernels ran as graph replays the tracer did not open, so per-step attribution and per-kernel counts are "
+            "unreliable; record with max_profile's CUPTI "
+            "recorder (it records each kernel of a graph) or nsys --cuda-graph-trace=node, or re-run with "
+            "--no-device-graph-capture"
+        )
+    return unreliable
+
+
 def build_breakdown(
     table: KernelTable,
     *,
@@ -368,26 +483,7 @@ def build_breakdown(
     step_of = interval_index(starts, ends, t_attr) if n else np.zeros(0, dtype=np.int64)
     attribution = _attribution(table, bool(ordered))
 
-    lo_candidates = [int(t_attr.min())] if n else []
-    hi_candidates = [int(table.end_ns.max())] if n else []
-    if ordered:
-        lo_candidates.append(int(starts.min()))
-        hi_candidates.append(int(ends.max()))
-    if window is None and lo_candidates:
-        window = (min(lo_candidates), max(hi_candidates))
-    window_ns = (window[1] - window[0]) if window else 0
-    recorded_ns = sum(b - a for a, b in recorded_in_window(window, recorded)) if window and recorded else None
-    busy_all = 0
-    if n and window is not None and recorded_ns is not None:  # sampled: each kernel clipped to the slice it started in
-        busy_all = _busy_in_slices(table, recorded_in_window(window, recorded))
-    elif n and window is not None:  # kernels clipped to the window (the last step's kernels may run past it)
-        outside = int(table.start_ns.min()) < window[0] or int(table.end_ns.max()) > window[1]
-        s, e = (
-            (np.clip(table.start_ns, window[0], window[1]), np.clip(table.end_ns, window[0], window[1]))
-            if outside
-            else (table.start_ns, table.end_ns)
-        )
-        busy_all = union_ns(s, e)
+    window, window_ns, recorded_ns, busy_all = _window_and_busy(table, t_attr, starts, ends, window, recorded)
 
     phase_codes = np.array([PHASES.index(s.phase) for s in ordered] or [0], dtype=np.int32)
     kernel_phase = np.where(step_of >= 0, phase_codes[np.maximum(step_of, 0)], -1) if n else np.zeros(0, dtype=np.int32)
@@ -399,61 +495,11 @@ def build_breakdown(
         steps_launching(step_of, len(ordered)) if observed is not None and n else None,
     )
 
-    phases: list[PhaseBreakdown] = []
-    for code, phase in enumerate(PHASES):
-        sel = np.array([i for i, s in enumerate(ordered) if s.phase == phase], dtype=np.int64)
-        if not sel.size:
-            continue
-        mask = kernel_phase == code
-        seen = share[sel]
-        n_seen = float(seen.sum())
-        wall_ns = float((seen * (ends[sel] - starts[sel])).sum())
-        busy = (
-            _busy_in_slices(table.select(mask), observed)
-            if observed is not None
-            else union_ns(table.start_ns[mask], table.end_ns[mask])
-        )
-        k_ns = float(dur[mask].sum())
-        per_step_tokens = np.array(
-            [ordered[i].batch_size if phase == "decode" else ordered[i].input_tokens for i in sel], dtype=np.float64
-        )
-        tokens = float((seen * per_step_tokens).sum())
-        phases.append(
-            PhaseBreakdown(
-                phase=phase,
-                steps=max(int(round(n_seen)), 1) if n_seen > 0 else 0,
-                kernels=int(mask.sum()),
-                kernel_ms=k_ns / 1e6,
-                wall_ms=wall_ns / 1e6 if wall_ns else None,
-                gpu_busy_pct=min(100.0, 100.0 * busy / wall_ns) if wall_ns else None,
-                kernels_per_step=float(mask.sum()) / n_seen if n_seen > 0 else None,
-                kernel_ms_per_step=k_ns / 1e6 / n_seen if n_seen > 0 else None,
-                kernel_us_per_token=k_ns / 1e3 / tokens if tokens else None,
-                families=_family_rows(fam_idx[mask], dur[mask]),
-                top_kernels=_with_launches_before(
-                    _kernel_rows(base_idx[mask], names.bases, names.base_family, dur[mask], top), table, t_attr, mask
-                ),
-                steps_in_capture=int(sel.size),
-                tokens_per_step=round(tokens / n_seen, 4) if n_seen > 0 else None,
-            )
-        )
+    phases = _phase_rows(table, ordered, kernel_phase, share, observed, names, fam_idx, base_idx, dur, t_attr, top)
 
     per_step = _per_step(ordered, step_of, fam_idx, dur, share) if ordered else []
     graph_kernels = int((table.graph_id > 0).sum()) if n and table.graph_id is not None else 0
-    unreliable = None
-    launches_recorded = table.launch_ns is not None and bool((table.launch_ns >= 0).any()) if n else False
-    # graphs replayed (graph launches recorded), or graph capture on where the tracer does not say what launched:
-    # and still no kernel record from inside a graph
-    if not graph_kernels and (graph_launches or (device_graph_capture and not launches_recorded)):
-        # graphs ran but no kernel record says it ran inside one: the tracer saw graph replays, not their kernels
-        unreliable = (
-            "device graphs ran (graph launches or replays recorded, or capture on) and the trace holds no kernel of a "
-            "graph: "
-            "kernels ran as graph replays the tracer did not open, so per-step attribution and per-kernel counts are "
-            "unreliable; record with max_profile's CUPTI "
-            "recorder (it records each kernel of a graph) or nsys --cuda-graph-trace=node, or re-run with "
-            "--no-device-graph-capture"
-        )
+    unreliable = _graphs_hid_kernels(table, graph_kernels, graph_launches, device_graph_capture)
     devices = sorted(int(d) for d in np.unique(table.device)) if n else []
     return KernelBreakdown(
         source=source,

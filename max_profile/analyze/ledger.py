@@ -102,6 +102,57 @@ def _busiest_device(table: KernelTable) -> int:
     return int(devices[int(np.argmax(np.bincount(inverse, weights=dur)))])
 
 
+def _idle_gaps(
+    s: np.ndarray, e: np.ndarray, keep: np.ndarray, graph_id: np.ndarray | None, spans: Sequence[tuple[int, int]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The GPU's idle time: the gaps of the merged busy timeline inside each observed span, as (start, end, whether
+    the kernel after the gap ran in a device graph)."""
+    order = np.argsort(s[keep], kind="stable")
+    ks, ke = s[keep][order], e[keep][order]
+    graph = graph_id[keep][order] > 0 if graph_id is not None else np.zeros(ks.size, dtype=bool)
+    gap_start: list[np.ndarray] = []
+    gap_end: list[np.ndarray] = []
+    gap_graph: list[np.ndarray] = []
+    bounds = np.searchsorted(ks, np.array([x for span in spans for x in span], dtype=np.int64), side="left")
+    for (a, b), lo, hi in zip(spans, bounds[0::2], bounds[1::2], strict=True):
+        cs, ce, cg = ks[lo:hi], ke[lo:hi], graph[lo:hi]  # the kernels starting in [a, b): ks is sorted
+        if not cs.size:
+            gap_start.append(np.array([a]))
+            gap_end.append(np.array([b]))
+            gap_graph.append(np.array([False]))
+            continue
+        run_end = np.maximum.accumulate(ce)
+        # a gap before each kernel that starts after everything before it ended, and one after the last
+        prev_end = np.concatenate([[a], run_end[:-1]])
+        g = cs > prev_end
+        gap_start.append(np.concatenate([prev_end[g], [min(int(run_end[-1]), b)]]))
+        gap_end.append(np.concatenate([cs[g], [b]]))
+        gap_graph.append(np.concatenate([cg[g], [False]]))
+    g0, g1 = np.concatenate(gap_start), np.concatenate(gap_end)
+    gg = np.concatenate(gap_graph)
+    ok = g1 > g0
+    g0, g1, gg = g0[ok], g1[ok], gg[ok]
+    return g0, g1, gg
+
+
+def _ledger_window(
+    window: tuple[int, int] | None,
+    table: KernelTable,
+    t_attr: np.ndarray,
+    step_start: np.ndarray,
+    step_end: np.ndarray,
+    attributed: np.ndarray,
+) -> tuple[int, int]:
+    """The window the ledger accounts: the capture's, reaching to the end of its steps' work (the overlap pipeline
+    returns before its last steps' kernels end; a sampled recording's last step's kernels ran past the host's window),
+    else the kernels' and steps' span."""
+    if window is None:
+        return (int(min(t_attr.min(), step_start.min())), int(max(table.end_ns.max(), step_end.max())))
+    if not attributed.any():
+        return window
+    return (min(window[0], int(table.start_ns[attributed].min())), max(window[1], int(table.end_ns[attributed].max())))
+
+
 def time_ledger(
     table: KernelTable,
     steps: Sequence[Step],
@@ -130,15 +181,7 @@ def time_ledger(
     t_attr = table.attribution_time()
     step_of = step_index_of(step_start, step_end, t_attr)
     attributed = step_of >= 0
-    if window is None:
-        window = (int(min(t_attr.min(), step_start.min())), int(max(table.end_ns.max(), step_end.max())))
-    elif attributed.any():
-        # the overlap pipeline returns before its last steps' kernels end: the window reaches to the end of the steps'
-        # work (a sampled recording's last slice too: its last step's kernels ran past the host's window)
-        window = (
-            min(window[0], int(table.start_ns[attributed].min())),
-            max(window[1], int(table.end_ns[attributed].max())),
-        )
+    window = _ledger_window(window, table, t_attr, step_start, step_end, attributed)
     spans = recorded_in_window(window, recorded) if recorded else [window]
     if not spans:
         return None
@@ -181,32 +224,7 @@ def time_ledger(
             families_by.setdefault(part, []).append(family)
         out[phase] = _Timed(busy_by, kernels_by, families_by, 0.0, 0.0, n_steps)
 
-    # the GPU's idle time: the gaps of the merged busy timeline inside each observed span
-    order = np.argsort(s[keep], kind="stable")
-    ks, ke = s[keep][order], e[keep][order]
-    graph = table.graph_id[keep][order] > 0 if table.graph_id is not None else np.zeros(ks.size, dtype=bool)
-    gap_start: list[np.ndarray] = []
-    gap_end: list[np.ndarray] = []
-    gap_graph: list[np.ndarray] = []
-    for a, b in spans:
-        sel = (ks >= a) & (ks < b)
-        cs, ce, cg = ks[sel], ke[sel], graph[sel]
-        if not cs.size:
-            gap_start.append(np.array([a]))
-            gap_end.append(np.array([b]))
-            gap_graph.append(np.array([False]))
-            continue
-        run_end = np.maximum.accumulate(ce)
-        # a gap before each kernel that starts after everything before it ended, and one after the last
-        prev_end = np.concatenate([[a], run_end[:-1]])
-        g = cs > prev_end
-        gap_start.append(np.concatenate([prev_end[g], [min(int(run_end[-1]), b)]]))
-        gap_end.append(np.concatenate([cs[g], [b]]))
-        gap_graph.append(np.concatenate([cg[g], [False]]))
-    g0, g1 = np.concatenate(gap_start), np.concatenate(gap_end)
-    gg = np.concatenate(gap_graph)
-    ok = g1 > g0
-    g0, g1, gg = g0[ok], g1[ok], gg[ok]
+    g0, g1, gg = _idle_gaps(s, e, keep, table.graph_id, spans)
     inside_any = np.zeros(g0.shape, dtype=np.float64)
     for code, phase in enumerate(PHASES):
         if phase not in out:

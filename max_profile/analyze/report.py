@@ -27,7 +27,7 @@ from max_profile.analyze.roofline import decode_roofline
 from max_profile.analyze.rules import RULES, RuleSpec, evaluate_rules, nvml_window_long_enough
 from max_profile.analyze.steps import summarize_steps
 from max_profile.analyze.thresholds import Thresholds
-from max_profile.analyze.timeline import capture_timeline, valid_host_steps
+from max_profile.analyze.timeline import Timeline, capture_timeline, valid_host_steps
 from max_profile.analyze.utilization import summarize_gpus, window_samples
 from max_profile.model import (
     DecodeCost,
@@ -157,34 +157,9 @@ def _without_lost_slices(
     return msgspec.structs.replace(raw, kernels=raw.kernels.select(~lost.kernels), recorded_spans=kept_spans)
 
 
-def build_report(
-    raw: RawCapture,
-    *,
-    tool_version: str = "",
-    thresholds: Thresholds | None = None,
-    rules: tuple[RuleSpec, ...] = RULES,
-) -> Report:
-    """Everything a report says, from one raw capture (pure): sections, steps, kernel breakdown, decode cost model,
-    Nsight Compute analyses, then the ``rules`` judged against ``thresholds`` and the next command to run."""
-    th = thresholds or Thresholds()
-    notes = list(raw.notes)
-    host_steps = valid_host_steps(raw)
-    if len(host_steps) < len(raw.steps):
-        notes.append(
-            f"{len(raw.steps) - len(host_steps)} host step(s) with invalid timestamps (negative, or ending before they "
-            "start) were left out"
-        )
-    timeline = capture_timeline(raw)
-    notes += timeline.notes
-    report = Report(
-        environment=raw.environment,
-        capture=raw.capture,
-        preflight=list(raw.preflight),
-        artifacts=list(raw.artifacts),
-        tool_version=tool_version,
-        startup=raw.startup,
-    )
-
+def _steps_into(report: Report, raw: RawCapture, host_steps: list[Step], timeline: Timeline) -> list[Step]:
+    """The report's steps and their summary: the host's (or the worker's, or MAX's spans'), else the trace's; the host
+    steps that did work."""
     host_work = [s for s in host_steps if s.batch_size > 0]
     if host_work:
         report.steps = host_steps
@@ -203,25 +178,25 @@ def build_report(
     elif host_steps:
         report.steps = host_steps
         report.step_summary = Unavailable("no pipeline step ran inside the profiled block")
-    # without a recorded window: the steps' span (a trace's steps too, when they are on the host's clock: an NVTX range
-    # opens before the host's step does)
-    spanned = host_work + ([s for s in timeline.steps if s.batch_size > 0] if raw.kernel_clock == "host" else [])
-    host_window = raw.window_ns or (
-        (min(s.start_ns for s in spanned), max(s.end_ns for s in spanned)) if spanned else None
-    )
+    return host_work
 
+
+def _utilization_of(
+    raw: RawCapture, host_window: tuple[int, int] | None, th: Thresholds, notes: list[str]
+) -> UtilizationSection | Unavailable | None:
+    """The GPU samples of the window, summarized per GPU (a window too short for NVML's averaging said in ``notes``)."""
     if raw.utilization_unavailable is not None:
-        report.utilization = raw.utilization_unavailable
+        return raw.utilization_unavailable
     elif raw.samples:
         inside = window_samples(raw.samples, host_window, int(raw.sample_interval_s * 1e9))
-        report.utilization = UtilizationSection(
+        utilization = UtilizationSection(
             source=raw.sample_source,
             interval_s=raw.sample_interval_s,
             gpus=summarize_gpus(inside),
             samples=list(raw.samples),
             window_ns=host_window,
         )
-        if not nvml_window_long_enough(report.utilization, th):
+        if not nvml_window_long_enough(utilization, th):
             span = (host_window[1] - host_window[0]) / 1e9 if host_window else 0.0
             notes.append(
                 f"GPU utilization over a {span:.2f} s window ({len(inside)} samples): NVML averages over up to 1 s, so "
@@ -229,7 +204,14 @@ def build_report(
                 "says nothing about a window this short (no verdict is drawn from it); generate more tokens for one"
             )
 
-    raw = _without_lost_slices(raw, timeline.steps, host_window, notes)
+        return utilization
+    return None
+
+
+def _kernels_of(
+    raw: RawCapture, timeline: Timeline, host_window: tuple[int, int] | None, th: Thresholds, notes: list[str]
+) -> KernelBreakdown | Unavailable | None:
+    """The kernel breakdown by phase and family (what was left out of it said in ``notes``)."""
     kernels: KernelBreakdown | Unavailable | None = None
     if raw.kernels_unavailable is not None:
         kernels = raw.kernels_unavailable
@@ -277,6 +259,11 @@ def build_report(
     elif raw.kernel_totals:
         kernels = breakdown_from_totals(raw.kernel_totals, source=raw.kernel_source or "kernel totals")
 
+    return kernels
+
+
+def _serving_into(report: Report, raw: RawCapture, notes: list[str]) -> None:
+    """A served or attached capture's load levels, server metrics, tracer cost and replicas."""
     measured_windows = [
         w for w in raw.load_windows if not w.reference
     ]  # the reference window is the tracer's yardstick only
@@ -304,6 +291,48 @@ def build_report(
     slowest = slowest_replica(report.replicas)
     if slowest is not None:
         report.slowest_replica = f"{slowest[0].replica}: {slowest[1]}"
+
+
+def build_report(
+    raw: RawCapture,
+    *,
+    tool_version: str = "",
+    thresholds: Thresholds | None = None,
+    rules: tuple[RuleSpec, ...] = RULES,
+) -> Report:
+    """Everything a report says, from one raw capture (pure): sections, steps, kernel breakdown, decode cost model,
+    Nsight Compute analyses, then the ``rules`` judged against ``thresholds`` and the next command to run."""
+    th = thresholds or Thresholds()
+    notes = list(raw.notes)
+    host_steps = valid_host_steps(raw)
+    if len(host_steps) < len(raw.steps):
+        notes.append(
+            f"{len(raw.steps) - len(host_steps)} host step(s) with invalid timestamps (negative, or ending before they "
+            "start) were left out"
+        )
+    timeline = capture_timeline(raw)
+    notes += timeline.notes
+    report = Report(
+        environment=raw.environment,
+        capture=raw.capture,
+        preflight=list(raw.preflight),
+        artifacts=list(raw.artifacts),
+        tool_version=tool_version,
+        startup=raw.startup,
+    )
+
+    host_work = _steps_into(report, raw, host_steps, timeline)
+    # without a recorded window: the steps' span (a trace's steps too, when they are on the host's clock: an NVTX range
+    # opens before the host's step does)
+    spanned = host_work + ([s for s in timeline.steps if s.batch_size > 0] if raw.kernel_clock == "host" else [])
+    host_window = raw.window_ns or (
+        (min(s.start_ns for s in spanned), max(s.end_ns for s in spanned)) if spanned else None
+    )
+
+    report.utilization = _utilization_of(raw, host_window, th, notes)
+    raw = _without_lost_slices(raw, timeline.steps, host_window, notes)
+    kernels = _kernels_of(raw, timeline, host_window, th, notes)
+    _serving_into(report, raw, notes)
     if raw.serve is not None:
         report.serve = summarize_serve(raw.serve, raw.requests, raw.window_ns)
         if report.serve.requests and report.serve.requests == report.serve.failed_requests and kernels is None:

@@ -163,33 +163,19 @@ def _static_checks(spec: str, serve: bool) -> tuple[list[PreflightCheck], Path |
     return checks, pkg, name
 
 
-def _model_checks(
-    model_path: str | None,
+def _architecture_checks(
+    cfg: dict[str, object],
+    cfg_path: Path,
     serve: bool,
-    max_length: int | None,
     registered: list[str],
     builtins: list[str],
     tasks: dict[str, str],
-    prompt_tokens: int | None,
 ) -> list[PreflightCheck]:
+    """Which code runs the model: config.json's architectures[0] against what the package registers and MAX's
+    built-ins."""
     checks: list[PreflightCheck] = []
-    if not model_path:
-        return checks
-    cfg_path = Path(model_path) / "config.json"
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except (OSError, ValueError) as exc:
-        return [
-            _check(
-                "model-config",
-                False,
-                "error",
-                f"{cfg_path}: cannot read config.json ({exc})",
-                fix="pass a local HF model folder",
-            )
-        ]
     archs = cfg.get("architectures") or []
-    arch = archs[0] if archs else None
+    arch = archs[0] if isinstance(archs, list) and archs else None
     if arch is None:
         checks.append(
             _check(
@@ -258,6 +244,35 @@ def _model_checks(
                 fix=f"register {arch!r} in ARCHITECTURES or fix config.json",
             )
         )
+    return checks
+
+
+def _model_checks(
+    model_path: str | None,
+    serve: bool,
+    max_length: int | None,
+    registered: list[str],
+    builtins: list[str],
+    tasks: dict[str, str],
+    prompt_tokens: int | None,
+) -> list[PreflightCheck]:
+    checks: list[PreflightCheck] = []
+    if not model_path:
+        return checks
+    cfg_path = Path(model_path) / "config.json"
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except (OSError, ValueError) as exc:
+        return [
+            _check(
+                "model-config",
+                False,
+                "error",
+                f"{cfg_path}: cannot read config.json ({exc})",
+                fix="pass a local HF model folder",
+            )
+        ]
+    checks += _architecture_checks(cfg, cfg_path, serve, registered, builtins, tasks)
     if cfg.get("auto_map"):
         checks.append(
             _check(

@@ -16,14 +16,15 @@ makes a million-kernel export take seconds; tests parse every packet back with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from max_profile.analyze.breakdown import valid_kernels
 from max_profile.analyze.families import FAMILIES, classify_kernel
 from max_profile.analyze.timeline import capture_timeline
-from max_profile.model import KernelTable, LoadWindow, RawCapture, RequestRecord
+from max_profile.model import KernelTable, LoadWindow, RawCapture, RequestRecord, Step, UtilizationSample
 from max_profile.util.files import write_output
 
 SEQUENCE_ID = 7
@@ -129,6 +130,98 @@ class _Interner:
         return self.ids.setdefault(text, len(self.ids) + 1)
 
 
+def _host_events(
+    event: Callable[[int, int, int], Any],
+    names: _Interner,
+    arg_names: _Interner,
+    steps: Sequence[Step],
+    load_windows: Sequence[LoadWindow],
+    requests: Sequence[RequestRecord],
+    lanes: list[int],
+) -> None:
+    """The host-clock slices: each step (its phase, batch and tokens), each load window, each request on its lane."""
+    for i, s in enumerate(steps):
+        begin = event(s.start_ns, SLICE_BEGIN, STEPS_TRACK)
+        begin.name_iid = names.ids[f"{s.phase} step"]
+        for key, value in (
+            ("step", i),
+            ("batch", s.batch_size),
+            ("fed tokens", s.input_tokens),
+            ("context tokens", s.context_tokens),
+            ("model tokens", s.model_input_tokens),
+        ):
+            if value is not None:
+                begin.debug_annotations.add(name_iid=arg_names.ids[key], int_value=int(value))
+        begin.debug_annotations.add(name_iid=arg_names.ids["phase"], string_value=s.phase)
+        event(max(s.end_ns, s.start_ns), SLICE_END, STEPS_TRACK)
+    for w in load_windows:
+        begin = event(w.window_ns[0], SLICE_BEGIN, LOAD_TRACK)
+        begin.name_iid = names.ids[_window_label(w)]
+        begin.debug_annotations.add(name_iid=arg_names.ids["requests"], int_value=len(w.requests))
+        event(max(w.window_ns), SLICE_END, LOAD_TRACK)
+    for r, lane in zip(requests, lanes, strict=True):
+        begin = event(r.started_ns, SLICE_BEGIN, REQUEST_TRACK_BASE + lane)
+        begin.name_iid = names.ids["request" if r.ok else "request (failed)"]
+        begin.debug_annotations.add(name_iid=arg_names.ids["tokens"], int_value=r.tokens)
+        if r.ttft_ms is not None:
+            begin.debug_annotations.add(name_iid=arg_names.ids["TTFT ms"], double_value=r.ttft_ms)
+        if r.error:
+            begin.debug_annotations.add(name_iid=arg_names.ids["error"], string_value=r.error[:200])
+        event(max(r.ended_ns, r.started_ns), SLICE_END, REQUEST_TRACK_BASE + lane)
+
+
+def _interned_packet(
+    builder: Any, names: _Interner, cats: _Interner, arg_names: _Interner, arg_values: _Interner
+) -> None:
+    """The packet that clears the sequence's incremental state and interns every name the events refer to by id."""
+    first = builder.add_packet()
+    first.trusted_packet_sequence_id = SEQUENCE_ID
+    first.sequence_flags = SEQ_INCREMENTAL_STATE_CLEARED
+    for text, iid in names.ids.items():
+        first.interned_data.event_names.add(iid=iid, name=text)
+    for text, iid in cats.ids.items():
+        first.interned_data.event_categories.add(iid=iid, name=text)
+    for text, iid in arg_names.ids.items():
+        first.interned_data.debug_annotation_names.add(iid=iid, name=text)
+    for text, iid in arg_values.ids.items():
+        first.interned_data.debug_annotation_string_values.add(iid=iid, str=text.encode())
+
+
+def _counter_and_op_events(
+    event: Callable[[int, int, int], Any],
+    raw: RawCapture,
+    counters: dict[tuple[str, str], int],
+    ops: KernelTable,
+    op_tracks: dict[int, int],
+    op_iid: np.ndarray,
+) -> None:
+    """The GPU samples as counter tracks, and MAX's op ranges as slices on their host threads' lanes."""
+    for sample in raw.samples if counters else []:
+        memory = None if sample.memory_used_bytes is None else sample.memory_used_bytes / 2**30
+        readings: tuple[tuple[str, float | int | None], ...] = (
+            ("utilization %", sample.utilization_pct),
+            ("memory GiB", memory),
+            ("SM clock MHz", sample.sm_clock_mhz),
+        )
+        for what, reading in readings:
+            if reading is not None:
+                event(sample.t_ns, COUNTER, counters[(sample.gpu, what)]).double_counter_value = float(reading)
+    if op_tracks and ops.launch_tid is not None:
+        for i in np.argsort(ops.start_ns, kind="stable"):
+            track = op_tracks[int(ops.launch_tid[i])]
+            event(int(ops.start_ns[i]), SLICE_BEGIN, track).name_iid = int(op_iid[ops.name_idx[i]])
+            event(max(int(ops.end_ns[i]), int(ops.start_ns[i])), SLICE_END, track)
+
+
+def _counter_tracks(samples: Sequence[UtilizationSample]) -> dict[tuple[str, str], int]:
+    """A counter track per GPU and reading (utilization, memory, SM clock), in the order they first appear."""
+    counters: dict[tuple[str, str], int] = {}
+    for sample in samples:
+        for what in ("utilization %", "memory GiB", "SM clock MHz"):
+            counters.setdefault((sample.gpu, what), COUNTER_TRACK_BASE + len(counters))
+    return counters
+
+
 def build_perfetto(raw: RawCapture) -> bytes:
     """The serialized Perfetto trace of a raw capture."""
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
@@ -162,14 +255,9 @@ def build_perfetto(raw: RawCapture) -> bytes:
         for tid in np.unique(ops.launch_tid):
             op_tracks[int(tid)] = OP_TRACK_BASE + len(op_tracks)
             descriptor(op_tracks[int(tid)], f"MAX ops, thread {int(tid)} (host: each op's launch)")
-    counters: dict[tuple[str, str], int] = {}
-    if raw.kernel_clock == "host" or not len(table):
-        for sample in raw.samples:
-            for what in ("utilization %", "memory GiB", "SM clock MHz"):
-                track_key = (sample.gpu, what)
-                if track_key not in counters:
-                    counters[track_key] = COUNTER_TRACK_BASE + len(counters)
-                    descriptor(counters[track_key], f"{sample.gpu} {what}", counter=True)
+    counters = _counter_tracks(raw.samples) if raw.kernel_clock == "host" or not len(table) else {}
+    for (gpu, what), uuid in counters.items():
+        descriptor(uuid, f"{gpu} {what}", counter=True)
 
     host_clock = raw.kernel_clock == "host" or not len(table)  # requests and load windows are on the host clock
     lanes = request_lanes(raw.requests) if host_clock else []
@@ -211,17 +299,7 @@ def build_perfetto(raw: RawCapture) -> bytes:
     launch_name = names("launch")
     op_iid = np.array([names(n) for n in ops.names] or [0], dtype=np.int64)
 
-    first = builder.add_packet()
-    first.trusted_packet_sequence_id = SEQUENCE_ID
-    first.sequence_flags = SEQ_INCREMENTAL_STATE_CLEARED
-    for text, iid in names.ids.items():
-        first.interned_data.event_names.add(iid=iid, name=text)
-    for text, iid in cats.ids.items():
-        first.interned_data.event_categories.add(iid=iid, name=text)
-    for text, iid in arg_names.ids.items():
-        first.interned_data.debug_annotation_names.add(iid=iid, name=text)
-    for text, iid in arg_values.ids.items():
-        first.interned_data.debug_annotation_string_values.add(iid=iid, str=text.encode())
+    _interned_packet(builder, names, cats, arg_names, arg_values)
 
     def event(ts: int, kind: int, track: int) -> pb.TrackEvent:
         packet = builder.add_packet()
@@ -232,49 +310,8 @@ def build_perfetto(raw: RawCapture) -> bytes:
         packet.track_event.track_uuid = track
         return packet.track_event
 
-    for i, s in enumerate(steps):
-        begin = event(s.start_ns, SLICE_BEGIN, STEPS_TRACK)
-        begin.name_iid = names.ids[f"{s.phase} step"]
-        for key, value in (
-            ("step", i),
-            ("batch", s.batch_size),
-            ("fed tokens", s.input_tokens),
-            ("context tokens", s.context_tokens),
-            ("model tokens", s.model_input_tokens),
-        ):
-            if value is not None:
-                begin.debug_annotations.add(name_iid=arg_names.ids[key], int_value=int(value))
-        begin.debug_annotations.add(name_iid=arg_names.ids["phase"], string_value=s.phase)
-        event(max(s.end_ns, s.start_ns), SLICE_END, STEPS_TRACK)
-    for w in raw.load_windows if host_clock else []:
-        begin = event(w.window_ns[0], SLICE_BEGIN, LOAD_TRACK)
-        begin.name_iid = names.ids[_window_label(w)]
-        begin.debug_annotations.add(name_iid=arg_names.ids["requests"], int_value=len(w.requests))
-        event(max(w.window_ns), SLICE_END, LOAD_TRACK)
-    for r, lane in zip(raw.requests, lanes, strict=True):
-        begin = event(r.started_ns, SLICE_BEGIN, REQUEST_TRACK_BASE + lane)
-        begin.name_iid = names.ids["request" if r.ok else "request (failed)"]
-        begin.debug_annotations.add(name_iid=arg_names.ids["tokens"], int_value=r.tokens)
-        if r.ttft_ms is not None:
-            begin.debug_annotations.add(name_iid=arg_names.ids["TTFT ms"], double_value=r.ttft_ms)
-        if r.error:
-            begin.debug_annotations.add(name_iid=arg_names.ids["error"], string_value=r.error[:200])
-        event(max(r.ended_ns, r.started_ns), SLICE_END, REQUEST_TRACK_BASE + lane)
-    for sample in raw.samples if counters else []:
-        memory = None if sample.memory_used_bytes is None else sample.memory_used_bytes / 2**30
-        readings: tuple[tuple[str, float | int | None], ...] = (
-            ("utilization %", sample.utilization_pct),
-            ("memory GiB", memory),
-            ("SM clock MHz", sample.sm_clock_mhz),
-        )
-        for what, reading in readings:
-            if reading is not None:
-                event(sample.t_ns, COUNTER, counters[(sample.gpu, what)]).double_counter_value = float(reading)
-    if op_tracks and ops.launch_tid is not None:
-        for i in np.argsort(ops.start_ns, kind="stable"):
-            track = op_tracks[int(ops.launch_tid[i])]
-            event(int(ops.start_ns[i]), SLICE_BEGIN, track).name_iid = int(op_iid[ops.name_idx[i]])
-            event(max(int(ops.end_ns[i]), int(ops.start_ns[i])), SLICE_END, track)
+    _host_events(event, names, arg_names, steps, raw.load_windows if host_clock else [], raw.requests, lanes)
+    _counter_and_op_events(event, raw, counters, ops, op_tracks, op_iid)
     head = builder.serialize()
     if not len(table):
         return bytes(head)

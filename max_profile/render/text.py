@@ -264,6 +264,32 @@ def _kernel_tables(rows: list[KernelRow], title: str, width: int, unit: str) -> 
     )
 
 
+def _per_device_tables(k: KernelBreakdown, inner: int) -> list[Table]:
+    """Each device's kernels, busy share and collectives (a multi-GPU capture)."""
+    cols = [
+        Col("device"),
+        Col("kernels"),
+        Col("kernel ms"),
+        Col("GPU busy %"),
+        Col("collective ms /decode step"),
+        Col("collective % of decode"),
+        Col("top families", numeric=False, wrap=True),
+    ]
+    rows = [
+        [
+            str(d.device),
+            str(d.kernels),
+            figure(d.kernel_ms, ".3f"),
+            figure(d.gpu_busy_pct, ".1f"),
+            figure(d.collective_ms_per_decode_step, ".4f"),
+            figure(d.collective_share_of_decode_pct, ".1f"),
+            ", ".join(f.family for f in d.families[:3]),
+        ]
+        for d in k.per_device
+    ]
+    return fitted_tables(cols, rows, inner, title="Per device")
+
+
 def kernels_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableType | None:
     k = report.kernels
     if k is None:
@@ -337,28 +363,7 @@ def kernels_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableTyp
         ]
         parts += fitted_tables(cols, rows, inner)
     if k.per_device:
-        cols = [
-            Col("device"),
-            Col("kernels"),
-            Col("kernel ms"),
-            Col("GPU busy %"),
-            Col("collective ms /decode step"),
-            Col("collective % of decode"),
-            Col("top families", numeric=False, wrap=True),
-        ]
-        rows = [
-            [
-                str(d.device),
-                str(d.kernels),
-                figure(d.kernel_ms, ".3f"),
-                figure(d.gpu_busy_pct, ".1f"),
-                figure(d.collective_ms_per_decode_step, ".4f"),
-                figure(d.collective_share_of_decode_pct, ".1f"),
-                ", ".join(f.family for f in d.families[:3]),
-            ]
-            for d in k.per_device
-        ]
-        parts += fitted_tables(cols, rows, inner, title="Per device")
+        parts += _per_device_tables(k, inner)
     parts += _family_tables(k.families, "Families (all phases)", inner, unit)
     for p in k.phases:
         parts += _family_tables(p.families, f"Families — {p.phase}", inner, unit)

@@ -27,14 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from max_profile.collect.live.nvtx_log import MAX_GPU_NVTX_PROBLEM, NVTX_V2_FIX
+from max_profile.collect.probes.compile_key import compile_key, warm_cache_command
 from max_profile.collect.probes.environment import detect_environment
-from max_profile.collect.probes.startup import (
-    cache_files,
-    compile_key,
-    modular_cache_dir,
-    serve_startup,
-    warm_cache_command,
-)
+from max_profile.collect.probes.startup import cache_files, modular_cache_dir, serve_startup
 from max_profile.collect.readers.otlp import BATCH_SPAN
 from max_profile.collect.readers.otlp_passes import passes_from_spans
 from max_profile.collect.server.load_window import ServerTarget, ServerWindow, window_recorders

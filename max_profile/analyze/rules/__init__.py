@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from max_profile.analyze.rules.base import NEEDS, Rule, RuleSpec, nvml_window_long_enough, unmet
+from max_profile.analyze.rules.idle import rule_gpu_idle
 from max_profile.analyze.rules.kernel_mix import (
     rule_communication,
     rule_moe,
@@ -27,7 +28,6 @@ from max_profile.analyze.rules.levers import (
     rule_attention,
     rule_decode_bandwidth,
     rule_gpu_bound,
-    rule_gpu_idle,
     rule_healthy_decode,
     rule_matmul,
     rule_op_roofline,

@@ -3,10 +3,86 @@ re-prefill)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from max_profile.analyze.account import paired_steps, whole_steps
 from max_profile.analyze.rules.base import fam_ms, gpu_kernels, host_contended, kern, phase_of, step_summary
 from max_profile.analyze.thresholds import Thresholds
-from max_profile.model import Finding, Report
+from max_profile.model import Finding, Report, Step
+
+
+def _model_refeeds(
+    steps: list[Step], seq: np.ndarray, third: int, th: Thresholds, evidence: dict[str, float | int | str | None]
+) -> bool:
+    """Whether the model's own input grows with the sequence while the scheduler feeds one token per request (an
+    architecture re-encoding behind the scheduler's back); its figures go into ``evidence``."""
+    model_fed = [st.model_input_tokens / st.batch_size for st in steps if st.model_input_tokens is not None]
+    if len(model_fed) != len(steps):
+        return False
+    mf = np.array(model_fed)
+    mf_first, mf_last = float(np.median(mf[:third])), float(np.median(mf[-third:]))
+    evidence["model_input_tokens_per_request_first"] = round(mf_first, 1)
+    evidence["model_input_tokens_per_request_last"] = round(mf_last, 1)
+    return (
+        bool((mf >= 2).mean() >= th.kv_refeed_steps_share)
+        and mf_last >= mf_first + th.kv_min_context_growth / 2
+        and _corr(seq, mf) >= th.kv_model_refeed_corr
+    )
+
+
+def _grows_step_by_step(
+    seq: np.ndarray,
+    ms: np.ndarray,
+    first: float,
+    last: float,
+    third: int,
+    th: Thresholds,
+    evidence: dict[str, float | int | str | None],
+) -> bool:
+    """Whether a step time that grew did so step by step with the sequence (not in one jump: another process taking
+    cores partway, a clock change)."""
+    halves = _half_slopes(seq, ms)
+    whole = (last - first) / max(float(np.median(seq[-third:])) - float(np.median(seq[:third])), 1.0)
+    evidence["growth_ms_per_token_first_half"] = round(halves[0], 5)
+    evidence["growth_ms_per_token_second_half"] = round(halves[1], 5)
+    if min(halves) < th.kv_gradual_share * whole:
+        evidence["step_time_not_judged"] = (
+            "the step time rose in one jump, not step by step with the sequence "
+            f"(robust slope per half {halves[0]:.4f} / {halves[1]:.4f} ms per token against {whole:.4f} overall)"
+        )
+        return False
+    return True
+
+
+def _kv_verdict(
+    time_grows: bool,
+    kernels_grow: bool,
+    refeeds: bool,
+    model_refeeds: bool,
+    kernels_timed: bool,
+    evidence: dict[str, float | int | str | None],
+) -> tuple[str, float]:
+    """(title, confidence) from which signals fired (token counts are surer than times); the signals go into
+    ``evidence``."""
+    signals = [
+        name
+        for name, on in (
+            ("step time", time_grows),
+            ("kernel time", kernels_grow),
+            ("re-fed tokens", refeeds),
+            ("model re-encodes the sequence", model_refeeds),
+        )
+        if on
+    ]
+    evidence["signals"] = ", ".join(signals)
+    confidence = 0.95 if refeeds or model_refeeds else 0.85 if kernels_grow or kernels_timed else 0.7
+    title = "Decode work grows with the sequence at every step: the KV cache is missing or not used (O(n²) re-prefill)"
+    if model_refeeds and not refeeds:
+        title = (
+            "The model re-encodes the whole sequence at every decode step while the scheduler feeds one token: "
+            "the KV cache is not used (O(n²) re-prefill)"
+        )
+    return title, confidence
 
 
 def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
@@ -31,8 +107,6 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
     s = step_summary(report)
     if len(steps) < th.kv_min_decode_steps or not s:
         return []
-    import numpy as np
-
     seq = np.array([st.sequence_tokens for st in steps], dtype=float)
     # on a CPU device the step's own CPU time, not its wall time: another process taking cores mid-run slows the later
     # steps' wall time (a trend with the sequence) but not the work they do; on a GPU the step's wall time is the
@@ -64,32 +138,11 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
     if kernel_growth is not None:
         evidence["decode_kernel_ms_growth_ratio"] = round(kernel_growth, 2)
         evidence["kernel_time_vs_sequence_correlation"] = round(kernel_corr, 3)
-    model_fed = [st.model_input_tokens / st.batch_size for st in steps if st.model_input_tokens is not None]
-    model_refeeds = False
-    if len(model_fed) == len(steps):
-        mf = np.array(model_fed)
-        mf_first, mf_last = float(np.median(mf[:third])), float(np.median(mf[-third:]))
-        evidence["model_input_tokens_per_request_first"] = round(mf_first, 1)
-        evidence["model_input_tokens_per_request_last"] = round(mf_last, 1)
-        model_refeeds = (
-            bool((mf >= 2).mean() >= th.kv_refeed_steps_share)
-            and mf_last >= mf_first + th.kv_min_context_growth / 2
-            and _corr(seq, mf) >= th.kv_model_refeed_corr
-        )
+    model_refeeds = _model_refeeds(steps, seq, third, th, evidence)
     evidence.update(_decode_vs_prefill_mix(report))
     time_grows = ratio >= th.kv_growth_ratio and corr >= th.kv_trend_corr
     if time_grows:
-        halves = _half_slopes(seq, ms)
-        whole = (last - first) / max(float(np.median(seq[-third:])) - float(np.median(seq[:third])), 1.0)
-        evidence["growth_ms_per_token_first_half"] = round(halves[0], 5)
-        evidence["growth_ms_per_token_second_half"] = round(halves[1], 5)
-        if min(halves) < th.kv_gradual_share * whole:
-            # one level shift (another process taking cores partway, a clock change), not growth at every step
-            time_grows = False
-            evidence["step_time_not_judged"] = (
-                "the step time rose in one jump, not step by step with the sequence "
-                f"(robust slope per half {halves[0]:.4f} / {halves[1]:.4f} ms per token against {whole:.4f} overall)"
-            )
+        time_grows = _grows_step_by_step(seq, ms, first, last, third, th, evidence)
     # MAX's op ranges on a CPU are host wall time (load-dependent): evidence there, a trigger only for GPU kernels
     kernels_grow = (
         kernel_growth is not None
@@ -107,24 +160,9 @@ def rule_kv_cache(report: Report, th: Thresholds) -> list[Finding]:
         evidence["step_time_not_judged"] = "other processes held the host's cores during the capture"
     if not (time_grows or kernels_grow or refeeds or model_refeeds):
         return []
-    signals = [
-        name
-        for name, on in (
-            ("step time", time_grows),
-            ("kernel time", kernels_grow),
-            ("re-fed tokens", refeeds),
-            ("model re-encodes the sequence", model_refeeds),
-        )
-        if on
-    ]
-    evidence["signals"] = ", ".join(signals)
-    confidence = 0.95 if refeeds or model_refeeds else 0.85 if kernels_grow or kernel_growth is not None else 0.7
-    title = "Decode work grows with the sequence at every step: the KV cache is missing or not used (O(n²) re-prefill)"
-    if model_refeeds and not refeeds:
-        title = (
-            "The model re-encodes the whole sequence at every decode step while the scheduler feeds one token: "
-            "the KV cache is not used (O(n²) re-prefill)"
-        )
+    title, confidence = _kv_verdict(
+        time_grows, kernels_grow, refeeds, model_refeeds, kernel_growth is not None, evidence
+    )
     return [
         Finding(
             id="kv-cache-broken",

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 from max_profile.analyze.thresholds import Thresholds
-from max_profile.model import Finding, Report
+from max_profile.model import Finding, LoadLevel, Report
 
 
-def rule_latency_knee(report: Report, th: Thresholds) -> list[Finding]:
-    """The concurrency where a load sweep stops scaling (throughput flat) or latency bends, and why.
-
-    Causes, in order of evidence: KV-cache pressure (use near 100 %, preemptions), the batch limit (batch size stops
-    growing while requests queue), prefill interference (ITL spikes with context-encoding batches in the window), a
-    saturated GPU (its capacity: healthy), host-bound (GPU idle while requests queue).
-    """
-    levels = sorted(report.load_levels, key=lambda lv: lv.concurrency)
-    if len(levels) < 2:
-        return []
+def _knee_of(levels: list[LoadLevel], th: Thresholds) -> tuple[LoadLevel, LoadLevel, float, float] | None:
+    """The first pair of levels where throughput stops scaling or lags the added concurrency while latency climbs:
+    (level before, knee level, throughput gain, ITL growth)."""
     knee = None
     for prev, cur in zip(levels, levels[1:], strict=False):
         gain = cur.output_tok_per_s / prev.output_tok_per_s - 1.0 if prev.output_tok_per_s > 0 else 0.0
@@ -28,56 +21,18 @@ def rule_latency_knee(report: Report, th: Thresholds) -> list[Finding]:
         ):
             knee = (prev, cur, gain, itl_growth)
             break
-    best = max(levels, key=lambda lv: lv.output_tok_per_s)
-    if knee is None:
-        return [
-            Finding(
-                id="load-scales",
-                severity="info",
-                confidence=0.6,
-                title=f"Throughput scaled over the whole sweep: {levels[0].output_tok_per_s:.0f} -> "
-                f"{levels[-1].output_tok_per_s:.0f} output tok/s "
-                f"from concurrency {levels[0].concurrency} to {levels[-1].concurrency}; try higher concurrency to find "
-                "the knee",
-                evidence={
-                    "levels": ",".join(str(lv.concurrency) for lv in levels),
-                    "best_output_tok_per_s": best.output_tok_per_s,
-                },
-            )
-        ]
-    prev, cur, gain, itl_growth = knee
+    return knee
+
+
+def _knee_cause(prev: LoadLevel, cur: LoadLevel, th: Thresholds) -> tuple[str, str, str]:
+    """(cause, why, advice) of a knee, in order of evidence (see :func:`rule_latency_knee`)."""
     srv = cur.server
-    ev: dict[str, float | int | str | None] = {
-        "knee_concurrency": cur.concurrency,
-        "previous_concurrency": prev.concurrency,
-        "output_tok_per_s_before": prev.output_tok_per_s,
-        "output_tok_per_s_at_knee": cur.output_tok_per_s,
-        "throughput_gain_pct": round(100 * gain, 1),
-        "itl_p50_ms_before": prev.itl_ms.p50,
-        "itl_p50_ms_at_knee": cur.itl_ms.p50,
-        "itl_p99_ms_at_knee": cur.itl_ms.p99,
-        "ttft_p90_ms_at_knee": cur.ttft_ms.p90,
-        "gpu_utilization_pct_at_knee": cur.gpu_utilization_pct,
-    }
+    prev_batch = prev.server.batch_size_mean if prev.server else None
     cause, why, advice = (
         "unknown",
         "the server's metrics do not say why",
         "Read the server's metrics at this concurrency (KV-cache use, batch size, queue).",
     )
-    prev_batch = prev.server.batch_size_mean if prev.server else None
-    if srv is not None and not srv.unavailable:
-        ev.update(
-            {
-                "batch_size_mean": srv.batch_size_mean,
-                "batch_size_mean_before": prev_batch,
-                "requests_queued": srv.requests_queued,
-                "kv_cache_used_pct": srv.kv_cache_used_pct,
-                "preemptions": srv.preemptions,
-                "ce_batches": srv.batches.get("CE"),
-                "ce_batch_ms_mean": srv.batch_execution_ms_mean.get("CE"),
-                "tg_batch_ms_mean": srv.batch_execution_ms_mean.get("TG"),
-            }
-        )
     spike = (cur.itl_ms.p99 / cur.itl_ms.p50) if cur.itl_ms.p99 and cur.itl_ms.p50 else None
     if srv is not None and ((srv.kv_cache_used_pct or 0) >= th.knee_kv_pressure_pct or (srv.preemptions or 0) > 0):
         cause, why = (
@@ -130,6 +85,66 @@ def rule_latency_knee(report: Report, th: Thresholds) -> list[Finding]:
             "The host side (tokenization, scheduling, streaming) limits: profile the server's processes (py-spy) "
             "or add API workers."
         )
+    return cause, why, advice
+
+
+def rule_latency_knee(report: Report, th: Thresholds) -> list[Finding]:
+    """The concurrency where a load sweep stops scaling (throughput flat) or latency bends, and why.
+
+    Causes, in order of evidence: KV-cache pressure (use near 100 %, preemptions), the batch limit (batch size stops
+    growing while requests queue), prefill interference (ITL spikes with context-encoding batches in the window), a
+    saturated GPU (its capacity: healthy), host-bound (GPU idle while requests queue).
+    """
+    levels = sorted(report.load_levels, key=lambda lv: lv.concurrency)
+    if len(levels) < 2:
+        return []
+    knee = _knee_of(levels, th)
+    best = max(levels, key=lambda lv: lv.output_tok_per_s)
+    if knee is None:
+        return [
+            Finding(
+                id="load-scales",
+                severity="info",
+                confidence=0.6,
+                title=f"Throughput scaled over the whole sweep: {levels[0].output_tok_per_s:.0f} -> "
+                f"{levels[-1].output_tok_per_s:.0f} output tok/s "
+                f"from concurrency {levels[0].concurrency} to {levels[-1].concurrency}; try higher concurrency to find "
+                "the knee",
+                evidence={
+                    "levels": ",".join(str(lv.concurrency) for lv in levels),
+                    "best_output_tok_per_s": best.output_tok_per_s,
+                },
+            )
+        ]
+    prev, cur, gain, itl_growth = knee
+    srv = cur.server
+    ev: dict[str, float | int | str | None] = {
+        "knee_concurrency": cur.concurrency,
+        "previous_concurrency": prev.concurrency,
+        "output_tok_per_s_before": prev.output_tok_per_s,
+        "output_tok_per_s_at_knee": cur.output_tok_per_s,
+        "throughput_gain_pct": round(100 * gain, 1),
+        "itl_p50_ms_before": prev.itl_ms.p50,
+        "itl_p50_ms_at_knee": cur.itl_ms.p50,
+        "itl_p99_ms_at_knee": cur.itl_ms.p99,
+        "ttft_p90_ms_at_knee": cur.ttft_ms.p90,
+        "gpu_utilization_pct_at_knee": cur.gpu_utilization_pct,
+    }
+    prev_batch = prev.server.batch_size_mean if prev.server else None
+    if srv is not None and not srv.unavailable:
+        ev.update(
+            {
+                "batch_size_mean": srv.batch_size_mean,
+                "batch_size_mean_before": prev_batch,
+                "requests_queued": srv.requests_queued,
+                "kv_cache_used_pct": srv.kv_cache_used_pct,
+                "preemptions": srv.preemptions,
+                "ce_batches": srv.batches.get("CE"),
+                "ce_batch_ms_mean": srv.batch_execution_ms_mean.get("CE"),
+                "tg_batch_ms_mean": srv.batch_execution_ms_mean.get("TG"),
+            }
+        )
+    cause, why, advice = _knee_cause(prev, cur, th)
     ev["cause"] = cause
     return [
         Finding(

@@ -5,7 +5,39 @@ from __future__ import annotations
 
 from max_profile.analyze.commands import shell
 from max_profile.analyze.thresholds import Thresholds
-from max_profile.model import Finding, Report
+from max_profile.model import Finding, Report, StartupProfile
+
+
+def _custom_import_slow(report: Report, st: StartupProfile, th: Thresholds) -> list[Finding]:
+    """A custom architecture whose own import is slow (MAX's import not counted)."""
+    out: list[Finding] = []
+    # the package's own import: the preflight child's import of it after MAX (its phase is mostly MAX's own import, the
+    # H200: 19.4 s of which 13-15 s MAX), and the load's architecture lookup, where MAX imports it again
+    own = [
+        (f"{r.spec}: its import in the preflight child, MAX already imported", r.package_import_s)
+        for r in report.preflight
+        if r.package_import_s is not None
+    ]
+    own += [(p.name, p.seconds) for p in st.phases if "custom architectures imported" in p.name and report.preflight]
+    slow = next(((name, s) for name, s in own if s >= th.custom_import_slow_s), None)
+    if slow is not None:
+        preflight_phase = next((p for p in st.phases if "custom-architecture preflight" in p.name), None)
+        out.append(
+            Finding(
+                id="startup-custom-import-slow",
+                severity="warning",
+                confidence=0.6,
+                evidence={
+                    "where": slow[0],
+                    "seconds": round(slow[1], 2),
+                    "preflight_child_s": preflight_phase.seconds if preflight_phase else None,
+                },
+                title=f"The custom architecture's own import takes {slow[1]:.0f} s (MAX's import not counted)",
+                next_step="Keep import time free of work: no weight loading, graph building or network calls at module "
+                "level.",
+            )
+        )
+    return out
 
 
 def rule_startup(report: Report, th: Thresholds) -> list[Finding]:
@@ -92,30 +124,5 @@ def rule_startup(report: Report, th: Thresholds) -> list[Finding]:
                 "--max-length.",
             )
         )
-    # the package's own import: the preflight child's import of it after MAX (its phase is mostly MAX's own import, the
-    # H200: 19.4 s of which 13-15 s MAX), and the load's architecture lookup, where MAX imports it again
-    own = [
-        (f"{r.spec}: its import in the preflight child, MAX already imported", r.package_import_s)
-        for r in report.preflight
-        if r.package_import_s is not None
-    ]
-    own += [(p.name, p.seconds) for p in st.phases if "custom architectures imported" in p.name and report.preflight]
-    slow = next(((name, s) for name, s in own if s >= th.custom_import_slow_s), None)
-    if slow is not None:
-        preflight_phase = next((p for p in st.phases if "custom-architecture preflight" in p.name), None)
-        out.append(
-            Finding(
-                id="startup-custom-import-slow",
-                severity="warning",
-                confidence=0.6,
-                evidence={
-                    "where": slow[0],
-                    "seconds": round(slow[1], 2),
-                    "preflight_child_s": preflight_phase.seconds if preflight_phase else None,
-                },
-                title=f"The custom architecture's own import takes {slow[1]:.0f} s (MAX's import not counted)",
-                next_step="Keep import time free of work: no weight loading, graph building or network calls at module "
-                "level.",
-            )
-        )
+    out += _custom_import_slow(report, st, th)
     return out

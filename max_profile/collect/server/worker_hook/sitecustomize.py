@@ -143,6 +143,89 @@ class _NoKernels:
         return None
 
 
+def _steps_only_window(
+    folder: str, pid: int, window: int, collector: Any, steps: Any, notes: list[str], t0: int
+) -> None:
+    """A window the controller asked to leave unrecorded: its steps stamped, no kernel recorded (CUPTI stays off)."""
+    _write(os.path.join(folder, f"started-{pid}-{window}"), "0\n")
+    _wait_for(os.path.join(folder, f"stop-{window}"), None, 0.02)
+    now = time.perf_counter_ns()
+    if steps is not None:
+        steps.dump(folder, pid, window)
+    note = "kernels not recorded in this window: steps only (CUPTI off)"
+    _dump(folder, pid, window, type(collector.kernels).empty(), collector, t0, t0, now, [*notes, note], [], 1.0)
+
+
+def _finish_window(
+    folder: str,
+    pid: int,
+    window: int,
+    collector: Any,
+    notes: list[str],
+    slices: list[list[int]],
+    plan: dict[str, Any],
+    t0: int,
+    started: int,
+    stopped: int,
+) -> None:
+    """Stop the recorder after a window, drop the records no recorded slice holds (each said in the window's notes),
+    and write the window's kernels for the controller."""
+    stop_at = time.perf_counter_ns()
+    kernels = collector.stop()
+    window_notes = list(notes)
+    kernels, spanning = _drop_pause_spanning(kernels, slices, stopped)
+    if spanning:
+        window_notes.append(
+            f"CUPTI: {spanning} kernel record(s) reached across a pause of the sampled recording (their end "
+            "stamped "
+            "only when recording resumed or stopped): left out"
+        )
+    if getattr(collector, "rejected_launches", 0):
+        from max_profile.collect.live.cupti_decode import impossible_joins_note
+
+        window_notes.append(impossible_joins_note(collector.rejected_launches))
+    if getattr(collector, "resume_problem", None):
+        window_notes.append(str(collector.resume_problem))
+    if getattr(collector, "unfinished", 0):
+        window_notes.append(
+            f"CUPTI: {collector.unfinished} kernel(s) were still running when the window closed (no end time): left out"
+        )
+    spans = _spans_recorded(slices, t0, stopped, stop_at)
+    counts, outside = kernels.per_slice(spans)
+    by_start, _ = kernels.per_slice(spans, by_start=True)  # beside the launch-time counts: a wrong join shows
+    if outside.any():
+        kernels = kernels.select(~outside)
+        window_notes.append(
+            f"CUPTI: {int(outside.sum())} kernel record(s) carried a time outside every recorded slice (asked for "
+            "over 10 ms before one began or 250 ms after it ended, where CUPTI records nothing): left out"
+        )
+    share = float(plan.get("share", 1.0))
+    if share < 1 and getattr(collector, "pause", None) is None:
+        window_notes.append(
+            "this recorder cannot pause (cupti-python): the whole window was recorded, not a share of it"
+        )
+        share = 1.0
+    _dump(
+        folder,
+        pid,
+        window,
+        kernels,
+        collector,
+        t0,
+        started,
+        stopped,
+        window_notes,
+        slices,
+        share,
+        {
+            "per_slice": counts,
+            "per_slice_by_start": by_start,
+            "outside_slices": int(outside.sum()),
+            "spanning_pauses": spanning,
+        },
+    )
+
+
 def _watch(folder: str) -> None:
     import json
 
@@ -191,13 +274,7 @@ def _watch(folder: str) -> None:
             steps.open()
         t0 = time.perf_counter_ns()
         if plan.get("kernels") is False and not isinstance(collector, _NoKernels):  # steps only: CUPTI stays off
-            _write(os.path.join(folder, f"started-{pid}-{window}"), "0\n")
-            _wait_for(os.path.join(folder, f"stop-{window}"), None, 0.02)
-            now = time.perf_counter_ns()
-            if steps is not None:
-                steps.dump(folder, pid, window)
-            note = "kernels not recorded in this window: steps only (CUPTI off)"
-            _dump(folder, pid, window, type(collector.kernels).empty(), collector, t0, t0, now, [*notes, note], [], 1.0)
+            _steps_only_window(folder, pid, window, collector, steps, notes, t0)
             continue
         try:
             if hasattr(collector, "options"):
@@ -247,61 +324,7 @@ def _watch(folder: str) -> None:
             )  # first: a step running now is waited for by the next window's open, not here
         if isinstance(collector, _NoKernels):
             continue
-        stop_at = time.perf_counter_ns()
-        kernels = collector.stop()
-        window_notes = list(notes)
-        kernels, spanning = _drop_pause_spanning(kernels, slices, stopped)
-        if spanning:
-            window_notes.append(
-                f"CUPTI: {spanning} kernel record(s) reached across a pause of the sampled recording (their end "
-                "stamped "
-                "only when recording resumed or stopped): left out"
-            )
-        if getattr(collector, "rejected_launches", 0):
-            from max_profile.collect.live.cupti_decode import impossible_joins_note
-
-            window_notes.append(impossible_joins_note(collector.rejected_launches))
-        if getattr(collector, "resume_problem", None):
-            window_notes.append(str(collector.resume_problem))
-        if getattr(collector, "unfinished", 0):
-            window_notes.append(
-                f"CUPTI: {collector.unfinished} kernel(s) were still running when the window closed (no end time): "
-                "left out"
-            )
-        spans = _spans_recorded(slices, t0, stopped, stop_at)
-        counts, outside = kernels.per_slice(spans)
-        by_start, _ = kernels.per_slice(spans, by_start=True)  # beside the launch-time counts: a wrong join shows
-        if outside.any():
-            kernels = kernels.select(~outside)
-            window_notes.append(
-                f"CUPTI: {int(outside.sum())} kernel record(s) carried a time outside every recorded slice (asked for "
-                "over 10 ms before one began or 250 ms after it ended, where CUPTI records nothing): left out"
-            )
-        share = float(plan.get("share", 1.0))
-        if share < 1 and getattr(collector, "pause", None) is None:
-            window_notes.append(
-                "this recorder cannot pause (cupti-python): the whole window was recorded, not a share of it"
-            )
-            share = 1.0
-        _dump(
-            folder,
-            pid,
-            window,
-            kernels,
-            collector,
-            t0,
-            started,
-            stopped,
-            window_notes,
-            slices,
-            share,
-            {
-                "per_slice": counts,
-                "per_slice_by_start": by_start,
-                "outside_slices": int(outside.sum()),
-                "spanning_pauses": spanning,
-            },
-        )
+        _finish_window(folder, pid, window, collector, notes, slices, plan, t0, started, stopped)
 
 
 class _StepStamps:
