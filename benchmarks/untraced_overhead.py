@@ -145,7 +145,7 @@ def step_labels(share: float, n: int, slice_steps: int = 8) -> list[str]:
 
 def arm_share(arm: str) -> float | None:
     """The share of steps a CUPTI arm records (None: no CUPTI, or every step)."""
-    from max_profile.collect.live.recorders import DEFAULT_KERNEL_SHARE
+    from max_profile.defaults import DEFAULT_KERNEL_SHARE
 
     if not arm.startswith("cupti") or arm == "cupti-no-launches":
         return None

@@ -24,31 +24,58 @@ IMPORTED_AT = _time.time()
 own start, give or take the interpreter's few tens of ms before its first import (see
 ``collect.probes.startup.process_start``)."""
 
-from max_profile import model as _model
+from typing import TYPE_CHECKING
+
 from max_profile.errors import CaptureError, InputError, MaxProfileError, ToolMissingError, TraceFormatError
-from max_profile.model import (
-    SCHEMA_VERSION,
-    Capture,
-    Environment,
-    Finding,
-    KernelAnalysis,
-    KernelBreakdown,
-    KernelRecord,
-    KernelTable,
-    RawCapture,
-    Report,
-    Step,
-    Unavailable,
-    UtilizationSample,
-)
-from max_profile.render.text import render_text
 from max_profile.version import __version__  # noqa: F401
 
-_model.set_text_renderer(render_text)
+if TYPE_CHECKING:  # the names for type checkers; at run time each loads on first use (PEP 562)
+    from max_profile.model import (
+        SCHEMA_VERSION,
+        Capture,
+        Environment,
+        Finding,
+        KernelAnalysis,
+        KernelBreakdown,
+        KernelRecord,
+        KernelTable,
+        RawCapture,
+        Report,
+        Step,
+        Unavailable,
+        UtilizationSample,
+    )
+    from max_profile.render.text import render_text
+
+_MODEL_NAMES = frozenset(
+    {
+        "SCHEMA_VERSION",
+        "Capture",
+        "Environment",
+        "Finding",
+        "KernelAnalysis",
+        "KernelBreakdown",
+        "KernelRecord",
+        "KernelTable",
+        "RawCapture",
+        "Report",
+        "Step",
+        "Unavailable",
+        "UtilizationSample",
+    }
+)
 
 
 def __getattr__(name: str) -> object:
-    # Heavy imports (MAX, numpy analysis) only when the API is used.
+    # Every import but the errors' only when the API is used: `max-profile --help` and `import max_profile` stay light.
+    if name in _MODEL_NAMES:
+        from max_profile import model
+
+        return getattr(model, name)
+    if name == "render_text":
+        from max_profile.render.text import render_text
+
+        return render_text
     if name in ("profile", "ProfileSession", "Profiler", "capture", "restart_with_op_ranges"):
         from max_profile import session  # lazy: `import max_profile` stays light
 

@@ -1,5 +1,5 @@
 import sys
 
-from max_profile.cli import main
+from max_profile.entry import main
 
 sys.exit(main())

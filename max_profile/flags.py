@@ -11,12 +11,11 @@ import difflib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from max_profile.collect.live.recorders import DEFAULT_KERNEL_SHARE
+from max_profile.defaults import DEFAULT_KERNEL_SHARE, PREFLIGHT_TIMEOUT_S, READY_TIMEOUT_S
 from max_profile.errors import InputError
 from max_profile.model.kernel_modes import BACKENDS, IN_PROCESS_MODES
-from max_profile.preflight import DEFAULT_TIMEOUT_S
 from max_profile.render.outputs import OUTPUTS
-from max_profile.serve import READY_TIMEOUT_S, SERVE_MODES
+from max_profile.serve.modes import SERVE_MODES
 
 
 class Parser(argparse.ArgumentParser):
@@ -263,7 +262,7 @@ def _check_arch_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-path", help="the model folder that will use it (checks config.json and the tokenizer)")
     p.add_argument("--serve", action="store_true", help="also check what `max serve` needs (chat template, embeddings)")
     p.add_argument("--max-length", type=int, help="--max-length that will be used (predicts PromptTooLongError)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds allowed for the package import")
+    p.add_argument("--timeout", type=float, default=PREFLIGHT_TIMEOUT_S, help="seconds allowed for the package import")
     p.add_argument("--json", metavar="PATH", help="write every check as JSON")
 
 

@@ -32,7 +32,6 @@ from max_profile.collect.live.markers import make_marker
 from max_profile.collect.live.nvtx_log import log_path_for, restart_with_nvtx_log
 from max_profile.collect.live.pipeline_hook import PipelineHook, resolve_pipeline, synchronize_accelerators
 from max_profile.collect.live.recorders import (
-    DEFAULT_KERNEL_SHARE,
     DEFAULT_SLICE_STEPS,
     CuptiRecorder,
     GpuSamplerRecorder,
@@ -43,6 +42,7 @@ from max_profile.collect.live.recorders import (
 )
 from max_profile.collect.probes.environment import detect_environment
 from max_profile.collect.probes.model_files import read_model_config, read_model_weights
+from max_profile.defaults import DEFAULT_KERNEL_SHARE
 from max_profile.errors import InputError
 from max_profile.model import Capture, Environment, RawCapture, Report, Unavailable
 from max_profile.model.kernel_modes import KernelMode, kernel_mode, place_of, resolve_kernel_mode

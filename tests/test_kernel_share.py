@@ -12,13 +12,8 @@ import numpy as np
 import pytest
 
 from max_profile.analyze.report import build_report
-from max_profile.collect.live.recorders import (
-    DEFAULT_KERNEL_SHARE,
-    DEFAULT_SLICE_STEPS,
-    StepSlices,
-    launched_within,
-    spans_of_recorded_work,
-)
+from max_profile.collect.live.recorders import DEFAULT_SLICE_STEPS, StepSlices, launched_within, spans_of_recorded_work
+from max_profile.defaults import DEFAULT_KERNEL_SHARE
 from max_profile.model import PhaseLedger, RawCapture, StepLedger
 
 from .conftest import DATA

@@ -48,7 +48,6 @@ def test_serve_puts_it_on_the_servers_path_when_profiling_is_on(
     from max_profile.serve import modes
 
     monkeypatch.setattr(nvtx_log, "_system_nvtx_v2", lambda: False)
-    monkeypatch.setattr(modes, "profiling_library_env", nvtx_log.profiling_library_env)
     plan = serve.ServePlan(
         model_path=str(tiny_model_dir),
         devices="gpu",

@@ -74,7 +74,9 @@ def test_ops_mode_needs_maxs_op_ranges_before_anything_starts(
         in described
     )
     assert "--no-device-graph-capture" in described
-    monkeypatch.setattr("max_profile.serve.modes.max_profiling_usable", lambda devices: False)  # CUDA 13, no NVTX v2
+    monkeypatch.setattr(
+        "max_profile.collect.live.nvtx_log.max_profiling_usable", lambda devices: False
+    )  # CUDA 13, no NVTX v2
     gpu = ServePlan(model_path=str(tiny_model_dir), devices="gpu", mode="ops", duration_s=1.0, **ports)  # type: ignore[arg-type]
     with pytest.raises(
         ToolMissingError, match=r"--mode ops on gpu: MAX 26.7 on a GPU .* fix: pip install 'nvidia-nvtx-cu12"

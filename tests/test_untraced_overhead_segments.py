@@ -61,7 +61,7 @@ def test_the_experiment_arms_record_as_the_default_with_one_thing_changed() -> N
     sixteenth (their steps summarised by the same recorder states), one with a flush at each pause (a recorder option
     the C recorder knows), the other without launch-call records."""
     from max_profile.collect.live.cupti_native import RECORDING_OPTIONS
-    from max_profile.collect.live.recorders import DEFAULT_KERNEL_SHARE
+    from max_profile.defaults import DEFAULT_KERNEL_SHARE
 
     for arm in ("cupti-flush", "cupti-sampled-no-launches"):
         assert arm in bench.ALL_ARMS and bench.arm_share(arm) == DEFAULT_KERNEL_SHARE

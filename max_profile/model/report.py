@@ -744,7 +744,11 @@ class Report(msgspec.Struct):
         return cls.from_json(read_input(path), path)
 
     def __str__(self) -> str:
-        if _TEXT_RENDERER is None:  # only when max_profile.model is used without the package root
+        if _TEXT_RENDERER is None:  # the text renderer registers itself when loaded (the model imports no renderer)
+            import importlib
+
+            importlib.import_module("max_profile.render.text")
+        if _TEXT_RENDERER is None:
             return f"Report({self.capture.target}, {len(self.findings)} findings)"
         return _TEXT_RENDERER(self)
 
@@ -753,6 +757,7 @@ _TEXT_RENDERER: Callable[[Report], str] | None = None
 
 
 def set_text_renderer(renderer: Callable[[Report], str]) -> None:
-    """Called once by the package root: ``str(report)`` renders with it (the model imports no renderer)."""
+    """Called by the text renderer's module when it loads: ``str(report)`` renders with it (the model imports no
+    renderer; ``str`` loads that module by name the first time)."""
     global _TEXT_RENDERER
     _TEXT_RENDERER = renderer

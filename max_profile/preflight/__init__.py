@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from max_profile.collect.probes.environment import max_version
+from max_profile.defaults import PREFLIGHT_TIMEOUT_S
 from max_profile.errors import InputError
 from max_profile.model import PreflightCheck, PreflightResult, Severity
 from max_profile.util.files import cache_dir, write_output
@@ -29,7 +30,7 @@ from max_profile.util.procs import clean_child_env, die_with_parent, kill_group
 PASS_THROUGH_CHAT_TEMPLATE = '{% for m in messages %}{{ m["content"] }}{% endfor %}'
 """A chat template that sends the messages' text unchanged (for base models without one)."""
 
-DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_TIMEOUT_S = PREFLIGHT_TIMEOUT_S
 _CHILD = Path(__file__).with_name("_child.py")
 
 

@@ -17,14 +17,15 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from max_profile.errors import InputError, ToolMissingError
-from max_profile.model import RawCapture, Report, RequestRecord, ToolStatus
-from max_profile.render.html import render_html
-from max_profile.render.perfetto import write_perfetto
-from max_profile.render.telemetry import export_otel, otlp_providers_from_env, otlp_settings, prometheus_text
-from max_profile.render.text import render_text
+
+if TYPE_CHECKING:
+    from max_profile.model import RawCapture, Report, RequestRecord, ToolStatus
 from max_profile.util.files import write_output
+
+# each writer imports its renderer when it runs: the CLI's parser reads this registry (``max-profile --help``)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ def _requests(raw: RawCapture | None) -> Sequence[RequestRecord]:
 
 
 def _text(report: Report, raw: RawCapture | None, path: str) -> str:
+    from max_profile.render.text import render_text
+
     write_output(path, render_text(report).encode())  # the terminal's width, as the CLI prints it (COLUMNS=N sets it)
     return f"text report written to {path}"
 
@@ -65,22 +68,30 @@ def _raw(report: Report, raw: RawCapture | None, path: str) -> str:
 
 
 def _html(report: Report, raw: RawCapture | None, path: str) -> str:
+    from max_profile.render.html import render_html
+
     write_output(path, render_html(report).encode())
     return f"HTML report written to {path} (open it in a browser: file://{os.path.abspath(path)})"
 
 
 def _perfetto(report: Report, raw: RawCapture | None, path: str) -> str:
     assert raw is not None
+    from max_profile.render.perfetto import write_perfetto
+
     write_perfetto(raw, path)
     return f"Perfetto trace written to {path} (open it at https://ui.perfetto.dev)"
 
 
 def _prometheus(report: Report, raw: RawCapture | None, path: str) -> str:
+    from max_profile.render.telemetry import prometheus_text
+
     write_output(path, prometheus_text(report, requests=_requests(raw)).encode())
     return f"Prometheus metrics written to {path} (text exposition format)"
 
 
 def _otel(report: Report, raw: RawCapture | None, path: str) -> str:
+    from max_profile.render.telemetry import export_otel, otlp_providers_from_env
+
     export = otlp_providers_from_env()
     export_otel(
         report, meter_provider=export.meter_provider, tracer_provider=export.tracer_provider, requests=_requests(raw)
@@ -181,6 +192,8 @@ def check_outputs(requested: dict[str, str | bool | None]) -> None:
         if output.takes_path and isinstance(target, str):
             probe_writable(target, f"--{name}")
         if name == "otel":
+            from max_profile.render.telemetry import otlp_settings
+
             otlp_settings()  # a missing endpoint is said now, not after a capture of minutes
 
 
@@ -214,6 +227,8 @@ def write_outputs(
 
 def output_checks() -> list[ToolStatus]:
     """Each output and whether its libraries import here (``max-profile doctor``), with the install command when not."""
+    from max_profile.model import ToolStatus
+
     checks = []
     for output in OUTPUTS:
         missing = missing_modules(output)

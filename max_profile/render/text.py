@@ -23,6 +23,7 @@ from max_profile.model import (
     StepSummary,
     Unavailable,
     UtilizationSection,
+    set_text_renderer,
 )
 from max_profile.model.tags import LedgerSource, StartupSource, StepSource, TargetKind, host_ops
 from max_profile.render.serve_text import (
@@ -757,3 +758,6 @@ def print_report(report: Report, console: Console | None = None) -> None:
     console = console or Console(highlight=False)
     for r in render_renderables(report, console.width):
         console.print(r)
+
+
+set_text_renderer(render_text)  # str(report) renders the text report

@@ -16,10 +16,39 @@ From Python::
 
 from __future__ import annotations
 
-from max_profile.collect.server.server_process import free_port, scan_server_log, server_tmpdir
-from max_profile.serve.lifecycle import READY_TIMEOUT_S, new_serve_raw, run_serve_capture, serve_windows, warm_pass
-from max_profile.serve.modes import SERVE_MODES, check_plan, resolve_plan, serve_mode
-from max_profile.serve.plan import ModeContext, ResolvedServe, ServeMode, ServePlan
+from typing import TYPE_CHECKING
+
+from max_profile.util.lazy import lazy_attributes
+
+if TYPE_CHECKING:  # the names for type checkers; at run time each module loads on first use (PEP 562)
+    from max_profile.collect.server.server_process import free_port, scan_server_log, server_tmpdir
+    from max_profile.serve.lifecycle import READY_TIMEOUT_S, new_serve_raw, run_serve_capture, serve_windows, warm_pass
+    from max_profile.serve.modes import SERVE_MODES, check_plan, resolve_plan, serve_mode
+    from max_profile.serve.plan import ModeContext, ResolvedServe, ServeMode, ServePlan
+
+_LAZY = {
+    "free_port": "max_profile.collect.server.server_process",
+    "scan_server_log": "max_profile.collect.server.server_process",
+    "server_tmpdir": "max_profile.collect.server.server_process",
+    "READY_TIMEOUT_S": "max_profile.serve.lifecycle",
+    "new_serve_raw": "max_profile.serve.lifecycle",
+    "run_serve_capture": "max_profile.serve.lifecycle",
+    "serve_windows": "max_profile.serve.lifecycle",
+    "warm_pass": "max_profile.serve.lifecycle",
+    "SERVE_MODES": "max_profile.serve.modes",
+    "check_plan": "max_profile.serve.modes",
+    "resolve_plan": "max_profile.serve.modes",
+    "serve_mode": "max_profile.serve.modes",
+    "ModeContext": "max_profile.serve.plan",
+    "ResolvedServe": "max_profile.serve.plan",
+    "ServeMode": "max_profile.serve.plan",
+    "ServePlan": "max_profile.serve.plan",
+}
+"""Where each name lives: the serve mode registry loads without the lifecycle (the CLI's parser reads it)."""
+
+
+__getattr__ = lazy_attributes(globals(), _LAZY)
+
 
 __all__ = [
     "READY_TIMEOUT_S",

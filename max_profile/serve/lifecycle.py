@@ -36,6 +36,7 @@ from max_profile.collect.server.load_window import ServerTarget, ServerWindow, w
 from max_profile.collect.server.otlp_receiver import OtlpReceiver
 from max_profile.collect.server.serve_recorders import ServeRecorder
 from max_profile.collect.server.server_process import EARLY_ERRORS, ServerProcess, server_tmpdir, wait_ready
+from max_profile.defaults import READY_TIMEOUT_S
 from max_profile.errors import CaptureError, InputError
 from max_profile.model import (
     Capture,
@@ -55,7 +56,6 @@ from max_profile.serve.modes import resolve_plan
 from max_profile.serve.plan import ModeContext, ResolvedServe, ServePlan
 from max_profile.util.procs import die_with_parent, kill_group, raise_pending_signal
 
-READY_TIMEOUT_S = 900.0
 SPAN_FLUSH_S = 3.0
 """How long after the last window to wait for the server's last spans (its exporter sends every 0.2 s)."""
 

@@ -6,35 +6,25 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from max_profile.collect.live.nvtx_log import (
-    MAX_GPU_NVTX_PROBLEM,
-    NVTX_V2_FIX,
-    max_profiling_usable,
-    profiling_library_env,
-)
-from max_profile.collect.probes.environment import require_tool
-from max_profile.collect.probes.model_files import read_model_config, read_model_weights
-from max_profile.collect.server.serve_profilers import nsys_session_name
-from max_profile.collect.server.serve_recorders import (
-    NsysRecorder,
-    RocprofRecorder,
-    ServeRecorder,
-    UtilizationRecorder,
-    WorkerKernelRecorder,
-)
-from max_profile.collect.server.server_process import ServerProcess, port_in_use, wait_ready
 from max_profile.errors import InputError, ToolMissingError
 from max_profile.serve.plan import ModeContext, ResolvedServe, ServeMode, ServePlan
-from max_profile.util.models import check_model_folder
+
+if TYPE_CHECKING:
+    from max_profile.collect.server.serve_recorders import ServeRecorder
 from max_profile.util.procs import clean_child_env, max_command
 
 
 def _utilization_recorder(r: ResolvedServe, ctx: ModeContext) -> tuple[ServeRecorder, str | None]:
+    from max_profile.collect.server.serve_recorders import UtilizationRecorder
+
     return UtilizationRecorder(), ctx.artifacts_dir
 
 
 def _kernels_recorder(r: ResolvedServe, ctx: ModeContext) -> tuple[ServeRecorder, str | None]:
+    from max_profile.collect.server.serve_recorders import WorkerKernelRecorder
+
     return WorkerKernelRecorder(
         ctx.tmp,
         cupti=ctx.env.vendor == "nvidia",
@@ -50,6 +40,8 @@ def _kernels_recorder(r: ResolvedServe, ctx: ModeContext) -> tuple[ServeRecorder
 def _ops_recorder(r: ResolvedServe, ctx: ModeContext) -> tuple[ServeRecorder, str | None]:
     """The kernels mode's worker recording with MAX's op ranges kept beside CUPTI's kernels (the whole window: an op
     table of slices would miss the ops between them); without CUPTI the ops are the work (as --kernels nvtx-log)."""
+    from max_profile.collect.server.serve_recorders import WorkerKernelRecorder
+
     return WorkerKernelRecorder(
         ctx.tmp,
         cupti=ctx.env.vendor == "nvidia",
@@ -68,6 +60,9 @@ def _artifacts_folder(artifacts_dir: str | None, name: str) -> Path:
 
 def _nsys_recorder(r: ResolvedServe, ctx: ModeContext) -> tuple[ServeRecorder, str | None]:
     """nsys keeps its report: in a folder of its own when none is given."""
+    from max_profile.collect.server.serve_profilers import nsys_session_name
+    from max_profile.collect.server.serve_recorders import NsysRecorder
+
     assert r.tool is not None
     dest = _artifacts_folder(ctx.artifacts_dir, nsys_session_name())
     return NsysRecorder(r.tool, dest, r.env_for(ctx.tmp, {}), ctx.progress), str(dest)
@@ -75,10 +70,14 @@ def _nsys_recorder(r: ResolvedServe, ctx: ModeContext) -> tuple[ServeRecorder, s
 
 def _rocprof_recorder(r: ResolvedServe, ctx: ModeContext) -> tuple[ServeRecorder, str | None]:
     """rocprofv3's collection period opens by the clock: a probe pass first measures launch → /health (R2)."""
+    from max_profile.collect.server.serve_recorders import RocprofRecorder
+    from max_profile.collect.server.server_process import ServerProcess, wait_ready
+
     assert r.tool is not None
     dest = _artifacts_folder(ctx.artifacts_dir, f"max-profile-rocprof-{os.getpid()}-{int(time.time())}")
 
     def measure_ready() -> float:
+
         ctx.progress("pass 2: measuring launch → /health (R2): " + " ".join(r.serve_command))
         probe = ServerProcess(list(r.serve_command), r.env_for(ctx.tmp, {}), ctx.tmp)
         try:
@@ -221,6 +220,8 @@ def serve_mode(name: str) -> ServeMode:
 def profiling_of(plan: ServePlan, mode: ServeMode) -> str:
     """MODULAR_ENABLE_PROFILING of the plan's servers: the plan's choice in a kernel mode (``auto``: ``on`` where MAX
     can use it), else the user's own environment's."""
+    from max_profile.collect.live.nvtx_log import max_profiling_usable
+
     if not mode.records_kernels:
         return os.environ.get("MODULAR_ENABLE_PROFILING", "off")
     if plan.profiling_mode != "auto":
@@ -230,6 +231,10 @@ def profiling_of(plan: ServePlan, mode: ServeMode) -> str:
 
 def _check(plan: ServePlan, mode: ServeMode, profiling: str) -> None:
     """Everything that can be said wrong about a plan before anything starts (exit 2)."""
+    from max_profile.collect.live.nvtx_log import MAX_GPU_NVTX_PROBLEM, NVTX_V2_FIX
+    from max_profile.collect.server.server_process import port_in_use
+    from max_profile.util.models import check_model_folder
+
     check_model_folder(plan.model_path)
     if not plan.duration_s > 0:
         raise InputError("--duration must be > 0 seconds")
@@ -259,6 +264,8 @@ def check_plan(plan: ServePlan) -> None:
 
 def profiler_for(mode: ServeMode, vendor: str) -> str | None:
     """The profiler binary a mode needs, checked before anything starts (wrong vendor, missing tool)."""
+    from max_profile.collect.probes.environment import require_tool
+
     if mode.tool is None:
         return None
     tool, want, label = mode.tool
@@ -293,6 +300,8 @@ def warm_command(plan: ServePlan) -> list[str]:
 
 
 def _server_env(plan: ServePlan, profiling: str) -> dict[str, str]:
+    from max_profile.collect.live.nvtx_log import profiling_library_env
+
     env = clean_child_env(
         {
             "MAX_SERVE_METRICS_ENDPOINT_PORT": str(plan.metrics_port),
@@ -315,6 +324,8 @@ def resolve_plan(plan: ServePlan, vendor: str, *, check_tool: bool = True) -> Re
     """The plan checked and resolved once on this machine (GPU ``vendor``): MAX's profiling mode, the server's
     environment and commands, the profiler binary (``check_tool``: found, else :class:`ToolMissingError`), the model's
     config and weights. Bad plans raise :class:`InputError` before anything starts."""
+    from max_profile.collect.probes.model_files import read_model_config, read_model_weights
+
     mode = serve_mode(plan.mode)
     profiling = profiling_of(plan, mode)
     _check(plan, mode, profiling)

@@ -8,13 +8,15 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from max_profile.collect.live.recorders import DEFAULT_KERNEL_SHARE
-from max_profile.collect.server.serve_recorders import ServeRecorder
-from max_profile.collect.server.worker_protocol import WindowRecording
-from max_profile.model import Environment, ModelWeights
-from max_profile.preflight import import_path_form
+from max_profile.defaults import DEFAULT_KERNEL_SHARE
 from max_profile.render.terminal import fit_to_terminal
+
+if TYPE_CHECKING:  # annotations only: the serve mode registry loads light (the CLI's parser reads it)
+    from max_profile.collect.server.serve_recorders import ServeRecorder
+    from max_profile.collect.server.worker_protocol import WindowRecording
+    from max_profile.model import Environment, ModelWeights
 
 DEFAULT_PROMPT = "I believe the meaning of life is"
 
@@ -27,6 +29,8 @@ def local_path(path: str) -> str:
 def local_arch_spec(spec: str) -> str:
     """A ``--custom-architectures`` spec (a package folder, or ``IMPORT_PATH:MODULE``) with its folder made absolute
     where it exists here (MAX appends the folder to ``sys.path`` as given, in the server's working folder)."""
+    from max_profile.preflight import import_path_form
+
     colon = import_path_form(spec)
     return local_path(spec) if colon is None else f"{local_path(colon[0])}:{colon[1]}"
 

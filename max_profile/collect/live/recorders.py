@@ -173,11 +173,6 @@ class HostLoadRecorder:
 
 DEFAULT_SLICE_STEPS = 8
 """Steps recorded in one slice of a sampled in-process CUPTI recording (``kernel_share`` < 1)."""
-DEFAULT_KERNEL_SHARE = 0.0625
-"""The share of steps the in-process CUPTI recorder records by default: a slice of DEFAULT_SLICE_STEPS steps (the first
-one from the start: prefill and the first decode steps), then a pause of fifteen times as many. On an H200 a recorded
-step cost 13-14 % of its throughput, graphs or not, so a share s costs about 0.13 s: a sixteenth is under 1 %, a
-quarter was 2-6 % (docs/measurements.md)."""
 
 
 def check_kernel_sampling(
