@@ -82,8 +82,8 @@ def add_generation_flags(p: argparse.ArgumentParser, default_tokens: int = 64) -
         default=None,
         metavar="SHARE",
         help="with cupti: the share of steps recorded, in slices of 8 steps, the first from the start (default 0.0625: "
-        "on an H200 each recorded step cost 13-14 %% of its throughput, so a sixteenth costs under 1 %%; 1: every "
-        "step)",
+        "on an H200 each recorded step cost 13-14 %% of its throughput, so a sixteenth costs under 1 %%; "
+        "1: every step)",
     )
     p.add_argument("--interval", type=float, default=0.1, help="GPU sampling interval in seconds (> 0)")
     p.add_argument("--max-length", type=int, default=None, help="MAX --max-length")
@@ -286,8 +286,8 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
         type=levels,
         default=[1],
         metavar="N[,N...]",
-        help="requests in flight (closed loop); several levels (1,4,16,64) make a load sweep on one server (default: "
-        "1)",
+        help="requests in flight (closed loop); several levels (1,4,16,64) make a load sweep on one server "
+        "(default: 1)",
     )
     p.add_argument(
         "--slo",

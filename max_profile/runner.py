@@ -133,8 +133,7 @@ def _load(
             rec.failure_text = failure
             raise CaptureError(
                 f"could not load {model_path!r} on {devices}: {type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else ''} — "
-                f"{failure}"
+                f"{str(exc).splitlines()[0] if str(exc) else ''} — {failure}"
             ) from exc
         raise InputError(_explain_load_error(exc, model_path, devices, custom_architectures)) from exc
     resolved = getattr(getattr(config, "runtime", None), "device_graph_capture", None)

@@ -28,6 +28,10 @@ os.environ.setdefault("MODULAR_CACHE_DIR", str(REPO / ".cache" / "modular"))
 os.environ.setdefault("MAX_PROFILE_CACHE", str(REPO / ".cache" / "max_profile"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# no OpenTelemetry setting of the shell that runs the suite (OTEL_SDK_DISABLED, an exporter endpoint) reaches the tests
+# or the servers they start: each test that exports sets its own
+for _name in [n for n in os.environ if n.startswith("OTEL_")]:
+    del os.environ[_name]
 
 _WORKER_TMP: Path | None = None
 

@@ -17,7 +17,6 @@ from max_profile.analyze.commands import (
     kernel_command,
     launch_skip_for,
     next_command,
-    no_next_reason,
     python,
     say,
     shell,
@@ -34,6 +33,7 @@ from max_profile.model import (
     Unavailable,
     Workload,
 )
+from max_profile.render.verdict_text import no_next_reason
 
 from .builders import built_report, serve_summary
 

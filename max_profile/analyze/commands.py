@@ -21,7 +21,7 @@ import numpy as np
 from max_profile.analyze.families import distinctive_regex
 from max_profile.analyze.load import load_share
 from max_profile.analyze.thresholds import Thresholds
-from max_profile.model import Command, KernelBreakdown, KernelRow, Report, Unavailable, Workload
+from max_profile.model import Command, KernelBreakdown, KernelRow, Report, Workload
 from max_profile.model.kernel_modes import KERNEL_MODES
 from max_profile.model.tags import Collector, TargetKind
 
@@ -294,28 +294,6 @@ def next_measurement(report: Report, th: Thresholds | None = None) -> str | None
     """The next measurement in the report's interface (a ``max-profile`` command line, or the Python call)."""
     cmd = next_command(report, th)
     return say(cmd, report.capture.interface) if cmd is not None else None
-
-
-def no_next_reason(report: Report) -> str:
-    """Why no next measurement is proposed: the question answered, or what was asked for and not measured (never
-    "answered" for a section the capture could not fill)."""
-
-    missing = [
-        f"{what}: {value.reason}"
-        for what, value in (("kernels", report.kernels), ("utilization", report.utilization))
-        if isinstance(value, Unavailable) and value.reason
-    ]
-    ids = {f.id for f in report.findings}
-    if "kv-cache-broken" in ids:
-        return "none until the KV-cache bug is fixed (a correctness bug: speed figures wait for it)"
-    if "host-bound" in ids:
-        return (
-            "none: the GPU is not the bottleneck, a kernel trace adds nothing until it is busy (see the host "
-            "profile above)"
-        )
-    if missing:
-        return "none here, but not everything asked for was measured: " + "; ".join(missing)
-    return "none — the question is answered at this level"
 
 
 def next_command(report: Report, th: Thresholds | None = None) -> Command | None:

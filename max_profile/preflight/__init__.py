@@ -95,8 +95,8 @@ def _static_checks(spec: str, serve: bool) -> tuple[list[PreflightCheck], Path |
                 "spec-is-file",
                 False,
                 "error",
-                f"{spec!r} is a .py file: MAX imports a package (a folder with __init__.py); relative imports then "
-                "fail",
+                f"{spec!r} is a .py file: MAX imports a package (a folder with __init__.py); relative imports "
+                "then fail",
                 fix=f"--custom-architectures {os.path.dirname(os.path.abspath(spec))}",
             )
         )

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from max_profile.analyze.account import paired_steps
-from max_profile.analyze.commands import no_next_reason, say
+from max_profile.analyze.commands import say
 from max_profile.analyze.op_roofline import ops_text
 from max_profile.model import (
     FamilyRow,
@@ -41,6 +41,7 @@ from max_profile.render.tables import (
     op_roof_figures,
     steps_text,
 )
+from max_profile.render.verdict_text import no_next_reason
 
 SECTIONS = (
     "summary",
@@ -786,7 +787,6 @@ def render_html(report: Report) -> str:
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
         'content="width=device-width,initial-scale=1">'
-        f"<title>max_profile — {esc(cap.target)}</title><style>{CSS}</style>{js}</head><body>"
-        "<header><h1>max_profile "
+        f"<title>max_profile — {esc(cap.target)}</title><style>{CSS}</style>{js}</head><body><header><h1>max_profile "
         f"report</h1><p>{subtitle}</p></header><main>{''.join(body)}</main>{script}</body></html>\n"
     )

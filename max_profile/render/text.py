@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from max_profile.analyze.commands import no_next_reason, say
+from max_profile.analyze.commands import say
 from max_profile.analyze.op_roofline import ops_text
 from max_profile.model import (
     DecodeCost,
@@ -49,6 +49,7 @@ from max_profile.render.tables import (
     steps_text,
 )
 from max_profile.render.terminal import DEFAULT_WIDTH, terminal_width
+from max_profile.render.verdict_text import no_next_reason
 
 """A panel's border and padding take this many columns of the console width."""
 

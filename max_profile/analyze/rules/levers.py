@@ -423,8 +423,7 @@ def rule_outside_steps(report: Report, th: Thresholds) -> list[Finding]:
             title=f"{pct:.0f} % of the window ({lg.outside_steps_ms:.1f} ms, {per_step:.2f} ms per step) passed "
             "between steps, where no step ran",
             next_step="Between two executes the host runs the generation loop (scheduling, detokenization, streaming) "
-            "or waits for work: "
-            "see where with py-spy:",
+            "or waits for work: see where with py-spy:",
             command=_host_command(report),
         )
     ]

@@ -74,8 +74,7 @@ def _measured_tracer_cost(report: Report, th: Thresholds) -> list[Finding]:
             next_step="Kernel families, their shares and the per-kernel durations hold. Take throughput and latency "
             "from the untraced "
             "reference window (in this report's evidence) or `serve --mode utilization`; for kernels with less cost "
-            "per kernel, "
-            "`--mode nsys`.",
+            "per kernel, `--mode nsys`.",
             detail="Measured on this server: an untraced window first, then the recorded one at the same concurrency. "
             "A slower decode "
             "step with little time in the recorder's callbacks is CUPTI's own tracing cost on the host: on the H200 "
@@ -83,8 +82,7 @@ def _measured_tracer_cost(report: Report, th: Thresholds) -> list[Finding]:
             "~230 kernels per step, ~217 of them in device graphs) the kernels ran as fast as untraced and the step's "
             "graph was "
             "launched late in a tail of steps (decode step 2.85-2.90 ms untraced, 3.01-3.24 ms recorded; 0.04 s of "
-            "callbacks per "
-            "10 s window).",
+            "callbacks per 10 s window).",
         )
     ]
 
@@ -114,8 +112,7 @@ def rule_tracer_overhead(report: Report, th: Thresholds) -> list[Finding]:
             next_step="Kernel families and per-kernel durations still hold. For utilization and host-bound questions "
             "re-run without "
             "the tracer (`serve --mode utilization`, `run --kernels off`); for kernels with the timing kept, `--mode "
-            "nsys` "
-            "(collection in C).",
+            "nsys` (collection in C).",
             detail="The in-process tracer's buffer callbacks held the profiled process: cupti-python (the fallback "
             "when max_profile's "
             "C recorder cannot be built) turns each record into a Python object under the GIL. On the H200 a served "

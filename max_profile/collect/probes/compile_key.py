@@ -129,8 +129,7 @@ def explain_cache(
     if not diffs:
         return (
             f"this exact compile key was compiled into {where} before: its entries were removed, or MAX "
-            "invalidated "
-            "them"
+            "invalidated them"
         )
     said = []
     for f in diffs:

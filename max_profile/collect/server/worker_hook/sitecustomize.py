@@ -176,8 +176,7 @@ def _finish_window(
     kernels, spanning = _drop_pause_spanning(kernels, slices, stopped)
     if spanning:
         window_notes.append(
-            f"CUPTI: {spanning} kernel record(s) reached across a pause of the sampled recording (their end "
-            "stamped "
+            f"CUPTI: {spanning} kernel record(s) reached across a pause of the sampled recording (their end stamped "
             "only when recording resumed or stopped): left out"
         )
     if getattr(collector, "rejected_launches", 0):
