@@ -199,8 +199,16 @@ def _family_per_step(r: Report, phase: str) -> dict[str, list[float]]:
     if not isinstance(k, KernelBreakdown):
         return {}
     rows = whole_steps(k, phase)
-    fams = {f for p in rows for f in p.families}
+    fams = dict.fromkeys(f for p in rows for f in p.families)  # in the order they come (a set's order varies by run)
     return {f: [p.families.get(f, 0.0) for p in rows] for f in fams}
+
+
+def _step_kernel_ms(r: Report, phase: str) -> list[float]:
+    """The kernel time of each of the phase's steps recorded whole."""
+    k = r.kernels
+    if not isinstance(k, KernelBreakdown):
+        return []
+    return [sum(p.families.values()) for p in whole_steps(k, phase)]
 
 
 GATE_OTHER_LOAD = 0.25
@@ -347,8 +355,7 @@ def _kernel_lines(
     lines: list[DiffLine] = []
     for phase in ("decode", "prefill"):
         fa, fb = _family_per_step(a, phase), _family_per_step(b, phase)
-        totals_a = [sum(v) for v in zip(*fa.values(), strict=True)] if fa else []
-        totals_b = [sum(v) for v in zip(*fb.values(), strict=True)] if fb else []
+        totals_a, totals_b = _step_kernel_ms(a, phase), _step_kernel_ms(b, phase)
         if totals_a and totals_b:
             lines.append(_line(f"{phase} kernel time per step", "ms/step", totals_a, totals_b, fail_above_pct, alpha))
         for fam in sorted(
