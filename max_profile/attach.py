@@ -271,7 +271,8 @@ def run_attach(plan: AttachPlan, progress: Callable[[str], None] = lambda m: Non
         raw.load_windows = [w.load_window() for w in windows]
         raw.window_ns = (windows[0].span[0], windows[-1].span[1])
         if receiver is not None:
-            _wait_for_spans(receiver, raw.window_ns[1], plan.otlp_flush_s, progress)
+            progress(f"waiting up to {plan.otlp_flush_s:g} s for the exporters' last spans")
+            receiver.wait_past(raw.window_ns[1] + time.time_ns() - time.perf_counter_ns(), plan.otlp_flush_s)
             _spans_into(raw, receiver)
             if plan.otlp_save:
                 bodies = receiver.save(plan.otlp_save)
@@ -308,28 +309,6 @@ def _trace_headers_note(local: dict[str, object]) -> str:
         f"`x-max-trace-level: kernel-sampled` sends its kernels to {endpoint}, where they are read (max_profile's "
         "--otlp receives MAX's pass and request spans, not the kernel events)"
     )
-
-
-def _wait_for_spans(
-    receiver: OtlpReceiver, window_end_ns: int, flush_s: float, progress: Callable[[str], None]
-) -> None:
-    """Until every exporting process has sent a span that ended after the window (its earlier ones are then in: an
-    exporter sends spans in the order they end), or ``flush_s`` has passed."""
-    end_unix = window_end_ns + time.time_ns() - time.perf_counter_ns()
-    deadline = time.monotonic() + flush_s
-    progress(f"waiting up to {flush_s:g} s for the exporters' last spans")
-    while time.monotonic() < deadline:
-        raise_pending_signal()
-        spans = receiver.spans()
-        processes = {str(s.resource.get("telemetry.session") or s.resource.get("service.instance.id")) for s in spans}
-        after = {
-            str(s.resource.get("telemetry.session") or s.resource.get("service.instance.id"))
-            for s in spans
-            if s.end_ns > end_unix
-        }
-        if spans and processes <= after:
-            return
-        time.sleep(0.2)
 
 
 def _spans_into(raw: RawCapture, receiver: OtlpReceiver) -> None:

@@ -30,7 +30,6 @@ from max_profile.collect.live.nvtx_log import MAX_GPU_NVTX_PROBLEM, NVTX_V2_FIX
 from max_profile.collect.probes.compile_key import compile_key, warm_cache_command
 from max_profile.collect.probes.environment import detect_environment
 from max_profile.collect.probes.startup import cache_files, modular_cache_dir, serve_startup
-from max_profile.collect.readers.otlp import BATCH_SPAN
 from max_profile.collect.readers.otlp_passes import passes_from_spans
 from max_profile.collect.server.load_window import ServerTarget, ServerWindow, window_recorders
 from max_profile.collect.server.otlp_receiver import OtlpReceiver
@@ -205,17 +204,11 @@ def span_export_env(endpoint: str) -> dict[str, str]:
 def spans_into_serve(
     raw: RawCapture, receiver: OtlpReceiver, window: tuple[int, int], progress: Callable[[str], None]
 ) -> None:
-    """The measured windows' passes and requests from MAX's spans (waiting a moment for the exporter's last batch):
-    they are the capture's steps where no worker hook recorded any; where it did, the hook's steps stay (its kernels
-    are joined to them) and how the two agree is said."""
-    deadline = time.monotonic() + SPAN_FLUSH_S
+    """The measured windows' passes and requests from MAX's spans (waiting for the exporters' last batches): they are
+    the capture's steps where no worker hook recorded any; where it did, the hook's steps stay (its kernels are joined
+    to them) and how the two agree is said."""
     offset = time.time_ns() - time.perf_counter_ns()
-    while time.monotonic() < deadline and not any(
-        s.name == BATCH_SPAN and s.end_ns - offset > window[1] for s in receiver.spans()
-    ):
-        raise_pending_signal()
-        time.sleep(0.1)
-    time.sleep(0.3)  # the API process's request spans, exported on their own schedule
+    receiver.wait_past(window[1] + offset, SPAN_FLUSH_S)
     passes = passes_from_spans(receiver.spans(), offset, window)
     raw.capture.unix_minus_perf_counter_ns = raw.capture.unix_minus_perf_counter_ns or offset
     raw.notes.append(receiver.summary())

@@ -11,6 +11,7 @@ an OpenTelemetry Collector with an ``otlp`` receiver and a ``file`` exporter, re
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -23,6 +24,7 @@ from max_profile.collect.readers.otlp import (
     decompress,
 )
 from max_profile.errors import InputError
+from max_profile.util.procs import raise_pending_signal
 
 TRACES_PATH = "/v1/traces"
 OTHER_SIGNALS = ("/v1/metrics", "/v1/logs")
@@ -31,6 +33,11 @@ OTHER_SIGNALS = ("/v1/metrics", "/v1/logs")
 DEFAULT_MAX_SPANS = 2_000_000
 """Spans one receiver keeps over a window (a pass is one ``max.batch`` span: hours of a busy server)."""
 READ_TIMEOUT_S = 10.0
+
+
+def _process_of(span: OtlpSpan) -> str:
+    """The exporting process of a span (MAX's per-process ``telemetry.session``, else its instance)."""
+    return str(span.resource.get("telemetry.session") or span.resource.get("service.instance.id"))
 
 
 def parse_listen(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
@@ -112,6 +119,21 @@ class OtlpReceiver:
             lines = list(self._bodies)
         write_output(path, b"".join(lines))
         return len(lines)
+
+    def wait_past(self, end_unix_ns: int, timeout_s: float) -> bool:
+        """Wait until every process that exported here has sent a span ending after ``end_unix_ns`` (its spans before
+        that are then in: an exporter sends spans in the order they end), or ``timeout_s`` has passed; whether they
+        all had."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            raise_pending_signal()
+            spans = self.spans()
+            processes = {_process_of(s) for s in spans}
+            if spans and processes <= {_process_of(s) for s in spans if s.end_ns > end_unix_ns}:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
     def stop(self) -> None:
         self._server.shutdown()
