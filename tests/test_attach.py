@@ -23,29 +23,12 @@ from max_profile.serve import free_port
 from max_profile.util.procs import clean_child_env
 
 from .conftest import REPO, run_cli
+from .outside_servers import OutsideServer, start_outside_server
 
 pytestmark = pytest.mark.slow
 
 
-class Server:
-    def __init__(self, proc: subprocess.Popen[bytes], port: int, metrics_port: int, log: Path) -> None:
-        self.proc, self.port, self.metrics_port, self.log = proc, port, metrics_port, log
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}/metrics"
-
-    def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=5) as resp:
-                return resp.status == 200
-        except OSError:
-            return False
-
+class Server(OutsideServer):
     def counters(self) -> dict[str, float]:
         """The server's own /metrics, read by hand: every counter's value."""
         with urllib.request.urlopen(self.metrics_url, timeout=10) as resp:
@@ -61,41 +44,13 @@ class Server:
 @pytest.fixture(scope="module")
 def outside_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """`max serve` as a user starts it (its defaults; the metrics port chosen free), in its own process group."""
-    port, metrics_port = free_port(), free_port()
-    log = tmp_path_factory.mktemp("outside-server") / "server.log"
-    env = clean_child_env({"MAX_SERVE_METRICS_ENDPOINT_PORT": str(metrics_port), "HF_HUB_OFFLINE": "1"})
-    cmd = [
-        str(Path(sys.executable).parent / "max"),
-        "serve",
-        "--model-path",
-        str(tiny_model_dir),
-        "--devices",
-        "cpu",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-    ]
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
-        )
-    server = Server(proc, port, metrics_port, log)
+    started = start_outside_server(tiny_model_dir, tmp_path_factory.mktemp("outside-server") / "server.log")
+    server = Server(started.proc, started.port, started.metrics_port, started.log)
     try:
-        deadline = time.monotonic() + 900  # a cold compile cache compiles the tiny model first
-        while not server.healthy():
-            assert proc.poll() is None, f"max serve exited {proc.returncode}: {log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, "max serve did not become healthy"
-            time.sleep(1)
+        server.wait_healthy()
         yield server
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        server.stop()
 
 
 def test_attach_probe_matches_the_servers_own_metrics(outside_server: Server, tmp_path: Path) -> None:

@@ -5,12 +5,6 @@ total), and the spans saved as a Collector's file export read back through `repo
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,85 +17,46 @@ from max_profile.serve import free_port
 from max_profile.util.procs import clean_child_env
 
 from .conftest import run_cli
+from .outside_servers import OutsideServer, start_outside_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.max]
 
 TOKENS = 12
 
 
-class Replica:
-    def __init__(self, name: str, proc: subprocess.Popen[bytes], port: int, metrics_port: int, log: Path) -> None:
-        self.name, self.proc, self.port, self.metrics_port, self.log = name, proc, port, metrics_port, log
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=5) as resp:
-                return resp.status == 200
-        except OSError:
-            return False
-
-
-def _start(name: str, model: Path, otlp_port: int, folder: Path) -> Replica:
+def _start(name: str, model: Path, otlp_port: int, folder: Path) -> OutsideServer:
     """`max serve` as a user would start it to export its spans (the variables attach --otlp prints)."""
-    port, metrics_port = free_port(), free_port()
-    env = clean_child_env(
+    return start_outside_server(
+        model,
+        folder / f"{name}.log",
         {
-            "MAX_SERVE_METRICS_ENDPOINT_PORT": str(metrics_port),
-            "HF_HUB_OFFLINE": "1",
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{otlp_port}/v1/traces",
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",  # MAX's metrics export too: not to Modular
             "MAX_SERVE_KERNEL_TRACE_LEVEL": "batch",
             "OTEL_BSP_SCHEDULE_DELAY": "500",
             "OTEL_RESOURCE_ATTRIBUTES": f"service.instance.id={name}",
-        }
+        },
     )
-    env.pop("OTEL_SDK_DISABLED", None)
-    cmd = [str(Path(sys.executable).parent / "max"), "serve", "--model-path", str(model), "--devices", "cpu"]
-    cmd += ["--host", "127.0.0.1", "--port", str(port)]
-    log = folder / f"{name}.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
-        )
-    return Replica(name, proc, port, metrics_port, log)
-
-
-def _stop(replica: Replica) -> None:
-    if replica.proc.poll() is None:
-        os.killpg(replica.proc.pid, signal.SIGTERM)
-        try:
-            replica.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(replica.proc.pid, signal.SIGKILL)
-            replica.proc.wait()
 
 
 @pytest.fixture(scope="module")
-def fleet(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Replica], int]]:
+def fleet(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[OutsideServer], int]]:
     """Two servers of the tiny model exporting to one OTLP port (nothing listens there between tests: their exporter
     drops what it cannot send)."""
     folder = tmp_path_factory.mktemp("fleet")
     otlp_port = free_port()
     replicas = [_start(name, tiny_model_dir, otlp_port, folder) for name in ("replica-a", "replica-b")]
     try:
-        deadline = time.monotonic() + 900
         for r in replicas:
-            while not r.healthy():
-                assert r.proc.poll() is None, f"{r.name} exited {r.proc.returncode}: {r.log.read_text()[-3000:]}"
-                assert time.monotonic() < deadline, f"{r.name} did not become healthy"
-                time.sleep(1)
+            r.wait_healthy()
         yield replicas, otlp_port
     finally:
         for r in replicas:
-            _stop(r)
+            r.stop()
 
 
-def test_attach_otlp_reports_every_pass_of_the_requests_it_sent(fleet: tuple[list[Replica], int]) -> None:
+def test_attach_otlp_reports_every_pass_of_the_requests_it_sent(fleet: tuple[list[OutsideServer], int]) -> None:
     (a, _b), otlp_port = fleet
     lines: list[str] = []
     plan = AttachPlan(url=a.url, duration_s=6, probe=True, max_tokens=TOKENS, otlp=str(otlp_port))
@@ -132,7 +87,7 @@ def test_attach_otlp_reports_every_pass_of_the_requests_it_sent(fleet: tuple[lis
 
 
 def test_two_replicas_behind_one_attach_and_the_collector_file(
-    fleet: tuple[list[Replica], int], tmp_path: Path
+    fleet: tuple[list[OutsideServer], int], tmp_path: Path
 ) -> None:
     (a, b), otlp_port = fleet
     res = run_cli(
