@@ -3,6 +3,7 @@
     python examples/embed_in_app.py [--model-path DIR] [--run-seconds 60] [--steps 32] [--admin-port 8089]
     kill -USR1 <pid>                               # capture the next 32 steps in the background
     curl 'http://127.0.0.1:8089/profile?steps=16'   # capture 16 steps, get the report as JSON
+    kill <pid>                                     # stop before --run-seconds: the app finishes cleanly
 
 The app (here a loop of completions) owns the pipeline. ``Profiler`` costs nothing until a capture is
 asked for: no hook is installed while it is off. Each capture writes ``capture-N.json`` (the report)
@@ -83,7 +84,9 @@ class Admin(http.server.BaseHTTPRequestHandler):
         pass
 
 
+stopping = threading.Event()
 signal.signal(signal.SIGUSR1, on_signal)
+signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())  # a service manager's stop: finish cleanly
 admin = http.server.ThreadingHTTPServer(("127.0.0.1", args.admin_port), Admin)
 threading.Thread(target=admin.serve_forever, daemon=True).start()
 print(
@@ -92,7 +95,7 @@ print(
 )
 
 deadline, completions = time.monotonic() + args.run_seconds, 0
-while time.monotonic() < deadline:  # the app's own work, uninterrupted by profiling
+while time.monotonic() < deadline and not stopping.is_set():  # the app's own work, uninterrupted by profiling
     generate(model, ["the app keeps serving"], 8)
     completions += 1
 admin.shutdown()

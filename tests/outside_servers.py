@@ -13,8 +13,9 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from max_profile.serve import free_port
 from max_profile.util.procs import clean_child_env
+
+from .ports import free_port
 
 
 class OutsideServer:

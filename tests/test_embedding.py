@@ -83,10 +83,13 @@ def test_capture_steps_while_the_app_generates(app: App) -> None:
 
 def test_capture_seconds_and_restart(app: App) -> None:
     profiler = Profiler(app.model.pipeline, gpu_sampling=False)
-    t0 = time.perf_counter()
+    t0 = time.perf_counter_ns()
     first = profiler.capture(seconds=0.6)
-    took = time.perf_counter() - t0
-    assert 0.6 <= took < 5 and len(_work(first)) > 0
+    t1 = time.perf_counter_ns()
+    # at least what was asked, and its steps inside it (steps are on this clock); how late a busy machine wakes the
+    # capture's thread past 0.6 s is not judged (a wall-time bound was)
+    assert t1 - t0 >= 0.6e9 and len(_work(first)) > 0
+    assert all(t0 <= s.start_ns <= t1 for s in _work(first)), (t0, t1, [s.start_ns for s in _work(first)][:3])
     second = profiler.capture(steps=3, timeout_s=60)
     assert len(_work(second)) == 3
     assert min(s.start_ns for s in second.steps) > max(s.end_ns for s in first.steps)  # two separate windows

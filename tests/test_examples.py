@@ -23,8 +23,9 @@ EXAMPLES = REPO / "examples"
 
 def _run(script: str, *args: str, columns: int = 80, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """The example as a user runs it in a terminal ``columns`` wide (COLUMNS): every line it prints fits, unwrapped by
-    the terminal (80 and 120 columns, each example at both across these tests). A single name longer than the
-    width (a deep temporary path) stays whole on its own line."""
+    the terminal (80 or 120 columns: the examples that load a model run once each, at one of them, and the two custom
+    architectures and the imported trace cover both; tests/test_newcomer.py runs every verb at both). A single name
+    longer than the width (a deep temporary path) stays whole on its own line."""
     res = subprocess.run(
         [sys.executable, str(EXAMPLES / script), *args],
         capture_output=True,
@@ -45,9 +46,8 @@ def test_every_example_is_tested_here() -> None:
     assert all(f'"{name}"' in source for name in scripts), scripts
 
 
-@pytest.mark.parametrize("columns", [80, 120])
-def test_profile_generation(tmp_path: Path, columns: int) -> None:
-    res = _run("profile_generation.py", "--tokens", "8", "--out", str(tmp_path), columns=columns)
+def test_profile_generation(tmp_path: Path) -> None:
+    res = _run("profile_generation.py", "--tokens", "8", "--out", str(tmp_path), columns=120)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "TTFT" in res.stdout and "decode" in res.stdout
     assert (tmp_path / "report.html").stat().st_size > 10_000 and (tmp_path / "raw.json.gz").exists()
@@ -103,9 +103,8 @@ def test_import_trace_default_and_damaged(tmp_path: Path) -> None:
     assert res.returncode == 1 and "cannot read" in res.stderr and "truncated or invalid JSON" in res.stderr
 
 
-@pytest.mark.parametrize("columns", [80, 120])
-def test_profile_serve(tmp_path: Path, columns: int) -> None:
-    res = _run("profile_serve.py", "--seconds", "2", "--no-warm", "--out", str(tmp_path), columns=columns)
+def test_profile_serve(tmp_path: Path) -> None:
+    res = _run("profile_serve.py", "--seconds", "2", "--no-warm", "--out", str(tmp_path), columns=80)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "TTFT p50" in res.stdout and "(0 failed)" in res.stdout
     assert (tmp_path / "serve_raw.json.gz").exists()
@@ -141,7 +140,7 @@ def test_embed_in_app(tmp_path: Path) -> None:
             sys.executable,
             str(EXAMPLES / "embed_in_app.py"),
             "--run-seconds",
-            "10",
+            "600",  # stopped by SIGTERM once both captures are in: no fixed window for a busy machine to overrun
             "--steps",
             "10",
             "--out",
@@ -170,6 +169,7 @@ def test_embed_in_app(tmp_path: Path) -> None:
             f"http://127.0.0.1:{port}/profile?steps=5", timeout=120
         ) as resp:  # capture 2: the admin endpoint
             served = Report.from_json(resp.read())
+        os.kill(proc.pid, signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -178,7 +178,7 @@ def test_embed_in_app(tmp_path: Path) -> None:
     first = Report.load(str(tmp_path / "capture-1.json"))
     assert len([s for s in first.steps if s.batch_size]) == 10
     assert len([s for s in served.steps if s.batch_size]) == 5
-    assert "2 captures" in out and int(out.split(" completions")[0].split()[-1]) > 3
+    assert "2 captures" in out and int(out.split(" completions")[0].split()[-1]) >= 2  # the app worked on throughout
     assert all(len(printed) <= 80 for printed in [line, *out.splitlines()]), out
     names = {f.name for f in text_string_to_metric_families((tmp_path / "metrics.prom").read_text())}
     assert "gen_ai_server_time_per_output_token_seconds" in names

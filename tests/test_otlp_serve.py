@@ -13,11 +13,11 @@ import pytest
 from max_profile.analyze.report import build_report
 from max_profile.attach import AttachPlan, run_attach
 from max_profile.collect.readers.sources import import_trace
-from max_profile.serve import free_port
 from max_profile.util.procs import clean_child_env
 
 from .conftest import run_cli
 from .outside_servers import OutsideServer, start_outside_server
+from .ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.max]
 

@@ -21,11 +21,12 @@ import pytest
 from max_profile.analyze.report import build_report
 from max_profile.errors import MaxProfileError as ServeError
 from max_profile.model import KernelBreakdown, Report, StepLedger, Unavailable
-from max_profile.serve import ResolvedServe, ServePlan, free_port, resolve_plan
+from max_profile.serve import ResolvedServe, ServePlan, resolve_plan
 from max_profile.serve import run_serve_capture as capture_raw
 from max_profile.util.procs import clean_child_env
 
 from .conftest import REPO, default_sigint
+from .ports import free_port
 
 
 def run_serve_capture(plan: ServePlan, **kw: object) -> Report:
@@ -207,7 +208,9 @@ def test_server_killed_during_window(tiny_model_dir: Path) -> None:
 
     with pytest.raises(ServeError, match="died during the capture window"):
         run_serve_capture(plan, confirm=True, progress=on_progress)
-    assert killed and time.monotonic() - killed[0] < 5
+    # noticed at the death, not at the window's end: the 60 s window would have run on for 55 s more (half of it is a
+    # bound no busy machine reaches; a fixed few seconds was)
+    assert killed and time.monotonic() - killed[0] < plan.duration_s / 2
     _assert_clean(plan.port, before)
 
 

@@ -41,7 +41,7 @@ def test_each_mode_builds_its_own_recorder_and_says_its_plan(name: str, tiny_mod
 
 def test_sweeps_only_where_the_mode_records_several_windows(tiny_model_dir: Path) -> None:
     for name, mode in SERVE_MODES.items():
-        from max_profile.serve import free_port
+        from .ports import free_port
 
         p = plan(name, tiny_model_dir, concurrency=[1, 4], port=free_port(), metrics_port=free_port())
         if mode.sweeps:
@@ -60,7 +60,8 @@ def test_ops_mode_needs_maxs_op_ranges_before_anything_starts(
     run it (CUDA 13 without CUDA 12's NVTX v2 library), the plan is refused with the fix, before the server or the
     load."""
     from max_profile.errors import ToolMissingError
-    from max_profile.serve import free_port
+
+    from .ports import free_port
 
     ports = {"port": free_port(), "metrics_port": free_port()}
     check_plan(plan("ops", tiny_model_dir, **ports))  # a CPU: MAX's op ranges always work
