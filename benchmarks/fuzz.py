@@ -3,7 +3,7 @@ accepted / typed refusals / untyped / garbage / hangs (over 30 s). Target: 0 unt
 
     python benchmarks/fuzz.py [--per-reader 10000] [--readers nsys-sqlite,kineto-json] [--seed 1] [--show 3]
 
-The mutators and seeds are tests/fuzzing.py's (the pytest sample in tests/test_fuzz.py uses the same).
+The mutators and seeds are tests/fuzzing.py's (the pytest sample in tests/collect/readers/test_fuzz.py uses the same).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@
 Cases: a gzip bomb (2 GiB of output from 2 MiB), a sparse 10 GB JSON file, JSON nested 100,000 deep, and
 an nsys-schema SQLite export whose kernel table holds ``--rows`` rows (10^8 by default: about 5 GB on
 disk and a minute or two to build). Target: each is refused or read within 1 GB and bounded
-time. The pytest versions (tests/test_limits.py) use the same cases, the SQLite one with a lowered limit.
+time. The pytest versions (tests/collect/readers/test_limits.py) use the same cases, the SQLite one with a
+lowered limit.
 """
 
 from __future__ import annotations

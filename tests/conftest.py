@@ -43,7 +43,8 @@ def _c_environment_back_to_os_environ() -> Iterator[None]:
     After a model load MAX 26.7's native code sets both in the C environment (see
     ``max_profile.util.procs.child_python_env``), and a child started with ``subprocess.run([sys.executable, ...])``
     inherits them: it runs the system python3 without this venv's packages. Every later test of that xdist worker that
-    starts a Python child then failed (CI: ``No module named 'msgspec'`` in test_procs.py, after a test that loaded a
+    starts a Python child then failed (CI: ``No module named 'msgspec'`` in tests/cli/test_procs.py, after a test that
+    loaded a
     model). Inside the test that loads, the product's own handling is what runs."""
     yield
     for key in ("PYTHONEXECUTABLE", "PYTHONPATH"):

@@ -2,7 +2,7 @@
 
 Seeds are the project's real captures (the H200 nsys export, ncu pages, a CPU NVTX log, raw captures
 and reports) cut down to a few hundred records, plus the documented-format fakes for AMD (named as
-such in tests/test_imports.py). Mutators work on bytes (flips, cuts, inserts), on CSV cells and headers,
+such in tests/collect/readers/test_imports.py). Mutators work on bytes (flips, cuts, inserts), on CSV cells and headers,
 on JSON nodes, on SQLite rows and tables, and on NVTX log lines. Each input goes through the public path
 (import -> ``build_report``, ``RawCapture.load``, ``Report.load`` + rendering, the server-log scanner) and
 is classified:
@@ -13,7 +13,7 @@ is classified:
 * ``garbage``  — accepted with impossible numbers: a bug;
 * ``hang``     — over the time limit: a bug.
 
-``tests/test_fuzz.py`` runs a bounded sample with hypothesis driving the choices; ``benchmarks/fuzz.py``
+``tests/collect/readers/test_fuzz.py`` runs a bounded sample with hypothesis driving the choices; ``benchmarks/fuzz.py``
 runs thousands per reader with a plain seeded random.
 """
 

@@ -49,8 +49,17 @@ def _names(fn: ast.AST) -> set[str]:
     return out
 
 
+def _dotted(path: Path) -> str:
+    """A suite module's name from the tests folder (``analyze.test_ledger``): what its relative imports name."""
+    return ".".join(path.relative_to(TESTS).with_suffix("").parts)
+
+
 def _suite() -> dict[str, _Module]:
-    return {p.stem: _Module(p) for p in sorted(TESTS.glob("*.py")) if p.name != "__init__.py"}
+    return {
+        _dotted(p): _Module(p)
+        for p in sorted(TESTS.rglob("*.py"))
+        if p.name != "__init__.py" and not {"data", "fakes"} & set(p.relative_to(TESTS).parts)
+    }
 
 
 def tests_without_package_code() -> list[str]:
@@ -62,7 +71,7 @@ def tests_without_package_code() -> list[str]:
     memo: dict[tuple[str, str], bool] = {}
 
     def reaches(m: _Module, fn: ast.AST, name: str, seen: set[tuple[str, str]]) -> bool:
-        key = (m.path.stem, name)
+        key = (_dotted(m.path), name)
         if key in memo:
             return memo[key]
         if key in seen:
@@ -90,7 +99,7 @@ def tests_without_package_code() -> list[str]:
     for m in modules.values():
         for name, fn in m.functions.items():
             if name.startswith("test_") and not reaches(m, fn, name, set()):
-                out.append(f"{m.path.name}::{name}")
+                out.append(f"{m.path.relative_to(TESTS)}::{name}")
     return sorted(out)
 
 
