@@ -18,19 +18,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
-from rich.console import Console
 
 import max_profile
-from max_profile.analyze.diff import diff_reports
 from max_profile.analyze.report import build_report
-from max_profile.attach import AttachPlan, run_attach
-from max_profile.collect.probes import startup
-from max_profile.collect.probes.environment import detect_environment, doctor_checks
-from max_profile.collect.readers.ncu import ncu_capture, ncu_rep_capture
-from max_profile.collect.readers.sources import import_trace, load_any
 from max_profile.errors import (
     EXIT_INTERRUPTED,
     EXIT_REGRESSION,
@@ -42,34 +35,18 @@ from max_profile.errors import (
     Terminated,
 )
 from max_profile.flags import build_parser, parse_args
-from max_profile.model import Capture, Report
-from max_profile.model.kernel_modes import BACKENDS, kernel_mode
-from max_profile.ncu_run import KernelRun, profile_kernel
-from max_profile.nsys_run import NsysRun, profile_generation_with_nsys
-from max_profile.preflight import check_architecture
-from max_profile.render.diff_html import render_diff_html
-from max_profile.render.diff_text import print_diff
-from max_profile.render.outputs import OUTPUTS, check_outputs, output_checks, probe_writable, write_outputs
+from max_profile.render.outputs import OUTPUTS, check_outputs, probe_writable, write_outputs
 from max_profile.render.terminal import Progress, error_lines
-from max_profile.render.text import preflight_section, print_report
-from max_profile.run import (
-    RunPlan,
-    check_plan,
-    demo_model,
-    kernels_outcome,
-    prepare_run,
-    profile_generation,
-    startup_capture,
-    workload,
-)
-from max_profile.serve import ResolvedServe, ServePlan, free_port, resolve_plan, run_serve_capture
-from max_profile.session import remove_own_nvtx_log
-from max_profile.tinymodel import DEFAULT_CHAT_TEMPLATE, ModelShape, build_tiny_llama
-from max_profile.util.devices import resolve_devices
+from max_profile.render.text import print_report
 from max_profile.util.files import write_output
-from max_profile.util.models import check_model_folder
 from max_profile.util.procs import raise_on_signals, restore_signals
 from max_profile.version import __version__
+
+if TYPE_CHECKING:
+    from max_profile.serve import ResolvedServe
+
+# Each verb imports what only it uses (MAX's runners, the server and attach machinery, diff, preflight, ncu and nsys):
+# `max-profile report FILE` or `kernels --import FILE` starts without them.
 
 T = TypeVar("T")
 
@@ -110,6 +87,10 @@ def _from_flags(cls: type[T], args: argparse.Namespace, **given: Any) -> T:
 
 
 def cmd_doctor(args: argparse.Namespace, progress: Progress) -> int:
+    from max_profile.collect.probes.environment import detect_environment, doctor_checks
+    from max_profile.model import Capture, Report
+    from max_profile.render.outputs import output_checks
+
     env = detect_environment(check_tools=True)
     env = msgspec.structs.replace(env, tools=[*env.tools, *doctor_checks(env), *output_checks()])
     report = Report(
@@ -121,6 +102,8 @@ def cmd_doctor(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_make_model(args: argparse.Namespace, progress: Progress) -> int:
+    from max_profile.tinymodel import DEFAULT_CHAT_TEMPLATE, ModelShape, build_tiny_llama
+
     existing = Path(args.dir).expanduser().resolve()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent  # the folder is created with its parents: the nearest existing one must take it
@@ -144,6 +127,8 @@ def cmd_make_model(args: argparse.Namespace, progress: Progress) -> int:
 def _run_plan(args: argparse.Namespace) -> Any:
     """The generation flags as a :class:`max_profile.run.RunPlan` (run, demo, startup, kernels --backend
     cupti|nvtx-log)."""
+    from max_profile.run import RunPlan
+
     return _from_flags(
         RunPlan,
         args,
@@ -158,6 +143,9 @@ def cmd_startup(args: argparse.Namespace, progress: Progress) -> int:
     """Process start to the first token of a local model: imports, config, each graph's build / compile (cache hit or
     miss, and why) / initialize, weights, KV cache, device graphs, warm-up. Exit 4 (after the report) when the load
     failed."""
+    from max_profile.run import startup_capture
+    from max_profile.util.models import check_model_folder
+
     check_model_folder(args.model_path)
     raw, failure = startup_capture(_run_plan(args), progress)
     code = _emit(raw, args, progress)
@@ -167,6 +155,9 @@ def cmd_startup(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_run(args: argparse.Namespace, progress: Progress) -> int:
+    from max_profile.run import prepare_run, profile_generation
+    from max_profile.util.models import check_model_folder
+
     check_model_folder(args.model_path)
     plan = _run_plan(args)
     prepared = prepare_run(plan, progress)
@@ -176,6 +167,8 @@ def cmd_run(args: argparse.Namespace, progress: Progress) -> int:
 def _emit_run(raw: Any, args: argparse.Namespace, progress: Progress, plan: Any, prepared: Any) -> int:
     """The generation's report; a kernel recorder asked for by name that recorded nothing then fails the command (exit
     4)."""
+    from max_profile.run import kernels_outcome
+
     failure = kernels_outcome(raw, plan, prepared)
     code = _emit(raw, args, progress)
     if failure is not None:
@@ -184,6 +177,8 @@ def _emit_run(raw: Any, args: argparse.Namespace, progress: Progress, plan: Any,
 
 
 def cmd_demo(args: argparse.Namespace, progress: Progress) -> int:
+    from max_profile.run import demo_model, prepare_run, profile_generation
+
     out = Path(args.out)
     if not out.is_dir():
         if not out.parent.is_dir():
@@ -210,14 +205,23 @@ def cmd_demo(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_kernels(args: argparse.Namespace, progress: Progress) -> int:
+    from max_profile.collect.readers.sources import import_trace
+
     if args.import_file:
         return _emit(import_trace(args.import_file), args, progress)
     if not args.model_path:
         raise InputError("kernels needs --model-path P (run a generation) or --import FILE (read an existing trace)")
+    from max_profile.model.kernel_modes import BACKENDS, kernel_mode
+
     mode = kernel_mode(args.backend, BACKENDS)
     if mode.runner == "refused":
         raise InputError(mode.refusal)
     if mode.runner == "nsys":
+        from max_profile.collect.probes.environment import detect_environment
+        from max_profile.nsys_run import NsysRun, profile_generation_with_nsys
+        from max_profile.run import check_plan, workload
+        from max_profile.util.devices import resolve_devices
+
         plan = _run_plan(args)
         check_plan(plan)
         devices = resolve_devices(args.devices, detect_environment(check_tools=False).vendor)
@@ -230,6 +234,8 @@ def cmd_kernels(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_kernel(args: argparse.Namespace, progress: Progress) -> int:
+    from max_profile.collect.readers.ncu import ncu_capture, ncu_rep_capture
+
     if args.import_file:
         target = f"ncu:{args.name or 'import'}"
         if args.import_file.endswith(".ncu-rep"):
@@ -243,6 +249,10 @@ def cmd_kernel(args: argparse.Namespace, progress: Progress) -> int:
         )
     if not args.model_path:
         raise InputError("kernel needs --model-path P (run a short generation under ncu) or --import CSV")
+
+    from max_profile.collect.probes.environment import detect_environment
+    from max_profile.ncu_run import KernelRun, profile_kernel
+    from max_profile.util.devices import resolve_devices
 
     devices = resolve_devices(args.devices, detect_environment(check_tools=False).vendor)
     run = _from_flags(
@@ -258,6 +268,11 @@ def cmd_kernel(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_check_arch(args: argparse.Namespace, progress: Progress) -> int:
+    from rich.console import Console
+
+    from max_profile.preflight import check_architecture
+    from max_profile.render.text import preflight_section
+
     results = []
     for spec in args.spec:
         progress(f"preflight of {spec}")
@@ -279,6 +294,10 @@ def cmd_check_arch(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, progress: Progress) -> int:
+    from max_profile.collect.probes.environment import detect_environment
+    from max_profile.serve import ServePlan, free_port, resolve_plan, run_serve_capture
+    from max_profile.util.devices import resolve_devices
+
     vendor = detect_environment(check_tools=False).vendor
     devices = resolve_devices(args.devices, vendor)
     plan = _from_flags(
@@ -320,6 +339,8 @@ def cmd_serve(args: argparse.Namespace, progress: Progress) -> int:
 
 def cmd_attach(args: argparse.Namespace, progress: Progress) -> int:
     """A bounded, read-only window on a running server; exit 4 (after the report) when the server died in it."""
+    from max_profile.attach import AttachPlan, run_attach
+
     if args.otlp_save:
         if not args.otlp:
             raise InputError("--otlp-save needs --otlp [HOST:]PORT (the spans it saves are the ones received there)")
@@ -342,6 +363,9 @@ def cmd_attach(args: argparse.Namespace, progress: Progress) -> int:
 
 def cmd_report(args: argparse.Namespace, progress: Progress) -> int:
     """Re-analyse a saved raw capture, re-render a saved report, or import any supported trace."""
+    from max_profile.collect.readers.sources import load_any
+    from max_profile.model import Report
+
     loaded = load_any(args.file)
     if isinstance(loaded, Report):
         if args.perfetto or args.raw:
@@ -361,6 +385,9 @@ def cmd_report(args: argparse.Namespace, progress: Progress) -> int:
 
 def _loaded(path: str) -> tuple[Any, Any]:
     """(report, raw capture or None) of a saved raw capture, report, or trace file."""
+    from max_profile.collect.readers.sources import load_any
+    from max_profile.model import Report
+
     loaded = load_any(path)
     if isinstance(loaded, Report):
         return loaded, None
@@ -370,6 +397,10 @@ def _loaded(path: str) -> tuple[Any, Any]:
 def cmd_diff(args: argparse.Namespace, progress: Progress) -> int:
     """Compare run B against baseline A; exit 1 on a significant regression above --fail-above, 2 when not
     comparable."""
+    from max_profile.analyze.diff import diff_reports
+    from max_profile.render.diff_html import render_diff_html
+    from max_profile.render.diff_text import print_diff
+
     a, a_raw = _loaded(args.a)
     b, b_raw = _loaded(args.b)
     result = diff_reports(
@@ -414,6 +445,8 @@ VERBS: dict[str, Callable[[argparse.Namespace, Progress], int]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from max_profile.collect.probes import startup
+
     startup.PROGRAM_ENTRY = max_profile.IMPORTED_AT  # a start-up profile counts from this command, not an exec'd shell
     progress = Progress(quiet=bool(argv is not None and ("-q" in argv or "--quiet" in argv)))
     previous = raise_on_signals()
@@ -447,7 +480,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_UNEXPECTED
     finally:
         restore_signals(previous)
-        remove_own_nvtx_log()
+        if os.environ.get("MAX_PROFILE_NVTX_LOG"):  # only a process started with the op-range log can have one
+            from max_profile.session import remove_own_nvtx_log
+
+            remove_own_nvtx_log()
 
 
 def _one_line(exc: BaseException) -> str:

@@ -51,13 +51,20 @@ def valid_kernels(table: KernelTable) -> np.ndarray:
     return (table.start_ns >= 0) & (table.end_ns >= table.start_ns)
 
 
+def in_start_order(start: np.ndarray, *columns: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``start`` and the columns beside it in start order (ties kept in order); the arrays themselves when they are in
+    that order already (a trace usually is: no sort and no copy of a million kernels)."""
+    if start.size < 2 or not bool((start[1:] < start[:-1]).any()):
+        return (start, *columns)
+    order = np.argsort(start, kind="stable")
+    return tuple(c[order] for c in (start, *columns))
+
+
 def union_ns(start: np.ndarray, end: np.ndarray) -> int:
     """Total length of the union of intervals (busy time, overlapping kernels counted once)."""
     if start.size == 0:
         return 0
-    if start.size > 1 and not bool((start[1:] >= start[:-1]).all()):
-        order = np.argsort(start, kind="stable")
-        start, end = start[order], end[order]
+    start, end = in_start_order(start, end)
     run_end = np.maximum.accumulate(end)  # a block of overlapping intervals ends at its running maximum end
     new_block = np.empty(start.size, dtype=bool)
     new_block[0] = True
@@ -297,9 +304,8 @@ def gpu_waits(
     )
     if int(inside.sum()) < 2:
         return None
-    order = np.argsort(table.start_ns[inside], kind="stable")
-    start, end = table.start_ns[inside][order], table.end_ns[inside][order]
-    graph = table.graph_id[inside][order] if table.graph_id is not None else np.zeros(start.size, dtype=np.int64)
+    graph_ids = table.graph_id[inside] if table.graph_id is not None else np.zeros(int(inside.sum()), dtype=np.int64)
+    start, end, graph = in_start_order(table.start_ns[inside], table.end_ns[inside], graph_ids)
     gap = start[1:] - np.maximum.accumulate(end)[:-1]
     same_slice = np.ones(gap.size, dtype=bool)
     if recorded:  # a gap from one slice into the next is the recording's pause, not the GPU waiting

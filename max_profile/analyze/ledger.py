@@ -31,6 +31,7 @@ import numpy as np
 from max_profile.analyze.breakdown import (
     PHASES,
     coverage_before,
+    in_start_order,
     observed_shares,
     recorded_in_window,
     step_index_of,
@@ -107,9 +108,9 @@ def _idle_gaps(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The GPU's idle time: the gaps of the merged busy timeline inside each observed span, as (start, end, whether
     the kernel after the gap ran in a device graph)."""
-    order = np.argsort(s[keep], kind="stable")
-    ks, ke = s[keep][order], e[keep][order]
-    graph = graph_id[keep][order] > 0 if graph_id is not None else np.zeros(ks.size, dtype=bool)
+    every = bool(keep.all())  # nothing clipped away: the columns as they are
+    graph_ids = (graph_id if every else graph_id[keep]) > 0 if graph_id is not None else np.zeros(int(keep.sum()), bool)
+    ks, ke, graph = in_start_order(s if every else s[keep], e if every else e[keep], graph_ids)
     gap_start: list[np.ndarray] = []
     gap_end: list[np.ndarray] = []
     gap_graph: list[np.ndarray] = []

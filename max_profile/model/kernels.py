@@ -49,6 +49,8 @@ def _int_column(value: object, dtype: type, name: str, flat: bool = True) -> np.
         raise TraceFormatError(f"kernel table column {name} is not a numeric array ({exc})") from exc
     if array.size and array.dtype.kind not in "iub":
         raise TraceFormatError(f"kernel table column {name} holds {array.dtype} values, not integers")
+    if array.dtype == dtype:  # already the column's type (a selection of a table): no range pass, no copy
+        return array.reshape(-1) if flat else array
     info = np.iinfo(dtype)  # type: ignore[type-var]
     if array.size and (int(array.min()) < info.min or int(array.max()) > info.max):
         raise TraceFormatError(f"kernel table column {name} holds values beyond {np.dtype(dtype).name}")
@@ -250,7 +252,9 @@ class KernelTable(msgspec.Struct):
         return counts, outside
 
     def select(self, mask: np.ndarray) -> KernelTable:
-        """The kernels where ``mask`` is True (names kept as they are)."""
+        """The kernels where ``mask`` is True (names kept as they are); the table itself when that is all of them."""
+        if mask.dtype == np.bool_ and mask.shape == (len(self),) and bool(mask.all()):
+            return self  # tables are never changed in place: nothing to copy
 
         def pick(col: np.ndarray | None) -> np.ndarray | None:
             return None if col is None else col[mask]
