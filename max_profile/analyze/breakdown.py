@@ -539,19 +539,31 @@ def build_breakdown(
 def _with_launches_before(
     rows: list[KernelRow], table: KernelTable, t_attr: np.ndarray, in_phase: np.ndarray
 ) -> list[KernelRow]:
-    """Each row with the launches its name filter matched before the phase's first launch of it (launch order)."""
+    """Each row with the launches its name filter matched before the phase's first launch of it (launch order).
+
+    Column-wise: each name's first launch in the phase comes from one pass; the launches before it are outside the
+    phase (inside it none of its names launched earlier), counted on the out-of-phase launches in launch order, so a row
+    reads only the launches before its phase's first."""
+    if not rows:
+        return rows
+    never = np.iinfo(np.int64).max
+    first_by_name = np.full(len(table.names), never, dtype=np.int64)
+    np.minimum.at(first_by_name, table.name_idx[in_phase], t_attr[in_phase])
+    outside = ~in_phase
+    t_out, names_out = in_start_order(t_attr[outside], table.name_idx[outside])
     out = []
     for row in rows:
         pattern = re.compile(distinctive_regex(row.name))
-        matched = np.array([bool(pattern.search(n)) for n in table.names] or [False], dtype=bool)[table.name_idx]
-        mine = matched & in_phase
-        if not mine.any():
+        matched = np.array([bool(pattern.search(n)) for n in table.names] or [False], dtype=bool)
+        first = int(first_by_name[matched].min()) if matched.any() else never
+        if first == never:
             out.append(row)
             continue
-        first = int(t_attr[mine].min())
+        before = int(matched[names_out[: int(np.searchsorted(t_out, first, side="left"))]].sum())
+        mine = matched[table.name_idx] & in_phase if table.grid is not None else None
         out.append(
             msgspec.structs.replace(
-                row, launches_before=int((matched & (t_attr < first)).sum()), launch_shape=_launch_shape(table, mine)
+                row, launches_before=before, launch_shape=_launch_shape(table, mine) if mine is not None else None
             )
         )
     return out
