@@ -110,6 +110,22 @@ def pytest_configure(config: pytest.Config) -> None:
         tempfile.tempdir = None  # recomputed from TMPDIR
 
 
+HEAVY_FIRST = ("serve/", "cli/", "preflight/", "collect/server/", "collect/probes/", "collect/live/")
+"""Folders whose modules start MAX (servers, CLI runs, model loads), in the order the run hands them out: pytest-xdist's
+``--dist loadscope`` gives whole modules to the workers in collection order, so a module of minutes handed out last
+leaves the other worker idle at the end. The fast analysis modules follow and fill in."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests = Path(__file__).resolve().parent
+
+    def rank(item: pytest.Item) -> int:
+        rel = item.path.resolve().relative_to(tests).as_posix() if item.path.is_relative_to(tests) else ""
+        return next((i for i, prefix in enumerate(HEAVY_FIRST) if rel.startswith(prefix)), len(HEAVY_FIRST))
+
+    items.sort(key=rank)  # stable: the order inside each group is the collection's
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _WORKER_TMP is not None:
         shutil.rmtree(_WORKER_TMP, ignore_errors=True)
