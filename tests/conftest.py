@@ -113,7 +113,8 @@ def pytest_configure(config: pytest.Config) -> None:
 HEAVY_FIRST = ("serve/", "cli/", "preflight/", "collect/server/", "collect/probes/", "collect/live/")
 """Folders whose modules start MAX (servers, CLI runs, model loads), in the order the run hands them out: pytest-xdist's
 ``--dist loadscope`` gives whole modules to the workers in collection order, so a module of minutes handed out last
-leaves the other worker idle at the end. The fast analysis modules follow and fill in."""
+leaves the other worker idle at the end. The fast analysis modules follow and fill in. Their tests carry the ``max``
+marker: ``pytest -m "not max"`` is the fast suite (the analysis on recorded and generated captures)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -124,6 +125,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return next((i for i, prefix in enumerate(HEAVY_FIRST) if rel.startswith(prefix)), len(HEAVY_FIRST))
 
     items.sort(key=rank)  # stable: the order inside each group is the collection's
+    for item in items:
+        if rank(item) < len(HEAVY_FIRST):
+            item.add_marker(pytest.mark.max)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

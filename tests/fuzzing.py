@@ -166,7 +166,7 @@ def _raw_capture(out: Path) -> tuple[Path, Path]:
     from max_profile.model import KernelTable, RawCapture
 
     raw = RawCapture.load(str(DATA / "gpu" / "h200_llama180m_host_bound" / "small_cupti_raw.json.gz"))
-    raw.kernels = raw.kernels.select(slice(0, 300))  # type: ignore[arg-type]
+    raw.kernels = raw.kernels.select(slice(0, 300))
     raw.kernels = KernelTable.from_records(raw.kernels.records())
     raw.steps = raw.steps[:7]
     raw.save(str(out / "seed_raw.json"))

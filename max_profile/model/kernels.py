@@ -251,9 +251,10 @@ class KernelTable(msgspec.Struct):
             outside &= ~near
         return counts, outside
 
-    def select(self, mask: np.ndarray) -> KernelTable:
-        """The kernels where ``mask`` is True (names kept as they are); the table itself when that is all of them."""
-        if mask.dtype == np.bool_ and mask.shape == (len(self),) and bool(mask.all()):
+    def select(self, mask: np.ndarray | slice) -> KernelTable:
+        """The kernels ``mask`` picks (a boolean mask, indices or a slice; names kept as they are); the table itself
+        when a mask keeps all of them."""
+        if isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and mask.shape == (len(self),) and bool(mask.all()):
             return self  # tables are never changed in place: nothing to copy
 
         def pick(col: np.ndarray | None) -> np.ndarray | None:
