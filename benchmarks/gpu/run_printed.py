@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from max_profile.analyze.commands import cli  # noqa: E402
 from max_profile.model import Report  # noqa: E402
+from max_profile.model.command_text import cli  # noqa: E402
 
 
 def main() -> int:

@@ -1,5 +1,5 @@
-"""Next measurements as data (:class:`~max_profile.model.Command`), said the way the user asked for the capture:
-a ``max-profile`` command line, or the Python call that does the same (``profile(...)``, ``profile_kernel(...)``, ...).
+"""Next measurements as data (:class:`~max_profile.model.Command`); how one is said (a ``max-profile`` command line,
+or the Python call that does the same) is :mod:`max_profile.model.command_text`.
 
 A next command reproduces the capture it follows: the model, devices, batch size, prompt, new tokens, custom
 architectures, length and encoding, the device-graph state (where the verb takes it), and for a kernel deep dive a
@@ -22,10 +22,8 @@ from max_profile.analyze.families import distinctive_regex
 from max_profile.analyze.load import load_share
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import Command, KernelBreakdown, KernelRow, Report, Workload
-from max_profile.model.kernel_modes import KERNEL_MODES
+from max_profile.model.command_text import ArgValue, cli, say
 from max_profile.model.tags import Collector, TargetKind
-
-ArgValue = str | int | float | bool | list[str]
 
 DEEP_DIVE_STEPS_IN = 2
 """A decode deep dive skips this many decode steps' launches first (past the first, cold steps)."""
@@ -139,93 +137,6 @@ def attach_command(report: Report, comment: str | None = None, **args: ArgValue)
 
 def shell(text: str, comment: str | None = None) -> Command:
     return Command(verb="shell", args={"line": text}, comment=comment)
-
-
-def cli(cmd: Command) -> str:
-    if cmd.verb == "shell":
-        line = str(cmd.args.get("line", ""))
-    else:
-        parts = [cmd.program or "max-profile", cmd.verb, *cmd.positional]
-        for key, value in cmd.args.items():
-            flag = "--" + key.replace("_", "-")
-            if value is True:
-                parts.append(flag)
-            elif value is False:
-                parts.append("--no-" + key.replace("_", "-"))
-            elif isinstance(value, list):
-                for item in value:
-                    parts += [flag, str(item)]
-            else:
-                parts += [flag, str(value)]
-        line = " ".join(shlex.quote(p) for p in parts)
-    return line + (f"   # {cmd.comment}" if cmd.comment else "")
-
-
-def _kw(args: dict[str, ArgValue], rename: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> str:
-    rename = rename or {}
-    return ", ".join(f"{rename.get(k, k)}={v!r}" for k, v in args.items() if k not in drop)
-
-
-_GENERATION_ARGS = (
-    "batch_size",
-    "prompt",
-    "max_new_tokens",
-    "max_length",
-    "quantization_encoding",
-    "custom_architectures",
-    "device_graph_capture",
-    "warmup",
-)
-"""What a ``run`` command sets that, from Python, is the user's own load and generation, not ``profile()``'s."""
-
-
-def python(cmd: Command) -> str:
-    """The Python equivalent (one line; ``...`` stands for the user's own generation)."""
-    a = dict(cmd.args)
-    if cmd.verb in ("run", "kernels"):
-        backend = str(a.pop("backend", ""))
-        named = KERNEL_MODES.get(str(a.pop("kernels", None) or backend or "auto"), KERNEL_MODES["auto"])
-        if named.runner == "nsys":
-            line = (
-                "from max_profile.nsys_run import NsysRun, profile_generation_with_nsys; raw = "
-                f"profile_generation_with_nsys(NsysRun({_kw(a)}), print)"
-            )
-        else:
-            mode = named if named.in_process_api else KERNEL_MODES["auto"]
-            same = [f"{k}={a[k]!r}" for k in _GENERATION_ARGS if k in a]
-            extra = f"  (as before: {', '.join(same)})" if same else ""
-            line = (
-                f"with max_profile.profile(pipeline, kernels={mode.name!r}, {_kw(a, drop=_GENERATION_ARGS)}) as "
-                f"prof: ...{extra}"
-            )
-            if mode.op_ranges:  # MAX's op ranges need the process started for them: that call first
-                devices = str(a.get("devices", "cpu"))
-                line = (
-                    f"max_profile.restart_with_op_ranges({devices!r})  # first thing in the script, before MAX loads "
-                    f"the model; then: {line}"
-                )
-    elif cmd.verb == "kernel":
-        a.pop("set", None)
-        name = cmd.positional[0] if cmd.positional else "NAME"
-        line = (
-            f"from max_profile.ncu_run import KernelRun, profile_kernel; raw = profile_kernel(KernelRun(name={name!r}, "
-            f"{_kw(a)}), print)"
-        )
-    elif cmd.verb == "serve":
-        a.setdefault("duration", 10)
-        line = (
-            "from max_profile.serve import ServePlan, free_port, run_serve_capture; raw = "
-            f"run_serve_capture(ServePlan({_kw(a, {'duration': 'duration_s'})}, "
-            "port=free_port(), metrics_port=free_port()), confirm=True)"
-        )
-    else:
-        return cli(cmd)
-    return line + (f"   # {cmd.comment}" if cmd.comment else "")
-
-
-def say(cmd: Command, interface: str) -> str:
-    """The command in the form of the report's interface (Python when the capture came from the API)."""
-    return python(cmd) if interface == "python" else cli(cmd)
 
 
 def _row_in(k: KernelBreakdown, name: str, phase: str | None) -> tuple[KernelRow | None, int]:

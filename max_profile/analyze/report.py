@@ -16,7 +16,7 @@ import numpy as np
 
 from max_profile.analyze.account import breakdown_from_ledger, ms_per_step_of
 from max_profile.analyze.breakdown import breakdown_from_totals, build_breakdown, slices_without_records
-from max_profile.analyze.commands import next_command, say
+from max_profile.analyze.commands import next_command
 from max_profile.analyze.ledger import build_ledger, server_ledger, spans_ledger, with_load
 from max_profile.analyze.load import load_level, summarize_serve, tracer_cost, tracing_cost_statement
 from max_profile.analyze.ncu import analyze_launch
@@ -40,6 +40,7 @@ from max_profile.model import (
     Unavailable,
     UtilizationSection,
 )
+from max_profile.model.command_text import say
 from max_profile.model.tags import LedgerSource, StepSource, host_ops
 
 

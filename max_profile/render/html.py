@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from max_profile.analyze.account import paired_steps
-from max_profile.analyze.commands import say
 from max_profile.analyze.op_roofline import ops_text
 from max_profile.model import (
     FamilyRow,
@@ -30,6 +29,7 @@ from max_profile.model import (
     Unavailable,
     UtilizationSection,
 )
+from max_profile.model.command_text import say
 from max_profile.model.tags import LedgerSource
 from max_profile.render.html_base import CSS, HEATMAP_COLUMNS, PHASE_COLORS, SEVERITY_COLORS, esc, na, new_figure, thin
 from max_profile.render.tables import (

@@ -9,7 +9,6 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from max_profile.analyze.commands import say
 from max_profile.analyze.op_roofline import ops_text
 from max_profile.model import (
     DecodeCost,
@@ -25,6 +24,7 @@ from max_profile.model import (
     UtilizationSection,
     set_text_renderer,
 )
+from max_profile.model.command_text import say
 from max_profile.model.tags import LedgerSource, StartupSource, StepSource, TargetKind, host_ops
 from max_profile.render.serve_text import (
     load_levels_section,

@@ -12,13 +12,10 @@ import msgspec
 
 from max_profile.analyze.commands import (
     DEEP_DIVE_STEPS_IN,
-    cli,
     for_model,
     kernel_command,
     launch_skip_for,
     next_command,
-    python,
-    say,
     shell,
     workload_of,
 )
@@ -33,6 +30,7 @@ from max_profile.model import (
     Unavailable,
     Workload,
 )
+from max_profile.model.command_text import cli, python, say
 from max_profile.render.verdict_text import no_next_reason
 
 from ..builders import built_report, serve_summary

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from max_profile.analyze.breakdown import coverage_before as _coverage
-from max_profile.analyze.commands import cli
 from max_profile.analyze.families import classify_kernel
 from max_profile.analyze.ledger import roofs_for, server_ledger
 from max_profile.analyze.report import build_report
@@ -41,6 +40,7 @@ from max_profile.model import (
     UtilizationSample,
     Workload,
 )
+from max_profile.model.command_text import cli
 
 from ..analyze.rules.test_rules import GPU_ENV, finding, ids
 

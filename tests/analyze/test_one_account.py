@@ -307,7 +307,7 @@ def test_an_idle_attached_server_is_never_host_bound() -> None:
 def test_printed_commands_name_the_programs_of_this_environment() -> None:
     """A report made where ``max-profile``, ``max`` and ``pip`` are scripts of a virtual environment not on PATH prints
     them by their paths (the README's set-up runs ``.venv/bin/max-profile``)."""
-    from max_profile.analyze.commands import cli
+    from max_profile.model.command_text import cli
 
     raw = RawCapture.load(str(DATA / "gpu" / "h200_llama5b_serve_steps_startup" / "demo_raw.json.gz"))
     bin_dir = "/opt/venv with space/bin"

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from max_profile.analyze.commands import cli
 from max_profile.analyze.report import build_report
 from max_profile.collect.readers.ncu import read_ncu_files
 from max_profile.collect.readers.sources import load_any
 from max_profile.flags import build_parser
 from max_profile.model import KernelBreakdown, RawCapture, Report, StepLedger
+from max_profile.model.command_text import cli
 
 from ..analyze.test_ledger import _decode_idle_independently
 from ..gpu.test_every_verb import decode_matmul_lever

@@ -14,13 +14,13 @@ from statistics import median
 import msgspec
 import pytest
 
-from max_profile.analyze.commands import cli
 from max_profile.analyze.load import tracing_cost_statement
 from max_profile.analyze.ops import OPS_MODE_DECODE_STEP_MS, ops_calls_per_step
 from max_profile.analyze.report import build_report
 from max_profile.analyze.rules.idle import _idle_finding
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import Finding, OpBreakdown, RawCapture, Report
+from max_profile.model.command_text import cli
 
 OPS = Path(__file__).parents[1] / "data" / "gpu" / "h200_llama_custom_ops_vs_default"
 

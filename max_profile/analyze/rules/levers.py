@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import msgspec
 
-from max_profile.analyze.commands import attach_command, cli, for_model, kernel_command, program, shell
+from max_profile.analyze.commands import attach_command, for_model, kernel_command, program, shell
 from max_profile.analyze.families import base_name, slow_path
 from max_profile.analyze.ledger import ATTENTION_PART, MATMUL_PART
 from max_profile.analyze.op_roofline import ATTENTION as OP_ATTENTION
@@ -42,6 +42,7 @@ from max_profile.model import (
     PhaseLedger,
     Report,
 )
+from max_profile.model.command_text import cli
 from max_profile.model.tags import LedgerSource
 
 WEIGHTS_PARTS = (WEIGHTS, LAYERS, OUTPUT)

@@ -8,10 +8,10 @@ import dataclasses
 import msgspec
 import pytest
 
-from max_profile.analyze.commands import cli
 from max_profile.analyze.rules.startup import rule_startup
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import Finding, PreflightResult, StartupPhase, StartupProfile
+from max_profile.model.command_text import cli
 
 from ...analyze.rules.test_state import _base
 
