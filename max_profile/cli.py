@@ -43,6 +43,7 @@ from max_profile.util.procs import raise_on_signals, restore_signals
 from max_profile.version import __version__
 
 if TYPE_CHECKING:
+    from max_profile.model.serialization import Vendor
     from max_profile.serve import ResolvedServe
 
 # Each verb imports what only it uses (MAX's runners, the server and attach machinery, diff, preflight, ncu and nsys):
@@ -139,6 +140,15 @@ def _run_plan(args: argparse.Namespace) -> Any:
     )
 
 
+def _vendor_and_devices(args: argparse.Namespace) -> tuple[Vendor, str]:
+    """This machine's GPU vendor and ``--devices`` resolved on it (kernels --backend nsys, kernel, serve)."""
+    from max_profile.collect.probes.environment import detect_environment
+    from max_profile.util.devices import resolve_devices
+
+    vendor = detect_environment(check_tools=False).vendor
+    return vendor, resolve_devices(args.devices, vendor)
+
+
 def cmd_startup(args: argparse.Namespace, progress: Progress) -> int:
     """Process start to the first token of a local model: imports, config, each graph's build / compile (cache hit or
     miss, and why) / initialize, weights, KV cache, device graphs, warm-up. Exit 4 (after the report) when the load
@@ -217,14 +227,12 @@ def cmd_kernels(args: argparse.Namespace, progress: Progress) -> int:
     if mode.runner == "refused":
         raise InputError(mode.refusal)
     if mode.runner == "nsys":
-        from max_profile.collect.probes.environment import detect_environment
         from max_profile.nsys_run import NsysRun, profile_generation_with_nsys
         from max_profile.run import check_plan, workload
-        from max_profile.util.devices import resolve_devices
 
         plan = _run_plan(args)
         check_plan(plan)
-        devices = resolve_devices(args.devices, detect_environment(check_tools=False).vendor)
+        _, devices = _vendor_and_devices(args)
         run = _from_flags(NsysRun, args, devices=devices, custom_architectures=list(args.custom_architectures or []))
         raw = profile_generation_with_nsys(run, progress)
         raw.capture.workload = workload(plan, raw, kernels=mode.name)
@@ -250,11 +258,9 @@ def cmd_kernel(args: argparse.Namespace, progress: Progress) -> int:
     if not args.model_path:
         raise InputError("kernel needs --model-path P (run a short generation under ncu) or --import CSV")
 
-    from max_profile.collect.probes.environment import detect_environment
     from max_profile.ncu_run import KernelRun, profile_kernel
-    from max_profile.util.devices import resolve_devices
 
-    devices = resolve_devices(args.devices, detect_environment(check_tools=False).vendor)
+    _, devices = _vendor_and_devices(args)
     run = _from_flags(
         KernelRun,
         args,
@@ -294,12 +300,9 @@ def cmd_check_arch(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, progress: Progress) -> int:
-    from max_profile.collect.probes.environment import detect_environment
     from max_profile.serve import ServePlan, free_port, resolve_plan, run_serve_capture
-    from max_profile.util.devices import resolve_devices
 
-    vendor = detect_environment(check_tools=False).vendor
-    devices = resolve_devices(args.devices, vendor)
+    vendor, devices = _vendor_and_devices(args)
     plan = _from_flags(
         ServePlan,
         args,
