@@ -560,12 +560,8 @@ def _with_launches_before(
             out.append(row)
             continue
         before = int(matched[names_out[: int(np.searchsorted(t_out, first, side="left"))]].sum())
-        mine = matched[table.name_idx] & in_phase if table.grid is not None else None
-        out.append(
-            msgspec.structs.replace(
-                row, launches_before=before, launch_shape=_launch_shape(table, mine) if mine is not None else None
-            )
-        )
+        shape = _launch_shape(table, matched[table.name_idx] & in_phase) if table.grid is not None else None
+        out.append(msgspec.structs.replace(row, launches_before=before, launch_shape=shape))
     return out
 
 

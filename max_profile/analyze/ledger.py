@@ -108,9 +108,13 @@ def _idle_gaps(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The GPU's idle time: the gaps of the merged busy timeline inside each observed span, as (start, end, whether
     the kernel after the gap ran in a device graph)."""
-    every = bool(keep.all())  # nothing clipped away: the columns as they are
-    graph_ids = (graph_id if every else graph_id[keep]) > 0 if graph_id is not None else np.zeros(int(keep.sum()), bool)
-    ks, ke, graph = in_start_order(s if every else s[keep], e if every else e[keep], graph_ids)
+    every = bool(keep.all())  # nothing clipped away: the columns as they are, not copies
+
+    def kept(column: np.ndarray) -> np.ndarray:
+        return column if every else column[keep]
+
+    graph = kept(graph_id) > 0 if graph_id is not None else np.zeros(int(keep.sum()), dtype=bool)
+    ks, ke, graph = in_start_order(kept(s), kept(e), graph)
     gap_start: list[np.ndarray] = []
     gap_end: list[np.ndarray] = []
     gap_graph: list[np.ndarray] = []
