@@ -166,6 +166,21 @@ def error_message(stderr: str) -> str:
     return " ".join([lines[at[0]], *rest])
 
 
+def procs_with(*texts: str) -> list[int]:
+    """The processes whose command line holds every one of ``texts`` (not this one, nor a pytest process)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if all(text in cmd for text in texts) and "-m pytest" not in cmd:
+            out.append(int(pid))
+    return out
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     import subprocess
 

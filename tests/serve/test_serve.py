@@ -25,7 +25,7 @@ from max_profile.serve import ResolvedServe, ServePlan, resolve_plan
 from max_profile.serve import run_serve_capture as capture_raw
 from max_profile.util.procs import clean_child_env
 
-from ..conftest import REPO, default_sigint
+from ..conftest import REPO, default_sigint, procs_with
 from ..ports import free_port
 
 
@@ -35,20 +35,6 @@ def run_serve_capture(plan: ServePlan, **kw: object) -> Report:
 
 
 pytestmark = pytest.mark.slow
-
-
-def procs_with(text: str) -> list[int]:
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmd and "-m pytest" not in cmd:
-            out.append(int(pid))
-    return out
 
 
 def serve_tmpdirs() -> set[str]:
