@@ -357,7 +357,8 @@ class NsysWindow:
 
 class RocprofRecorder(UtilizationRecorder):
     """rocprofv3 with ``--collection-period (R2 + 10):DURATION:1`` counted from launch; R2 (launch to /health 200) is
-    measured by a probe pass of the plain server first (``measure_ready``)."""
+    measured by a probe pass of the plain server first (``measure_ready``), when the server's command is asked for: the
+    recorder itself starts nothing."""
 
     mode = "rocprof"
     reads_after_teardown = True
@@ -366,13 +367,18 @@ class RocprofRecorder(UtilizationRecorder):
         self, rocprof: str, dest: Path, duration_s: float, measure_ready: Callable[[], float], progress: Progress
     ) -> None:
         self.rocprof, self.dest, self.duration_s = rocprof, dest, duration_s
-        r2 = measure_ready()
-        self.delay = r2 + sp.ROCPROF_WINDOW_DELAY_S
+        self.measure_ready, self.progress = measure_ready, progress
+        self.delay = 0.0
         self.out_dir = dest / "rocprof"
         self.t_launch = 0.0
-        progress(f"pass 3: R2 = {r2:.1f} s, window {self.delay:.1f}–{self.delay + duration_s:.1f} s after launch")
 
     def command(self, serve_cmd: list[str]) -> list[str]:
+        """Pass 2 (the probe server: R2), then pass 3's command: rocprofv3 around the server, its period from R2."""
+        r2 = self.measure_ready()
+        self.delay = r2 + sp.ROCPROF_WINDOW_DELAY_S
+        self.progress(
+            f"pass 3: R2 = {r2:.1f} s, window {self.delay:.1f}–{self.delay + self.duration_s:.1f} s after launch"
+        )
         return sp.rocprof_command(self.rocprof, str(self.out_dir), self.delay, self.duration_s, serve_cmd)
 
     def launched(self, at_monotonic: float) -> None:
