@@ -79,11 +79,12 @@ def interval_index(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.nd
     """Index of the interval (sorted by start, none overlapping) containing each t (ends included), -1 if none."""
     if starts.size == 0:
         return np.full(t.shape, -1, dtype=np.int64)
-    idx = np.searchsorted(starts, t, side="right") - 1
-    ok = idx >= 0
-    inside = np.zeros(t.shape, dtype=bool)
-    inside[ok] = t[ok] <= ends[idx[ok]]
-    return np.where(inside, idx, -1)
+    idx = np.searchsorted(starts, t, side="right")
+    idx -= 1
+    inside = t <= ends[np.maximum(idx, 0)]
+    inside &= idx >= 0
+    idx[~inside] = -1
+    return idx
 
 
 def step_index_of(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -185,9 +186,19 @@ def coverage_before(starts: np.ndarray, ends: np.ndarray) -> Callable[[np.ndarra
     length = (b - a).astype(np.float64)
 
     def f(t: np.ndarray) -> np.ndarray:
-        i = np.maximum(np.searchsorted(a, t, side="right") - 1, 0)  # the span starting at or before t (else the first)
-        # before the first span: t - a[0] < 0, clipped to 0 (and before[0] is 0)
-        return before[i] + np.clip(t - a[i], 0, length[i])
+        i = np.searchsorted(a, t, side="right")
+        i -= 1
+        np.maximum(i, 0, out=i)  # the span starting at or before t (else the first)
+        into = a[i]
+        np.subtract(t, into, out=into)  # how far into span i t lies
+        # clipped to the span: before the first span t - a[0] < 0 gives 0 (and before[0] is 0); one column at a time,
+        # so a million gaps hold a few arrays, not a dozen
+        covered = length[i]
+        np.minimum(covered, into, out=covered)
+        del into
+        np.maximum(covered, 0, out=covered)
+        covered += before[i]
+        return covered
 
     return f
 
@@ -304,9 +315,15 @@ def gpu_waits(
     )
     if int(inside.sum()) < 2:
         return None
-    graph_ids = table.graph_id[inside] if table.graph_id is not None else np.zeros(int(inside.sum()), dtype=np.int64)
-    start, end, graph = in_start_order(table.start_ns[inside], table.end_ns[inside], graph_ids)
-    gap = start[1:] - np.maximum.accumulate(end)[:-1]
+    every = bool(inside.all())  # one device, nothing outside the window: the columns themselves, not copies
+
+    def kept(column: np.ndarray) -> np.ndarray:
+        return column if every else column[inside]
+
+    graph_ids = kept(table.graph_id) if table.graph_id is not None else np.zeros(int(inside.sum()), dtype=np.int64)
+    start, end, graph = in_start_order(kept(table.start_ns), kept(table.end_ns), graph_ids)
+    gap = np.maximum.accumulate(end[:-1])  # where the busy run before each next kernel ends
+    np.subtract(start[1:], gap, out=gap)
     same_slice = np.ones(gap.size, dtype=bool)
     if recorded:  # a gap from one slice into the next is the recording's pause, not the GPU waiting
         slice_of = np.searchsorted(np.array([a for a, _ in slices], dtype=np.int64), start, side="right")
@@ -315,18 +332,23 @@ def gpu_waits(
     before_graph = counted & (graph[1:] > 0)
     longer = (gap >= max_gap_ns) & same_slice
     span = sum(b - a for a, b in slices)
+    waits = gap[counted]
+    waited = float(waits.sum())  # integer nanoseconds: exact in any order
+    before_graph_ns = float(gap[before_graph].sum())
+    longer_ns = float(gap[longer].sum())
+    del gap
     return GpuWaits(
         min_gap_us=min_gap_ns / 1e3,
         max_gap_ms=max_gap_ns / 1e6,
-        gaps=int(counted.sum()),
-        waited_ms=float(gap[counted].sum()) / 1e6,
-        waited_pct=100.0 * float(gap[counted].sum()) / span,
+        gaps=int(waits.size),
+        waited_ms=waited / 1e6,
+        waited_pct=100.0 * waited / span,
         before_graph_gaps=int(before_graph.sum()),
-        before_graph_ms=float(gap[before_graph].sum()) / 1e6,
-        before_graph_pct=100.0 * float(gap[before_graph].sum()) / span,
-        gap_p50_us=float(np.median(gap[counted])) / 1e3 if counted.any() else None,
+        before_graph_ms=before_graph_ns / 1e6,
+        before_graph_pct=100.0 * before_graph_ns / span,
+        gap_p50_us=float(np.median(waits, overwrite_input=True)) / 1e3 if waits.size else None,
         longer_gaps=int(longer.sum()),
-        longer_ms=float(gap[longer].sum()) / 1e6,
+        longer_ms=longer_ns / 1e6,
     )
 
 
@@ -470,12 +492,11 @@ def build_breakdown(
     invalid = int((~valid).sum())
     if invalid:
         table = table.select(valid)
-    across = (
-        table.across_pauses(recorded, window[1] if window else None) if recorded else np.zeros(len(table), dtype=bool)
-    )
-    paused = int(across.sum())  # a capture whose recorder did not drop them itself
-    if paused:
+    across = table.across_pauses(recorded, window[1] if window else None) if recorded else None
+    paused = int(across.sum()) if across is not None else 0  # a capture whose recorder did not drop them itself
+    if across is not None and paused:
         table = table.select(~across)
+    del across
     n = len(table)
     dur = (table.end_ns - table.start_ns).astype(np.float64)
     names = _Names(table.names)
@@ -486,7 +507,8 @@ def build_breakdown(
     ordered = sorted(steps, key=lambda s: s.start_ns)
     starts = np.array([s.start_ns for s in ordered], dtype=np.int64)
     ends = np.array([s.end_ns for s in ordered], dtype=np.int64)
-    step_of = interval_index(starts, ends, t_attr) if n else np.zeros(0, dtype=np.int64)
+    # the step of each kernel as int32 (a step count fits): a million kernels hold 4 MB, not 8
+    step_of = interval_index(starts, ends, t_attr).astype(np.int32) if n else np.zeros(0, dtype=np.int32)
     attribution = _attribution(table, bool(ordered))
 
     window, window_ns, recorded_ns, busy_all = _window_and_busy(table, t_attr, starts, ends, window, recorded)
@@ -621,9 +643,12 @@ def _per_step(
     n_steps = int(kept[-1]) + 1
     sel = (step_of >= 0) & (step_of < n_steps)
     f = len(FAMILIES)
-    flat = step_of[sel] * f + fam_idx[sel]
+    step_sel = step_of[sel]
+    counts = np.bincount(step_sel, minlength=n_steps)
+    flat = np.multiply(step_sel, f, out=step_sel)  # (step, family) as one index, in place: one column held, not three
+    flat += fam_idx[sel]
     sums = np.bincount(flat, weights=dur[sel], minlength=n_steps * f).reshape(n_steps, f)
-    counts = np.bincount(step_of[sel], minlength=n_steps)
+    del flat, step_sel
     out = []
     for i in kept.tolist():
         row = sums[i]

@@ -21,7 +21,7 @@ Pure functions over numpy columns.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,16 +85,21 @@ def _clip_to_spans(
     start: np.ndarray, end: np.ndarray, spans: Sequence[tuple[int, int]]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each interval clipped to the observed span it starts in (a sampled recording's slice, or the window); the mask of
-    those that keep a length."""
+    those that keep a length. A column nothing is clipped from is returned itself, not a copy (one window: the usual
+    case)."""
+    if len(spans) == 1:
+        (a0, b0), inside = spans[0], start >= spans[0][0]
+        s = start if not start.size or int(start.min()) >= a0 else np.maximum(start, a0)
+        e = end if not end.size or int(end.max()) <= b0 else np.minimum(end, b0)
+        return s, e, np.greater(e, s, out=inside, where=inside)
     a = np.array([x for x, _ in spans], dtype=np.int64)
     b = np.array([y for _, y in spans], dtype=np.int64)
     k = np.searchsorted(a, start, side="right") - 1
     inside = k >= 0
-    kk = np.maximum(k, 0)
-    s = np.maximum(start, a[kk])
-    e = np.minimum(end, b[kk])
-    keep = inside & (e > s)
-    return s, e, keep
+    np.maximum(k, 0, out=k)
+    s = np.maximum(start, a[k])
+    e = np.minimum(end, b[k])
+    return s, e, inside & (e > s)
 
 
 def _busiest_device(table: KernelTable) -> int:
@@ -126,17 +131,30 @@ def _idle_gaps(
             gap_end.append(np.array([b]))
             gap_graph.append(np.array([False]))
             continue
-        run_end = np.maximum.accumulate(ce)
-        # a gap before each kernel that starts after everything before it ended, and one after the last
-        prev_end = np.concatenate([[a], run_end[:-1]])
+        # a gap before each kernel that starts after everything before it ended, and one after the last: the end of
+        # the busy run before kernel i is the running maximum of the ends before it
+        prev_end = np.empty(cs.size, dtype=np.int64)
+        prev_end[0] = a
+        np.maximum.accumulate(ce[:-1], out=prev_end[1:])
+        last_end = max(int(prev_end[-1]), int(ce[-1]))
         g = cs > prev_end
-        gap_start.append(np.concatenate([prev_end[g], [min(int(run_end[-1]), b)]]))
-        gap_end.append(np.concatenate([cs[g], [b]]))
-        gap_graph.append(np.concatenate([cg[g], [False]]))
-    g0, g1 = np.concatenate(gap_start), np.concatenate(gap_end)
-    gg = np.concatenate(gap_graph)
+        n = int(np.count_nonzero(g))
+        starts, ends, graphs = np.empty(n + 1, dtype=np.int64), np.empty(n + 1, dtype=np.int64), np.empty(n + 1, bool)
+        np.compress(g, prev_end, out=starts[:n])
+        del prev_end
+        np.compress(g, cs, out=ends[:n])
+        np.compress(g, cg, out=graphs[:n])
+        starts[n], ends[n], graphs[n] = min(last_end, b), b, False
+        gap_start.append(starts)
+        gap_end.append(ends)
+        gap_graph.append(graphs)
+    if len(gap_start) == 1:
+        g0, g1, gg = gap_start[0], gap_end[0], gap_graph[0]
+    else:
+        g0, g1, gg = np.concatenate(gap_start), np.concatenate(gap_end), np.concatenate(gap_graph)
     ok = g1 > g0
-    g0, g1, gg = g0[ok], g1[ok], gg[ok]
+    if not ok.all():
+        g0, g1, gg = g0[ok], g1[ok], gg[ok]
     return g0, g1, gg
 
 
@@ -156,6 +174,36 @@ def _ledger_window(
     if not attributed.any():
         return window
     return (min(window[0], int(table.start_ns[attributed].min())), max(window[1], int(table.end_ns[attributed].max())))
+
+
+_GAP_BLOCK = 1 << 18
+"""Gaps accounted per block in :func:`_idle_by_phase`: the block's temporaries, not the whole trace's, are held."""
+
+
+def _idle_by_phase(
+    gaps: tuple[np.ndarray, np.ndarray, np.ndarray], covers: dict[Phase, Callable[[np.ndarray], np.ndarray]]
+) -> tuple[dict[Phase, float], dict[Phase, float], float]:
+    """The GPU idle time inside each phase's steps (ns): before a device-graph kernel and other, and the idle time
+    outside every step. ``covers``: per phase, the length of its steps lying before a time
+    (:func:`~max_profile.analyze.breakdown.coverage_before`).
+
+    The gaps go a block at a time (a million kernels can leave a million gaps): every length here is a whole number of
+    nanoseconds, so the sums are the same in any order."""
+    g0, g1, gg = gaps
+    before_graph = dict.fromkeys(covers, 0.0)
+    other = dict.fromkeys(covers, 0.0)
+    outside_idle = 0.0
+    for lo in range(0, g0.size, _GAP_BLOCK):
+        a, b, graph = g0[lo : lo + _GAP_BLOCK], g1[lo : lo + _GAP_BLOCK], gg[lo : lo + _GAP_BLOCK]
+        inside_any = np.zeros(a.shape, dtype=np.float64)
+        for phase, cover in covers.items():
+            inside = cover(b)
+            inside -= cover(a)
+            inside_any += inside
+            before_graph[phase] += float(inside[graph].sum())
+            other[phase] += float(inside[~graph].sum())
+        outside_idle += float(np.maximum((b - a) - inside_any, 0.0).sum())
+    return before_graph, other, outside_idle
 
 
 def time_ledger(
@@ -187,6 +235,7 @@ def time_ledger(
     step_of = step_index_of(step_start, step_end, t_attr)
     attributed = step_of >= 0
     window = _ledger_window(window, table, t_attr, step_start, step_end, attributed)
+    del t_attr, attributed  # a million kernels: 9 MB not held through the rest
     spans = recorded_in_window(window, recorded) if recorded else [window]
     if not spans:
         return None
@@ -206,21 +255,26 @@ def time_ledger(
     out: dict[Phase, _Timed] = {}
     # a step counts by the share of it that was observed (all of it, unless the recording was sampled)
     launched = steps_launching(step_of, len(work)) if recorded else None
+    del step_of  # kernel_phase says the rest
     observed_share = observed_shares(step_start, step_end, spans, launched)
     for code, phase in enumerate(PHASES):
         n_steps = float(observed_share[phase_codes == code].sum())
         if n_steps <= 0:
             continue
         m = keep & (kernel_phase == code)
-        busy = float(union_ns(s[m], e[m]))
-        dur = (e[m] - s[m]).astype(np.float64)
+        ps, pe = s[m], e[m]
+        busy = float(union_ns(ps, pe))
+        dur = np.subtract(pe, ps, out=pe).astype(np.float64)  # pe is this loop's own copy
+        del ps, pe
         summed = float(dur.sum())
         scale = busy / summed if summed > 0 else 0.0  # overlapping kernels (streams) counted once
         busy_by: dict[str, float] = {}
         kernels_by: dict[str, int] = {}
         families_by: dict[str, list[str]] = {}
-        fam_sums = np.bincount(fam[m], weights=dur, minlength=len(FAMILIES))
-        fam_counts = np.bincount(fam[m], minlength=len(FAMILIES))
+        fam_m = fam[m]
+        fam_sums = np.bincount(fam_m, weights=dur, minlength=len(FAMILIES))
+        fam_counts = np.bincount(fam_m, minlength=len(FAMILIES))
+        del fam_m, dur
         for i in np.nonzero(fam_counts)[0]:
             family = FAMILIES[int(i)]
             part = part_of_family(family)
@@ -228,28 +282,23 @@ def time_ledger(
             kernels_by[part] = kernels_by.get(part, 0) + int(fam_counts[i])
             families_by.setdefault(part, []).append(family)
         out[phase] = _Timed(busy_by, kernels_by, families_by, 0.0, 0.0, n_steps)
+    m = keep & (kernel_phase < 0)
+    outside_kernels = float(union_ns(s[m], e[m]))
+    del fam, kernel_phase, m  # the per-kernel columns the gaps below do not need: not held through them
 
-    g0, g1, gg = _idle_gaps(s, e, keep, table.graph_id, spans)
-    inside_any = np.zeros(g0.shape, dtype=np.float64)
-    for code, phase in enumerate(PHASES):
-        if phase not in out:
-            continue
-        sel = phase_codes == code
-        cover = coverage_before(step_start[sel], step_end[sel])
-        inside = cover(g1) - cover(g0)
-        inside_any += inside
-        t = out[phase]
-        out[phase] = _Timed(
-            t.busy_ns, t.kernels, t.families, float(inside[gg].sum()), float(inside[~gg].sum()), t.steps
-        )
+    covers = {
+        phase: coverage_before(step_start[phase_codes == code], step_end[phase_codes == code])
+        for code, phase in enumerate(PHASES)
+        if phase in out
+    }
+    before_graph, other, outside_idle = _idle_by_phase(_idle_gaps(s, e, keep, table.graph_id, spans), covers)
+    for phase, t in list(out.items()):
+        out[phase] = _Timed(t.busy_ns, t.kernels, t.families, before_graph[phase], other[phase], t.steps)
     if host_ops:
         out = {
             p: _Timed(t.busy_ns, t.kernels, t.families, 0.0, t.idle_before_graph_ns + t.idle_other_ns, t.steps)
             for p, t in out.items()
         }
-    outside_idle = float(np.maximum((g1 - g0) - inside_any, 0.0).sum())
-    m = keep & (kernel_phase < 0)
-    outside_kernels = float(union_ns(s[m], e[m]))
     return out, outside_idle, outside_kernels, observed, device, notes
 
 

@@ -206,6 +206,8 @@ class KernelTable(msgspec.Struct):
         """When each kernel was asked for: its launch call's start where recorded, else its own start."""
         if self.launch_ns is None:
             return self.start_ns
+        if not self.launch_ns.size or int(self.launch_ns.min()) >= 0:  # every launch known: the column itself
+            return self.launch_ns
         return np.where(self.launch_ns >= 0, self.launch_ns, self.start_ns)
 
     def across_pauses(self, slices: Sequence[tuple[int, int]], until: int | None = None) -> np.ndarray:

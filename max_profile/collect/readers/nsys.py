@@ -181,10 +181,14 @@ def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None)
     start, end, packed, corr = columns[0][:4]
     gpid = columns[0][4] if pid is not None else None
     api_corr, api_start, api_tid = columns[1] if len(columns) > 1 else (np.zeros(0, np.int64),) * 3
+    # each field unpacked with one temporary at most: a million kernels' columns are 8 MB each
     name = packed >> 32
-    stream = (packed >> 16) & 65535
-    dev = ((packed >> 1) & 32767).astype(np.int32)
-    graph = (packed & 1).astype(np.int64)
+    stream = packed >> 16
+    stream &= 65535
+    field = packed >> 1
+    field &= 32767
+    dev = field.astype(np.int32)
+    graph = np.bitwise_and(packed, 1, out=field)
     del packed, columns
     if gpid is not None and start.size:
         keep = ((gpid >> 24) & 0xFFFFFF) == pid
@@ -200,18 +204,13 @@ def _read(con: sqlite3.Connection, path: str, tables: set[str], pid: int | None)
     if start.size and int(name.min()) < 0:
         raise TraceFormatError(f"{path}: CUPTI_ACTIVITY_KIND_KERNEL.{name_col} holds negative string ids")
     name_ids, name_idx = _dense_codes(name)
+    del name
     names = _strings(con, [int(i) for i in name_ids])
-    launch = np.full(start.shape[0], -1, dtype=np.int64)
-    tid = np.full(start.shape[0], -1, dtype=np.int64)
-    if api_corr.size and start.size:
-        # correlation ids are unique per process: each kernel's launch row, by id
-        pos = _positions_of(api_corr, corr)
-        hit = pos >= 0
-        launch = np.where(hit, api_start[pos], -1)
-        tid = np.where(hit, api_tid[pos], -1)
+    launch, tid = _launch_columns(corr, api_corr, api_start, api_tid)
+    del api_corr, api_start, api_tid
     kernels = KernelTable(
         names=[_text(names.get(int(i)), int(i)) for i in name_ids],
-        name_idx=name_idx.astype(np.int32),
+        name_idx=name_idx,
         start_ns=np.ascontiguousarray(start),
         end_ns=np.ascontiguousarray(end),
         device=dev,
@@ -294,8 +293,24 @@ def _dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return uniq, inverse.reshape(-1)
     present = np.bincount(values) > 0
     uniq = np.flatnonzero(present)
-    code = np.cumsum(present) - 1
+    code = np.cumsum(present, dtype=np.int32) - 1  # the codes as the kernel table keeps them: no int64 pass
     return uniq, code[values]
+
+
+def _launch_columns(
+    corr: np.ndarray, api_corr: np.ndarray, api_start: np.ndarray, api_tid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each kernel's launch call start and thread, by correlation id (unique per process), -1 where no launch row
+    matches."""
+    if not (api_corr.size and corr.size):
+        return np.full(corr.shape[0], -1, dtype=np.int64), np.full(corr.shape[0], -1, dtype=np.int64)
+    pos = _positions_of(api_corr, corr)
+    missed = pos < 0
+    launch = api_start[pos]
+    launch[missed] = -1
+    tid = api_tid[pos]
+    tid[missed] = -1
+    return launch, tid
 
 
 def _positions_of(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -308,8 +323,13 @@ def _positions_of(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     if lo >= 0 and hi - lo <= 4 * keys.size + 1_000_000:
         table = np.full(hi - lo + 1, -1, dtype=np.int32 if keys.size < 2**31 else np.int64)
         table[keys - lo] = np.arange(keys.size)
-        inside = (wanted >= lo) & (wanted <= hi)
-        return np.where(inside, table[np.clip(wanted - lo, 0, hi - lo)], -1)
+        outside = (wanted < lo) | (wanted > hi)
+        offset = wanted - lo
+        np.clip(offset, 0, hi - lo, out=offset)
+        found = table[offset]
+        del offset, table
+        found[outside] = -1
+        return found
     order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
     pos = np.minimum(np.searchsorted(sorted_keys, wanted), keys.size - 1)
