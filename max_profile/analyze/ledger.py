@@ -32,6 +32,7 @@ from max_profile.analyze.breakdown import (
     PHASES,
     coverage_before,
     in_start_order,
+    kept_columns,
     observed_shares,
     recorded_in_window,
     step_index_of,
@@ -113,13 +114,9 @@ def _idle_gaps(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The GPU's idle time: the gaps of the merged busy timeline inside each observed span, as (start, end, whether
     the kernel after the gap ran in a device graph)."""
-    every = bool(keep.all())  # nothing clipped away: the columns as they are, not copies
-
-    def kept(column: np.ndarray) -> np.ndarray:
-        return column if every else column[keep]
-
-    graph = kept(graph_id) > 0 if graph_id is not None else np.zeros(int(keep.sum()), dtype=bool)
-    ks, ke, graph = in_start_order(kept(s), kept(e), graph)
+    ks, ke = kept_columns(keep, s, e)
+    graph = kept_columns(keep, graph_id)[0] > 0 if graph_id is not None else np.zeros(ks.size, dtype=bool)
+    ks, ke, graph = in_start_order(ks, ke, graph)
     gap_start: list[np.ndarray] = []
     gap_end: list[np.ndarray] = []
     gap_graph: list[np.ndarray] = []
@@ -287,7 +284,7 @@ def time_ledger(
     del fam, kernel_phase, m  # the per-kernel columns the gaps below do not need: not held through them
 
     covers = {
-        phase: coverage_before(step_start[phase_codes == code], step_end[phase_codes == code])
+        phase: coverage_before(*kept_columns(phase_codes == code, step_start, step_end))
         for code, phase in enumerate(PHASES)
         if phase in out
     }
