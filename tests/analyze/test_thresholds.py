@@ -19,7 +19,6 @@ from max_profile.analyze.rules import evaluate
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import (
     KernelRecord,
-    LatencyStats,
     LoadLevel,
     RawCapture,
     Report,
@@ -44,6 +43,7 @@ from ..analyze.rules.test_finding_ids import (
 )
 from ..analyze.rules.test_rules import DENSE, GPU_ENV, synthetic
 from ..analyze.test_ledger import _idle_capture
+from ..builders import load_level
 from ..collect.readers.test_multi_device import split_with_allreduce
 
 TH = Thresholds()
@@ -336,20 +336,7 @@ def levels(
         )
 
     def level(c: int, tok: float, itl: float, ttft: float, s: ServerMetrics, g: float | None, p99: float) -> LoadLevel:
-        return LoadLevel(
-            concurrency=c,
-            window_s=10.0,
-            requests=10,
-            completed=10,
-            failed=0,
-            output_tokens=int(tok * 10),
-            output_tok_per_s=tok,
-            request_rate_rps=1.0,
-            ttft_ms=LatencyStats(p50=ttft, p90=ttft, p99=ttft, samples=10),
-            itl_ms=LatencyStats(p50=itl, p90=itl, p99=p99, samples=100),
-            gpu_utilization_pct=g,
-            server=s,
-        )
+        return load_level(c, tok, itl=itl, itl_p99=p99, ttft=ttft, gpu=g, server=s)
 
     a = level(1, 300.0, 3.0, 20.0, srv(1.0, 5.0), None, 3.0)
     b = level(

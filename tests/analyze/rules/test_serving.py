@@ -13,7 +13,9 @@ import pytest
 
 from max_profile.analyze.rules.serving import rule_latency_knee
 from max_profile.analyze.thresholds import Thresholds
-from max_profile.model import Finding, LatencyStats, LoadLevel, Report, ServerMetrics, find_impossible_number
+from max_profile.model import Finding, LoadLevel, Report, ServerMetrics, find_impossible_number
+
+from ...builders import load_level
 
 # boundaries exact in binary: 1.25 = 5/4, 0.25 = 1/4
 TH = Thresholds(
@@ -58,20 +60,7 @@ def level(
     gpu: float | None = None,
     srv: ServerMetrics | None = None,
 ) -> LoadLevel:
-    return LoadLevel(
-        concurrency=c,
-        window_s=10.0,
-        requests=10,
-        completed=10,
-        failed=0,
-        output_tokens=int(tok * 10),
-        output_tok_per_s=tok,
-        request_rate_rps=1.0,
-        ttft_ms=LatencyStats(p50=ttft, p90=ttft, p99=ttft, samples=10),
-        itl_ms=LatencyStats(p50=itl, p90=itl, p99=itl_p99, samples=100),
-        gpu_utilization_pct=gpu,
-        server=srv,
-    )
+    return load_level(c, tok, itl=itl, itl_p99=itl_p99, ttft=ttft, gpu=gpu, server=srv)
 
 
 def judge(*levels: LoadLevel, th: Thresholds = TH) -> list[Finding]:
