@@ -47,6 +47,13 @@ M24 = {
     "vocab_size": 320,
     "torch_dtype": "bfloat16",
 }
+M24_WEIGHTS = ModelWeights(
+    source="test",
+    groups={"layers": WeightGroup(bytes=10_470_000_000, elements=5_235_000_000, tensors=216)},
+    dtypes={"BF16": 10_470_000_000},
+    tied_embeddings=True,
+)
+"""The weights of the M24 shape in BF16 (the H200 5.2B case): 10.47 GB."""
 
 
 def test_fp8_weights_count_one_byte_plus_scales(tmp_path: Path) -> None:
@@ -151,12 +158,7 @@ def test_batch_32_decode_bandwidth_is_weights_plus_kv_over_step_time() -> None:
     used to multiply the summed context by the batch again: 82.3 %). The matmuls' lever is what they take over the
     weights at 85 % of peak bandwidth (2.57 ms): at 4.0 ms that is 1.43 ms of the step (a warning), near 2.7 ms it is
     noise (healthy), and at 44 ms (5.8 % of the roofline, 98 % of the kernel time) a slow path."""
-    weights = ModelWeights(
-        source="test",
-        groups={"layers": WeightGroup(bytes=10_470_000_000, elements=5_235_000_000, tensors=216)},
-        dtypes={"BF16": 10_470_000_000},
-        tied_embeddings=True,
-    )
+    weights = M24_WEIGHTS
     ctx = round(0.27e9 / kv_bytes_per_token(M24) / 32)  # type: ignore[operator]
     kernels = [
         ("sm90_matmul_bfloat16_bfloat16_bfloat16_True_0123456789abcdef", 4.0),

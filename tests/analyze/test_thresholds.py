@@ -260,16 +260,8 @@ def matmul_roof(roof_pct: float) -> Report:
 
 def matmul_share(share_pct: float) -> Report:
     """A decode whose matmuls run at 10 % of their roofline and take ``share_pct`` of its kernel time."""
-    from max_profile.model import ModelWeights, WeightGroup
+    from ..analyze.test_roofline import M24, M24_WEIGHTS, _decode_capture
 
-    from ..analyze.test_roofline import M24, _decode_capture
-
-    weights = ModelWeights(
-        source="test",
-        groups={"layers": WeightGroup(bytes=10_470_000_000, elements=5_235_000_000, tensors=216)},
-        dtypes={"BF16": 10_470_000_000},
-        tied_embeddings=True,
-    )
     mm = 10.47e9 / (0.85 * 4.8e12) * 1e3 / 0.10
     other = mm * (100 - share_pct) / share_pct
     kernels = [
@@ -277,7 +269,7 @@ def matmul_share(share_pct: float) -> Report:
         ("rms_norm_fused_residual_gpu_0123456789abcdef", other * 0.5),
         ("sm90_mha_depth128_bfloat16_0123456789abcdef", other * 0.5),
     ]
-    return build_report(_decode_capture(1, 100, mm + other + 0.01, kernels, M24, weights))
+    return build_report(_decode_capture(1, 100, mm + other + 0.01, kernels, M24, M24_WEIGHTS))
 
 
 def slow_path_share(share_pct: float) -> Report:
@@ -295,22 +287,14 @@ def gemv_mix(kernels: list[tuple[str, float]]) -> Report:
 
 
 def batched(batch: float) -> Report:
-    from max_profile.model import ModelWeights, WeightGroup
+    from ..analyze.test_roofline import M24, M24_WEIGHTS, _decode_capture
 
-    from ..analyze.test_roofline import M24, _decode_capture
-
-    weights = ModelWeights(
-        source="test",
-        groups={"layers": WeightGroup(bytes=10_470_000_000, elements=5_235_000_000, tensors=216)},
-        dtypes={"BF16": 10_470_000_000},
-        tied_embeddings=True,
-    )
     kernels = [
         ("gemv_split_k_bfloat16_0123456789abcdef", 2.6),
         ("sm90_mha_depth128_bfloat16_0123456789abcdef", 0.1),
         ("rms_norm_fused_residual_gpu_0123456789abcdef", 0.05),
     ]
-    return build_report(_decode_capture(int(batch), 100, 2.8, kernels, M24, weights))
+    return build_report(_decode_capture(int(batch), 100, 2.8, kernels, M24, M24_WEIGHTS))
 
 
 def levels(

@@ -373,22 +373,14 @@ def _ops_at_their_roofline(report: Report) -> Report:
 
 
 def _batched(matmul_ms: float) -> Report:
-    from max_profile.model import ModelWeights, WeightGroup
+    from ...analyze.test_roofline import M24, M24_WEIGHTS, _decode_capture
 
-    from ...analyze.test_roofline import M24, _decode_capture
-
-    weights = ModelWeights(
-        source="test",
-        groups={"layers": WeightGroup(bytes=10_470_000_000, elements=5_235_000_000, tensors=216)},
-        dtypes={"BF16": 10_470_000_000},
-        tied_embeddings=True,
-    )
     kernels = [
         ("sm90_matmul_bfloat16_bfloat16_bfloat16_True_0123456789abcdef", matmul_ms),
         ("sm90_mha_depth128_bfloat16_0123456789abcdef", 0.3),
         ("rms_norm_fused_residual_gpu_0123456789abcdef", 0.2),
     ]
-    return build_report(_decode_capture(32, 100, matmul_ms + 0.55, kernels, M24, weights))
+    return build_report(_decode_capture(32, 100, matmul_ms + 0.55, kernels, M24, M24_WEIGHTS))
 
 
 def test_the_table_names_every_finding_id() -> None:
