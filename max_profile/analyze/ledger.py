@@ -86,21 +86,17 @@ def _clip_to_spans(
     start: np.ndarray, end: np.ndarray, spans: Sequence[tuple[int, int]]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each interval clipped to the observed span it starts in (a sampled recording's slice, or the window); the mask of
-    those that keep a length. A column nothing is clipped from is returned itself, not a copy (one window: the usual
-    case)."""
-    if len(spans) == 1:
-        (a0, b0), inside = spans[0], start >= spans[0][0]
-        s = start if not start.size or int(start.min()) >= a0 else np.maximum(start, a0)
-        e = end if not end.size or int(end.max()) <= b0 else np.minimum(end, b0)
-        return s, e, np.greater(e, s, out=inside, where=inside)
+    those that keep a length. A kept interval starts inside its span, so only its end is clipped: the starts are the
+    column itself, and so are the ends where none runs past its span (one window: the usual case)."""
     a = np.array([x for x, _ in spans], dtype=np.int64)
     b = np.array([y for _, y in spans], dtype=np.int64)
     k = np.searchsorted(a, start, side="right") - 1
     inside = k >= 0
     np.maximum(k, 0, out=k)
-    s = np.maximum(start, a[k])
-    e = np.minimum(end, b[k])
-    return s, e, inside & (e > s)
+    span_end = b[k]
+    del k
+    e = end if bool((end <= span_end).all()) else np.minimum(end, span_end)
+    return start, e, np.greater(e, start, out=inside, where=inside)
 
 
 def _busiest_device(table: KernelTable) -> int:
