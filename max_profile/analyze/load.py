@@ -322,20 +322,6 @@ def tracer_cost(windows: Sequence[LoadWindow]) -> TracerCost | None:
     )
 
 
-def ratio_noise_text(cost: TracerCost) -> str:
-    """`` ± 0.0033`` (the ratio's standard error from the windows' own noise), or nothing where it is unknown."""
-    return f" ± {cost.throughput_ratio_noise:.4f}" if cost.throughput_ratio_noise is not None else ""
-
-
-def unresolved_text(cost: TracerCost) -> str:
-    """What a measured ratio within twice its noise of 1 adds where it is printed; nothing for a resolved one."""
-    return (
-        ""
-        if cost.throughput_ratio is None or cost.resolved
-        else "; within twice the windows' own noise of 1: no cost resolved"
-    )
-
-
 class MeasuredCost(NamedTuple):
     """The slowdown (1 - tokens/s ratio to untraced, both the ratio of medians and the median of the per-round ratios)
     one way of recording was measured at, the card and the decode step (ms) it was measured with."""
@@ -387,8 +373,8 @@ def tracing_cost_statement(report: Report) -> str | None:
     if c is not None and c.throughput_ratio is not None:
         return (
             f"tracing cost, measured on this server: the recorded window ran at {c.throughput_ratio:.3f}"
-            f"{ratio_noise_text(c)} of the untraced one "
-            f"({c.traced_tok_s:.1f} vs {c.reference_tok_s:.1f} tok/s, concurrency {c.concurrency})" + unresolved_text(c)
+            f"{c.ratio_noise_text} of the untraced one "
+            f"({c.traced_tok_s:.1f} vs {c.reference_tok_s:.1f} tok/s, concurrency {c.concurrency}){c.unresolved_text}"
         )
     collectors = report.capture.collectors
     if Collector.PIPELINE_HOOK not in collectors:

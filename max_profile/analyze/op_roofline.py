@@ -80,6 +80,7 @@ def _group(
         phase=phase,
         part=part,
         ops=[r.op for r in rows],
+        labels=[op_label(r.op) for r in rows],
         ms_per_step=round(ms, 6),
         kernels_per_step=round(kernels, 2),
         bytes_per_step=float(round(bytes_)),
@@ -127,8 +128,3 @@ def price_ops(
                 _group(cov.phase, ATTENTION, attention, cov.steps, cost["kv_bytes"], cost["attention_flops"], roofs, th)
             )
     return out
-
-
-def ops_text(group: OpRoofline) -> str:
-    """The group's ops by their short labels."""
-    return ", ".join(op_label(op) for op in group.ops)

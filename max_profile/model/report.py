@@ -390,6 +390,14 @@ class OpRoofline(msgspec.Struct, frozen=True):
     """ideal / actual x 100: how close the ops run to their roofline."""
     basis: str
     """How the bytes were tied to the ops (and the roofs used)."""
+    labels: list[str] = []
+    """The ops' short names, in the order of ``ops`` (the attention part inside a fused composition, the op inside
+    ``elementwise(...)``); empty in reports saved before they were kept."""
+
+    @property
+    def ops_text(self) -> str:
+        """The group's ops by their short labels, as reports and levers print them."""
+        return ", ".join(self.labels or self.ops)
 
 
 class OpBreakdown(msgspec.Struct, frozen=True, tag=True):
@@ -632,6 +640,20 @@ class TracerCost(msgspec.Struct, frozen=True):
         if self.throughput_ratio is None:
             return False
         return self.throughput_ratio_noise is None or abs(1.0 - self.throughput_ratio) > 2 * self.throughput_ratio_noise
+
+    @property
+    def ratio_noise_text(self) -> str:
+        """`` ± 0.0033`` (the ratio's standard error from the windows' own noise), or nothing where it is unknown."""
+        return f" ± {self.throughput_ratio_noise:.4f}" if self.throughput_ratio_noise is not None else ""
+
+    @property
+    def unresolved_text(self) -> str:
+        """What a measured ratio within twice its noise of 1 adds where it is printed; nothing for a resolved one."""
+        return (
+            ""
+            if self.throughput_ratio is None or self.resolved
+            else "; within twice the windows' own noise of 1: no cost resolved"
+        )
 
     @property
     def decode_step_change_pct(self) -> float | None:

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from max_profile.analyze.account import paired_steps
-from max_profile.analyze.op_roofline import ops_text
 from max_profile.model import (
     FamilyRow,
     KernelAnalysis,
@@ -432,7 +431,7 @@ def _ops_table(report: Report) -> str:
         parts.append(f"<h3>{esc(op_phase_heading(c))}, {esc(op_coverage_text(c))}</h3>")
         rows = [[r.op, *op_figures(r), ", ".join(r.top_kernels)] for r in ops.rows if r.phase == c.phase]
         parts.append(_figures_table(OP_COLUMNS, rows))
-        priced = [[g.part, ops_text(g), *op_roof_figures(g), g.basis] for g in ops.priced if g.phase == c.phase]
+        priced = [[g.part, g.ops_text, *op_roof_figures(g), g.basis] for g in ops.priced if g.phase == c.phase]
         if priced:
             parts.append(_figures_table((*OP_ROOF_COLUMNS, "priced"), priced))
     return "".join(parts)

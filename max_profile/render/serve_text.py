@@ -7,7 +7,6 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from max_profile.analyze.load import ratio_noise_text, unresolved_text
 from max_profile.model import LoadLevel, Report, ServerMetrics
 from max_profile.render.tables import INNER, Col, figure, fitted_tables, na_text
 from max_profile.render.terminal import DEFAULT_WIDTH
@@ -98,11 +97,11 @@ def tracer_cost_line(report: Report) -> RenderableType | None:
             f"; server decode step {c.traced_decode_step_ms:.3f} vs {c.reference_decode_step_ms:.3f} ms "
             f"({c.decode_step_change_pct:+.1f} %)"
         )
-    ratio = f" ({c.throughput_ratio:.3f}{ratio_noise_text(c)})" if c.throughput_ratio is not None else ""
+    ratio = f" ({c.throughput_ratio:.3f}{c.ratio_noise_text})" if c.throughput_ratio is not None else ""
     return Text(
         f"recorder cost, against an untraced window of this server (concurrency {c.concurrency}): {c.traced_tok_s:.1f} "
         "vs "
-        f"{c.reference_tok_s:.1f} tok/s{ratio}{step}{unresolved_text(c)}"
+        f"{c.reference_tok_s:.1f} tok/s{ratio}{step}{c.unresolved_text}"
     )
 
 

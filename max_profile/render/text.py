@@ -9,7 +9,6 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from max_profile.analyze.op_roofline import ops_text
 from max_profile.model import (
     DecodeCost,
     FamilyRow,
@@ -582,7 +581,7 @@ def ops_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableType | 
             )
             roof_cols = [Col(OP_ROOF_COLUMNS[0], numeric=False), Col(OP_ROOF_COLUMNS[1], numeric=False, wrap=True)]
             roof_cols += map(Col, OP_ROOF_COLUMNS[2:])
-            roof_rows = [[g.part, ops_text(g)[:160], *op_roof_figures(g)] for g in priced]
+            roof_rows = [[g.part, g.ops_text[:160], *op_roof_figures(g)] for g in priced]
             parts += fitted_tables(roof_cols, roof_rows, width - INNER)
     if ops.ops_without_kernels:
         parts.append(Text("ops that launched no kernel: " + ", ".join(ops.ops_without_kernels[:20]), style="dim"))

@@ -13,17 +13,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from max_profile.analyze.op_roofline import (
-    ATTENTION,
-    LAYERS,
-    OUTPUT,
-    WEIGHTS,
-    op_role,
-    ops_text,
-    price_ops,
-    split_weight_ops,
-)
-from max_profile.analyze.ops import UNATTRIBUTED
+from max_profile.analyze.op_roofline import ATTENTION, LAYERS, OUTPUT, WEIGHTS, op_role, price_ops, split_weight_ops
+from max_profile.analyze.ops import UNATTRIBUTED, op_label
 from max_profile.analyze.rules import evaluate
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import OpBreakdown, OpRoofline, OpRow, RawCapture, Report
@@ -181,8 +172,13 @@ def test_the_verdict_names_the_op_and_replaces_the_mixed_family_verdict() -> Non
     assert f.command.args["launch_skip"] == 0  # the first launches are the prefill's
     # the unfused attention keeps its own verdict, naming the same ops the pricing groups
     (unfused,) = [f for f in r.findings if f.id == "unfused-attention"]
-    assert all(ops_text(groups(r, "decode")[ATTENTION]).count(part) for part in ("batched_matmul", "softmax"))
+    attention = groups(r, "decode")[ATTENTION]
+    assert all(attention.ops_text.count(part) for part in ("batched_matmul", "softmax"))
     assert "batched_matmul" in unfused.title
+    # the short labels are kept beside the ops, one each; a report saved before they were kept prints the full names
+    assert attention.labels == [op_label(op) for op in attention.ops] and attention.labels != attention.ops
+    older = msgspec.structs.replace(attention, labels=[])
+    assert older.ops_text == ", ".join(attention.ops)
 
 
 def test_the_family_verdicts_stay_where_ops_are_not_priced() -> None:

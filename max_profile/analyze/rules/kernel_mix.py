@@ -7,7 +7,6 @@ from __future__ import annotations
 from max_profile.analyze.commands import kernel_command
 from max_profile.analyze.families import slow_path
 from max_profile.analyze.op_roofline import ATTENTION as OP_ATTENTION
-from max_profile.analyze.op_roofline import ops_text
 from max_profile.analyze.ops import attention_stand_ins, op_label
 from max_profile.analyze.rules.base import (
     attention_presence,
@@ -291,5 +290,5 @@ def _attention_ops_lever(
         ev["attention_ops_pct_of_roofline"] = g.pct_of_roofline
         top = op_top_kernel(report, g)
         command = kernel_command(report, top, g.phase) if top else None
-        return phase_lever(lp, f"ops: {ops_text(g)}", g.recoverable_ms_per_step), command
+        return phase_lever(lp, f"ops: {g.ops_text}", g.recoverable_ms_per_step), command
     return None, None

@@ -15,7 +15,7 @@ from max_profile.analyze.commands import attach_command, for_model, kernel_comma
 from max_profile.analyze.families import base_name, slow_path
 from max_profile.analyze.ledger import ATTENTION_PART, MATMUL_PART
 from max_profile.analyze.op_roofline import ATTENTION as OP_ATTENTION
-from max_profile.analyze.op_roofline import LAYERS, OUTPUT, WEIGHTS, ops_text
+from max_profile.analyze.op_roofline import LAYERS, OUTPUT, WEIGHTS
 from max_profile.analyze.ops import ATTENTION_PARTS
 from max_profile.analyze.rules.base import (
     attention_unfused,
@@ -304,7 +304,7 @@ def rule_op_roofline(report: Report, th: Thresholds) -> list[Finding]:
             if severity is None or (g.part != OP_ATTENTION and top is not None and slow_path(top) is not None):
                 continue
             far = g.pct_of_roofline < th.slow_matmul_roofline_pct
-            names = ops_text(g)
+            names = g.ops_text
             out.append(
                 Finding(
                     id="op-below-roofline",
