@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 import max_profile
-from max_profile.analyze.report import build_report
 from max_profile.errors import (
     EXIT_INTERRUPTED,
     EXIT_REGRESSION,
@@ -67,6 +66,8 @@ def _emit(raw: Any, args: argparse.Namespace, progress: Progress) -> int:
     if getattr(args, "raw", None):  # first: the capture is kept even if the analysis fails
         raw.save(args.raw)
         progress(f"raw capture (steps, kernels, samples) written to {args.raw}")
+    from max_profile.analyze.report import build_report  # a saved report is shown without the analysis
+
     report = build_report(raw, tool_version=__version__)
     print_report(report)
     _write_report(report, args, progress, raw=raw, skip=("raw",))
@@ -394,6 +395,8 @@ def _loaded(path: str) -> tuple[Any, Any]:
     loaded = load_any(path)
     if isinstance(loaded, Report):
         return loaded, None
+    from max_profile.analyze.report import build_report
+
     return build_report(loaded, tool_version=__version__), loaded
 
 

@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time each module loads 
         ranges_within,
     )
     from max_profile.model.kernels import KernelRecord, KernelTable, KernelTotal, merged_spans
-    from max_profile.model.raw import RawCapture, load_saved
+    from max_profile.model.raw import RawCapture
     from max_profile.model.report import (
         BatchStats,
         Command,
@@ -92,6 +92,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time each module loads 
         UtilizationSection,
         set_text_renderer,
     )
+    from max_profile.model.saved import load_saved
     from max_profile.model.serialization import (
         NON_NEGATIVE_SUFFIXES,
         READABLE_RAW_VERSIONS,
@@ -178,7 +179,7 @@ _LAZY: dict[str, str] = {
     "WeightGroup": "max_profile.model.capture",
     "Workload": "max_profile.model.capture",
     "find_impossible_number": "max_profile.model.serialization",
-    "load_saved": "max_profile.model.raw",
+    "load_saved": "max_profile.model.saved",
     "merged_spans": "max_profile.model.kernels",
     "ranges_within": "max_profile.model.capture",
     "set_text_renderer": "max_profile.model.report",

@@ -24,7 +24,6 @@ from max_profile.model.capture import (
     UtilizationSample,
 )
 from max_profile.model.kernels import KernelRecord, KernelTable, KernelTotal
-from max_profile.model.report import Report
 from max_profile.model.serialization import READABLE_RAW_VERSIONS, SCHEMA_VERSION, _decode_doc, _encode, _validated
 from max_profile.util.files import read_input, write_output
 
@@ -180,12 +179,3 @@ class _RawCaptureV1(msgspec.Struct):
             notes=list(self.notes),
             tracer_callback_s=callback_s,
         )
-
-
-def load_saved(path: str) -> RawCapture | Report:
-    """A saved raw capture or report, told apart by content (a report has findings)."""
-    data = read_input(path)
-    doc = _decode_doc(data, path)
-    if "findings" in doc:
-        return Report.from_json(data, path, doc)
-    return RawCapture.from_json(data, path, doc)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Literal
 
 import msgspec
-import numpy as np
 
 from max_profile.errors import TraceFormatError
 
@@ -42,17 +42,18 @@ Vendor = Literal["nvidia", "amd", "none"]
 
 
 def _enc_hook(obj: object) -> object:
-    """numpy arrays and scalars (collection and analysis use them) encode as plain JSON values."""
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    item = getattr(obj, "item", None)
-    if callable(item):
-        return item()
+    """numpy arrays and scalars (collection and analysis use them) encode as plain JSON values. Told apart by their
+    ``tolist`` / ``item``, not by type: this module does not import numpy, so a saved report is shown without it."""
+    for name in ("tolist", "item"):
+        convert = getattr(obj, name, None)
+        if callable(convert):
+            return convert()
     raise NotImplementedError(f"cannot encode {type(obj).__name__}")
 
 
 def _dec_hook(tp: type, obj: object) -> object:
-    if tp is np.ndarray:
+    np = sys.modules.get("numpy")  # a struct with an array field was defined by a module that imported numpy
+    if np is not None and tp is np.ndarray:
         try:
             return np.asarray(obj)
         except (ValueError, TypeError) as exc:

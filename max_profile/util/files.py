@@ -66,6 +66,9 @@ SQLITE_ERRORS = (sqlite3.DatabaseError, UnicodeDecodeError)
 """What a damaged SQLite file raises: a database error, or (Python's sqlite3 decoding SQLite's own error
 message, which quotes the damaged schema) a UnicodeDecodeError."""
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file."""
+
 
 def open_sqlite_readonly(path: str | os.PathLike[str]) -> sqlite3.Connection:
     """A read-only connection to a user's SQLite file (nsys export, rocpd database).

@@ -25,10 +25,16 @@ import numpy as np
 from max_profile.errors import TraceFormatError
 from max_profile.model import Capture, Environment, GpuInfo, KernelTable, PhaseRange, RawCapture, Unavailable
 from max_profile.model.tags import Collector, KernelOrigin
-from max_profile.util.files import ROW_LIMIT_ENV, SQLITE_ERRORS, check_input_path, open_sqlite_readonly, row_limit
+from max_profile.util.files import (
+    ROW_LIMIT_ENV,
+    SQLITE_ERRORS,
+    SQLITE_MAGIC,
+    check_input_path,
+    open_sqlite_readonly,
+    row_limit,
+)
 from max_profile.util.procs import run_bounded
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 NVTX_RANGE_TYPES = (59, 60, 70, 71)
 NVTX_DOMAIN_CREATE = 75
 

@@ -17,7 +17,15 @@ import time
 
 import numpy as np
 
-from max_profile.collect.readers.tables import check_json_depth, column, csv_rows, ns, optional_column, read_text
+from max_profile.collect.readers.tables import (
+    ROCPROF_JSON_KEY,
+    check_json_depth,
+    column,
+    csv_rows,
+    ns,
+    optional_column,
+    read_text,
+)
 from max_profile.errors import TraceFormatError
 from max_profile.model import Capture, Environment, GpuInfo, KernelTable, PhaseRange, RawCapture, Unavailable
 from max_profile.util.files import SQLITE_ERRORS, open_sqlite_readonly
@@ -239,7 +247,6 @@ def rocpd_capture(path: str) -> RawCapture:
     return _raw("rocprofv3-rocpd", path, table, ranges, skipped)
 
 
-ROCPROF_JSON_KEY = "rocprofiler-sdk-tool"
 _GPU_AGENT_TYPES = (2, "GPU", "ROCPROFILER_AGENT_TYPE_GPU")
 
 

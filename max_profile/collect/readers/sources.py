@@ -8,32 +8,56 @@ reads it); ``max-profile report FILE``, ``kernels --import FILE`` and :func:`max
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from max_profile.collect.probes.environment import require_tool
-from max_profile.collect.readers.kineto import kineto_capture
-from max_profile.collect.readers.ncu import ncu_capture, ncu_rep_capture
-from max_profile.collect.readers.nsys import SQLITE_MAGIC, export_sqlite, nsys_capture
-from max_profile.collect.readers.nsys_stats import gpu_trace_capture, kern_sum_capture, max_generate_capture
 from max_profile.collect.readers.otlp import looks_like_otlp_json
-from max_profile.collect.readers.otlp_passes import otlp_capture
-from max_profile.collect.readers.rocprof import (
-    ROCPROF_JSON_KEY,
-    rocpd_capture,
-    rocprof_csv_capture,
-    rocprof_json_capture,
-)
-from max_profile.collect.readers.tables import NOISE_PREFIXES
+from max_profile.collect.readers.tables import NOISE_PREFIXES, ROCPROF_JSON_KEY
 from max_profile.errors import TraceFormatError
-from max_profile.model import RawCapture, Report, load_saved
-from max_profile.util.files import SQLITE_ERRORS, check_input_path, is_gzip, open_sqlite_readonly, read_head, read_input
+from max_profile.model import Report, load_saved
+from max_profile.util.files import (
+    SQLITE_ERRORS,
+    SQLITE_MAGIC,
+    check_input_path,
+    is_gzip,
+    open_sqlite_readonly,
+    read_head,
+    read_input,
+)
+
+if TYPE_CHECKING:
+    from max_profile.model import RawCapture
+
+
+def _reader(module: str, name: str) -> Callable[[str], RawCapture]:
+    """``module.name(path)``, the module imported on the first read: recognizing a file (and showing a saved report)
+    loads no reader and none of numpy."""
+
+    def read(path: str) -> RawCapture:
+        return getattr(importlib.import_module(f"max_profile.collect.readers.{module}"), name)(path)  # type: ignore[no-any-return]
+
+    read.__name__ = read.__qualname__ = name
+    return read
+
+
+nsys_capture = _reader("nsys", "nsys_capture")
+rocpd_capture = _reader("rocprof", "rocpd_capture")
+rocprof_csv_capture = _reader("rocprof", "rocprof_csv_capture")
+rocprof_json_capture = _reader("rocprof", "rocprof_json_capture")
+ncu_rep_capture = _reader("ncu", "ncu_rep_capture")
+otlp_capture = _reader("otlp_passes", "otlp_capture")
+kineto_capture = _reader("kineto", "kineto_capture")
+gpu_trace_capture = _reader("nsys_stats", "gpu_trace_capture")
+kern_sum_capture = _reader("nsys_stats", "kern_sum_capture")
+max_generate_capture = _reader("nsys_stats", "max_generate_capture")
 
 
 @dataclass
@@ -92,6 +116,8 @@ def _json_object(h: Head) -> bool:
 
 def _read_ncu_csv(path: str) -> RawCapture:
     """One Nsight Compute page: the details page (sections, rules) or the raw page (every metric), by its columns."""
+    from max_profile.collect.readers.ncu import ncu_capture
+
     head = read_input(path)[:4096].decode("utf-8", errors="replace").splitlines()[0]
     return (
         ncu_capture(path, target="import:ncu-csv")
@@ -113,6 +139,9 @@ def _read_gzipped_sqlite(path: str) -> RawCapture:
 
 
 def _read_nsys_rep(path: str) -> RawCapture:
+    from max_profile.collect.probes.environment import require_tool
+    from max_profile.collect.readers.nsys import export_sqlite
+
     nsys = require_tool("nsys", f"reading {path} (a .nsys-rep is exported to SQLite with `nsys export --type sqlite`)")
     out = str(Path(path).with_suffix(".sqlite"))
     why = export_sqlite(nsys, path, out)

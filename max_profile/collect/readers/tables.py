@@ -17,6 +17,10 @@ NOISE_PREFIXES = ("Processing [", "Generating SQLite", " **", "**")
 """Lines tools print around their CSV (nsys stats' preamble, notices)."""
 MAX_CELL_CHARS = 1 << 16
 
+ROCPROF_JSON_KEY = "rocprofiler-sdk-tool"
+"""The top-level key of a rocprofv3 JSON file (``rocprofv3 --output-format json``): the reader and the format
+sniffer (readers/sources.py) both look for it."""
+
 
 def read_text(path: str) -> str:
     return read_input(path).decode("utf-8", errors="replace")

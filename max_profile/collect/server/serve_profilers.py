@@ -21,7 +21,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from max_profile.collect.readers.nsys import SQLITE_MAGIC
+from max_profile.util.files import SQLITE_MAGIC
 from max_profile.util.procs import run_bounded
 
 SESSION_PREFIX = "max-profile-"

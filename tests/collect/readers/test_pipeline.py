@@ -230,6 +230,46 @@ def test_report_cli_rebuilds_a_raw_capture(tmp_path: Path) -> None:
     assert shown.returncode == 0 and "kv-cache-broken" in shown.stdout
 
 
+SHOW_AND_LIST_MODULES = """
+import contextlib, io, sys
+from max_profile.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(["-q", "report", sys.argv[1]])
+print(code, " ".join(sorted(sys.modules)))
+"""
+
+
+def _modules_loaded_to_show(path: Path) -> tuple[int, set[str]]:
+    """The exit code of ``max-profile report PATH`` and every module the command had imported by its end."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", SHOW_AND_LIST_MODULES, str(path)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    code, names = res.stdout.strip().splitlines()[-1].split(" ", 1)
+    return int(code), set(names.split())
+
+
+def test_a_saved_report_is_shown_without_the_analysis_readers_or_numpy(tmp_path: Path) -> None:
+    """What `max-profile report REPORT.json` needs is the model and the text renderer: no analysis, no trace reader
+    and no numpy are imported (they took half of its start); a raw capture of the same run does load the analysis."""
+    raw_path = H200 / "h200_llama1.75b_custom_architectures/arch_c_raw.json.gz"
+    report_path = tmp_path / "r.json"
+    build_report(RawCapture.load(str(raw_path))).save(str(report_path))
+    code, shown = _modules_loaded_to_show(report_path)
+    assert code == 0
+    heavy = sorted(
+        m for m in shown if m == "numpy" or m.startswith(("max_profile.analyze", "max_profile.collect.readers."))
+    )
+    assert heavy == [
+        "max_profile.collect.readers.otlp",
+        "max_profile.collect.readers.sources",
+        "max_profile.collect.readers.tables",
+    ], heavy
+    code, analysed = _modules_loaded_to_show(raw_path)
+    assert code == 0 and {"numpy", "max_profile.analyze.report", "max_profile.analyze.ledger"} <= analysed
+
+
 def test_report_cli_imports_traces(tmp_path: Path) -> None:
     db = tmp_path / "cap.sqlite"
     db.write_bytes(gzip.decompress((H200 / "h200_llama180m_host_bound/small_nsys.sqlite.gz").read_bytes()))
