@@ -12,6 +12,7 @@ what does not fit follows on indented lines) and the exit code of
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
@@ -72,6 +73,20 @@ def _emit(raw: Any, args: argparse.Namespace, progress: Progress) -> int:
     print_report(report)
     _write_report(report, args, progress, raw=raw, skip=("raw",))
     return 0
+
+
+def _import_analysis_meanwhile() -> None:
+    """Import the analysis in a thread while a trace is read: the read's SQLite and Arrow work releases the GIL, so the
+    ~0.1 s of importing the analysis (and numpy) overlaps it instead of following it. ``_emit``'s own import then finds
+    the module loaded (or waits for the thread to finish it, or raises what it raised)."""
+    import importlib
+    import threading
+
+    def load() -> None:
+        with contextlib.suppress(BaseException):  # said by the main thread's own import, never from this thread
+            importlib.import_module("max_profile.analyze.report")
+
+    threading.Thread(target=load, daemon=True).start()
 
 
 def _write_report(
@@ -219,6 +234,7 @@ def cmd_kernels(args: argparse.Namespace, progress: Progress) -> int:
     from max_profile.collect.readers.sources import import_trace
 
     if args.import_file:
+        _import_analysis_meanwhile()
         return _emit(import_trace(args.import_file), args, progress)
     if not args.model_path:
         raise InputError("kernels needs --model-path P (run a generation) or --import FILE (read an existing trace)")
@@ -367,9 +383,11 @@ def cmd_attach(args: argparse.Namespace, progress: Progress) -> int:
 
 def cmd_report(args: argparse.Namespace, progress: Progress) -> int:
     """Re-analyse a saved raw capture, re-render a saved report, or import any supported trace."""
-    from max_profile.collect.readers.sources import load_any
+    from max_profile.collect.readers.sources import detect_format, load_any
     from max_profile.model import Report
 
+    if detect_format(args.file).name != "max-profile-json":  # a trace: read, then analysed
+        _import_analysis_meanwhile()
     loaded = load_any(args.file)
     if isinstance(loaded, Report):
         if args.perfetto or args.raw:
