@@ -210,10 +210,8 @@ def run_attach(plan: AttachPlan, progress: Callable[[str], None] = lambda m: Non
     if first.problem:
         notes.append(
             f"the server's metrics could not be read at {metrics_url} ({first.problem}): server-side batch times, "
-            "queue and KV-cache use "
-            "are missing; they need MAX_SERVE_DISABLE_TELEMETRY unset or 0 and the metrics port "
-            "(MAX_SERVE_METRICS_ENDPOINT_PORT, "
-            "default 8001; --metrics-url here)"
+            "queue and KV-cache use are missing; they need MAX_SERVE_DISABLE_TELEMETRY unset or 0 and the metrics "
+            "port (MAX_SERVE_METRICS_ENDPOINT_PORT, default 8001; --metrics-url here)"
         )
     if local:
         notes.append(
@@ -296,8 +294,8 @@ def _trace_headers_note(local: dict[str, object]) -> str:
     if not environ.get("MODULAR_PROFILER_PLUGIN"):
         return (
             "the server has MAX_SERVE_KERNEL_TRACE_HEADERS on but no MODULAR_PROFILER_PLUGIN: MAX refuses per-request "
-            "captures then "
-            "('Ignoring MAX_SERVE_KERNEL_TRACE_HEADERS: no profiler is available'); " + TRACE_HEADERS_HOWTO
+            "captures then ('Ignoring MAX_SERVE_KERNEL_TRACE_HEADERS: no profiler is available'); "
+            + TRACE_HEADERS_HOWTO
         )
     endpoint = (
         environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")

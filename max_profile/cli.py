@@ -496,8 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             error_lines(
                 f"unexpected {type(exc).__name__}: {_one_line(exc)}; a bug in max_profile: re-run with "
-                "MAX_PROFILE_DEBUG=1 "
-                "for the traceback and report it"
+                "MAX_PROFILE_DEBUG=1 for the traceback and report it"
             ),
             file=sys.stderr,
         )

@@ -428,8 +428,7 @@ VERBS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...] = 
     (
         "startup",
         "where the time before the first token goes: imports, config, each graph's compile (cache hit or miss, and "
-        "why), weights, "
-        "KV cache, device graphs, warm-up",
+        "why), weights, KV cache, device graphs, warm-up",
         _startup_flags,
     ),
     ("kernels", "kernel breakdown by family and phase (run a generation, or --import a trace)", _kernels_flags),

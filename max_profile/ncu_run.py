@@ -171,8 +171,7 @@ def crash_message(outcome: NcuOutcome, ncu_exit: int, graphs: bool | None) -> st
     if graphs:
         msg += (
             ". The child ran with device graphs on (--device-graph-capture): MAX 26.7 captured its graphs under ncu "
-            "and "
-            "crashed on the H200 that way; leave the flag out (device graphs off under ncu, the default)"
+            "and crashed on the H200 that way; leave the flag out (device graphs off under ncu, the default)"
         )
     else:
         msg += (
@@ -184,9 +183,8 @@ def crash_message(outcome: NcuOutcome, ncu_exit: int, graphs: bool | None) -> st
 
 GRAPHS_OFF_UNDER_NCU_NOTE = (
     "the profiled generation ran with device graphs off: ncu replays each launch on its own, and MAX 26.7 capturing "
-    "its "
-    "device graphs under ncu crashed the process on the H200 (malloc abort / segfault); the kernels are the same code, "
-    "launched eagerly (--device-graph-capture forces graphs on)"
+    "its device graphs under ncu crashed the process on the H200 (malloc abort / segfault); the kernels are the same "
+    "code, launched eagerly (--device-graph-capture forces graphs on)"
 )
 
 

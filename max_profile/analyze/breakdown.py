@@ -464,11 +464,9 @@ def _graphs_hid_kernels(
         # graphs ran but no kernel record says it ran inside one: the tracer saw graph replays, not their kernels
         unreliable = (
             "device graphs ran (graph launches or replays recorded, or capture on) and the trace holds no kernel of a "
-            "graph: "
-            "kernels ran as graph replays the tracer did not open, so per-step attribution and per-kernel counts are "
-            "unreliable; record with max_profile's CUPTI "
-            "recorder (it records each kernel of a graph) or nsys --cuda-graph-trace=node, or re-run with "
-            "--no-device-graph-capture"
+            "graph: kernels ran as graph replays the tracer did not open, so per-step attribution and per-kernel "
+            "counts are unreliable; record with max_profile's CUPTI recorder (it records each kernel of a graph) or "
+            "nsys --cuda-graph-trace=node, or re-run with --no-device-graph-capture"
         )
     return unreliable
 

@@ -107,11 +107,9 @@ SLOW_PATHS: tuple[tuple[str, str, str], ...] = (
         "fp8_quantization_naive|naive_blockwise_scaled",
         "MAX's naive FP8 block-scaled matmul (a CUDA-core fallback, no tensor cores)",
         "MAX 26.7 takes this fallback for block-scaled FP8 weights its fast path does not cover on this GPU: try "
-        "per-channel "
-        "FP8 scales (a checkpoint without weight_block_size, or compressed-tensors channel scaling), bf16 weights "
-        "(--quantization-encoding bfloat16 on a bf16 checkpoint), or a GPU with a block-scaled tensor-core path "
-        "(sm100); "
-        "report the GPU and scale layout to Modular",
+        "per-channel FP8 scales (a checkpoint without weight_block_size, or compressed-tensors channel scaling), bf16 "
+        "weights (--quantization-encoding bfloat16 on a bf16 checkpoint), or a GPU with a block-scaled tensor-core "
+        "path (sm100); report the GPU and scale layout to Modular",
     ),
     (
         r"(^|_)(naive|fallback|reference)(_|$)",

@@ -405,8 +405,7 @@ def tracing_cost_statement(report: Report) -> str | None:
     if host_ops(source):
         return (
             "tracing cost, not measured: MAX's profiling mode (MODULAR_ENABLE_PROFILING=on) compiles the model again "
-            "and "
-            "emits a range per op on the host; compare step times with a run without it (--kernels off)"
+            "and emits a range per op on the host; compare step times with a run without it (--kernels off)"
         )
     graphs = report.capture.device_graph_capture is not False
     what = (

@@ -201,8 +201,8 @@ def _utilization_of(
             span = (host_window[1] - host_window[0]) / 1e9 if host_window else 0.0
             notes.append(
                 f"GPU utilization over a {span:.2f} s window ({len(inside)} samples): NVML averages over up to 1 s, so "
-                "its reading "
-                "says nothing about a window this short (no verdict is drawn from it); generate more tokens for one"
+                "its reading says nothing about a window this short (no verdict is drawn from it); generate more "
+                "tokens for one"
             )
 
         return utilization
@@ -235,11 +235,9 @@ def _kernels_of(
         if kernels.recorded_ms is not None and kernels.window_ms:
             notes.append(
                 f"kernels were recorded in slices: {kernels.recorded_ms / 1e3:.1f} s of the "
-                f"{kernels.window_ms / 1e3:.1f} s window "
-                f"({100 * kernels.recorded_ms / kernels.window_ms:.0f} %; the recorder paused in between, to keep its "
-                "cost "
-                "low): kernel families, durations and per-step figures come from those slices, busy and wait shares "
-                "are of their time"
+                f"{kernels.window_ms / 1e3:.1f} s window ({100 * kernels.recorded_ms / kernels.window_ms:.0f} %; the "
+                "recorder paused in between, to keep its cost low): kernel families, durations and per-step figures "
+                "come from those slices, busy and wait shares are of their time"
             )
         if kernels.graph_kernels:
             notes.append(
@@ -249,8 +247,8 @@ def _kernels_of(
         if kernels.paused_kernels:
             notes.append(
                 f"{kernels.paused_kernels} kernel record(s) of the sampled recording ended past the middle of the "
-                "pause after "
-                "their slice (CUPTI stamps a kernel still running at a pause with the time recording resumed): left out"
+                "pause after their slice (CUPTI stamps a kernel still running at a pause with the time recording "
+                "resumed): left out"
             )
         if kernels.invalid_kernels:
             notes.append(

@@ -155,8 +155,8 @@ def _static_checks(spec: str, serve: bool) -> tuple[list[PreflightCheck], Path |
                     False,
                     "warning",
                     f"PYTHONPATH contains the architecture folder itself ({entry}): its modules (e.g. arch, model) "
-                    "become top-level "
-                    "names that can shadow other packages, and a bare-name spec fails with 'No module named'",
+                    "become top-level names that can shadow other packages, and a bare-name spec fails with 'No "
+                    "module named'",
                     fix=f"remove it from PYTHONPATH; pass --custom-architectures {os.path.abspath(pkg)} (MAX adds the "
                     "parent itself)",
                 )
@@ -203,8 +203,7 @@ def _architecture_checks(
                     False,
                     "error",
                     f"{arch!r} is an embeddings architecture: `max serve --custom-architectures` 26.7 detects the task "
-                    "before importing "
-                    'custom packages, so it fails with "Architecture not found in registry"',
+                    'before importing custom packages, so it fails with "Architecture not found in registry"',
                     fix="profile it in-process (max-profile run / profile()) or use the utilization check around the "
                     "load you can drive",
                 )
@@ -216,12 +215,10 @@ def _architecture_checks(
                 False,
                 "warning",
                 f"config.json architectures[0] = {arch!r} is a built-in MAX architecture, and the custom package "
-                "registers "
-                f"{', '.join(repr(a) for a in registered)} instead: MAX will run the built-in {arch!r}, and the custom "
-                "code is never used",
+                f"registers {', '.join(repr(a) for a in registered)} instead: MAX will run the built-in {arch!r}, and "
+                "the custom code is never used",
                 fix=f"set architectures[0] in {cfg_path} to {registered[0]!r} (the name the package registers), or "
-                "register "
-                f"{arch!r} in the package's ARCHITECTURES (it then replaces the built-in)",
+                f"register {arch!r} in the package's ARCHITECTURES (it then replaces the built-in)",
             )
         )
     elif arch in builtins:

@@ -78,8 +78,8 @@ def server_metrics_section(m: ServerMetrics | None) -> RenderableType | None:
     t.add_row(
         "KV cache",
         f"{figure(m.kv_cache_used_pct, '.1f', '%')} used (blocks {figure(m.kv_blocks_used, '.0f')} / "
-        f"{figure(m.kv_blocks_total, '.0f')}), "
-        f"preemptions {figure(m.preemptions, '.0f') if m.preemptions is not None else '0 (none recorded)'}",
+        f"{figure(m.kv_blocks_total, '.0f')}), preemptions "
+        f"{figure(m.preemptions, '.0f') if m.preemptions is not None else '0 (none recorded)'}",
     )
     if m.missing:
         t.add_row("not exported", Text(", ".join(m.missing), style="dim"))
@@ -100,8 +100,7 @@ def tracer_cost_line(report: Report) -> RenderableType | None:
     ratio = f" ({c.throughput_ratio:.3f}{c.ratio_noise_text})" if c.throughput_ratio is not None else ""
     return Text(
         f"recorder cost, against an untraced window of this server (concurrency {c.concurrency}): {c.traced_tok_s:.1f} "
-        "vs "
-        f"{c.reference_tok_s:.1f} tok/s{ratio}{step}{c.unresolved_text}"
+        f"vs {c.reference_tok_s:.1f} tok/s{ratio}{step}{c.unresolved_text}"
     )
 
 

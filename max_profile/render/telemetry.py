@@ -411,8 +411,7 @@ def otlp_settings() -> tuple[str, str]:
     if not endpoint:
         raise InputError(
             "--otel needs an OTLP endpoint: set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://localhost:4318 for an "
-            "OpenTelemetry "
-            "Collector; OTEL_EXPORTER_OTLP_PROTOCOL=grpc for port 4317)"
+            "OpenTelemetry Collector; OTEL_EXPORTER_OTLP_PROTOCOL=grpc for port 4317)"
         )
     if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
         raise InputError(

@@ -114,8 +114,7 @@ def _idle_finding(report: Report, p: PhaseLedger, th: Thresholds) -> Finding | N
         )
         advice = (
             "The kernels run at their speed; the host launches the step's graph late (Python, scheduling, sampling "
-            "between "
-            "steps). Check the host-load line of this report, then where the host's time goes per step:"
+            "between steps). Check the host-load line of this report, then where the host's time goes per step:"
         )
     else:
         title = (
@@ -265,8 +264,7 @@ def _nvml_host_bound(report: Report, th: Thresholds) -> list[Finding]:
             confidence=round(confidence, 2),
             lever=lever,
             next_step="Stop here: a kernel trace adds nothing until the GPU is busy. Raise the batch size / "
-            "concurrency, "
-            "or profile the host (py-spy record, or `max generate --profile` for its cProfile table).",
+            "concurrency, or profile the host (py-spy record, or `max generate --profile` for its cProfile table).",
         )
     ]
 
@@ -307,10 +305,9 @@ def _capture_graph_waits(report: Report, th: Thresholds) -> list[Finding]:
             "process (`py-spy record --pid PID --duration 10`). Under an in-process tracer, compare with an untraced "
             "run first.",
             detail="Counted: gaps between one kernel's end and the next kernel's start (overlaps merged, the busiest "
-            "device) at least "
-            f"{w.min_gap_us:g} µs and under {w.max_gap_ms:g} ms that end at a kernel inside a device graph; longer "
-            "gaps "
-            f"({w.longer_gaps} here, {w.longer_ms:.0f} ms) are waits for requests or pauses between steps.",
+            f"device) at least {w.min_gap_us:g} µs and under {w.max_gap_ms:g} ms that end at a kernel inside a device "
+            f"graph; longer gaps ({w.longer_gaps} here, {w.longer_ms:.0f} ms) are waits for requests or pauses between "
+            "steps.",
         )
     ]
 

@@ -177,8 +177,7 @@ def _matmul_finding(report: Report, p: PhaseLedger, row: LedgerRow, th: Threshol
             evidence=ev,
             lever=lever,  # type: ignore[arg-type]
             title=f"{p.phase.capitalize()} matmuls run through {what}: {share:.0f} % of its kernel time{at}; fixing it "
-            "buys "
-            f"{recoverable:.2f} ms of each {p.step_ms:.2f} ms step ({pct:.0f} %)",
+            f"buys {recoverable:.2f} ms of each {p.step_ms:.2f} ms step ({pct:.0f} %)",
             next_step=advice + ". A deep dive of the slow kernel in this phase shows why:",
             command=command,
         )
@@ -193,8 +192,7 @@ def _matmul_finding(report: Report, p: PhaseLedger, row: LedgerRow, th: Threshol
         f"allows {row.ideal_ms_per_step or 0:.2f} ms: {recoverable:.2f} ms of each {p.step_ms:.2f} ms step ({pct:.0f} "
         "%) to gain",
         next_step="Deep-dive the phase's top matmul kernel (the command keeps this run's batch and lengths and skips "
-        "into the "
-        "phase's launches); other batch sizes or weight encodings may reach tuned kernels.",
+        "into the phase's launches); other batch sizes or weight encodings may reach tuned kernels.",
         command=command,
     )
 
@@ -253,9 +251,8 @@ def rule_attention(report: Report, th: Thresholds) -> list[Finding]:
                 evidence=_roof_evidence(p, row),  # type: ignore[arg-type]
                 lever=phase_lever(p, "attention", row.recoverable_ms_per_step),
                 title=f"{p.phase.capitalize()} attention takes {row.ms_per_step:.2f} ms per step where the KV cache's "
-                "bytes allow "
-                f"{row.ideal_ms_per_step or 0:.2f} ms: {row.recoverable_ms_per_step:.2f} ms of each {p.step_ms:.2f} ms "
-                f"step ({pct:.0f} %) to gain",
+                f"bytes allow {row.ideal_ms_per_step or 0:.2f} ms: {row.recoverable_ms_per_step:.2f} ms of each "
+                f"{p.step_ms:.2f} ms step ({pct:.0f} %) to gain",
                 next_step="Deep-dive the phase's top attention kernel (occupancy and stalls at this batch and "
                 "context):",
                 command=kernel_command(report, top, p.phase) if top else None,

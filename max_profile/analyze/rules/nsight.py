@@ -48,8 +48,7 @@ def kernel_findings(a: KernelAnalysis, th: Thresholds | None = None) -> list[Fin
                 f"({a.dram_throughput_pct or 0:.1f}%): "
                 "it re-reads its inputs on chip instead of reusing them",
                 next_step="A kernel without tiling (staging tiles in shared memory, tensor-core MMA) does this; for "
-                "MAX's own "
-                "kernels it marks a fallback path: another weight encoding or GPU may reach a tuned kernel.",
+                "MAX's own kernels it marks a fallback path: another weight encoding or GPU may reach a tuned kernel.",
             )
         )
     elif a.bound == "memory":

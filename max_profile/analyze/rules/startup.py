@@ -78,9 +78,8 @@ def rule_startup(report: Report, th: Thresholds) -> list[Finding]:
                 title=f"Start-up is compile-dominated: {compile_s:.0f} of {st.total_s:.0f} s compiling (cache "
                 f"{st.cache})",
                 next_step="Fill the compile cache in the image or before serving, with the same compile key (the "
-                "command below); "
-                "MODULAR_ENABLE_PROFILING, device graph capture, batch size, max length and the MAX version are all "
-                "part of the key.",
+                "command below); MODULAR_ENABLE_PROFILING, device graph capture, batch size, max length and the MAX "
+                "version are all part of the key.",
                 command=shell(st.warm_cache_command) if st.warm_cache_command else None,
             )
         )

@@ -24,8 +24,7 @@ def rule_graphs_hid_kernels(report: Report, th: Thresholds) -> list[Finding]:
             },
             confidence=0.8,
             next_step="Record with a tracer that opens graphs (max_profile's CUPTI recorder, or `nsys profile "
-            "--cuda-graph-trace=node`), "
-            "or re-run with device graphs off to see each kernel.",
+            "--cuda-graph-trace=node`), or re-run with device graphs off to see each kernel.",
             command=for_model(report, "kernels", backend="cupti"),
             detail=k.unreliable,
         )
@@ -76,13 +75,10 @@ def _measured_tracer_cost(report: Report, th: Thresholds) -> list[Finding]:
             "reference window (in this report's evidence) or `serve --mode utilization`; for kernels with less cost "
             "per kernel, `--mode nsys`.",
             detail="Measured on this server: an untraced window first, then the recorded one at the same concurrency. "
-            "A slower decode "
-            "step with little time in the recorder's callbacks is CUPTI's own tracing cost on the host: on the H200 "
-            "(5.2B bf16 Llama, "
-            "~230 kernels per step, ~217 of them in device graphs) the kernels ran as fast as untraced and the step's "
-            "graph was "
-            "launched late in a tail of steps (decode step 2.85-2.90 ms untraced, 3.01-3.24 ms recorded; 0.04 s of "
-            "callbacks per 10 s window).",
+            "A slower decode step with little time in the recorder's callbacks is CUPTI's own tracing cost on the "
+            "host: on the H200 (5.2B bf16 Llama, ~230 kernels per step, ~217 of them in device graphs) the kernels ran "
+            "as fast as untraced and the step's graph was launched late in a tail of steps (decode step 2.85-2.90 ms "
+            "untraced, 3.01-3.24 ms recorded; 0.04 s of callbacks per 10 s window).",
         )
     ]
 
@@ -110,14 +106,12 @@ def rule_tracer_overhead(report: Report, th: Thresholds) -> list[Finding]:
             evidence=evidence,
             confidence=0.8,
             next_step="Kernel families and per-kernel durations still hold. For utilization and host-bound questions "
-            "re-run without "
-            "the tracer (`serve --mode utilization`, `run --kernels off`); for kernels with the timing kept, `--mode "
-            "nsys` (collection in C).",
+            "re-run without the tracer (`serve --mode utilization`, `run --kernels off`); for kernels with the timing "
+            "kept, `--mode nsys` (collection in C).",
             detail="The in-process tracer's buffer callbacks held the profiled process: cupti-python (the fallback "
-            "when max_profile's "
-            "C recorder cannot be built) turns each record into a Python object under the GIL. On the H200 a served "
-            "1.75B model "
-            "streamed 896 tokens in 10 s that way, 4,736-5,120 with the C recorder and 4,863-5,184 untraced.",
+            "when max_profile's C recorder cannot be built) turns each record into a Python object under the GIL. On "
+            "the H200 a served 1.75B model streamed 896 tokens in 10 s that way, 4,736-5,120 with the C recorder and "
+            "4,863-5,184 untraced.",
         )
     ]
 
@@ -153,15 +147,13 @@ def _phase_next_step(report: Report) -> str:
         return (
             "MAX's scheduler ranges need MODULAR_ENABLE_PROFILING=on, which cannot work on this GPU image ("
             + problem
-            + "). "
-            "For a prefill / decode split, profile the model in-process, where max_profile marks the phases itself. "
-            "Busy time and family verdicts below cover the whole capture."
+            + "). For a prefill / decode split, profile the model in-process, where max_profile marks the phases "
+            "itself. Busy time and family verdicts below cover the whole capture."
         )
     if problem:
         return (
             "Capture with max-profile (it marks prefill/decode in the `max_profile` NVTX domain; "
-            "MODULAR_ENABLE_PROFILING=on "
-            "cannot work on this GPU image: "
+            "MODULAR_ENABLE_PROFILING=on cannot work on this GPU image: "
             + problem
             + "). Busy time and family verdicts below cover the whole capture."
         )

@@ -64,8 +64,7 @@ def rule_near_oom(report: Report, th: Thresholds) -> list[Finding]:
                     },
                     confidence=0.8,
                     next_step="The KV cache or batch size may be the constraint: lower --max-batch-size / "
-                    "--max-length, or "
-                    "--device-memory-utilization, and watch for OOM under load.",
+                    "--max-length, or --device-memory-utilization, and watch for OOM under load.",
                 )
             )
     return out
@@ -99,7 +98,6 @@ def rule_host_contention(report: Report, th: Thresholds) -> list[Finding]:
                 "window_s": load.window_s,
             },
             next_step="Re-run on a quiet machine (or give the profiled process its own cores: taskset / numactl "
-            "--cpunodebind); "
-            "kernel families and per-kernel durations still hold, step times and tokens/s do not.",
+            "--cpunodebind); kernel families and per-kernel durations still hold, step times and tokens/s do not.",
         )
     ]

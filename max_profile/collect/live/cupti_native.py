@@ -215,8 +215,7 @@ class NativeCuptiCollector:
         if runtime.value and runtime.value // 10000 != compiled.value // 10000:
             raise ToolMissingError(
                 f"{libcupti} is CUPTI API {runtime.value} but the recorder was built against headers of API "
-                f"{compiled.value}: "
-                "their record layouts differ; point CUDA_HOME at the toolkit of the same version"
+                f"{compiled.value}: their record layouts differ; point CUDA_HOME at the toolkit of the same version"
             )
         self.layout = layout_of(self._lib)
         self.cupti_version = runtime.value
@@ -279,8 +278,8 @@ class NativeCuptiCollector:
                 holder = f"another CUPTI client (Nsight Systems, Nsight Compute, kineto...; it names itself {holder!r})"
             raise CuptiBusy(
                 f"CUPTI in this process is already held by {holder}: kernel recording backs off rather than garble "
-                "both traces "
-                "(run without nsys / ncu / kineto around it, or read that tool's trace with `max-profile report`)"
+                "both traces (run without nsys / ncu / kineto around it, or read that tool's trace with `max-profile "
+                "report`)"
             )
         if rc != 0:
             raise CaptureError(f"CUPTI recording could not start: {self._lib.mp_error().decode(errors='replace')}")

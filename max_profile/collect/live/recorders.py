@@ -42,9 +42,8 @@ from max_profile.model.tags import KernelOrigin
 
 CUPTI_WITHOUT_GRAPHS_NOTE = (
     "CUPTI instruments every kernel launch: without device graphs decode ran 2-12 % slower under it on an H200 "
-    "(24-layer "
-    "bf16 Llama, interleaved with untraced runs), with them under 2 %; for step times as untraced, record with "
-    "--device-graph-capture (MAX serve's default) or compare against `--kernels off`"
+    "(24-layer bf16 Llama, interleaved with untraced runs), with them under 2 %; for step times as untraced, record "
+    "with --device-graph-capture (MAX serve's default) or compare against `--kernels off`"
 )
 """Said with every CUPTI recording made with device graphs off (benchmarks/tracer_overhead.py,
 tests/data/gpu/h200_llama5b_cupti_recorder)."""
@@ -251,10 +250,9 @@ class StepSlices:
         total = self.steps_recorded + self.steps_paused
         return (
             f"CUPTI recorded {self.steps_recorded} of {total} steps ({100 * self.steps_recorded / max(total, 1):.0f} "
-            "%: slices of "
-            f"{self.slice_steps} steps, kernel_share={self.share:g}, to keep tracing cost low; kernel_share=1 records "
-            "every step); "
-            f"{self.toggles} pause / resume calls took {self.toggle_ns / 1e6:.2f} ms"
+            f"%: slices of {self.slice_steps} steps, kernel_share={self.share:g}, to keep tracing cost low; "
+            f"kernel_share=1 records every step); {self.toggles} pause / resume calls took {self.toggle_ns / 1e6:.2f} "
+            "ms"
         )
 
 

@@ -314,8 +314,7 @@ def doctor_checks(env: Environment) -> list[ToolStatus]:
                 path=f"MODULAR_ENABLE_PROFILING={mode}",
                 problem=f"MODULAR_ENABLE_PROFILING=on cannot work here: {env.max_profiling_problem}",
                 install_hint="install CUDA 12's libnvToolsExt.so.1 (e.g. `apt-get install cuda-nvtx-12-8`) for MAX's "
-                "NVTX ranges; "
-                "max_profile marks phases itself in-process",
+                "NVTX ranges; max_profile marks phases itself in-process",
             )
         )
     else:

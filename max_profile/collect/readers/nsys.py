@@ -277,9 +277,8 @@ def note_graph_replays(raw: RawCapture, trace: NsysTrace) -> None:
     raw.notes.append(
         f"{trace.graph_replays} device-graph replays ({trace.graph_replay_ms:.1f} ms of GPU time) were recorded whole "
         "(nsys --cuda-graph-trace=graph, its default): the kernels inside them are not in this trace, so GPU busy, "
-        "families and "
-        "per-step kernel numbers cover only the kernels launched outside graphs; record with `nsys profile "
-        "--cuda-graph-trace=node`"
+        "families and per-step kernel numbers cover only the kernels launched outside graphs; record with `nsys "
+        "profile --cuda-graph-trace=node`"
     )
 
 
@@ -365,8 +364,7 @@ def _check_row_count(con: sqlite3.Connection, path: str, read: TableRead, rowid_
     if rows > limit:
         raise TraceFormatError(
             f"{path}: {read.table} holds {rows:,} rows, more than the {limit:,} max_profile reads into memory (about 1 "
-            "GB); "
-            "capture fewer steps (a lower --max-new-tokens, or `nsys profile --capture-range=nvtx`) or set "
+            "GB); capture fewer steps (a lower --max-new-tokens, or `nsys profile --capture-range=nvtx`) or set "
             f"{ROW_LIMIT_ENV}=N to read it anyway"
         )
 

@@ -164,7 +164,6 @@ def max_generate_capture(path: str) -> RawCapture:
     else:
         raw.kernels_unavailable = Unavailable(
             f"{path}: `max generate --profile` output without nsys holds only a cProfile table (host functions), no "
-            "kernels; "
-            "install Nsight Systems and re-run it, or use `max-profile kernels --model-path P`"
+            "kernels; install Nsight Systems and re-run it, or use `max-profile kernels --model-path P`"
         )
     return raw
