@@ -386,9 +386,10 @@ def cmd_report(args: argparse.Namespace, progress: Progress) -> int:
     from max_profile.collect.readers.sources import detect_format, load_any
     from max_profile.model import Report
 
-    if detect_format(args.file).name != "max-profile-json":  # a trace: read, then analysed
+    source = detect_format(args.file)
+    if not source.saved:  # a trace: read, then analysed
         _import_analysis_meanwhile()
-    loaded = load_any(args.file)
+    loaded = load_any(args.file, source)
     if isinstance(loaded, Report):
         if args.perfetto or args.raw:
             raise InputError(

@@ -109,6 +109,11 @@ class Source:
     sniff: Callable[[Head], bool]
     read: Callable[[str], RawCapture]
 
+    @property
+    def saved(self) -> bool:
+        """One of max_profile's own files (a raw capture or an analysed report), not a trace to read."""
+        return self.read is _read_saved
+
 
 def _json_object(h: Head) -> bool:
     return h.text.lstrip().startswith("{")
@@ -293,10 +298,11 @@ def _own_output(path: str, head: Head) -> str | None:
     return said
 
 
-def load_any(path: str) -> RawCapture | Report:
-    """A saved raw capture or report as it is, or any trace read into a raw capture."""
-    source = detect_format(path)
-    if source.name == "max-profile-json":
+def load_any(path: str, source: Source | None = None) -> RawCapture | Report:
+    """A saved raw capture or report as it is, or any trace read into a raw capture; ``source``: the file's format where
+    the caller has already detected it."""
+    source = source or detect_format(path)
+    if source.saved:
         return load_saved(path)
     return source.read(path)
 
