@@ -32,7 +32,8 @@ NOT_CAPTURES = (".md", ".txt", ".tsv", ".log", ".npz", ".csv", ".csv.gz")
 def _raw_captures() -> list[Path]:
     """Every saved raw capture (named ``*_raw.json*``, as the recordings are) and every trace under tests/data, told
     apart by name and by the format's first bytes: nothing is decoded while the tests are collected (decoding every
-    file took 12 s in each process that collected the suite). Saved reports carry their own figures and are left out."""
+    file costs ~12 s in each process that collects the suite). Saved reports carry their own figures and are left
+    out."""
     from max_profile.collect.readers.sources import detect_format
 
     out = []
