@@ -20,7 +20,8 @@ measured cost; an H100 server once moved 26.6 % between successive untraced wind
 Variants (``+`` combines): ``default`` what ``serve --mode kernels`` records (``ServePlan.record_share`` of each
 window, in slices), ``full`` every kernel of the whole window, ``share=F`` a share F
 in slices of ``--slice`` s, ``zeroed`` CUPTI handed zeroed buffers (``cupti_native.RECORDING_OPTIONS``), ``steps`` the
-worker's step hook alone with CUPTI left off (what stamping each batch costs). ``share=0.001`` records only the slice
+worker's step hook alone with CUPTI left off (what stamping each batch costs), ``release`` the subscription given up at
+each pause (``release-while-paused``). ``share=0.001`` records only the slice
 before the window opens: CUPTI subscribed and paused through the whole window (what the paused state costs).
 Per window also: the inter-token gaps inside it (p50 / p99 / max: a stall shows as a few long gaps, a slower decode step
 as a higher median) and the tokens of each second (a start-up cost shows in the first ones). A recorded window opens
@@ -89,8 +90,12 @@ def variant_plan(spec: str, default_share: float, slice_s: float) -> WindowRecor
             plan = dataclasses.replace(plan, options=(*plan.options, "zeroed-buffers"))
         elif part == "steps":
             plan = dataclasses.replace(plan, kernels=False)
+        elif part == "release":
+            plan = dataclasses.replace(plan, options=(*plan.options, "release-while-paused"))
         else:
-            raise SystemExit(f"unknown variant part {part!r} (default, full, share=F, zeroed, steps; + combines)")
+            raise SystemExit(
+                f"unknown variant part {part!r} (default, full, share=F, zeroed, steps, release; + combines)"
+            )
     return plan
 
 

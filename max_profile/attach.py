@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from max_profile.collect.probes.environment import detect_environment
 from max_profile.collect.probes.model_files import read_model_config, read_model_weights
+from max_profile.collect.readers.otlp import BATCH_SPAN
 from max_profile.collect.readers.otlp_passes import passes_from_spans
 from max_profile.collect.server.load_window import ServerTarget, ServerWindow, window_recorders
 from max_profile.collect.server.otlp_receiver import OtlpReceiver, parse_listen
@@ -127,32 +128,92 @@ def default_metrics_url(url: str) -> str:
     return f"http://{host}:{DEFAULT_METRICS_PORT}/metrics"
 
 
-def local_server(port: int) -> dict[str, object] | None:
-    """The process listening on ``port`` here, its process tree, its environment's trace settings and the GPUs it uses
-    (NVML's compute processes); None when it is not local or not visible to this user."""
+@dataclass(frozen=True)
+class LocalServer:
+    """The attached server's processes on this machine, found by the port it listens on."""
+
+    pid: int
+    """The process that holds the listening socket (the topmost, where several share it)."""
+    pids: tuple[int, ...]
+    """It and every process under it (the model worker among them)."""
+    environ: dict[str, str]
+    """Its environment's MAX and OpenTelemetry settings (what the server runs with)."""
+    cmdline: str
+    gpus: tuple[str, ...]
+
+
+def is_this_machine(host: str) -> bool:
+    """Whether ``host`` names this machine (loopback, or one of its interfaces' addresses): only then can the server be
+    one of its processes."""
+    import socket
+
+    import psutil
+
+    try:
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    mine = {"0.0.0.0", "::"}
+    try:
+        mine |= {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
+    except (psutil.Error, OSError):
+        pass
+    return any(a.startswith("127.") or a == "::1" or a in mine for a in addresses)
+
+
+def listening_pids(port: int) -> set[int]:
+    """The processes holding a TCP socket that listens on ``port`` here (the socket's inode to the processes whose
+    file descriptors hold it: ``ss -ltnp 'sport = :PORT'``); empty where none is visible to this user."""
     import psutil
 
     try:
         conns = psutil.net_connections(kind="tcp")
     except (psutil.Error, OSError):
+        return set()
+    return {c.pid for c in conns if c.pid and c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN}
+
+
+def server_tree(
+    holders: set[int], parent_of: dict[int, int], children_of: dict[int, list[int]]
+) -> tuple[int, set[int]]:
+    """The server's root and its processes from the socket's holders: the holder whose parent does not hold the socket
+    too (a forked worker shares its parent's socket), then every holder and everything under them. Nothing above the
+    holders is ever taken: the server's parent may be a shell, a supervisor or PID 1."""
+    roots = sorted(p for p in holders if parent_of.get(p) not in holders)
+    tree: set[int] = set()
+    todo = list(holders)
+    while todo:
+        pid = todo.pop()
+        if pid not in tree:
+            tree.add(pid)
+            todo.extend(children_of.get(pid, []))
+    return (roots or sorted(holders))[0], tree
+
+
+def local_server(port: int) -> LocalServer | None:
+    """The server listening on ``port`` here: its processes (by the socket, never by words in command lines), its
+    environment's trace settings and the GPUs it uses (NVML's compute processes); None when no process of this machine
+    visible to this user listens there."""
+    import psutil
+
+    holders = listening_pids(port)
+    if not holders:
         return None
-    pid = next(
-        (c.pid for c in conns if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid), None
-    )
-    if pid is None:
-        return None
+    parent_of: dict[int, int] = {}
+    children_of: dict[int, list[int]] = {}
+    for proc in psutil.process_iter(["pid", "ppid"]):
+        pid, ppid = int(proc.info["pid"]), int(proc.info["ppid"] or 0)
+        parent_of[pid] = ppid
+        children_of.setdefault(ppid, []).append(pid)
+    root, tree = server_tree(holders, parent_of, children_of)
     try:
-        proc = psutil.Process(pid)
-        root = proc
-        while (parent := root.parent()) is not None and any(w in " ".join(parent.cmdline()) for w in ("max", "serve")):
-            root = parent
-        tree = {root.pid, *(c.pid for c in root.children(recursive=True))}
+        proc = psutil.Process(root)
         # the listening process's own environment: what the server runs with (a launching shell above it may differ)
         environ = {k: v for k, v in proc.environ().items() if k.startswith(("MAX_SERVE_", "MODULAR_", "OTEL_"))}
-        cmdline = " ".join(root.cmdline())
+        cmdline = " ".join(proc.cmdline())
     except (psutil.Error, OSError):
-        return {"pid": pid}
-    return {"pid": root.pid, "pids": sorted(tree), "environ": environ, "cmdline": cmdline, "gpus": _gpus_of(tree)}
+        environ, cmdline = {}, ""
+    return LocalServer(root, tuple(sorted(tree)), environ, cmdline, tuple(_gpus_of(tree)))
 
 
 def _gpus_of(pids: set[int]) -> list[str]:
@@ -192,12 +253,33 @@ def otlp_setup(endpoint: str) -> list[str]:
     ]
 
 
+def _server_notes(url: str, found: LocalServer | None, several: bool) -> list[str]:
+    """What the capture says of one attached server's processes here (found by its port, or not)."""
+    label = f"{url}: " if several else ""
+    if found is None:
+        return [
+            f"{label}no process of this machine (visible to this user) listens on its port: the server's CPU time is "
+            f"not told apart from other load here, and GPU samples are of this machine's GPUs; {TRACE_HEADERS_HOWTO}"
+        ]
+    return [
+        f"{label}server process {found.pid} on this machine, found by the port it listens on ({len(found.pids)} "
+        "process(es) with its workers)"
+        + (f", using GPU(s) {', '.join(found.gpus)}" if found.gpus else "")
+        + (f": {found.cmdline[:200]}" if found.cmdline else ""),
+        _trace_headers_note(found),
+    ]
+
+
 def run_attach(plan: AttachPlan, progress: Callable[[str], None] = lambda m: None) -> AttachResult:
-    """The window(s) on the running server (see the module docstring)."""
+    """The window(s) on the running server(s) (see the module docstring). A load (``concurrency``) drives every server
+    named, each at the level's concurrency."""
     if not plan.duration_s > 0:
         raise InputError("--duration must be > 0 seconds")
     if any(c < 1 for c in plan.concurrency):
         raise InputError("--concurrency needs levels >= 1 (e.g. 1,4,16)")
+    urls = [plan.url, *plan.replicas]
+    if len(set(urls)) < len(urls):
+        raise InputError(f"a server is named twice ({', '.join(u for u in urls if urls.count(u) > 1)}): name each once")
     model, version = identify_server(plan.url, plan.timeout_s)
     others = [(url, identify_server(url, plan.timeout_s)[0]) for url in plan.replicas]
     listen = parse_listen(plan.otlp) if plan.otlp else None
@@ -205,7 +287,7 @@ def run_attach(plan: AttachPlan, progress: Callable[[str], None] = lambda m: Non
     metrics_url = plan.metrics_url or default_metrics_url(plan.url)
     env = detect_environment(check_tools=False)
     notes: list[str] = []
-    local = local_server(port)
+    found = {url: local_server(split_url(url)[1]) if is_this_machine(split_url(url)[0]) else None for url in urls}
     first = scrape(metrics_url)
     if first.problem:
         notes.append(
@@ -213,18 +295,8 @@ def run_attach(plan: AttachPlan, progress: Callable[[str], None] = lambda m: Non
             "queue and KV-cache use are missing; they need MAX_SERVE_DISABLE_TELEMETRY unset or 0 and the metrics "
             "port (MAX_SERVE_METRICS_ENDPOINT_PORT, default 8001; --metrics-url here)"
         )
-    if local:
-        notes.append(
-            f"server process {local.get('pid')} on this machine"
-            + (f", using GPU(s) {', '.join(local['gpus'])}" if local.get("gpus") else "")  # type: ignore[arg-type]
-            + (f": {str(local.get('cmdline'))[:200]}" if local.get("cmdline") else "")
-        )
-        notes.append(_trace_headers_note(local))
-    else:
-        notes.append(
-            "the server is not a process of this machine (or not visible to this user): GPU samples are of this "
-            f"machine's GPUs; {TRACE_HEADERS_HOWTO}"
-        )
+    for url in urls:
+        notes.extend(_server_notes(url, found[url], len(urls) > 1))
     progress(
         f"attached to {plan.url} (model {model}, MAX {version or '?'}); metrics {metrics_url}: "
         + ("unreadable" if first.problem else f"{len(first.points)} samples")
@@ -238,10 +310,17 @@ def run_attach(plan: AttachPlan, progress: Callable[[str], None] = lambda m: Non
         model_config=read_model_config(model) if local_model else None,
         model_weights=read_model_weights(model) if local_model else None,
     )
+    first_found = found[plan.url]
     raw = RawCapture(
         environment=env,
         capture=capture,
-        serve=ServeRun(mode="attach", port=port),
+        serve=ServeRun(
+            mode="attach",
+            port=port,
+            servers=urls if len(urls) > 1 else [],
+            pid=first_found.pid if first_found is not None else None,
+            otlp=plan.otlp,
+        ),
         slo_ms=dict(plan.slo_ms),
         notes=notes,
     )
@@ -250,7 +329,7 @@ def run_attach(plan: AttachPlan, progress: Callable[[str], None] = lambda m: Non
     targets = [target] + [
         ServerTarget(*split_url(url)[:2], name, plan.prompt, plan.max_tokens, split_url(url)[2]) for url, name in others
     ]
-    server_pids = frozenset(int(x) for x in local.get("pids", [])) if local else frozenset()  # type: ignore[attr-defined]
+    server_pids = frozenset(pid for f in found.values() if f is not None for pid in f.pids)
     windows: list[ServerWindow] = []
     failure = None
     receiver = OtlpReceiver(*listen, keep_bodies=plan.otlp_save is not None) if listen else None
@@ -258,8 +337,9 @@ def run_attach(plan: AttachPlan, progress: Callable[[str], None] = lambda m: Non
         if receiver is not None:
             for line in otlp_setup(receiver.endpoint):
                 progress(line)
-            if local:
-                notes.extend(_otlp_env_note(local, receiver.port))
+            for f in found.values():
+                if f is not None:
+                    notes.extend(_otlp_env_note(f, receiver.port))
         for level in levels:
             window, failure = _window(plan, targets, metrics_url, level, progress, raw, server_pids)
             windows.append(window)
@@ -271,7 +351,7 @@ def run_attach(plan: AttachPlan, progress: Callable[[str], None] = lambda m: Non
         if receiver is not None:
             progress(f"waiting up to {plan.otlp_flush_s:g} s for the exporters' last spans")
             receiver.wait_past(raw.window_ns[1] + time.time_ns() - time.perf_counter_ns(), plan.otlp_flush_s)
-            _spans_into(raw, receiver)
+            _spans_into(raw, receiver, [w.span for w in windows])
             if plan.otlp_save:
                 bodies = receiver.save(plan.otlp_save)
                 progress(f"{bodies} OTLP bodies saved to {plan.otlp_save} (max-profile report reads it)")
@@ -286,9 +366,8 @@ def run_attach(plan: AttachPlan, progress: Callable[[str], None] = lambda m: Non
     return AttachResult(raw=raw, failure=failure)
 
 
-def _trace_headers_note(local: dict[str, object]) -> str:
-    environ = local.get("environ") or {}
-    assert isinstance(environ, dict)
+def _trace_headers_note(local: LocalServer) -> str:
+    environ = local.environ
     if environ.get("MAX_SERVE_KERNEL_TRACE_HEADERS", "0").lower() not in ("1", "true", "yes"):
         return "per-request kernel capture is off on this server: " + TRACE_HEADERS_HOWTO
     if not environ.get("MODULAR_PROFILER_PLUGIN"):
@@ -309,17 +388,16 @@ def _trace_headers_note(local: dict[str, object]) -> str:
     )
 
 
-def _spans_into(raw: RawCapture, receiver: OtlpReceiver) -> None:
-    """The window's passes and requests from the spans received (steps and server requests of ``raw``)."""
-    assert raw.window_ns is not None
+def _spans_into(raw: RawCapture, receiver: OtlpReceiver, windows: list[tuple[int, int]]) -> None:
+    """The windows' passes and requests from the spans received (steps and server requests of ``raw``): only those that
+    ended inside a level's window (a sweep's pauses are no level's)."""
     offset = time.time_ns() - time.perf_counter_ns()
     raw.capture.unix_minus_perf_counter_ns = offset
-    passes = passes_from_spans(receiver.spans(), offset, raw.window_ns)
+    spans = receiver.spans()
+    passes = passes_from_spans(spans, offset, windows)
     raw.notes.append(receiver.summary())
     if not passes.steps and not passes.server_requests:
-        raw.notes.append(
-            "no MAX serve pass or request span arrived for the window: " + " ".join(otlp_setup(receiver.endpoint))
-        )
+        raw.notes.append(no_passes_note(len(spans), any(s.name == BATCH_SPAN for s in spans), receiver.endpoint))
         return
     passes.fill(raw)
     raw.notes.append(
@@ -328,9 +406,21 @@ def _spans_into(raw: RawCapture, receiver: OtlpReceiver) -> None:
     )
 
 
-def _otlp_env_note(local: dict[str, object], port: int) -> list[str]:
-    environ = local.get("environ") or {}
-    assert isinstance(environ, dict)
+def no_passes_note(spans: int, batch_spans: bool, endpoint: str) -> str:
+    """Why the window has no pass from MAX's spans: spans arrive but none of a pass inside it (an idle server, or
+    passes outside the window), spans without ``max.batch`` at all (the trace level is off), or nothing arrived."""
+    if spans and batch_spans:
+        return "spans arrive; no forward pass in the window (the server ran none while it was open)"
+    if spans:
+        return (
+            f"spans arrive ({spans}), but no max.batch span: the server exports no pass (start it with "
+            "MAX_SERVE_KERNEL_TRACE_LEVEL=batch)"
+        )
+    return "no MAX serve span arrived for the window: " + " ".join(otlp_setup(endpoint))
+
+
+def _otlp_env_note(local: LocalServer, port: int) -> list[str]:
+    environ = local.environ
     endpoint = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
     level = environ.get("MAX_SERVE_KERNEL_TRACE_LEVEL", "off")
     problems = []
@@ -338,7 +428,7 @@ def _otlp_env_note(local: dict[str, object], port: int) -> list[str]:
         problems.append(f"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is {endpoint or 'unset'}")
     if level not in ("batch", "op", "kernel"):
         problems.append(f"MAX_SERVE_KERNEL_TRACE_LEVEL is {level} (max.batch spans need batch or above)")
-    return [f"the local server does not send its passes here: {'; '.join(problems)}"] if problems else []
+    return [f"the local server {local.pid} does not send its passes here: {'; '.join(problems)}"] if problems else []
 
 
 def _window(
@@ -351,11 +441,11 @@ def _window(
     server_pids: frozenset[int] = frozenset(),
 ) -> tuple[ServerWindow, str | None]:
     """One window: our own load (a sweep level) or the server's own traffic (and a few probes); read-only otherwise.
-    ``server_pids``: the attached server's processes on this machine (its load is the work observed); probes go to
-    each of ``targets`` in turn (the load of a sweep to the first)."""
+    ``server_pids``: the attached servers' processes on this machine (their load is the work observed); the load of a
+    sweep level drives every one of ``targets`` at ``concurrency`` each, probes go to each in turn."""
     target = targets[0]
     recorders = window_recorders(raw.environment.vendor != "none", "", server_pids)
-    window = ServerWindow(target, concurrency, plan.duration_s, metrics_url, recorders)
+    window = ServerWindow(targets, concurrency, plan.duration_s, metrics_url, recorders)
     probes: list[RequestRecord] = []
     failure = None
     try:
@@ -380,13 +470,10 @@ def _window(
     finally:
         window.abort()
     label = (
-        f"concurrency {concurrency}"
+        f"concurrency {concurrency}" + (f" on each of {len(targets)} servers" if len(targets) > 1 else "")
         if concurrency
         else "server's own traffic" + (f" + {len(probes)} probe requests" if probes else "")
     )
-    done = [r for r in window.records if r.ok]
     problem = window.after.problem if window.after is not None else "not read"
-    progress(
-        f"{label}: {len(done)} requests of ours completed, metrics {'unreadable: ' + problem if problem else 'read'}"
-    )
+    progress(f"{label}: {window.summary()}, metrics {'unreadable: ' + problem if problem else 'read'}")
     return window, failure

@@ -332,7 +332,7 @@ def cmd_serve(args: argparse.Namespace, progress: Progress) -> int:
         extra_args=args.extra,
         warm=not args.no_warm,
         reference=not args.no_reference,
-        spans=not args.no_spans,
+        spans=args.spans,
         record_slice_s=args.record_slice,
         concurrency=list(args.concurrency),
         slo_ms=dict(args.slo),

@@ -310,14 +310,16 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
         "--profiling-mode",
         choices=["auto", "on", "detailed", "off"],
         default="auto",
-        help="MODULAR_ENABLE_PROFILING for the kernel modes (auto: on, unless MAX cannot use NVTX on this GPU)",
+        help="MODULAR_ENABLE_PROFILING for the kernel modes (auto: off where CUPTI records the worker, as a plain max "
+        "serve runs; on where MAX's op ranges are needed and MAX can use NVTX here)",
     )
     p.add_argument("--no-warm", action="store_true", help="skip the warm pass (the compile cache is already filled)")
     p.add_argument(
-        "--no-spans",
-        action="store_true",
-        help="leave MAX's telemetry off: no OTLP spans (the per-pass timeline then comes from the worker hook of the "
-        "kernel modes only)",
+        "--spans",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="MAX's OTLP spans (a max.batch per pass, max.request) to a receiver of ours; turns MAX's telemetry on for "
+        "the server (default: on, except in the kernels and ops modes, whose worker hook stamps every pass itself)",
     )
     p.add_argument(
         "--no-reference",

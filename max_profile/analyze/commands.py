@@ -126,10 +126,13 @@ def attach_command(report: Report, comment: str | None = None, **args: ArgValue)
     host = urlsplit(url).hostname
     if metrics and metrics != f"http://{host}:{METRICS_PORT}/metrics":
         out["metrics_url"] = metrics
+    serve = report.serve
+    if serve is not None and serve.otlp:  # the spans' receiver again: the same view of every replica
+        out["otlp"] = serve.otlp
     return Command(
         verb="attach",
         args={**out, **args},
-        positional=[url],
+        positional=list(serve.servers) if serve is not None and serve.servers else [url],
         comment=comment,
         program=report.environment.programs.get("max-profile"),
     )

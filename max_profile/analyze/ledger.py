@@ -43,6 +43,7 @@ from max_profile.analyze.breakdown import (
 from max_profile.analyze.families import FAMILIES, classify_kernel
 from max_profile.analyze.load import in_flight
 from max_profile.analyze.roofline import MATMUL_FAMILIES, peak_bandwidth, peak_flops, step_cost, weight_operand
+from max_profile.analyze.steps import PhaseShape, phase_shape
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.model import (
     KernelTable,
@@ -333,7 +334,9 @@ def _rows(
     for part, ns in sorted(t.busy_ns.items(), key=lambda kv: -kv[1]):
         ms = ns / 1e6 / n
         ideal = basis = None
-        if cost is not None and roofs is not None and part in (MATMUL_PART, ATTENTION_PART):
+        if cost is not None and part == ATTENTION_PART and cost["kv_bytes"] is None:
+            basis = "not priced: the steps carry no context lengths (the KV cache's bytes are unknown)"
+        elif cost is not None and roofs is not None and part in (MATMUL_PART, ATTENTION_PART):
             b, f = (
                 (cost["weight_bytes"], cost["matmul_flops"])
                 if part == MATMUL_PART
@@ -392,20 +395,26 @@ def _median(values: Sequence[float]) -> float | None:
 
 
 def phase_step_cost(
-    steps: Sequence[Step], phase: str, cfg: dict[str, Any], weights: ModelWeights | None
-) -> tuple[list[Step], float | None, float | None, dict[str, Any] | None]:
-    """A phase's working steps, their median batch and tokens per step (decode: the batch), and the bytes-and-FLOPs
-    model of its median step (:func:`~max_profile.analyze.roofline.step_cost`; None without a model description)."""
+    steps: Sequence[Step], phase: Phase, cfg: dict[str, Any], weights: ModelWeights | None
+) -> tuple[list[Step], PhaseShape, dict[str, Any] | None]:
+    """A phase's working steps, their shape (:func:`~max_profile.analyze.steps.phase_shape`: the one batch, tokens and
+    context figure) and the bytes-and-FLOPs model of that step (:func:`~max_profile.analyze.roofline.step_cost`; None
+    without a model description). Where the steps carry no context lengths the KV cache's bytes are unknown:
+    ``kv_bytes`` is None, never zero."""
     sel = [s for s in steps if s.phase == phase and s.batch_size > 0]
-    batch = _median([s.batch_size for s in sel])
-    tokens = _median([float(s.input_tokens) for s in sel]) if phase != "decode" else batch
-    context = _median([float(s.context_tokens or 0) for s in sel]) or 0.0
+    shape = phase_shape(sel, phase)
     cost = None
-    if (cfg or weights) and batch:
+    if (cfg or weights) and shape.batch_figure:
         cost = step_cost(
-            cfg, weights, batch=int(batch), context_tokens=context, new_tokens=tokens if phase != "decode" else None
+            cfg,
+            weights,
+            batch=shape.batch_figure,
+            context_tokens=shape.context_tokens or 0.0,
+            new_tokens=shape.tokens if phase != "decode" else None,
         )
-    return sel, batch, tokens, cost
+        if cost is not None and shape.context_tokens is None:
+            cost = {**cost, "kv_bytes": None}
+    return sel, shape, cost
 
 
 def build_ledger(
@@ -434,7 +443,7 @@ def build_ledger(
         t = per_phase.get(phase)
         if t is None:
             continue
-        sel, batch, tokens, cost = phase_step_cost(steps, phase, cfg, weights)
+        sel, shape, cost = phase_step_cost(steps, phase, cfg, weights)
         total_ns = sum(t.busy_ns.values()) + t.idle_before_graph_ns + t.idle_other_ns
         step_ms = total_ns / 1e6 / t.steps
         rows = _rows(t, step_ms, cost, roofs, host_ops, th.kernel_floor_us)
@@ -450,8 +459,8 @@ def build_ledger(
                 steps=max(int(round(t.steps)), 1),
                 step_ms=round(step_ms, 6),
                 host_step_p50_ms=_median([s.duration_ns / 1e6 for s in sel]),
-                batch=int(batch) if batch else None,
-                tokens_per_step=tokens,
+                batch=shape.batch_figure,
+                tokens_per_step=shape.tokens,
                 rows=rows,
                 busy_pct=round(100 * busy_ms / step_ms, 2) if step_ms else 0.0,
                 ideal_ms_per_step=round(ideal, 6) if priced else None,
@@ -504,7 +513,7 @@ def server_ledger(server: ServerMetrics, window: LoadWindow) -> StepLedger | Non
     ]
     return _pass_ledger(
         passes,
-        window.window_ns,
+        [window.window_ns],
         LedgerSource.SERVER_METRICS,
         "batch execution (kernels and host work, server metrics)",
         "not priced: the server's metrics give batch times, not kernels",
@@ -512,18 +521,21 @@ def server_ledger(server: ServerMetrics, window: LoadWindow) -> StepLedger | Non
     )
 
 
-def spans_ledger(steps: Sequence[Step], window_ns: tuple[int, int], windows: list[LoadWindow]) -> StepLedger | None:
-    """A ledger from MAX's own ``max.batch`` spans of one server (no kernel timeline): each phase's passes at their
-    mean wall time, the rest of the window outside them. A pass holds its kernels and host work alike."""
+def spans_ledger(
+    steps: Sequence[Step], spans: Sequence[tuple[int, int]], windows: list[LoadWindow]
+) -> StepLedger | None:
+    """A ledger from MAX's own ``max.batch`` spans of one server (no kernel timeline): each phase's passes that ended
+    inside the measured ``spans`` (a sweep's levels, not the pauses between them) at their mean wall time, the rest of
+    those spans outside them. A pass holds its kernels and host work alike."""
+    inside = [s for s in steps if any(a <= s.end_ns <= b for a, b in spans)]
     passes = []
     for phase in ("prefill", "decode"):
-        mine = [s for s in steps if (s.phase in ("prefill", "mixed") if phase == "prefill" else s.phase == "decode")]
+        mine = [s for s in inside if s.phase == phase or (phase == "prefill" and s.phase == "mixed")]
         mean = sum(s.duration_ns for s in mine) / len(mine) / 1e6 if mine else None
-        batch = int(round(sum(s.batch_size for s in mine) / len(mine))) if mine else None
-        passes.append((phase, float(len(mine)), mean, batch if phase == "decode" else None))
+        passes.append((phase, float(len(mine)), mean, phase_shape(mine, "decode").batch_figure))
     return _pass_ledger(
         passes,
-        window_ns,
+        spans,
         LedgerSource.SPANS,
         "forward pass (kernels and host work, MAX's max.batch spans)",
         "not priced: the spans time each pass, not its kernels",
@@ -533,16 +545,15 @@ def spans_ledger(steps: Sequence[Step], window_ns: tuple[int, int], windows: lis
 
 def _pass_ledger(
     passes: Sequence[tuple[str, float, float | None, int | None]],
-    window_ns: tuple[int, int],
+    spans: Sequence[tuple[int, int]],
     source: LedgerSource,
     part: str,
     basis: str,
     windows: list[LoadWindow],
 ) -> StepLedger | None:
-    """(phase, passes, mean ms, batch) per phase as a ledger of passes with no kernels, the rest of the window
-    outside."""
-    w0, w1 = window_ns
-    observed_ms = max((w1 - w0) / 1e6, 1e-9)
+    """(phase, passes, mean ms, batch) per phase as a ledger of passes with no kernels, the rest of the measured
+    ``spans`` outside."""
+    observed_ms = max(sum(b - a for a, b in spans) / 1e6, 1e-9)
     phases: list[PhaseLedger] = []
     inside_ms = 0.0
     for phase, count, mean, batch in passes:

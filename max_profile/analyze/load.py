@@ -23,6 +23,7 @@ from max_profile.model import (
     MetricPoint,
     MetricsScrape,
     OpBreakdown,
+    RawCapture,
     Report,
     RequestRecord,
     ServerMetrics,
@@ -209,7 +210,7 @@ def load_level(window: LoadWindow, slo: dict[str, float], samples: Sequence[Util
     secs = max((w1 - w0) / 1e9, 1e-9)
     records = _inside(window.requests, window.window_ns)
     good = [r for r in records if r.ok]
-    completed = [r for r in good if not r.truncated and w0 <= r.ended_ns <= w1]
+    completed = [r for r in good if not r.truncated and ended_inside(r.ended_ns, [window.window_ns])]
     tokens = window_tokens(good, window.window_ns)
     goodput = slo_pct = None
     if slo:
@@ -462,28 +463,51 @@ def histogram(values: Sequence[float], bins: int = HISTOGRAM_BINS) -> Histogram 
     return Histogram(edges=[round(float(e), 4) for e in edges], counts=[int(c) for c in counts])
 
 
-def requests_in_window(records: Sequence[RequestRecord], window: tuple[int, int] | None) -> list[RequestRecord]:
-    """Requests that overlapped the window (the load runs longer than it: warm-up, profiler start / stop)."""
-    if window is None:
+def measured_windows(raw: RawCapture) -> list[tuple[int, int]]:
+    """The spans a served or attached capture measured, in time order: each load level's window (a sweep's pauses
+    between levels, and the tracer's untraced reference window, are no part of them), else the capture's one window;
+    empty without either."""
+    spans = sorted(w.window_ns for w in raw.load_windows if not w.reference and w.window_ns[1] > w.window_ns[0])
+    if spans:
+        return spans
+    return [raw.window_ns] if raw.window_ns is not None else []
+
+
+def ended_inside(ended_ns: int, windows: Sequence[tuple[int, int]]) -> bool:
+    """Whether a request (or pass) that ended at ``ended_ns`` belongs to the windows: it ended inside one of them. Each
+    request belongs to one window, so counts over a sweep's levels add up."""
+    return any(w0 <= ended_ns <= w1 for w0, w1 in windows)
+
+
+def requests_in_windows(records: Sequence[RequestRecord], windows: Sequence[tuple[int, int]]) -> list[RequestRecord]:
+    """The requests that ended inside the windows (no window: every request)."""
+    if not windows:
         return list(records)
-    inside = [r for r in records if r.ended_ns >= window[0] and r.started_ns <= window[1]]
-    return inside or list(records)
+    return [r for r in records if ended_inside(r.ended_ns, windows)]
 
 
-def summarize_serve(run: ServeRun, records: Sequence[RequestRecord], window: tuple[int, int] | None) -> ServeSummary:
-    """Request counts, streamed tokens, TTFT and inter-token latency percentiles (client side, ms)."""
-    records = requests_in_window(records, window)
+def summarize_serve(
+    run: ServeRun, records: Sequence[RequestRecord], windows: Sequence[tuple[int, int]]
+) -> ServeSummary:
+    """Request counts, streamed tokens, TTFT and inter-token latency percentiles (client side, ms) over the measured
+    ``windows``: the requests that ended inside them (what the load sweep counts per level, summed), the tokens streamed
+    inside them (:func:`window_tokens`, as each level counts its own)."""
+    every = [r for r in records if r.ok]
+    records = requests_in_windows(records, windows)
     good = [r for r in records if r.ok]
     ttft = [r.ttft_ms for r in good if r.ttft_ms is not None]
     itl = [g for r in good for g in r.itl_ms]
     itl_p50 = _pct(itl, 50)
+    seconds = sum(b - a for a, b in windows) / 1e9
+    # tokens as each level counts them: every request's share inside each window (one that straddles an edge too)
+    tokens = sum(window_tokens(every, w) for w in windows) if windows else float(sum(r.tokens for r in good))
     return ServeSummary(
         mode=run.mode,
         port=run.port,
-        window_s=(window[1] - window[0]) / 1e9 if window else 0.0,
+        window_s=seconds,
         requests=len(records),
         failed_requests=len(records) - len(good),
-        output_tokens=sum(r.tokens for r in good),
+        output_tokens=int(round(tokens)),
         ttft_ms_p50=_pct(ttft, 50),
         ttft_ms_p90=_pct(ttft, 90),
         itl_ms_p50=itl_p50,
@@ -491,13 +515,14 @@ def summarize_serve(run: ServeRun, records: Sequence[RequestRecord], window: tup
         tokens_per_s=(1e3 / itl_p50) if itl_p50 else None,
         time_to_ready_s=run.time_to_ready_s,
         commands=list(run.commands),
-        output_tok_per_s=round(sum(r.tokens for r in good) / ((window[1] - window[0]) / 1e9), 2)
-        if window and window[1] > window[0]
-        else None,
+        output_tok_per_s=round(tokens / seconds, 2) if seconds > 0 else None,
         server_log=run.server_log,
         first_error=next((r.error for r in records if r.error), None),
         ttft_histogram=histogram(ttft),
         itl_histogram=histogram(itl),
+        pid=run.pid,
+        servers=list(run.servers),
+        otlp=run.otlp,
     )
 
 

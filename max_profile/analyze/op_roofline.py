@@ -109,7 +109,7 @@ def price_ops(
     layers = int(cfg.get("num_hidden_layers") or 0)
     out: list[OpRoofline] = []
     for cov in ops.coverage:
-        cost = phase_step_cost(steps, cov.phase, cfg, weights)[3]
+        cost = phase_step_cost(steps, cov.phase, cfg, weights)[2]
         if cost is None or cov.steps <= 0:
             continue
         rows = [r for r in ops.rows if r.phase == cov.phase]
@@ -123,7 +123,7 @@ def price_ops(
             }[part]
             out.append(_group(cov.phase, part, group, cov.steps, b, f, roofs, th))
         attention = [r for r in rows if op_role(r) == ATTENTION]
-        if attention and cost["kv_bytes"] > 0:
+        if attention and cost["kv_bytes"]:  # None: the steps carry no context lengths, not priced
             out.append(
                 _group(cov.phase, ATTENTION, attention, cov.steps, cost["kv_bytes"], cost["attention_flops"], roofs, th)
             )

@@ -8,11 +8,15 @@ Equivalent by hand: group the Collector's ``max.batch`` spans by ``service.insta
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 
+import msgspec
 import numpy as np
 
-from max_profile.model import ReplicaRow, ServerRequest, Step
+from max_profile.analyze.load import ended_inside
+from max_profile.analyze.steps import phase_shape
+from max_profile.model import RawCapture, ReplicaRow, ServerRequest, Step
 
 FLEET = "fleet"
 
@@ -27,7 +31,9 @@ def _p90_ms(values: Sequence[int | None]) -> float | None:
     return float(np.percentile(kept, 90)) / 1e6 if kept else None
 
 
-def _row(name: str, steps: Sequence[Step], requests: Sequence[ServerRequest], window_s: float | None) -> ReplicaRow:
+def _row(
+    name: str, steps: Sequence[Step], requests: Sequence[ServerRequest], window_s: float | None, server: str | None
+) -> ReplicaRow:
     prefill = [s for s in steps if s.phase in ("prefill", "mixed")]
     decode = [s for s in steps if s.phase == "decode"]
     span_s = window_s
@@ -47,7 +53,7 @@ def _row(name: str, steps: Sequence[Step], requests: Sequence[ServerRequest], wi
         prefill_ms=sum(s.duration_ns for s in prefill) / 1e6,
         decode_ms=sum(s.duration_ns for s in decode) / 1e6,
         busy_pct=100.0 * busy_ns / (span_s * 1e9) if span_s else None,
-        mean_batch=float(np.mean([s.batch_size for s in steps])) if steps else None,
+        decode_batch=phase_shape(steps, "decode").batch_figure,
         mean_decode_pass_ms=sum(s.duration_ns for s in decode) / len(decode) / 1e6 if decode else None,
         requests=len(requests),
         failed_requests=sum(1 for r in requests if not r.ok),
@@ -56,25 +62,55 @@ def _row(name: str, steps: Sequence[Step], requests: Sequence[ServerRequest], wi
         ttft_ms=_mean_ms([r.ttft_ns for r in requests]),
         ttft_p90_ms=_p90_ms([r.ttft_ns for r in requests]),
         itl_ms=_mean_ms([None if v is None else int(v) for v in itl]),
+        server=server,
     )
 
 
+def servers_named(raw: RawCapture) -> dict[str, str | None]:
+    """Each server the capture watched (``ServeRun.servers``) -> the replica name its spans carry: the replica whose
+    ``max.request`` spans hold the ids of the requests sent to that URL (None: none of them arrived as a span)."""
+    urls = list(raw.serve.servers) if raw.serve is not None else []
+    if not urls:
+        return {}
+    replica_of = {r.request_id: r.replica for r in raw.server_requests if r.request_id}
+    out: dict[str, str | None] = {}
+    for url in urls:
+        seen = Counter(replica_of[r.request_id] for r in raw.requests if r.server == url and r.request_id in replica_of)
+        out[url] = seen.most_common(1)[0][0] if seen else None
+    return out
+
+
 def replica_table(
-    steps: Sequence[Step], requests: Sequence[ServerRequest], window_ns: tuple[int, int] | None = None
+    steps: Sequence[Step],
+    requests: Sequence[ServerRequest],
+    windows: Sequence[tuple[int, int]] | None = None,
+    servers: Mapping[str, str | None] | None = None,
 ) -> list[ReplicaRow]:
-    """One row per replica (steps and requests carrying a ``replica``), then the fleet's total when there are several;
-    empty when no step or request names a replica."""
+    """One row per replica (steps and requests carrying a ``replica``) over the measured ``windows`` (passes and
+    requests that ended inside them; a sweep's pauses are nobody's time), then the fleet's total when there are
+    several. ``servers``: the URLs the capture watched, each named by its replica (:func:`servers_named`): a replica
+    gets its URL, and a URL whose server sent nothing gets a silent row of its own. Empty when no step or request names
+    a replica and no server was watched."""
+    if windows:
+        steps = [s for s in steps if ended_inside(s.end_ns, windows)]
+        requests = [r for r in requests if ended_inside(r.ended_ns, windows)]
+    servers = dict(servers or {})
     names = sorted({s.replica for s in steps if s.replica} | {r.replica for r in requests if r.replica})
     if not names:
         return []
-    window_s = (window_ns[1] - window_ns[0]) / 1e9 if window_ns else None
+    url_of = {name: url for url, name in servers.items() if name is not None}
+    window_s = sum(b - a for a, b in windows) / 1e9 if windows else None
     rows = [
-        _row(n, [s for s in steps if s.replica == n], [r for r in requests if r.replica == n], window_s) for n in names
+        _row(n, [s for s in steps if s.replica == n], [r for r in requests if r.replica == n], window_s, url_of.get(n))
+        for n in names
     ]
+    for url, name in servers.items():
+        if name is None:  # watched, but no span of it arrived: said, never dropped
+            rows.append(msgspec.structs.replace(_row(url, [], [], window_s, url), silent=True))
     if len(rows) > 1:
-        fleet = _row(FLEET, [s for s in steps if s.replica], [r for r in requests if r.replica], window_s)
-        # the fleet's passes per second add up; its busy share is the replicas' mean
-        busy = [r.busy_pct for r in rows if r.busy_pct is not None]
+        fleet = _row(FLEET, [s for s in steps if s.replica], [r for r in requests if r.replica], window_s, None)
+        # the fleet's passes and requests add up; its busy share is the mean of the replicas that were seen
+        busy = [r.busy_pct for r in rows if r.busy_pct is not None and not r.silent]
         fleet.busy_pct = float(np.mean(busy)) if busy else None
         rows.append(fleet)
     return rows
@@ -82,8 +118,8 @@ def replica_table(
 
 def slowest_replica(rows: Sequence[ReplicaRow]) -> tuple[ReplicaRow, str] | None:
     """The replica with the highest mean inter-token latency (else TTFT), and why: its decode pass, batch size, queue
-    or share of time busy against the other replicas' mean. None with fewer than two replicas."""
-    replicas = [r for r in rows if r.replica != FLEET]
+    or share of time busy against the other replicas' mean. None with fewer than two replicas seen."""
+    replicas = [r for r in rows if r.replica != FLEET and not r.silent]
     if len(replicas) < 2:
         return None
 
@@ -100,7 +136,7 @@ def slowest_replica(rows: Sequence[ReplicaRow]) -> tuple[ReplicaRow, str] | None
 
     for label, mine, theirs, unit in (
         ("decode pass", worst.mean_decode_pass_ms, mean([r.mean_decode_pass_ms for r in others]), "ms"),
-        ("batch size", worst.mean_batch, mean([r.mean_batch for r in others]), ""),
+        ("decode batch", worst.decode_batch, mean([r.decode_batch for r in others]), ""),
         ("queue", worst.queue_ms, mean([r.queue_ms for r in others]), "ms"),
         ("busy", worst.busy_pct, mean([r.busy_pct for r in others]), "%"),
     ):

@@ -18,14 +18,21 @@ from max_profile.analyze.account import breakdown_from_ledger, ms_per_step_of
 from max_profile.analyze.breakdown import breakdown_from_totals, build_breakdown, slices_without_records
 from max_profile.analyze.commands import next_command
 from max_profile.analyze.ledger import build_ledger, server_ledger, spans_ledger, with_load
-from max_profile.analyze.load import load_level, summarize_serve, tracer_cost, tracing_cost_statement
+from max_profile.analyze.load import (
+    ended_inside,
+    load_level,
+    measured_windows,
+    summarize_serve,
+    tracer_cost,
+    tracing_cost_statement,
+)
 from max_profile.analyze.ncu import analyze_launch
 from max_profile.analyze.op_roofline import price_ops
 from max_profile.analyze.ops import op_breakdown
-from max_profile.analyze.replicas import replica_table, slowest_replica
+from max_profile.analyze.replicas import replica_table, servers_named, slowest_replica
 from max_profile.analyze.roofline import decode_roofline
 from max_profile.analyze.rules import RULES, RuleSpec, evaluate_rules, nvml_window_long_enough
-from max_profile.analyze.steps import summarize_steps
+from max_profile.analyze.steps import phase_shape, summarize_steps
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.analyze.timeline import Timeline, capture_timeline, valid_host_steps
 from max_profile.analyze.utilization import summarize_gpus, window_samples
@@ -71,9 +78,10 @@ def decode_cost_of(report: Report) -> DecodeCost | None:
     decode phase's kernel families; None without decode steps or a model description."""
     cfg = dict(report.capture.model_config or {})
     weights = report.capture.model_weights
-    steps = [s for s in report.steps if s.phase == "decode" and s.batch_size > 0]
-    if not steps or not (cfg or weights):
+    shape = phase_shape(report.steps, "decode")
+    if not shape.batch_figure or not (cfg or weights):
         return None
+    steps = [s for s in report.steps if s.phase == "decode" and s.batch_size > 0]
     gpu = report.environment.gpus[0].name if report.environment.gpus else None
     per_step: dict[str, float] | None = None
     k = report.kernels
@@ -85,8 +93,8 @@ def decode_cost_of(report: Report) -> DecodeCost | None:
         cfg,
         weights,
         gpu,
-        batch=int(np.median([s.batch_size for s in steps])),
-        context_tokens=float(np.median([s.context_tokens or 0 for s in steps])),
+        batch=shape.batch_figure,
+        context_tokens=shape.context_tokens,
         step_ms=float(np.median([s.duration_ns / 1e6 for s in steps])),
         family_ms_per_step=per_step,
     )
@@ -117,8 +125,11 @@ def ledger_of(
     windows = [w for w in raw.load_windows if not w.reference]
     if raw.steps and raw.steps[0].replica is not None and len({s.replica for s in raw.steps}) == 1:
         # one server's passes from MAX's spans: each pass timed, where the server's metrics give only means
-        window = raw.window_ns or (min(s.start_ns for s in raw.steps), max(s.end_ns for s in raw.steps))
-        spans = spans_ledger(raw.steps, window, windows)
+        spans = spans_ledger(
+            raw.steps,
+            measured_windows(raw) or [(min(s.start_ns for s in raw.steps), max(s.end_ns for s in raw.steps))],
+            windows,
+        )
         if spans is not None:
             return spans
     if windows and report.server_metrics is not None:
@@ -263,11 +274,11 @@ def _kernels_of(
 
 def _serving_into(report: Report, raw: RawCapture, notes: list[str]) -> None:
     """A served or attached capture's load levels, server metrics, tracer cost and replicas."""
-    measured_windows = [
+    levels_measured = [
         w for w in raw.load_windows if not w.reference
     ]  # the reference window is the tracer's yardstick only
-    if measured_windows:
-        levels = [load_level(w, raw.slo_ms, raw.samples) for w in measured_windows]
+    if levels_measured:
+        levels = [load_level(w, raw.slo_ms, raw.samples) for w in levels_measured]
         report.server_metrics = levels[-1].server
         report.window_load = levels[-1]
         report.slo_ms = dict(raw.slo_ms)
@@ -286,10 +297,34 @@ def _serving_into(report: Report, raw: RawCapture, notes: list[str]) -> None:
             f"({a.hook_prefill} / {a.hook_decode}, median {figure(a.hook_median_ms, '.2f')} ms; a span also holds the "
             "pass's response hand-off)"
         )
-    report.replicas = replica_table(raw.steps, raw.server_requests, raw.window_ns if raw.serve is not None else None)
+    report.replicas = replica_table(
+        raw.steps, raw.server_requests, measured_windows(raw) if raw.serve is not None else None, servers_named(raw)
+    )
     slowest = slowest_replica(report.replicas)
     if slowest is not None:
         report.slowest_replica = f"{slowest[0].replica}: {slowest[1]}"
+
+
+def _the_measured_windows(raw: RawCapture, notes: list[str]) -> RawCapture:
+    """A served or attached capture with several measured windows (a load sweep), accounted over those windows only: the
+    passes that ended inside one of them (those of the pauses between levels, where any were read, are left out and
+    counted), and a kernel recording that ran through each window whole taken as recorded in the windows (what the
+    ledger and the breakdown divide by: the pauses are no level's time)."""
+    windows = measured_windows(raw) if raw.serve is not None else []
+    if len(windows) < 2:
+        return raw
+    kept = [s for s in raw.steps if ended_inside(s.end_ns, windows)]
+    if len(kept) < len(raw.steps):
+        notes.append(
+            f"{len(raw.steps) - len(kept)} pass(es) ran between the sweep's load levels, outside every measured "
+            "window: left out of every figure"
+        )
+    recorded = raw.recorded_spans
+    if not recorded and raw.kernel_clock == "host" and len(raw.kernels):
+        recorded = windows
+    if len(kept) == len(raw.steps) and recorded is raw.recorded_spans:
+        return raw
+    return msgspec.structs.replace(raw, steps=kept, recorded_spans=list(recorded))
 
 
 def build_report(
@@ -303,6 +338,7 @@ def build_report(
     Nsight Compute analyses, then the ``rules`` judged against ``thresholds`` and the next command to run."""
     th = thresholds or Thresholds()
     notes = list(raw.notes)
+    raw = _the_measured_windows(raw, notes)
     host_steps = valid_host_steps(raw)
     if len(host_steps) < len(raw.steps):
         notes.append(
@@ -333,7 +369,7 @@ def build_report(
     kernels = _kernels_of(raw, timeline, host_window, th, notes)
     _serving_into(report, raw, notes)
     if raw.serve is not None:
-        report.serve = summarize_serve(raw.serve, raw.requests, raw.window_ns)
+        report.serve = summarize_serve(raw.serve, raw.requests, measured_windows(raw))
         if report.serve.requests and report.serve.requests == report.serve.failed_requests and kernels is None:
             kernels = Unavailable(
                 f"no request completed in the window: {report.serve.first_error or 'no request completed'}"

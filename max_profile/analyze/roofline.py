@@ -312,18 +312,21 @@ def decode_roofline(
     gpu_name: str | None,
     *,
     batch: int,
-    context_tokens: float,
+    context_tokens: float | None,
     step_ms: float,
     family_ms_per_step: dict[str, float] | None,
 ) -> DecodeCost | None:
     """The decode step's cost model against the GPU: the whole step (host step time and, with kernels, kernel
-    time) and the families the model prices (matmuls: the weights; attention: the KV cache)."""
-    cost = decode_step_cost(cfg, weights, batch, context_tokens)
+    time) and the families the model prices (matmuls: the weights; attention: the KV cache). ``context_tokens`` None:
+    the steps carry no context lengths, so the KV cache's bytes are unknown (``kv_bytes`` None), never priced as zero;
+    the whole step is then priced on its weights alone and attention is not priced."""
+    cost = decode_step_cost(cfg, weights, batch, context_tokens or 0.0)
     if cost is None or not math.isfinite(step_ms) or step_ms <= 0:
         return None
     operand = weight_operand(cfg, weights)
     peak_bw, peak_fl = peak_bandwidth(gpu_name), peak_flops(gpu_name, operand)
-    total_bytes = cost["weight_bytes"] + cost["kv_bytes"] + cost["embedding_bytes"]
+    kv_known = context_tokens is not None
+    total_bytes = cost["weight_bytes"] + (cost["kv_bytes"] if kv_known else 0.0) + cost["embedding_bytes"]
     total_flops = cost["matmul_flops"] + cost["attention_flops"]
     rows: list[FamilyRoofline] = []
     kernel_ms = None
@@ -342,7 +345,7 @@ def decode_roofline(
                 )
             )
         attention_ms = family_ms_per_step.get("attention", 0.0)
-        if attention_ms > 0:
+        if attention_ms > 0 and kv_known:
             rows.append(
                 _family_row("attention", attention_ms, cost["kv_bytes"], cost["attention_flops"], peak_bw, peak_fl)
             )
@@ -352,9 +355,9 @@ def decode_roofline(
     )
     return DecodeCost(
         batch=batch,
-        context_tokens=round(context_tokens, 1),
+        context_tokens=round(context_tokens, 1) if context_tokens is not None else None,
         weight_bytes=float(round(cost["weight_bytes"])),
-        kv_bytes=float(round(cost["kv_bytes"])),
+        kv_bytes=float(round(cost["kv_bytes"])) if kv_known else None,
         embedding_bytes=float(round(cost["embedding_bytes"])),
         flops=float(round(total_flops)),
         weights_basis=cost["basis"],

@@ -7,6 +7,7 @@ Pure functions of :class:`Step` lists. Equivalent to what ``max generate`` print
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,6 +22,38 @@ def _pct(values: np.ndarray, q: float) -> float:
 def active_steps(steps: Sequence[Step]) -> list[Step]:
     """Steps that carried requests (the overlap pipeline's empty drain call is left out)."""
     return [s for s in steps if s.batch_size > 0]
+
+
+@dataclass(frozen=True)
+class PhaseShape:
+    """What one phase's passes carried: the one batch, tokens and context figure every view of a report reads (the
+    ledger, the decode roofline, the replica table, finding evidence).
+
+    Each is the median over the phase's passes that carried requests: ``batch`` requests, ``tokens`` new tokens
+    (decode: the batch) and ``context_tokens`` cached tokens summed over the batch, None where the passes do not say
+    (MAX's ``max.batch`` spans give no context lengths: the KV cache's bytes are then unknown, never zero)."""
+
+    steps: int
+    batch: float | None
+    tokens: float | None
+    context_tokens: float | None
+
+    @property
+    def batch_figure(self) -> int | None:
+        """The batch as printed and priced: the median rounded to whole requests."""
+        return int(round(self.batch)) if self.batch else None
+
+
+def phase_shape(steps: Sequence[Step], phase: Phase) -> PhaseShape:
+    """The :class:`PhaseShape` of ``phase``'s passes among ``steps`` (a ``prefill`` shape takes mixed passes too where
+    the caller passes them)."""
+    sel = [s for s in steps if s.phase == phase and s.batch_size > 0]
+    if not sel:
+        return PhaseShape(0, None, None, None)
+    batch = float(np.median([s.batch_size for s in sel]))
+    tokens = batch if phase == "decode" else float(np.median([float(s.input_tokens) for s in sel]))
+    known = [float(s.context_tokens) for s in sel if s.context_tokens is not None]
+    return PhaseShape(len(sel), batch, tokens, float(np.median(known)) if known else None)
 
 
 def summarize_steps(

@@ -304,6 +304,11 @@ class RequestRecord(msgspec.Struct, frozen=True):
     error: str | None = None
     truncated: bool = False
     """The client stopped reading before the stream ended (the load stopped mid-request)."""
+    request_id: str | None = None
+    """The server's id of the request (the stream's chunk ``id``: MAX's ``max.request_id``), which ties it to the
+    server's own spans."""
+    server: str | None = None
+    """The URL of the server it went to, where a load drives several (``attach URL1 URL2``)."""
 
 
 class ServerRequest(msgspec.Struct, frozen=True):
@@ -380,6 +385,13 @@ class ServeRun(msgspec.Struct, frozen=True):
     time_to_ready_s: float | None = None
     commands: list[list[str]] = []
     server_log: str | None = None
+    pid: int | None = None
+    """``attach``: the attached server's process on this machine (found by its listening port), None when not here."""
+    servers: list[str] = []
+    """The URLs of every server the capture watched (``attach URL1 URL2``: each a replica the report names, one that
+    sent nothing included); empty for one server."""
+    otlp: str | None = None
+    """``attach --otlp``: where the servers' spans were received (``[HOST:]PORT`` as given)."""
 
 
 class NcuLaunch(msgspec.Struct, frozen=True):

@@ -264,9 +264,11 @@ class DecodeCost(msgspec.Struct, frozen=True, tag=True):
     summed over a step's kernels."""
 
     batch: int
-    context_tokens: float
+    context_tokens: float | None
+    """Cached tokens summed over the batch; None where the steps do not say (MAX's spans): the KV bytes are unknown."""
     weight_bytes: float
-    kv_bytes: float
+    kv_bytes: float | None
+    """None: not known (no context lengths), never zero; the step's bytes then count the weights alone."""
     embedding_bytes: float
     flops: float
     weights_basis: str
@@ -601,7 +603,8 @@ class ReplicaRow(msgspec.Struct):
     prefill_ms: float
     decode_ms: float
     busy_pct: float | None
-    mean_batch: float | None
+    decode_batch: int | None
+    """Requests per decode pass: the median over its decode passes (the batch figure of the ledger and roofline)."""
     mean_decode_pass_ms: float | None
     requests: int
     failed_requests: int
@@ -611,6 +614,10 @@ class ReplicaRow(msgspec.Struct):
     ttft_p90_ms: float | None
     itl_ms: float | None
     """Mean inter-token latency: each request's decode phase over its tokens after the first."""
+    server: str | None = None
+    """The URL this replica serves on, where the capture drove or probed it (matched by the requests' ids)."""
+    silent: bool = False
+    """A server the capture watched from which no span of the window arrived (its row is empty: not idle, unseen)."""
 
 
 class TracerCost(msgspec.Struct, frozen=True):
@@ -684,6 +691,12 @@ class ServeSummary(msgspec.Struct, frozen=True):
     itl_histogram: Histogram | None = None
     output_tok_per_s: float | None = None
     """Tokens streamed to the client over the window's seconds (all requests)."""
+    pid: int | None = None
+    """``attach``: the attached server's process on this machine (found by its port), None when not here."""
+    servers: list[str] = []
+    """``attach URL1 URL2``: every server watched (the next command names them all)."""
+    otlp: str | None = None
+    """``attach --otlp``: where the spans were received."""
 
 
 class Report(msgspec.Struct):

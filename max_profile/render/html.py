@@ -34,6 +34,8 @@ from max_profile.render.html_base import CSS, HEATMAP_COLUMNS, PHASE_COLORS, SEV
 from max_profile.render.tables import (
     OP_COLUMNS,
     OP_ROOF_COLUMNS,
+    decode_context_text,
+    kv_text,
     op_coverage_text,
     op_figures,
     op_phase_heading,
@@ -544,9 +546,8 @@ def _decode_cost(report: Report) -> str:
         for r in [c.step, *([c.kernels] if c.kernels else []), *c.families]
     ]
     head = (
-        f"<p class='meta'>batch {c.batch}, context {c.context_tokens:.0f} tokens (summed over the batch); weights "
-        f"{c.weight_bytes / 1e9:.3f} GB, "
-        f"KV {c.kv_bytes / 1e9:.4f} GB per step; peaks {_n(c.peak_bandwidth_GBps, '.0f', ' GB/s')}, "
+        f"<p class='meta'>batch {c.batch}, {esc(decode_context_text(c))}; weights {c.weight_bytes / 1e9:.3f} GB, "
+        f"{esc(kv_text(c, 'KV'))} per step; peaks {_n(c.peak_bandwidth_GBps, '.0f', ' GB/s')}, "
         f"{_n(c.peak_TFLOPs, '.0f', ' TFLOP/s')} "
         f"({esc(c.operand)}); {esc(c.weights_basis)}</p>"
     )
@@ -582,16 +583,16 @@ def _replicas(report: Report) -> str:
     if not report.replicas:
         return na("no MAX serve spans (serve records them; attach --otlp PORT receives them)")
     header = ["replica", "passes", "passes/s", "prefill / decode passes", "prefill / decode ms", "busy %"]
-    header += ["batch size", "decode pass ms", "requests", "queue ms", "TTFT ms", "ITL ms"]
+    header += ["decode batch", "decode pass ms", "requests", "queue ms", "TTFT ms", "ITL ms"]
     rows = [
         [
-            r.replica,
+            r.replica + (" (silent: no span arrived)" if r.silent else ""),
             str(r.passes),
             _n(r.passes_per_s, ".1f"),
             f"{r.prefill_passes} / {r.decode_passes}",
             f"{r.prefill_ms:.1f} / {r.decode_ms:.1f}",
             _n(r.busy_pct, ".1f"),
-            _n(r.mean_batch),
+            _n(r.decode_batch, "d"),
             _n(r.mean_decode_pass_ms),
             f"{r.requests} ({r.failed_requests} failed)",
             _n(r.queue_ms),

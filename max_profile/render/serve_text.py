@@ -170,7 +170,7 @@ def replicas_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableTy
         Col("prefill ms"),
         Col("decode ms"),
         Col("busy %"),
-        Col("batch size"),
+        Col("decode batch"),
         Col("decode pass ms"),
         Col("requests"),
         Col("output tokens"),
@@ -181,7 +181,7 @@ def replicas_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableTy
     ]
     rows = [
         [
-            r.replica,
+            r.replica + (" (silent: no span arrived)" if r.silent else ""),
             str(r.passes),
             figure(r.passes_per_s, ".1f"),
             str(r.prefill_passes),
@@ -189,7 +189,7 @@ def replicas_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableTy
             f"{r.prefill_ms:.1f}",
             f"{r.decode_ms:.1f}",
             figure(r.busy_pct, ".1f"),
-            figure(r.mean_batch, ".2f"),
+            figure(r.decode_batch, "d"),
             figure(r.mean_decode_pass_ms, ".2f"),
             f"{r.requests}" + (f" ({r.failed_requests} failed)" if r.failed_requests else ""),
             str(r.output_tokens),
@@ -202,8 +202,12 @@ def replicas_section(report: Report, width: int = DEFAULT_WIDTH) -> RenderableTy
     ]
     lines = [
         "from MAX's own spans: a pass is one max.batch span (prefill: context-encoding requests only; decode: "
-        "token generation only), queue is arrival to the first pass, ITL the decode phase over its tokens"
+        "token generation only), queue is arrival to the first pass, ITL the decode phase over its tokens; decode "
+        "batch is the median requests per decode pass"
     ]
+    served = [f"{r.replica}: {r.server}" for r in report.replicas if r.server and r.server != r.replica]
+    if served:
+        lines.append("served at " + "; ".join(served))
     if report.slowest_replica:
         lines.insert(0, f"slowest: {report.slowest_replica}")
     body = Group(*fitted_tables(cols, rows, width - INNER), Text("\n".join(lines), style="dim"))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from rich.table import Table
 from rich.text import Text
 
-from max_profile.model import OpCoverage, OpRoofline, OpRow, PhaseBreakdown
+from max_profile.model import DecodeCost, OpCoverage, OpRoofline, OpRow, PhaseBreakdown
 
 INNER = 4
 """Columns a panel's border and padding take from the width its tables get."""
@@ -90,6 +90,18 @@ def fitted_tables(
 def na_text(reason: str) -> Text:
     """A section's place when its data is missing: ``not available: <why>``, dimmed."""
     return Text(f"not available: {reason}", style="dim")
+
+
+def decode_context_text(c: DecodeCost) -> str:
+    """The context a decode step was priced at, in words (unknown contexts said so)."""
+    if c.context_tokens is None:
+        return "context unknown (the passes carry no context lengths)"
+    return f"context {c.context_tokens:.0f} tokens (summed over the batch)"
+
+
+def kv_text(c: DecodeCost, label: str) -> str:
+    """The KV cache's bytes per decode step, in words (unknown, never 0)."""
+    return f"{label} unknown" if c.kv_bytes is None else f"{label} {c.kv_bytes / 1e9:.4f} GB"
 
 
 def figure(v: float | int | None, fmt: str = ".2f", unit: str = "") -> str:

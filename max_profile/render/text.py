@@ -37,8 +37,10 @@ from max_profile.render.tables import (
     OP_COLUMNS,
     OP_ROOF_COLUMNS,
     Col,
+    decode_context_text,
     figure,
     fitted_tables,
+    kv_text,
     na_text,
     op_coverage_text,
     op_figures,
@@ -382,9 +384,8 @@ def decode_cost_section(c: DecodeCost | None, width: int = DEFAULT_WIDTH) -> Ren
     if c is None:
         return None
     head = Text(
-        f"batch {c.batch}, context {c.context_tokens:.0f} tokens (summed over the batch); per step: weights "
-        f"{c.weight_bytes / 1e9:.3f} GB, "
-        f"KV cache {c.kv_bytes / 1e9:.4f} GB, {c.flops / 1e9:.1f} GFLOP ({c.operand} operands); peaks: "
+        f"batch {c.batch}, {decode_context_text(c)}; per step: weights {c.weight_bytes / 1e9:.3f} GB, "
+        f"{kv_text(c, 'KV cache')}, {c.flops / 1e9:.1f} GFLOP ({c.operand} operands); peaks: "
         f"{figure(c.peak_bandwidth_GBps, '.0f', ' GB/s')}, {figure(c.peak_TFLOPs, '.0f', ' TFLOP/s')} "
         f"({c.gpu or 'GPU unknown'})"
     )
@@ -701,7 +702,14 @@ def host_load_line(report: Report) -> RenderableType | None:
         if load.cores
         else load.cpu_busy_pct
     )
-    server = f"the attached server {observed:.2f}, " if load.observed_cores is not None else ""
+    attached = report.serve is not None and report.serve.mode == "attach"
+    server = (
+        f"the attached server {observed:.2f}, "
+        if load.observed_cores is not None
+        else "the attached server not found on this machine (its CPU time, if it runs here, is among the others), "
+        if attached
+        else ""
+    )
     return Text(
         f"host CPU over the window: {figure(busy, '.0f', '%')} busy of {load.cores} cores; this process tree "
         f"{load.own_cores:.2f} cores, {server}"

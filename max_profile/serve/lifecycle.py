@@ -51,7 +51,7 @@ from max_profile.model import (
 )
 from max_profile.model.tags import StepSource, TargetKind, serve_collector
 from max_profile.preflight import preflight_gate
-from max_profile.serve.modes import resolve_plan
+from max_profile.serve.modes import cupti_in_worker, resolve_plan
 from max_profile.serve.plan import ModeContext, ResolvedServe, ServePlan
 from max_profile.util.procs import die_with_parent, kill_group, raise_pending_signal
 
@@ -76,10 +76,11 @@ def run_serve_capture(
     env = detect_environment(check_tools=False)
     resolved = plan if isinstance(plan, ResolvedServe) else resolve_plan(plan, env.vendor)
     p = resolved.plan
-    if resolved.records_kernels and p.profiling_mode == "auto" and resolved.profiling == "off":
+    cupti = cupti_in_worker(p, resolved.mode)
+    if resolved.records_kernels and p.profiling_mode == "auto" and resolved.profiling == "off" and not cupti:
         progress(
-            f"MODULAR_ENABLE_PROFILING=off: {MAX_GPU_NVTX_PROBLEM}; kernels are recorded but not split by phase "
-            f"({NVTX_V2_FIX})"
+            f"MODULAR_ENABLE_PROFILING=off: {MAX_GPU_NVTX_PROBLEM}; the worker's passes are stamped, but no kernel or "
+            f"op range is recorded ({NVTX_V2_FIX})"
         )
     ok = confirm(resolved) if callable(confirm) else confirm
     if not ok:
@@ -114,7 +115,7 @@ def serve_windows(
 
     cache_was_empty = not any("/.max_cache/" in p for p in cache_files(modular_cache_dir()))
     progress("starting: " + " ".join(cmd))
-    receiver = OtlpReceiver() if plan.spans else None
+    receiver = OtlpReceiver() if resolved.spans else None
     spans_env = span_export_env(receiver.endpoint) if receiver is not None else {}
     try:
         server = ServerProcess(cmd, resolved.env_for(tmp, {**recorder.env(), **spans_env}), tmp)
@@ -143,7 +144,7 @@ def serve_windows(
         for concurrency, reference in schedule:
             traced = False if reference else record(index := index + 1)
             window = ServerWindow(
-                target,
+                [target],
                 concurrency,
                 plan.duration_s,
                 metrics_url,
@@ -167,7 +168,7 @@ def serve_windows(
                 )
         if receiver is not None:
             measured = [w.span for w in windows if not w.reference] or [w.span for w in windows]
-            spans_into_serve(raw, receiver, (measured[0][0], measured[-1][1]), progress)
+            spans_into_serve(raw, receiver, measured, progress)
         saved = _keep_artifacts(tmp, artifacts_dir)
     finally:
         for w in windows:
@@ -202,19 +203,22 @@ def span_export_env(endpoint: str) -> dict[str, str]:
 
 
 def spans_into_serve(
-    raw: RawCapture, receiver: OtlpReceiver, window: tuple[int, int], progress: Callable[[str], None]
+    raw: RawCapture, receiver: OtlpReceiver, windows: list[tuple[int, int]], progress: Callable[[str], None]
 ) -> None:
     """The measured windows' passes and requests from MAX's spans (waiting for the exporters' last batches): they are
     the capture's steps where no worker hook recorded any; where it did, the hook's steps stay (its kernels are joined
     to them) and how the two agree is said."""
     offset = time.time_ns() - time.perf_counter_ns()
-    receiver.wait_past(window[1] + offset, SPAN_FLUSH_S)
-    passes = passes_from_spans(receiver.spans(), offset, window)
+    receiver.wait_past(windows[-1][1] + offset, SPAN_FLUSH_S)
+    spans = receiver.spans()
+    passes = passes_from_spans(spans, offset, windows)
     raw.capture.unix_minus_perf_counter_ns = raw.capture.unix_minus_perf_counter_ns or offset
     raw.notes.append(receiver.summary())
     if not passes.steps:
         raw.notes.append(
-            "MAX's spans: no forward pass in the window (max.batch spans need MAX_SERVE_KERNEL_TRACE_LEVEL)"
+            "MAX's spans arrive; no forward pass in the window"
+            if spans
+            else "MAX's spans: none arrived from the server (its OTLP export did not reach the receiver)"
         )
         return
     if raw.steps:
@@ -286,7 +290,11 @@ def new_serve_raw(resolved: ResolvedServe, env: Environment, preflight: list[Pre
         collectors=[serve_collector(plan.mode)],
         model_config=resolved.model_config,
         model_weights=resolved.model_weights,
-        phase_markers=StepSource.SCHEDULER if profiling not in (None, "off") else None,
+        phase_markers=StepSource.WORKER
+        if resolved.mode.worker_steps
+        else StepSource.SCHEDULER
+        if profiling not in (None, "off")
+        else None,
         workload=Workload(
             prompt=plan.prompt, max_new_tokens=plan.max_tokens, custom_architectures=list(plan.custom_architectures)
         ),

@@ -97,6 +97,10 @@ def _kernels_lines(r: ResolvedServe) -> list[str]:
     lines = []
     if p.vendor == "nvidia":  # CUPTI in the worker: recorded in slices, switched per window
         lines.append(
+            f"phases       the worker hook's passes (prefill / decode, batch, tokens); MODULAR_ENABLE_PROFILING="
+            f"{r.profiling}" + (" (the server compiles and runs as a plain max serve)" if r.profiling == "off" else "")
+        )
+        lines.append(
             "recording    CUPTI in the model worker, every kernel (device graphs' included): "
             + (
                 f"slices of {p.record_slice_s:g} s, {100 * p.record_share:.0f} % of each window (--record-share "
@@ -105,11 +109,16 @@ def _kernels_lines(r: ResolvedServe) -> list[str]:
                 else "the whole window"
             )
         )
-        if r.reference_window:
-            lines.append(
-                f"reference    one {p.duration_s:g} s window without the recorder first: its cost on this server "
-                "(--no-reference skips it)"
-            )
+    elif r.profiling != "off":  # MAX's op ranges, logged only while a window records
+        lines.append(
+            f"recording    MAX's op ranges (MODULAR_ENABLE_PROFILING={r.profiling}) in the model worker, logged while "
+            "a window records, and its passes"
+        )
+    if r.reference_window and (p.vendor == "nvidia" or r.profiling != "off"):
+        lines.append(
+            f"reference    one {p.duration_s:g} s window without the recorder first: its cost on this server "
+            "(--no-reference skips it)"
+        )
     return lines + _server_line(r)
 
 
@@ -161,7 +170,7 @@ SERVE_MODES: dict[str, ServeMode] = {
         ),
         ServeMode(
             "kernels",
-            "the model worker's kernels (CUPTI on NVIDIA) and MAX's op ranges, split by phase",
+            "the model worker's passes and kernels (CUPTI on NVIDIA; MAX's op ranges elsewhere), split by phase",
             records_kernels=True,
             sweeps=True,
             reference=True,
@@ -169,6 +178,7 @@ SERVE_MODES: dict[str, ServeMode] = {
             tool=None,
             make_recorder=_kernels_recorder,
             plan_lines=_kernels_lines,
+            worker_steps=True,
         ),
         ServeMode(
             "ops",
@@ -180,6 +190,7 @@ SERVE_MODES: dict[str, ServeMode] = {
             tool=None,
             make_recorder=_ops_recorder,
             plan_lines=_ops_lines,
+            worker_steps=True,
             op_ranges=True,
         ),
         ServeMode(
@@ -217,16 +228,31 @@ def serve_mode(name: str) -> ServeMode:
         raise InputError(f"unknown --mode {name!r}: use {' or '.join(SERVE_MODES)}") from None
 
 
+def cupti_in_worker(plan: ServePlan, mode: ServeMode) -> bool:
+    """Whether the mode's recorder records the model worker's kernels with CUPTI (the worker hook on NVIDIA)."""
+    return mode.worker_steps and plan.vendor == "nvidia"
+
+
 def profiling_of(plan: ServePlan, mode: ServeMode) -> str:
-    """MODULAR_ENABLE_PROFILING of the plan's servers: the plan's choice in a kernel mode (``auto``: ``on`` where MAX
-    can use it), else the user's own environment's."""
+    """MODULAR_ENABLE_PROFILING of the plan's servers: the plan's choice in a kernel mode, else the user's own
+    environment's. ``auto``: ``off`` where CUPTI records the worker's kernels and the mode needs no op ranges (the
+    worker hook's steps split them by phase; MAX's ranges would cost every launch a range and the server a compile of
+    its own), ``on`` where the op ranges are needed and MAX can use them."""
     from max_profile.collect.live.nvtx_log import max_profiling_usable
 
     if not mode.records_kernels:
         return os.environ.get("MODULAR_ENABLE_PROFILING", "off")
     if plan.profiling_mode != "auto":
         return plan.profiling_mode
+    if cupti_in_worker(plan, mode) and not mode.op_ranges:
+        return "off"
     return "on" if max_profiling_usable(plan.devices) else "off"
+
+
+def spans_of(plan: ServePlan, mode: ServeMode) -> bool:
+    """Whether the server sends MAX's spans to us: the plan's choice, else on unless the mode's worker hook stamps
+    every pass itself."""
+    return plan.spans if plan.spans is not None else not mode.worker_steps
 
 
 def _check(plan: ServePlan, mode: ServeMode, profiling: str) -> None:
@@ -340,6 +366,7 @@ def resolve_plan(plan: ServePlan, vendor: str, *, check_tool: bool = True) -> Re
         warm_command=tuple(warm_command(plan)),
         device_graphs=graphs,
         tool=profiler_for(mode, vendor) if check_tool else None,
+        spans=spans_of(plan, mode),
         model_config=read_model_config(plan.model_path),
         model_weights=read_model_weights(plan.model_path),
     )

@@ -67,14 +67,18 @@ class ServePlan:
     0.3 % with device graphs and 7.6 % without them; ~10 s of steady decode repeat the same steps, so the slices show
     the same kernel mix."""
     record_slice_s: float = 0.5
-    spans: bool = True
+    spans: bool | None = None
     """MAX's own OTLP spans (``max.batch`` per forward pass, ``max.request`` and its phases) sent to a receiver of ours
     on 127.0.0.1: the per-pass timeline on every vendor. It turns MAX's telemetry on for this server (its one start-up
-    log goes to Modular; its metrics to our receiver); ``--no-spans`` keeps all of it off."""
+    log goes to Modular; its metrics to our receiver) and costs the server a span per pass and request. None (the
+    default): on where the mode has no pass timeline of its own, off where the worker hook stamps every pass (kernels,
+    ops: the spans would say it twice, at a cost); ``--spans`` / ``--no-spans`` choose."""
     profiling_mode: str = "auto"
-    """MODULAR_ENABLE_PROFILING in the kernel modes: ``on`` carries MAX's scheduler ranges (the phases; it shares
-    the compile cache with ``max-profile run --kernels nvtx-log``); ``detailed`` adds Python spans (another compile);
-    ``off`` has no ranges (kernels are not split by phase). ``auto``: ``on`` where MAX can use it, else ``off``."""
+    """MODULAR_ENABLE_PROFILING in the kernel modes: ``on`` carries MAX's scheduler ranges (it shares the compile
+    cache with ``max-profile run --kernels nvtx-log``); ``detailed`` adds Python spans (another compile); ``off`` has
+    no ranges. ``auto``: ``off`` where CUPTI records the model worker (the worker hook's steps give the phases, and
+    the server runs the compiled graphs and speed of a plain ``max serve``), ``on`` where MAX's op ranges are the
+    kernels (no GPU tracer) and MAX can use them, else ``off``."""
 
     def __post_init__(self) -> None:
         # The server runs in a folder of its own (its TMPDIR and log): a model folder or custom-architecture package
@@ -119,6 +123,9 @@ class ServeMode:
     make_recorder: Callable[[ResolvedServe, ModeContext], tuple[ServeRecorder, str | None]]
     plan_lines: Callable[[ResolvedServe], list[str]]
     """What the printed plan says of the mode's recording and server command."""
+    worker_steps: bool = False
+    """The mode's recorder stamps every forward pass in the model worker (the worker hook): MAX's spans are not
+    needed for the pass timeline (``ServePlan.spans`` defaults to off)."""
     op_ranges: bool = False
     """Needs MAX's op ranges (MODULAR_ENABLE_PROFILING=on, checked before anything starts) with every op launched
     eagerly: device graphs off on every vendor (a graph replay runs its ops without their ranges)."""
@@ -141,6 +148,8 @@ class ResolvedServe:
     architectures on a GPU). The report then says what ran, from the trace."""
     tool: str | None
     """The mode's profiler binary (checked), or None."""
+    spans: bool
+    """Whether the server sends MAX's OTLP spans to a receiver of ours (the plan's choice, or its mode's default)."""
     model_config: dict[str, object] | None
     model_weights: ModelWeights | None
 
@@ -170,7 +179,7 @@ class ResolvedServe:
         if p.warm:
             lines.append("warm pass    " + " ".join(self.warm_command))
         lines += self.mode.plan_lines(self)
-        if p.spans:
+        if self.spans:
             lines.append(
                 "spans        MAX's OTLP spans (a max.batch per forward pass, max.request) to a receiver on 127.0.0.1: "
                 "MAX's telemetry on for this server (its start-up log to Modular; --no-spans keeps it off)"

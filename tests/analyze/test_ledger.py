@@ -22,6 +22,7 @@ from max_profile.analyze.families import classify_kernel
 from max_profile.analyze.ledger import roofs_for, server_ledger
 from max_profile.analyze.report import build_report
 from max_profile.analyze.roofline import PEAK_DENSE_FLOPS, PEAK_DRAM_BYTES_PER_S
+from max_profile.analyze.steps import PhaseShape
 from max_profile.analyze.thresholds import Thresholds
 from max_profile.flags import build_parser
 from max_profile.model import (
@@ -1453,8 +1454,9 @@ def test_fp8_weights_price_the_ledger_at_the_fp8_peak_without_a_quantization_con
 
 
 def test_phase_step_cost_of_steps_without_a_context_and_of_a_phase_that_fed_nothing() -> None:
-    """Steps that carry no context length (an importer that does not know it) are priced over no context, not one
-    token of it; a phase none of whose steps fed requests has no batch and no cost, with a config or without."""
+    """Steps that carry no context length (MAX's spans, an importer that does not know it): the KV cache's bytes are
+    unknown (None), never priced as zero, while the weights are priced as for any context; steps that say 0 cached
+    tokens are priced at 0. A phase none of whose steps fed requests has no batch and no cost."""
     from max_profile.analyze.ledger import phase_step_cost
     from max_profile.analyze.roofline import step_cost
 
@@ -1470,12 +1472,15 @@ def test_phase_step_cost_of_steps_without_a_context_and_of_a_phase_that_fed_noth
         )
         for i in range(3)
     ]
-    sel, batch, tokens, cost = phase_step_cost(steps, "decode", CFG, None)
-    assert (len(sel), batch, tokens) == (3, 2, 2)
-    assert cost == step_cost(CFG, None, batch=2, context_tokens=0.0)
-    assert cost != step_cost(CFG, None, batch=2, context_tokens=1.0)
+    sel, shape, cost = phase_step_cost(steps, "decode", CFG, None)
+    assert (len(sel), shape.batch_figure, shape.tokens, shape.context_tokens) == (3, 2, 2, None)
+    known = step_cost(CFG, None, batch=2, context_tokens=0.0)
+    assert cost is not None and known is not None
+    assert cost["kv_bytes"] is None and {k: v for k, v in cost.items() if k != "kv_bytes"} == {
+        k: v for k, v in known.items() if k != "kv_bytes"
+    }
     zero = [msgspec.structs.replace(s, context_tokens=0) for s in steps]
-    assert phase_step_cost(zero, "decode", CFG, None)[3] == cost
+    assert phase_step_cost(zero, "decode", CFG, None)[2] == known
     drained = [msgspec.structs.replace(s, batch_size=0) for s in steps]
-    assert phase_step_cost(drained, "decode", CFG, None) == ([], None, None, None)
-    assert phase_step_cost(steps, "decode", {}, None)[3] is None
+    assert phase_step_cost(drained, "decode", CFG, None)[1:] == (PhaseShape(0, None, None, None), None)
+    assert phase_step_cost(steps, "decode", {}, None)[2] is None

@@ -29,7 +29,7 @@ from max_profile.analyze.load import (
     latency,
     load_level,
     rate_noise,
-    requests_in_window,
+    requests_in_windows,
     server_metrics,
     summarize_serve,
     tracer_cost,
@@ -384,28 +384,58 @@ def test_latency_and_histograms() -> None:
 
 def test_the_client_summary_of_a_serve_window() -> None:
     run = ServeRun(mode="kernels", port=8000, time_to_ready_s=12.5, commands=[["max", "serve"]], server_log="log")
-    got = summarize_serve(run, REQUESTS, (0, 6 * S))
-    inside = REQUESTS[:7]
-    ok = [r for r in inside if r.ok]
+    got = summarize_serve(run, REQUESTS, [(0, 6 * S)])
+    # a request belongs to the window it ended in: the one straddling the start, the four ending inside and the one
+    # the stop cut at 6 s; not the one that ended at 9 s (its tokens inside still count) or the one after
+    ended = [r for r in REQUESTS if 0 <= r.ended_ns <= 6 * S]
+    assert len(ended) == 6
+    ok = [r for r in ended if r.ok]
     gaps = [g for r in ok for g in r.itl_ms]
+    # tokens as the level counts them: each successful request's share of its span inside the window
+    tokens = 20 * 1 / 2 + 10 + 10 + 30 * 3 / 6 + 10 + 10
     assert (got.mode, got.port, got.window_s, got.time_to_ready_s) == ("kernels", 8000, 6.0, 12.5)
-    assert got.requests == 7 and got.failed_requests == 1
-    assert got.output_tokens == sum(r.tokens for r in ok)
-    assert got.output_tok_per_s == round(sum(r.tokens for r in ok) / 6, 2)
+    assert got.requests == 6 and got.failed_requests == 1
+    assert got.output_tokens == round(tokens) == load_level(WINDOW, {}).output_tokens
+    assert got.output_tok_per_s == round(tokens / 6, 2) == load_level(WINDOW, {}).output_tok_per_s
     assert got.ttft_ms_p50 == float(np.percentile([r.ttft_ms for r in ok], 50))
     assert got.ttft_ms_p90 == float(np.percentile([r.ttft_ms for r in ok], 90))
     assert got.itl_ms_p50 == float(np.percentile(gaps, 50)) and got.itl_ms_p90 == float(np.percentile(gaps, 90))
     assert got.tokens_per_s == 1e3 / float(np.percentile(gaps, 50))
     assert got.first_error == "HTTP 500" and got.commands == [["max", "serve"]] and got.server_log == "log"
     assert got.ttft_histogram is not None and sum(got.ttft_histogram.counts) == len(ok)
-    # no window: every request; a window nothing overlapped: every request too (the load ran longer than it)
-    assert requests_in_window(REQUESTS, None) == REQUESTS
-    assert requests_in_window(REQUESTS, (100 * S, 101 * S)) == REQUESTS
-    assert requests_in_window(REQUESTS, (20 * S, 20 * S)) == [REQUESTS[-1]]
-    whole = summarize_serve(run, REQUESTS, None)
-    assert whole.window_s == 0.0 and whole.output_tok_per_s is None
-    failed = summarize_serve(run, [_req(0.0, 1.0, ok=False, itl=(), ttft=None)], (0, S))
+    # no window: every request, no rate
+    assert requests_in_windows(REQUESTS, []) == REQUESTS
+    assert requests_in_windows(REQUESTS, [(100 * S, 101 * S)]) == []
+    assert requests_in_windows(REQUESTS, [(20 * S, 21 * S)]) == [REQUESTS[-1]]
+    whole = summarize_serve(run, REQUESTS, [])
+    assert whole.window_s == 0.0 and whole.output_tok_per_s is None and whole.requests == len(REQUESTS)
+    failed = summarize_serve(run, [_req(0.0, 1.0, ok=False, itl=(), ttft=None)], [(0, S)])
     assert failed.itl_ms_p50 is None and failed.tokens_per_s is None and failed.ttft_histogram is None
+
+
+def test_a_sweeps_summary_is_its_levels_added_up_and_the_pause_is_nobodys() -> None:
+    """Two levels with a pause between them: the summary counts each level's requests once (the ones that ended inside
+    it), never those that ended in the pause, and its tokens/s is over the levels' own seconds."""
+    run = ServeRun(mode="attach", port=1)
+    first, second = (0, 4 * S), (10 * S, 14 * S)
+    records = [
+        _req(0.5, 1.5),
+        _req(1.5, 3.5),
+        _req(3.5, 5.0, tokens=15),  # straddles the first level's end, ends in the pause: nobody's request
+        _req(9.0, 10.5),  # began in the pause, ends in the second level
+        _req(11.0, 12.0),
+        _req(12.0, 13.0, ok=False, tokens=0, ttft=None, itl=()),
+    ]
+    levels = [
+        load_level(LoadWindow(concurrency=c, window_ns=w, requests=records), {}) for c, w in ((1, first), (4, second))
+    ]
+    got = summarize_serve(run, records, [first, second])
+    in_a_level = [r for r in records if first[0] <= r.ended_ns <= first[1] or second[0] <= r.ended_ns <= second[1]]
+    assert got.requests == len(in_a_level) == 5 and got.failed_requests == 1
+    assert got.requests - got.failed_requests == sum(lv.completed for lv in levels)
+    assert got.window_s == 8.0  # the levels' seconds, not the 14 s from the first's start to the last's end
+    tokens = 10 + 10 + 15 * 0.5 / 1.5 + 10 * 0.5 / 1.5 + 10
+    assert got.output_tokens == round(tokens) and got.output_tok_per_s == round(tokens / 8, 2)
 
 
 # --- what tracing cost --------------------------------------------------------------------------------------------
@@ -646,10 +676,10 @@ def test_requests_at_the_window_edges() -> None:
     assert level.completed == 1  # the one that ended at its opening (the other ended after it)
     share, rate = in_flight([at_start, at_end, req(w0 + S, w1)], (w0, w1))
     assert share == 90.0 and rate == round(2 / 10, 4)  # ended at w0 and at w1 both count as done inside
-    assert requests_in_window([at_start], (w0, w1)) == [at_start]
+    assert requests_in_windows([at_start], [(w0, w1)]) == [at_start]  # ended at the opening: in
     inside = req(w0 + 1, w1 - 1)
-    assert requests_in_window([at_start, inside, at_end], (w0, w1)) == [at_start, inside, at_end]
-    assert requests_in_window([req(0, w0 - 1), at_end], (w0, w1)) == [at_end]
+    assert requests_in_windows([at_start, inside, at_end], [(w0, w1)]) == [at_start, inside]
+    assert requests_in_windows([req(0, w0 - 1), req(w0 - 5, w1)], [(w0, w1)]) == [req(w0 - 5, w1)]
 
 
 def test_windows_of_zero_and_one_nanosecond() -> None:
@@ -711,16 +741,16 @@ def test_the_client_summary_of_a_window_that_does_not_start_at_zero() -> None:
     ttft = [10.0, 20.0, 30.0, 40.0, 1000.0]
     itl = tuple(float(x) for x in range(1, 21))
     records = [req(S + i, 2 * S, ttft=t, itl=itl) for i, t in enumerate(ttft)]
-    got = summarize_serve(run, records, (S, 4 * S + 7_000))
+    got = summarize_serve(run, records, [(S, 4 * S + 7_000)])
     assert got.window_s == (3 * S + 7_000) / 1e9
     assert got.ttft_ms_p50 == 30.0 and got.ttft_ms_p90 == float(np.percentile(ttft, 90))
     gaps = list(itl) * 5
     assert got.itl_ms_p90 == float(np.percentile(gaps, 90)) and got.itl_ms_p90 != float(np.percentile(gaps, 91))
     assert got.output_tok_per_s == round(50 / ((3 * S + 7_000) / 1e9), 2) == 16.67
     assert got.itl_histogram is not None and sum(got.itl_histogram.counts) == len(gaps)
-    fast = summarize_serve(run, [req(0, 1_000, tokens=10)], (0, 1_000))  # 10 tokens in 1 µs: 1e7 tokens/s
+    fast = summarize_serve(run, [req(0, 1_000, tokens=10)], [(0, 1_000)])  # 10 tokens in 1 µs: 1e7 tokens/s
     assert fast.output_tok_per_s == 10_000_000.0
-    assert summarize_serve(run, records, (S, S)).output_tok_per_s is None  # a zero-length window: no rate
+    assert summarize_serve(run, records, [(S, S)]).output_tok_per_s is None  # a zero-length window: no rate
 
 
 TH = Thresholds()

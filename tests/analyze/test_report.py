@@ -28,6 +28,7 @@ from max_profile.model import (
     Unavailable,
     UtilizationSection,
 )
+from max_profile.render.tables import decode_context_text, kv_text
 
 from ..analyze.rules.test_rules import DENSE, _samples, synthetic
 
@@ -309,8 +310,14 @@ def test_the_decode_cost_model_without_a_decode_phase_or_context() -> None:
     idle = [msgspec.structs.replace(s, batch_size=0, index=10_000 + i) for i, s in enumerate(decode * 2)]
     padded = msgspec.structs.replace(r, steps=[*r.steps, *idle])
     assert decode_cost_of(padded).batch == decode_cost_of(r).batch  # type: ignore[union-attr]  # idle steps left out
+    # steps that carry no context length: the KV cache's bytes unknown, never priced as zero
     unknown = msgspec.structs.replace(r, steps=[msgspec.structs.replace(s, context_tokens=None) for s in r.steps])
-    assert decode_cost_of(unknown).context_tokens == 0.0  # type: ignore[union-attr]
+    blind = decode_cost_of(unknown)
+    seen = decode_cost_of(r)
+    assert blind is not None and seen is not None and seen.kv_bytes
+    assert blind.context_tokens is None and blind.kv_bytes is None
+    assert blind.weight_bytes == seen.weight_bytes and not any(f.family == "attention" for f in blind.families)
+    assert "unknown" in decode_context_text(blind) and kv_text(blind, "KV") == "KV unknown"
 
 
 def test_breakdown_inputs_from_the_capture_and_the_thresholds() -> None:
@@ -378,7 +385,10 @@ def test_a_serve_window_is_the_clients_summary_window() -> None:
             raw, serve=ServeRun(mode="utilization", port=1), requests=reqs, window_ns=(10**9, 2 * 10**9)
         )
     )
-    assert served.serve is not None and served.serve.window_s == 1.0 and served.serve.output_tok_per_s == 30.0
+    # the request ran 0-3 s: a third of it, and of its 30 tokens, lies inside the 1-2 s window; it ended outside it, so
+    # it is not counted as one of the window's requests
+    assert served.serve is not None and served.serve.window_s == 1.0 and served.serve.output_tok_per_s == 30 / 3
+    assert served.serve.requests == 0
 
 
 def test_the_next_measurement_in_the_captures_interface_and_its_samples_kept() -> None:

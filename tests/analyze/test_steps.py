@@ -192,6 +192,10 @@ def test_growth_reads_one_batch_size_and_the_untraced_steps() -> None:
     slow_first = [msgspec_replace(s, end_ns=s.end_ns + 10**6) if i < 8 else s for i, s in enumerate(flat)]
     assert decode_growth(slow_first) < 0  # read together: a falling slope that is the tracer's
     assert decode_growth(slow_first, traced=[traced_span]) == pytest.approx(0.0)
+    # fewer than 8 steps untraced: the slope is fitted on every step (traced too), never on the few untraced ones
+    rising = decode_run(24, context=[10 + 4 * i for i in range(24)], ms=[2.0 + 0.1 * i for i in range(24)])
+    few_untraced = (rising[0].start_ns, rising[-6].end_ns)  # 19 traced, 5 not
+    assert decode_growth(rising, traced=[few_untraced]) == pytest.approx(growth_truth(rising), rel=1e-12)
 
 
 def test_a_server_s_steps_have_no_ttft_and_a_decode_of_no_length_no_throughput() -> None:

@@ -41,6 +41,7 @@ from max_profile.model import (
     OpRoofline,
     PhaseLedger,
     Report,
+    StepLedger,
 )
 from max_profile.model.command_text import cli
 from max_profile.model.tags import LedgerSource
@@ -63,11 +64,21 @@ def _launch_shape(k: KernelBreakdown | None, phase: str, name: str | None) -> st
     return row.launch_shape if row is not None else None
 
 
-def _host_command(report: Report) -> Command:
+def _host_command(report: Report) -> Command | None:
     """py-spy on the capture's own run (a server: the same serve capture, its worker followed) with the kernel tracer
     off: where the host's time goes per step. Without ``--native``: its native stacks did not get past a model's load in
     5 minutes where the Python stacks took 11 s."""
     pip, spy = program(report, "pip"), program(report, "py-spy")
+    attached = report.serve is not None and report.serve.mode == "attach"
+    if attached:  # the server that was attached, not a new one: its process here, found by its port
+        pid = report.serve.pid if report.serve is not None else None
+        if pid is None:
+            return None
+        seconds = max(int(round((report.ledger.window_ms if isinstance(report.ledger, StepLedger) else 10e3) / 1e3)), 1)
+        return shell(
+            f"{pip} install py-spy && {spy} record --pid {pid} --subprocesses --duration {seconds} -o host.svg",
+            comment="where the attached server's host time goes (its processes, found by its port)",
+        )
     if report.serve is not None:
         line = f"{pip} install py-spy && {spy} record --subprocesses -o host.svg -- " + cli(
             for_model(report, "serve", mode="utilization", yes=True)
@@ -399,6 +410,7 @@ def rule_outside_steps(report: Report, th: Thresholds) -> list[Finding]:
     severity = lever_severity(pct, steps, th)
     if severity is None:
         return []
+    host = _host_command(report)
     return [
         Finding(
             id="time-outside-steps",
@@ -421,8 +433,9 @@ def rule_outside_steps(report: Report, th: Thresholds) -> list[Finding]:
             title=f"{pct:.0f} % of the window ({lg.outside_steps_ms:.1f} ms, {per_step:.2f} ms per step) passed "
             "between steps, where no step ran",
             next_step="Between two executes the host runs the generation loop (scheduling, detokenization, streaming) "
-            "or waits for work: see where with py-spy:",
-            command=_host_command(report),
+            "or waits for work: see where with py-spy"
+            + (":" if host is not None else " on the server's own machine (py-spy record --pid of its process)."),
+            command=host,
         )
     ]
 
@@ -546,8 +559,8 @@ def rule_decode_bandwidth(report: Report, th: Thresholds) -> list[Finding]:
         "batch": c.batch,
         "context_tokens": c.context_tokens,
         "weight_bytes_per_step": round(c.weight_bytes),
-        "kv_bytes_per_step": round(c.kv_bytes),
-        "bytes_per_step": round(c.weight_bytes + c.kv_bytes + c.embedding_bytes),
+        "kv_bytes_per_step": round(c.kv_bytes) if c.kv_bytes is not None else None,
+        "bytes_per_step": round(c.weight_bytes + (c.kv_bytes or 0.0) + c.embedding_bytes),
         "decode_step_p50_ms": c.step.ms_per_step,
         "achieved_GBps": c.step.achieved_GBps,
         "peak_GBps": c.peak_bandwidth_GBps,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from max_profile.collect.readers.otlp import (
@@ -110,11 +110,11 @@ def pass_phase(ce_count: int, tg_count: int) -> Phase:
 
 
 def passes_from_spans(
-    spans: Iterable[OtlpSpan], offset_ns: int = 0, window_ns: tuple[int, int] | None = None
+    spans: Iterable[OtlpSpan], offset_ns: int = 0, windows: Sequence[tuple[int, int]] | None = None
 ) -> SpanPasses:
     """Steps and requests of ``spans``; ``offset_ns`` is subtracted from their Unix times (a capture's
-    ``unix_minus_perf_counter_ns``); with ``window_ns`` (on the caller's clock) only passes and requests that end inside
-    it are kept."""
+    ``unix_minus_perf_counter_ns``); with ``windows`` (on the caller's clock: a sweep's levels) only passes and
+    requests that end inside one of them are kept (the pauses between levels are no level's)."""
     spans = sorted(spans, key=lambda s: (s.start_ns, s.span_id))
     replica = replica_names(spans)
     requests = {s.str_attr("max.request_id"): s for s in spans if s.name == REQUEST_SPAN}
@@ -128,7 +128,7 @@ def passes_from_spans(
         first_tokens[key] = first_tokens.get(key, 0) + (req.int_attr("gen_ai.usage.input_tokens") or 0)
 
     def inside(end_ns: int) -> bool:
-        return window_ns is None or window_ns[0] <= end_ns - offset_ns <= window_ns[1]
+        return windows is None or any(a <= end_ns - offset_ns <= b for a, b in windows)
 
     out = SpanPasses(spans=len(spans))
     names = set()

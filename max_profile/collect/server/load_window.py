@@ -11,8 +11,10 @@ Equivalent by hand: ``curl $METRICS``; a load generator; ``nvidia-smi dmon``; ``
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from max_profile.analyze.load import load_level
 from max_profile.collect.live.recorders import GpuSamplerRecorder, HostLoadRecorder, Recorder
 from max_profile.collect.server.serve_client import LoadGenerator
 from max_profile.collect.server.serve_metrics import scrape
@@ -33,6 +35,10 @@ class ServerTarget:
     max_tokens: int
     prefix: str = ""
 
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}{self.prefix}"
+
 
 def window_recorders(sample_gpus: bool, label: str, observed: frozenset[int] = frozenset()) -> list[Recorder]:
     """The recorders of a server window: host load always (``observed``: the attached server's processes, counted
@@ -50,7 +56,7 @@ class ServerWindow:
 
     def __init__(
         self,
-        target: ServerTarget,
+        targets: Sequence[ServerTarget],
         concurrency: int,
         duration_s: float,
         metrics_url: str | None,
@@ -66,20 +72,26 @@ class ServerWindow:
         self.tracer = tracer
         self.traced = traced
         self.reference = reference
-        self.generator = (
-            LoadGenerator(
-                target.host,
-                target.port,
-                target.model,
-                target.prompt,
-                target.max_tokens,
-                concurrency=concurrency,
-                deadline_s=duration_s + 300,
-                prefix=target.prefix,
-            )
+        several = len(targets) > 1
+        self.generators = (
+            [
+                LoadGenerator(
+                    t.host,
+                    t.port,
+                    t.model,
+                    t.prompt,
+                    t.max_tokens,
+                    concurrency=concurrency,
+                    deadline_s=duration_s + 300,
+                    prefix=t.prefix,
+                    server=t.url if several else None,
+                )
+                for t in targets
+            ]
             if concurrency
-            else None
+            else []
         )
+        """One closed-loop load per server, each at ``concurrency`` (several servers: every one of them driven)."""
         self.span: tuple[int, int] = (0, 0)
         self.before: MetricsScrape | None = None
         self.after: MetricsScrape | None = None
@@ -89,9 +101,10 @@ class ServerWindow:
 
     def start_load(self, ahead: bool) -> None:
         """Start our load; with ``ahead`` let it run a moment, so the window opens on a server already busy."""
-        if self.generator is None:
+        if not self.generators:
             return
-        self.generator.start()
+        for g in self.generators:
+            g.start()
         if ahead:
             time.sleep(min(2.0, self.duration_s / 4))
 
@@ -115,15 +128,18 @@ class ServerWindow:
 
     def finish(self, requests: list[RequestRecord] | None = None) -> None:
         """Stop our load and keep its requests (or ``requests``: the probes sent instead of a load)."""
-        if self.generator is not None:
-            self.generator.stop()
-            self.records = self.generator.snapshot()
+        for g in self.generators:
+            g.stop_event.set()  # every load stops at once, then each is joined
+        for g in self.generators:
+            g.stop()
+        if self.generators:
+            self.records = sorted((r for g in self.generators for r in g.snapshot()), key=lambda r: r.started_ns)
         if requests is not None:
             self.records = list(requests)
 
     def abort(self) -> None:
-        if self.generator is not None:
-            self.generator.stop_event.set()
+        for g in self.generators:
+            g.stop_event.set()
         self._stop_recorders(True)
         self._stop_tracer(True)
 
@@ -143,9 +159,10 @@ class ServerWindow:
             r.fill(raw, self.span)
 
     def summary(self) -> str:
-        done = [r for r in self.records if r.ok]
-        secs = max((self.span[1] - self.span[0]) / 1e9, 1e-9)
-        return f"{len(done)} requests, {sum(r.tokens for r in done) / secs:.0f} tok/s streamed (window and edges)"
+        """The window's requests and tokens/s as the report counts them (:func:`~max_profile.analyze.load.load_level`:
+        requests completed inside the window, tokens streamed inside it)."""
+        level = load_level(self.load_window(), {})
+        return f"{level.completed} requests completed in the window, {level.output_tok_per_s:.0f} tok/s streamed"
 
     def load_window(self) -> LoadWindow:
         return LoadWindow(

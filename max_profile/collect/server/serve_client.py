@@ -13,7 +13,10 @@ import http.client
 import json
 import threading
 import time
+from collections.abc import Iterable
 from urllib.parse import urlsplit
+
+import msgspec
 
 from max_profile.model import RequestRecord
 
@@ -41,13 +44,14 @@ def stream_completion(
     prefix: str = "",
     headers: dict[str, str] | None = None,
     timeout_s: float = REQUEST_TIMEOUT_S,
+    server: str | None = None,
 ) -> RequestRecord:
     """One streamed completion; the record says what the client saw (never raises for a server's fault).
 
     Tokens are counted as the server counted them: a chunk can carry several (MAX skips chunks whose tokens decode to no
     visible text and sends them with the next), so each chunk's ``token_ids`` (MAX's ``return_token_ids``) split its gap
     into per-token inter-token latencies, and the final ``usage`` chunk (``stream_options.include_usage``) gives the
-    total.
+    total. The record keeps the server's id of the request (the chunks' ``id``) and ``server`` (the URL it went to).
     """
     t_sent = time.perf_counter_ns()
     body = json.dumps(
@@ -76,49 +80,78 @@ def stream_completion(
             text = resp.read(300).decode(errors="replace")
             conn.close()
             return RequestRecord(
-                started_ns=t_sent, ended_ns=time.perf_counter_ns(), ok=False, error=f"HTTP {resp.status}: {text}"
+                started_ns=t_sent,
+                ended_ns=time.perf_counter_ns(),
+                ok=False,
+                error=f"HTTP {resp.status}: {text}",
+                server=server,
             )
-        first: float | None = None
-        last = t0
-        gaps: list[float] = []
-        tokens = 0
-        usage_tokens: int | None = None
-        truncated = False
-        for raw in resp:
-            line = raw.decode(errors="replace").strip()
-            if not line.startswith("data:") or line == "data: [DONE]":
-                continue
-            now = time.perf_counter()
-            in_chunk, usage = chunk_tokens(line[5:])
-            if usage is not None:
-                usage_tokens = usage
-            if not in_chunk:
-                continue  # the usage chunk: no token of its own
-            tokens += in_chunk
-            if first is None:
-                first = now
-            else:
-                gaps += [(now - last) * 1e3 / in_chunk] * in_chunk
-            last = now
-            if stop is not None and stop.is_set():
-                truncated = True
-                break
+        record = _read_stream(resp, t_sent, t0, stop)
         conn.close()
-        if usage_tokens is not None and not truncated:
-            tokens = usage_tokens
+        return msgspec.structs.replace(record, ended_ns=time.perf_counter_ns(), server=server)
+    except (OSError, http.client.HTTPException) as exc:
         return RequestRecord(
             started_ns=t_sent,
             ended_ns=time.perf_counter_ns(),
-            ok=True,
-            tokens=tokens,
-            ttft_ms=(first - t0) * 1e3 if first else None,
-            itl_ms=gaps,
-            truncated=truncated,
+            ok=False,
+            error=f"{type(exc).__name__}: {exc}",
+            server=server,
         )
-    except (OSError, http.client.HTTPException) as exc:
-        return RequestRecord(
-            started_ns=t_sent, ended_ns=time.perf_counter_ns(), ok=False, error=f"{type(exc).__name__}: {exc}"
-        )
+
+
+def _read_stream(resp: Iterable[bytes], t_sent: int, t0: float, stop: threading.Event | None) -> RequestRecord:
+    """What one streamed response said, chunk by chunk (see :func:`stream_completion`); its end is stamped by the
+    caller."""
+    first: float | None = None
+    request_id: str | None = None
+    last = t0
+    gaps: list[float] = []
+    tokens = 0
+    usage_tokens: int | None = None
+    truncated = False
+    for raw in resp:
+        line = raw.decode(errors="replace").strip()
+        if not line.startswith("data:") or line == "data: [DONE]":
+            continue
+        now = time.perf_counter()
+        if request_id is None:
+            request_id = chunk_id(line[5:])
+        in_chunk, usage = chunk_tokens(line[5:])
+        if usage is not None:
+            usage_tokens = usage
+        if not in_chunk:
+            continue  # the usage chunk: no token of its own
+        tokens += in_chunk
+        if first is None:
+            first = now
+        else:
+            gaps += [(now - last) * 1e3 / in_chunk] * in_chunk
+        last = now
+        if stop is not None and stop.is_set():
+            truncated = True
+            break
+    if usage_tokens is not None and not truncated:
+        tokens = usage_tokens
+    return RequestRecord(
+        started_ns=t_sent,
+        ended_ns=t_sent,
+        ok=True,
+        tokens=tokens,
+        ttft_ms=(first - t0) * 1e3 if first else None,
+        itl_ms=gaps,
+        truncated=truncated,
+        request_id=request_id,
+    )
+
+
+def chunk_id(data: str) -> str | None:
+    """The ``id`` of one SSE ``data:`` payload (the server's id of the request), None where it has none."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    found = doc.get("id") if isinstance(doc, dict) else None
+    return found if isinstance(found, str) and found else None
 
 
 def chunk_tokens(data: str) -> tuple[int, int | None]:
@@ -155,6 +188,7 @@ class LoadGenerator:
         deadline_s: float = 600.0,
         max_requests: int = 100_000,
         prefix: str = "",
+        server: str | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -167,6 +201,8 @@ class LoadGenerator:
             prefix,
         )
         self.concurrency = concurrency
+        self.server = server
+        """The URL its records name as their server (None: the only one)."""
         self.deadline = time.monotonic() + deadline_s
         self.max_requests = max_requests
         self.stop_event = threading.Event()
@@ -182,7 +218,14 @@ class LoadGenerator:
                 if len(self.records) >= self.max_requests:
                     return
             record = stream_completion(
-                self.host, self.port, self.model, self.prompt, self.max_tokens, stop=self.stop_event, prefix=self.prefix
+                self.host,
+                self.port,
+                self.model,
+                self.prompt,
+                self.max_tokens,
+                stop=self.stop_event,
+                prefix=self.prefix,
+                server=self.server,
             )
             with self._lock:
                 self.records.append(record)

@@ -28,7 +28,7 @@ from typing import Protocol
 import msgspec
 
 from max_profile.collect.live.cupti_native import build_cupti_library
-from max_profile.collect.live.nvtx_log import build_injection_library
+from max_profile.collect.live.nvtx_log import GATED_ENV, build_injection_library
 from max_profile.collect.live.recorders import (
     NO_OPS_IN_WINDOW,
     SERVE_OPS_MODE_NOTE,
@@ -154,7 +154,13 @@ class WorkerKernelRecorder(UtilizationRecorder):
             try:
                 self.nvtx_template = str(tmp / "nvtx-%p.log")
                 self.extra.update(
-                    {"NVTX_INJECTION64_PATH": build_injection_library(), "MAX_PROFILE_NVTX_LOG": self.nvtx_template}
+                    {
+                        "NVTX_INJECTION64_PATH": build_injection_library(),
+                        "MAX_PROFILE_NVTX_LOG": self.nvtx_template,
+                        # written only while a window records (the worker hook switches it): an untraced window and
+                        # the time between windows pay MAX's ranges, not a log line for each
+                        GATED_ENV: "1",
+                    }
                 )
             except ToolMissingError as exc:
                 self.nvtx_template = None
@@ -174,9 +180,9 @@ class WorkerKernelRecorder(UtilizationRecorder):
         self.hook = WorkerHook(tmp / "cupti")
         self.extra.update(self.hook.env(library, launches=True, kernels=cupti))
         self.cupti = cupti
-        self.switched_per_window = (
-            cupti  # CUPTI in the worker, on and off per window: an untraced window measures its cost
-        )
+        # CUPTI in the worker, or the gated log of MAX's op ranges, on and off per window: an untraced window of the
+        # same server measures what recording costs it
+        self.switched_per_window = cupti or self.nvtx_template is not None
 
     def env(self) -> dict[str, str]:
         return dict(self.extra)

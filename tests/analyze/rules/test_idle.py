@@ -170,3 +170,30 @@ def test_nvml_edges_a_gpu_never_sampled_an_idle_gpu_and_no_decode_phase(base: Re
     )
     [no_decode] = rule_gpu_idle(prefill_only, TH)
     assert no_decode.lever is None and "decode_step_p50_ms" not in no_decode.evidence
+
+
+def test_the_recordings_share_of_a_served_step_is_the_traced_servers_own() -> None:
+    """`serve --mode kernels` measured its recorder against an untraced window of the same server: the decode step's
+    share that is the recording's own is the server's recorded step less its untraced one (its /metrics), whatever the
+    kernel ledger's step is; another phase loses its step times the throughput lost."""
+    from max_profile.analyze.rules.idle import recording_share_ms
+    from max_profile.model import StepLedger, TracerCost
+
+    cost = TracerCost(
+        concurrency=1,
+        reference_tok_s=147.0,
+        traced_tok_s=122.6,
+        throughput_ratio=122.6 / 147.0,
+        reference_decode_step_ms=6.80,
+        traced_decode_step_ms=8.21,
+    )
+    ledgered = build_report(RawCapture.load(str(S12 / "run_b64_3b_raw.json.gz")))
+    served = msgspec.structs.replace(ledgered, tracer_cost=cost)
+    lg = ledgered.ledger
+    assert isinstance(lg, StepLedger)
+    decode = next(p for p in lg.phases if p.phase == "decode")
+    assert abs(decode.step_ms - (8.21 - 6.80)) > 0.1  # the ledger's step is another figure
+    assert recording_share_ms(served, decode) == pytest.approx(8.21 - 6.80)
+    prefill = next(p for p in lg.phases if p.phase == "prefill")
+    assert recording_share_ms(served, prefill) == pytest.approx(prefill.step_ms * (1 - 122.6 / 147.0))
+    assert recording_share_ms(ledgered, decode) is None  # nothing measured against an untraced window

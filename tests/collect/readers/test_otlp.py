@@ -62,8 +62,16 @@ def test_a_window_keeps_the_passes_that_end_inside_it() -> None:
     spans = decode_protobuf(protobuf_body(served.spans))
     everything = passes_from_spans(spans, offset_ns=10_000_000_000)
     first_request_end = everything.server_requests[0].ended_ns
-    part = passes_from_spans(spans, offset_ns=10_000_000_000, window_ns=(0, first_request_end))
+    part = passes_from_spans(spans, offset_ns=10_000_000_000, windows=[(0, first_request_end)])
     assert len(part.server_requests) == 1 and len(part.steps) == 4
+    # two windows with a pause between them: the passes and requests that ended in the pause are nobody's
+    ends = sorted(s.end_ns for s in everything.steps)
+    second = (everything.server_requests[1].ended_ns - 1, everything.server_requests[1].ended_ns)
+    pause = [e for e in ends if first_request_end < e < second[0]]
+    split = passes_from_spans(spans, offset_ns=10_000_000_000, windows=[(0, first_request_end), second])
+    assert len(split.server_requests) == 2 and pause
+    assert len(split.steps) == len([e for e in ends if e <= first_request_end or second[0] <= e <= second[1]])
+    assert len(split.steps) == len(everything.steps) - len(pause)
 
 
 def test_replicas_are_named_by_instance_or_joined_by_their_traces() -> None:

@@ -13,6 +13,7 @@ import pytest
 from max_profile.analyze.report import build_report
 from max_profile.attach import AttachPlan, run_attach
 from max_profile.collect.readers.sources import import_trace
+from max_profile.model import RawCapture
 from max_profile.util.procs import clean_child_env
 
 from ...conftest import run_cli
@@ -24,12 +25,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.max]
 TOKENS = 12
 
 
-def _start(name: str, model: Path, otlp_port: int, folder: Path) -> OutsideServer:
-    """`max serve` as a user would start it to export its spans (the variables attach --otlp prints)."""
+def _start(name: str, model: Path, otlp_port: int, folder: Path, detached: bool = False) -> OutsideServer:
+    """`max serve` as a user would start it to export its spans (the variables attach --otlp prints); ``detached``: as
+    `setsid max serve ... &` leaves it (its parent the machine's init)."""
     return start_outside_server(
         model,
         folder / f"{name}.log",
-        {
+        detached=detached,
+        env={
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{otlp_port}/v1/traces",
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",  # MAX's metrics export too: not to Modular
@@ -46,7 +49,10 @@ def fleet(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     drops what it cannot send)."""
     folder = tmp_path_factory.mktemp("fleet")
     otlp_port = free_port()
-    replicas = [_start(name, tiny_model_dir, otlp_port, folder) for name in ("replica-a", "replica-b")]
+    replicas = [
+        _start("replica-a", tiny_model_dir, otlp_port, folder, detached=True),
+        _start("replica-b", tiny_model_dir, otlp_port, folder),
+    ]
     try:
         for r in replicas:
             r.wait_healthy()
@@ -89,6 +95,8 @@ def test_attach_otlp_reports_every_pass_of_the_requests_it_sent(fleet: tuple[lis
 def test_two_replicas_behind_one_attach_and_the_collector_file(
     fleet: tuple[list[OutsideServer], int], tmp_path: Path
 ) -> None:
+    """A load of concurrency 2 on each of two replicas behind one attach: both in the table with their passes, the
+    fleet their sum, each named by its URL, the detached one (its parent the machine's init) found by its port."""
     (a, b), otlp_port = fleet
     res = run_cli(
         "attach",
@@ -96,28 +104,45 @@ def test_two_replicas_behind_one_attach_and_the_collector_file(
         b.url,
         "--otlp",
         f"127.0.0.1:{otlp_port}",
-        "--probe",
+        "--concurrency",
+        "2",
         "--duration",
-        "8",
+        "6",
         "--max-tokens",
         str(TOKENS),
         "--otlp-save",
         str(tmp_path / "spans.jsonl"),
         "--json",
         str(tmp_path / "r.json"),
+        "--raw",
+        str(tmp_path / "raw.json.gz"),
         env=clean_child_env(),
         timeout=300,
     )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "Replicas (MAX serve spans)" in res.stdout
     report = json.loads((tmp_path / "r.json").read_text())
+    raw = RawCapture.load(str(tmp_path / "raw.json.gz"))
     rows = {r["replica"]: r for r in report["replicas"]}
     assert set(rows) == {"replica-a", "replica-b", "fleet"}
-    for name in ("replica-a", "replica-b"):
-        assert rows[name]["requests"] == 3 and rows[name]["prefill_passes"] == 3  # probes go to each in turn
-        assert rows[name]["decode_passes"] == rows[name]["output_tokens"] - 3
+    window = raw.load_windows[0].window_ns
+    for name, server in (("replica-a", a), ("replica-b", b)):
+        row = rows[name]
+        assert row["server"] == server.url and not row["silent"]
+        # the load drove this replica too: the passes its own spans tell of inside the window
+        passes = [s for s in raw.steps if s.replica == name and window[0] <= s.end_ns <= window[1]]
+        assert row["passes"] == len(passes) > 0
+        ours = [r for r in raw.requests if r.server == server.url and r.ok and window[0] <= r.ended_ns <= window[1]]
+        assert ours and abs(row["requests"] - len(ours)) <= 2  # the server's span ends a moment before our stream
     assert rows["fleet"]["passes"] == rows["replica-a"]["passes"] + rows["replica-b"]["passes"]
+    assert rows["fleet"]["requests"] == rows["replica-a"]["requests"] + rows["replica-b"]["requests"]
     assert report["slowest_replica"].split(":")[0] in ("replica-a", "replica-b")
+    # the detached server found by the port it listens on: its own process, never its parent (the machine's init)
+    parent = int(Path(f"/proc/{a.pid}/stat").read_text().rsplit(") ", 1)[1].split()[1])
+    assert parent != a.proc.pid  # its launcher is gone
+    notes = "\n".join(report["notes"])
+    assert f"server process {a.pid} on this machine" in notes and f"server process {b.proc.pid} " in notes
+    assert f"server process {parent} " not in notes
     # the same spans as a Collector's file exporter writes them, through `report FILE`: the same passes
     saved = import_trace(str(tmp_path / "spans.jsonl"))
     from_file = build_report(saved)

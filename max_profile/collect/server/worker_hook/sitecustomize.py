@@ -119,6 +119,21 @@ def _wait_until(path: str, deadline_ns: int) -> bool:
     return os.path.exists(path)
 
 
+def _nvtx_log(on: bool) -> None:
+    """A gated NVTX log (``MAX_PROFILE_NVTX_GATED=1``, MAX's op ranges in a profiling server): written only while a
+    window records, flushed when it stops (so the controller reads it whole); nothing where this process has none."""
+    if os.environ.get("MAX_PROFILE_NVTX_GATED") != "1" or not os.environ.get("MAX_PROFILE_NVTX_LOG"):
+        return
+    from max_profile.collect.live.nvtx_log import (  # lazy: runs in every server process
+        flush_in_process,
+        set_recording_in_process,
+    )
+
+    set_recording_in_process(on)
+    if not on:
+        flush_in_process()
+
+
 def _pipeline_classes() -> list[type]:
     """The text-generation pipeline classes this process has loaded (the model worker's among them); none without
     MAX."""
@@ -154,6 +169,27 @@ def _steps_only_window(
         steps.dump(folder, pid, window)
     note = "kernels not recorded in this window: steps only (CUPTI off)"
     _dump(folder, pid, window, type(collector.kernels).empty(), collector, t0, t0, now, [*notes, note], [], 1.0)
+
+
+def _refused_window(
+    folder: str,
+    pid: int,
+    window: int,
+    collector: Any,
+    steps: Any,
+    notes: list[str],
+    t0: int,
+    options: list[str],
+    exc: Exception,
+) -> None:
+    """A window whose recording options this CUPTI refused: nothing recorded, the reason in its notes."""
+    _write(os.path.join(folder, f"started-{pid}-{window}"), "0\n")
+    _wait_for(os.path.join(folder, f"stop-{window}"), None, 0.02)
+    now = time.perf_counter_ns()
+    said = f"recording option(s) {options} failed: {type(exc).__name__}: {exc}"
+    _dump(folder, pid, window, type(collector.kernels).empty(), collector, t0, now, now, [*notes, said], [], 1.0)
+    if steps is not None:
+        steps.dump(folder, pid, window)
 
 
 def _finish_window(
@@ -275,32 +311,16 @@ def _watch(folder: str) -> None:
         if plan.get("kernels") is False and not isinstance(collector, _NoKernels):  # steps only: CUPTI stays off
             _steps_only_window(folder, pid, window, collector, steps, notes, t0)
             continue
+        if plan.get("kernels") is not False:
+            _nvtx_log(True)
         try:
             if hasattr(collector, "options"):
                 collector.options = tuple(str(o) for o in plan.get("options", ()))
             collector.start()
         except Exception as exc:  # noqa: BLE001 - e.g. another CUPTI client holds this process: say why, record nothing
-            if plan.get(
-                "options"
-            ):  # a variant this CUPTI refuses (serve_ab): this window records nothing, the next ones go on
-                _write(os.path.join(folder, f"started-{pid}-{window}"), "0\n")
-                _wait_for(os.path.join(folder, f"stop-{window}"), None, 0.02)
-                now = time.perf_counter_ns()
-                _dump(
-                    folder,
-                    pid,
-                    window,
-                    type(collector.kernels).empty(),
-                    collector,
-                    t0,
-                    now,
-                    now,  # type: ignore[attr-defined]
-                    [*notes, f"recording option(s) {plan['options']} failed: {type(exc).__name__}: {exc}"],
-                    [],
-                    1.0,
-                )
-                if steps is not None:
-                    steps.dump(folder, pid, window)
+            _nvtx_log(False)
+            if plan.get("options"):  # a variant this CUPTI refuses (serve_ab): nothing recorded, the next ones go on
+                _refused_window(folder, pid, window, collector, steps, notes, t0, plan["options"], exc)
                 continue
             _write(os.path.join(folder, f"unavailable-{pid}.txt"), f"{type(exc).__name__}: {exc}\n")
             if steps is not None:
@@ -317,6 +337,7 @@ def _watch(folder: str) -> None:
             started,
         )
         stopped = time.perf_counter_ns()
+        _nvtx_log(False)  # flushed before the steps are written: the controller reads the log once they are
         if steps is not None:
             steps.dump(
                 folder, pid, window
