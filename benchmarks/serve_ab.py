@@ -44,6 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from max_profile.analyze.load import counts_noise, token_arrivals, window_tokens  # noqa: E402
 from max_profile.collect.server.worker_protocol import WindowRecording  # noqa: E402
+from max_profile.serve.plan import ModeContext  # noqa: E402
 
 
 def token_gaps(requests: list[Any], window_ns: tuple[int, int]) -> dict[str, float]:
@@ -80,8 +81,8 @@ def variant_plan(spec: str, default_share: float, slice_s: float) -> WindowRecor
     """What the worker records in a window of variant ``spec`` (see the module docstring)."""
     plan = WindowRecording(share=1.0, slice_s=slice_s)
     for part in spec.split("+"):
-        if part == "default":
-            plan = dataclasses.replace(plan, share=default_share)
+        if part == "default":  # as serve --mode kernels records: its first slice runs on through the settle
+            plan = dataclasses.replace(plan, share=default_share, lead_s=ModeContext.settle_s)
         elif part == "full":
             plan = dataclasses.replace(plan, share=1.0)
         elif part.startswith("share="):

@@ -254,7 +254,8 @@ def cli_md() -> str:
         "",
         f"`{parser.prog}`: {parser.description}",
         "",
-        "Exit codes: 0 done, 1 a regression (`diff`), 2 bad input, 3 a tool missing, 4 a capture failed, 130 "
+        "Exit codes: 0 done, 1 a regression (`diff`), 2 bad input, 3 a tool missing, 4 a capture failed, 5 "
+        "inconclusive (`diff` could not judge: nothing judged, or a figure it could not judge got worse), 130 "
         "interrupted (Ctrl-C), 143 terminated (SIGTERM).",
     ]
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -6,7 +6,8 @@ significantly slower than the threshold.
 
 First run (no baseline file): records it and exits 0. Later runs: profile the same generation,
 compare with ``diff_reports`` (per-step distributions, Mann-Whitney U, so noise alone does not fail
-the gate) and exit 1 on a significant regression above ``--fail-above`` %, 2 when the runs are not
+the gate) and exit 1 on a significant regression above ``--fail-above`` %, 5 when the comparison could not judge
+(inconclusive: the host was loaded and the step's wall time moved, or too few steps), 2 when the runs are not
 comparable (another model, device or batch), else 0. ``--inject-delay-ms`` adds a host delay to
 every step, to see what a regression looks like. Same gate from the shell:
 ``max-profile diff baseline_raw.json.gz candidate_raw.json.gz --fail-above 5``.
@@ -88,4 +89,4 @@ result = diff_reports(
 print_diff(result)
 if not result.comparable:
     sys.exit(2)
-sys.exit(1 if result.regression else 0)
+sys.exit(1 if result.regression else 5 if result.outcome == "inconclusive" else 0)

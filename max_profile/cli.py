@@ -25,6 +25,7 @@ import msgspec
 
 import max_profile
 from max_profile.errors import (
+    EXIT_INCONCLUSIVE,
     EXIT_INTERRUPTED,
     EXIT_REGRESSION,
     EXIT_TERMINATED,
@@ -420,8 +421,8 @@ def _loaded(path: str) -> tuple[Any, Any]:
 
 
 def cmd_diff(args: argparse.Namespace, progress: Progress) -> int:
-    """Compare run B against baseline A; exit 1 on a significant regression above --fail-above, 2 when not
-    comparable."""
+    """Compare run B against baseline A; exit 1 on a significant regression above --fail-above, 5 when the comparison
+    could not judge (inconclusive), 2 when not comparable."""
     from max_profile.analyze.diff import diff_reports
     from max_profile.render.diff_html import render_diff_html
     from max_profile.render.diff_text import print_diff
@@ -449,7 +450,9 @@ def cmd_diff(args: argparse.Namespace, progress: Progress) -> int:
         raise InputError(
             "the two runs are not comparable: " + "; ".join(result.reasons) + " (pass --force to compare anyway)"
         )
-    return EXIT_REGRESSION if result.regression else 0
+    if result.regression:
+        return EXIT_REGRESSION
+    return EXIT_INCONCLUSIVE if result.outcome == "inconclusive" else 0
 
 
 VERBS: dict[str, Callable[[argparse.Namespace, Progress], int]] = {

@@ -17,9 +17,16 @@ def wants_help(argv: Sequence[str]) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if wants_help(args):
+        from max_profile.errors import MaxProfileError
         from max_profile.flags import build_parser
 
-        build_parser().parse_args(args)  # prints the help and exits 0 (an unknown verb: the usage, exit 2)
+        try:
+            build_parser().parse_args(args)  # prints the help and exits 0
+        except MaxProfileError as exc:  # an unknown verb or flag beside --help: one line, as without it
+            from max_profile.render.terminal import error_lines
+
+            print(error_lines(" ".join(str(exc).split())), file=sys.stderr)
+            return exc.exit_code
     from max_profile.cli import main as run
 
     return run(args)

@@ -23,6 +23,8 @@ EXIT_REGRESSION = 1
 EXIT_BAD_INPUT = 2
 EXIT_TOOL_MISSING = 3
 EXIT_CAPTURE_FAILED = 4
+EXIT_INCONCLUSIVE = 5
+"""``diff`` (and the gates) could not judge: no regression found, none ruled out (see ``DiffResult.inconclusive``)."""
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 """128 + SIGTERM: a job scheduler or `timeout` ended the command (everything it started was stopped)."""

@@ -459,7 +459,8 @@ VERBS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...] = 
     ),
     (
         "diff",
-        "compare run B against baseline A (raw captures, reports or traces): exit 1 on a significant regression",
+        "compare run B against baseline A (raw captures, reports or traces): exit 1 on a significant regression, 5 "
+        "when it could not judge (inconclusive)",
         _diff_flags,
     ),
 )

@@ -49,12 +49,26 @@ class MaxProfileFixture:
         return path if path.is_absolute() else Path(str(self._request.path)).parent / path
 
     def check(
-        self, run: Any, baseline: str | Path, *, fail_above: float = 5.0, alpha: float = 0.01, force: bool = False
+        self,
+        run: Any,
+        baseline: str | Path,
+        *,
+        fail_above: float = 5.0,
+        alpha: float = 0.01,
+        force: bool = False,
+        inconclusive: str = "skip",
     ) -> Any:
         """Compare ``run`` (a profile session, a RawCapture or a saved capture's path) with the baseline; fail on a
-        regression."""
+        regression. A comparison that could not judge (other load on the host, too few steps) skips the test with why
+        (``inconclusive="fail"``: fails it; ``"pass"``: lets it pass)."""
         return assert_no_regression(
-            run, self._path(baseline), fail_above=fail_above, alpha=alpha, force=force, update=self.update
+            run,
+            self._path(baseline),
+            fail_above=fail_above,
+            alpha=alpha,
+            force=force,
+            update=self.update,
+            inconclusive=inconclusive,
         )
 
 
@@ -79,9 +93,12 @@ def assert_no_regression(
     alpha: float = 0.01,
     force: bool = False,
     update: bool = False,
+    inconclusive: str = "skip",
 ) -> Any:
     """The diff of ``run`` against ``baseline``; ``pytest.fail`` with its verdicts on a regression or an incomparable
-    pair.
+    pair; an inconclusive comparison (nothing could be judged, or a figure that could not be judged got worse past the
+    threshold) is ``pytest.skip`` with why by default, ``pytest.fail`` with ``inconclusive="fail"``, nothing with
+    ``"pass"``.
 
     Returns the :class:`~max_profile.analyze.diff.DiffResult`, or None when the baseline was (re)written.
     """
@@ -89,6 +106,8 @@ def assert_no_regression(
     from max_profile.analyze.report import build_report  # lazy: the plugin loads in every pytest run
     from max_profile.model import RawCapture  # lazy: the plugin loads in every pytest run
 
+    if inconclusive not in ("skip", "fail", "pass"):
+        raise ValueError(f"inconclusive={inconclusive!r}: skip, fail or pass")
     current = _raw(run)
     path = Path(baseline)
     if update or not path.exists():
@@ -117,6 +136,11 @@ def assert_no_regression(
             "max_profile: significant regression against " + str(path) + "\n" + "\n".join(result.verdicts),
             pytrace=False,
         )
+    if result.outcome == "inconclusive" and inconclusive != "pass":
+        said = f"max_profile: inconclusive against {path}: " + "; ".join(result.inconclusive)
+        if inconclusive == "fail":
+            pytest.fail(said, pytrace=False)
+        pytest.skip(said)
     return result
 
 

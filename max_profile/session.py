@@ -43,7 +43,7 @@ from max_profile.collect.live.recorders import (
 from max_profile.collect.probes.environment import detect_environment
 from max_profile.collect.probes.model_files import read_model_config, read_model_weights
 from max_profile.defaults import DEFAULT_KERNEL_SHARE
-from max_profile.errors import InputError
+from max_profile.errors import CaptureError, InputError
 from max_profile.model import Capture, Environment, RawCapture, Report, Unavailable
 from max_profile.model.kernel_modes import KernelMode, kernel_mode, place_of, resolve_kernel_mode
 from max_profile.model.tags import Collector
@@ -58,6 +58,11 @@ def attached_nvtx_log() -> str | None:
         return None
 
     return log_path_for(template)
+
+
+CAPTURE_TIMEOUT_S = 300.0
+"""How long ``Profiler.capture(steps=N)`` waits for its steps by default before it stops (a capture that saw no step
+raises: the app generated nothing through the pipeline)."""
 
 
 class _Recording:
@@ -265,13 +270,14 @@ class Profiler:
             return recording.raw()
 
     def capture(
-        self, *, steps: int | None = None, seconds: float | None = None, timeout_s: float | None = None
+        self, *, steps: int | None = None, seconds: float | None = None, timeout_s: float | None = CAPTURE_TIMEOUT_S
     ) -> RawCapture:
         """Record ``steps`` pipeline steps (prefill or decode batches) or ``seconds`` of running, then stop.
 
-        With ``steps``, ``timeout_s`` (default: none) bounds the wait when the app generates nothing;
-        the capture then holds the steps seen so far and says so in its notes. Blocks the calling
-        thread only: call it from an admin thread, never from the thread that runs the pipeline.
+        With ``steps``, ``timeout_s`` (default :data:`CAPTURE_TIMEOUT_S`; None: no bound) bounds the wait when the app
+        generates too little: the capture then holds the steps seen so far and says so in its notes, and a capture that
+        saw none raises :class:`CaptureError` (nothing ran the pipeline). Blocks the calling thread only: call it from
+        an admin thread, never from the thread that runs the pipeline.
         """
         if (steps is None) == (seconds is None):
             raise InputError("capture() needs exactly one of steps=N or seconds=S")
@@ -310,12 +316,17 @@ class Profiler:
         if self._recording is not mine:
             raise InputError("this capture was ended by another thread's stop(), which received its RawCapture")
         raw = self.stop()
+        if note and not any(s.batch_size > 0 for s in raw.steps):
+            raise CaptureError(
+                f"capture(steps={steps}): no pipeline step ran in {timeout_s:g} s (nothing generated through this "
+                "pipeline): generate while it records, or pass timeout_s=None to wait without a bound"
+            )
         if note:
             raw.notes.append(note)
         return raw
 
     def capture_in_background(
-        self, *, steps: int | None = None, seconds: float | None = None, timeout_s: float | None = None
+        self, *, steps: int | None = None, seconds: float | None = None, timeout_s: float | None = CAPTURE_TIMEOUT_S
     ) -> Future[RawCapture]:
         """:meth:`capture` on a new daemon thread; the returned future holds the :class:`RawCapture`."""
         future: Future[RawCapture] = Future()
@@ -483,7 +494,7 @@ def capture(
     *,
     steps: int | None = None,
     seconds: float | None = None,
-    timeout_s: float | None = None,
+    timeout_s: float | None = CAPTURE_TIMEOUT_S,
     **kwargs: Any,
 ) -> RawCapture:
     """``Profiler(target, **kwargs).capture(...)``: one capture of a pipeline another thread is running."""

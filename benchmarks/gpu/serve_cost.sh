@@ -5,11 +5,11 @@
 # (../shared/device/README.md); it runs in the background (setsid) and keeps its results in /tmp/mp_serve_cost:
 #     bash benchmarks/gpu/serve_cost.sh start     # starts the job, returns at once
 #     bash benchmarks/gpu/serve_cost.sh wait S    # waits up to S seconds for it, then packs what it has into $OUT
-# Model: bf16 Llama, hidden 2048, 28 layers, 16 / 8 heads, intermediate 6144 (~1.5B: a Qwen3-1.7B-like depth, whose
+# Model: bf16 Llama, hidden 2048, 16 layers, 16 / 8 heads, intermediate 6144 (~0.9B: a Qwen3-1.7B-like width, whose
 # eager decode step is launch-bound).
 set -u
 OUTDIR=/tmp/mp_serve_cost
-M=/tmp/m28
+M=/tmp/m16
 case "${1:-start}" in
 start)
   mkdir -p "$OUTDIR" /tmp/mp_repo
@@ -23,7 +23,7 @@ start)
       "$@" > $O/$name.out 2> $O/$name.err; echo "$name: rc=$? $(( $(date +%s) - t0 ))s" >> $O/steps.txt; }
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > $O/nvidia-smi.csv 2>&1
     step recorder python3 -c "from max_profile.collect.live.cupti_native import build_cupti_library as b; print(b())"
-    step make_model python3 -m max_profile make-model $M --dtype bfloat16 --hidden 2048 --layers 28 --heads 16 \
+    step make_model python3 -m max_profile make-model $M --dtype bfloat16 --hidden 2048 --layers 16 --heads 16 \
       --kv-heads 8 --intermediate 6144
     step eager python3 benchmarks/serve_cost.py --model-path $M --devices gpu --concurrency 1,8 --rounds 1 \
       --duration 6 --servers plain,kernels --variants steps,paused,default --json $O/eager.json --raw-dir $O \

@@ -55,7 +55,7 @@ def workload_of(report: Report) -> Workload:
 def _reproducing(report: Report, verb: str) -> dict[str, ArgValue]:
     """The flags of ``verb`` that reproduce the capture's generation (model, devices and workload)."""
     c = report.capture
-    args: dict[str, ArgValue] = {"model_path": c.model_path or "MODEL_PATH"}
+    args: dict[str, ArgValue] = {"model_path": c.model_path} if c.model_path else {}
     if c.devices:
         args["devices"] = c.devices
     w = workload_of(report)
@@ -88,14 +88,24 @@ def _reproducing(report: Report, verb: str) -> dict[str, ArgValue]:
 def for_model(
     report: Report, verb: str, positional: tuple[str, ...] = (), comment: str | None = None, **args: ArgValue
 ) -> Command:
-    """A command on the report's own model, devices and workload (``args`` add to or override them)."""
+    """A command on the report's own model, devices and workload (``args`` add to or override them). What the capture
+    does not know is said in the comment, never filled with a placeholder: a trace that names no model gets no
+    ``--model-path`` and a comment asking for it."""
+    full = {**_reproducing(report, verb), **args}
+    if verb in MODEL_VERBS and "model_path" not in full:
+        ask = "add --model-path DIR: the capture does not name its model"
+        comment = f"{ask}; {comment}" if comment else ask
     return Command(
         verb=verb,
-        args={**_reproducing(report, verb), **args},
+        args=full,
         positional=list(positional),
         comment=comment,
         program=report.environment.programs.get("max-profile"),
     )
+
+
+MODEL_VERBS = ("run", "kernels", "kernel", "serve", "startup")
+"""The verbs that need ``--model-path``."""
 
 
 def program(report: Report, name: str) -> str:

@@ -64,8 +64,10 @@ class DiffLine(msgspec.Struct, frozen=True):
     regression: bool
     samples: tuple[int, int] = (0, 0)
     basis: str = "host"
-    """What the figure rests on: ``device`` (GPU kernel time: the same whatever else the host runs) or ``host`` (host
-    clock: steps, MAX's op ranges on a CPU, client latencies), which another process on the cores changes."""
+    """What the figure rests on: ``device`` (GPU kernel time: the same whatever else the host runs), ``cpu`` (the
+    profiled process's own CPU time per step: the work it did, which another process on the cores barely changes) or
+    ``host`` (host clock: steps, MAX's op ranges on a CPU, client latencies), which another process on the cores
+    changes."""
     judged: bool = True
     """False when the host timing of either run was flagged unreliable (other load): shown, never a verdict."""
 
@@ -83,6 +85,11 @@ class DiffResult(msgspec.Struct):
     alpha: float = ALPHA
     host_timing_unreliable: list[str] = []
     """Why host timing is not judged (a run's own host-contention finding), empty when both runs' host timing holds."""
+    outcome: str = "no regression"
+    """``regression``, ``no regression`` or ``inconclusive``: a figure judged got worse past the threshold; every
+    figure that could show one was judged and none did; or something could not be judged (:attr:`inconclusive`)."""
+    inconclusive: list[str] = []
+    """What could not be judged and what would make it judgeable (empty unless the outcome is inconclusive)."""
 
     def to_json(self) -> bytes:
         return msgspec.json.encode(self)
@@ -276,6 +283,7 @@ def diff_reports(
         alpha=alpha,
     )
     if reasons and not force:
+        result.outcome, result.inconclusive = "inconclusive", ["not comparable: " + "; ".join(reasons)]
         return result
     lines: list[DiffLine] = []
     ka, kb = a.kernels, b.kernels
@@ -286,7 +294,8 @@ def diff_reports(
         lines.append(_line("decode per token (host step time)", "ms/token", da, db, fail_above_pct, alpha))
     ca, cb = _decode_cpu_ms_per_token(a), _decode_cpu_ms_per_token(b)
     if ca and cb and a.environment.vendor == b.environment.vendor == "none":
-        lines.append(_line("decode per token (process CPU time)", "ms/token", ca, cb, fail_above_pct, alpha))
+        cpu = _line("decode per token (process CPU time)", "ms/token", ca, cb, fail_above_pct, alpha)
+        lines.append(msgspec.structs.replace(cpu, basis="cpu"))
     if a.serve is not None and b.serve is not None:
         itl_a = [g for r in (a_raw.requests if a_raw else []) if r.ok for g in r.itl_ms]
         itl_b = [g for r in (b_raw.requests if b_raw else []) if r.ok for g in r.itl_ms]
@@ -342,8 +351,66 @@ def diff_reports(
     result.lines = lines
     result.host_timing_unreliable = unreliable
     result.regression = any(line.regression for line in lines)
-    result.verdicts = said + _verdicts(lines, fail_above_pct, alpha)
+    result.outcome, result.inconclusive = outcome_of(lines, unreliable, fail_above_pct)
+    changes = _verdicts(lines, fail_above_pct, alpha)
+    result.verdicts = said + changes + ([outcome_line(result)] if result.outcome != "regression" else [])
     return result
+
+
+def _worse_past(line: DiffLine, fail_above_pct: float) -> bool:
+    """Whether a figure moved the worse way by more than the threshold (tested or not)."""
+    if line.delta_pct is None:
+        return False
+    worse = line.delta_pct > 0 if not line.unit.endswith("tok/s") else line.delta_pct < 0
+    return worse and abs(line.delta_pct) > fail_above_pct
+
+
+def outcome_of(lines: Sequence[DiffLine], unreliable: Sequence[str], fail_above_pct: float) -> tuple[str, list[str]]:
+    """Regression, no regression or inconclusive (with what could not be judged and what would judge it): a regression
+    needs a judged, tested figure worse past the threshold; "no regression" needs tested figures judged and none
+    worse, no host-timed figure the load kept from being judged moved past the threshold either way, and no figure
+    that could not be tested (one sample each, too few steps) worse past it."""
+    if any(line.regression for line in lines):
+        return "regression", []
+    why: list[str] = []
+    judged = [line for line in lines if line.judged and line.p_value is not None]
+    for line in lines:
+        if line.judged and line.p_value is not None:
+            continue
+        # a figure the load moved is no evidence either way (a loaded baseline makes a slower run look faster): past
+        # the threshold in either direction it leaves the comparison open; an untested one only when it got worse
+        moved = line.delta_pct is not None and abs(line.delta_pct) > fail_above_pct
+        if not (moved if not line.judged and line.p_value is not None else _worse_past(line, fail_above_pct)):
+            continue
+        if not line.judged:
+            cpu = next((x for x in judged if x.basis == "cpu" and not _worse_past(x, fail_above_pct)), None)
+            why.append(
+                f"{line.metric} {line.delta_pct:+.1f} %, host time not judged under other load ("
+                + "; ".join(unreliable)
+                + ")"
+                + (
+                    f"; the process's CPU time per token moved {cpu.delta_pct:+.1f} % (judged): the step did no more "
+                    "work, it waited more or less (for cores other processes held, a sleep, I/O, a lock)"
+                    if cpu is not None and cpu.delta_pct is not None
+                    else ""
+                )
+                + ": re-run both on a quiet machine"
+            )
+        elif line.samples[0] <= 1 or line.samples[1] <= 1:
+            why.append(f"{line.metric} {line.delta_pct:+.1f} %: one sample each, not tested (repeat each run)")
+        else:
+            why.append(
+                f"{line.metric} {line.delta_pct:+.1f} %: too few steps to test ({line.samples[0]}/{line.samples[1]}, "
+                f"{MIN_SAMPLES} needed each): generate more tokens"
+            )
+    if not judged and not why:
+        what = (
+            "; ".join(unreliable) + ": re-run both on a quiet machine"
+            if unreliable
+            else "no figure with a per-step distribution in both runs (one sample each, or too few steps)"
+        )
+        why.append(f"nothing was judged: {what}")
+    return ("inconclusive", why) if why else ("no regression", [])
 
 
 def _kernel_lines(
@@ -454,13 +521,17 @@ def _pct(a: float, b: float) -> str:
 
 
 def _sweep_lines(a: Sequence[LoadLevel], b: Sequence[LoadLevel], fail_above_pct: float, alpha: float) -> list[DiffLine]:
-    """Level by level, for the concurrencies both sweeps ran: throughput (higher is better), TTFT and ITL medians."""
-    by_b = {lv.concurrency: lv for lv in b}
+    """Level by level, for the concurrencies both sweeps ran: throughput (higher is better), TTFT and ITL medians. Two
+    sweeps of the same levels in the same order pair by position (a level run more than once is each time its own);
+    otherwise a concurrency pairs only where each sweep ran it once."""
+    if [lv.concurrency for lv in a] == [lv.concurrency for lv in b]:
+        pairs = list(zip(a, b, strict=True))
+    else:
+        once_a = {lv.concurrency: lv for lv in a if [x.concurrency for x in a].count(lv.concurrency) == 1}
+        once_b = {lv.concurrency: lv for lv in b if [x.concurrency for x in b].count(lv.concurrency) == 1}
+        pairs = [(once_a[c], once_b[c]) for c in once_a if c in once_b]
     lines = []
-    for la in a:
-        lb = by_b.get(la.concurrency)
-        if lb is None:
-            continue
+    for la, lb in pairs:
         c = la.concurrency
         lines.append(
             _line(
@@ -489,6 +560,7 @@ def _p_text(p: float | None) -> str:
 
 
 def _verdicts(lines: Sequence[DiffLine], fail_above_pct: float, alpha: float) -> list[str]:
+    """One line per significant change (a regression first said as ``REGRESSION``)."""
     out = []
     for line in lines:
         if not line.significant:
@@ -502,6 +574,18 @@ def _verdicts(lines: Sequence[DiffLine], fail_above_pct: float, alpha: float) ->
             else "changed"
         )
         out.append(f"{tag}: {line.metric} {pct} ({_p_text(line.p_value)}), {line.delta:+.3g} {line.unit}")
-    if not out:
-        out.append(f"no significant change (Mann-Whitney U at alpha {alpha:g}; threshold {fail_above_pct:g} %)")
     return out
+
+
+def outcome_line(result: DiffResult) -> str:
+    """The comparison's outcome in one line: what was judged (no regression), what could not be (inconclusive)."""
+    if result.outcome == "regression":
+        return f"REGRESSION above {result.fail_above_pct:g} %"
+    if result.outcome == "inconclusive":
+        return "INCONCLUSIVE: " + "; ".join(result.inconclusive)
+    judged = [line.metric for line in result.lines if line.judged and line.p_value is not None]
+    named = ", ".join(judged[:3]) + (f" and {len(judged) - 3} more" if len(judged) > 3 else "")
+    return (
+        f"no regression: {len(judged)} figure(s) judged ({named}; Mann-Whitney U at alpha {result.alpha:g}, threshold "
+        f"{result.fail_above_pct:g} %)"
+    )

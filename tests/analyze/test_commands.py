@@ -115,7 +115,12 @@ def test_each_verb_reproduces_what_it_takes() -> None:
     unsaid = msgspec.structs.replace(r, capture=msgspec.structs.replace(r.capture, device_graph_capture=None))
     assert "device_graph_capture" not in for_model(unsaid, "kernels").args  # left to MAX, as the capture did
     no_path = msgspec.structs.replace(r, capture=msgspec.structs.replace(r.capture, model_path=None, devices=None))
-    assert for_model(no_path, "startup").args == {"model_path": "MODEL_PATH"}
+    # a capture that names no model: no placeholder argument, a comment that asks for it
+    unknown = for_model(no_path, "startup", comment="why")
+    assert unknown.args == {} and unknown.comment == "add --model-path DIR: the capture does not name its model; why"
+    assert "MODEL_PATH" not in cli(for_model(no_path, "run")) and "# add --model-path DIR" in cli(
+        for_model(no_path, "run")
+    )
     override = for_model(r, "run", batch_size=2, comment="why")
     assert override.args["batch_size"] == 2 and override.comment == "why"
 

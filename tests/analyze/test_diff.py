@@ -108,16 +108,25 @@ def test_the_same_run_changes_nothing() -> None:
     a = a_run()
     got = diff_reports(a, a)
     assert not got.regression and all(not x.significant for x in got.lines)
-    assert got.verdicts == [f"no significant change (Mann-Whitney U at alpha {ALPHA:g}; threshold 5 %)"]
+    judged = [x.metric for x in got.lines if x.judged and x.p_value is not None]
+    assert got.outcome == "no regression" and len(judged) >= 2 and not got.inconclusive
+    assert got.verdicts == [
+        f"no regression: {len(judged)} figure(s) judged ({', '.join(judged[:3])}"
+        + (f" and {len(judged) - 3} more" if len(judged) > 3 else "")
+        + f"; Mann-Whitney U at alpha {ALPHA:g}, threshold 5 %)"
+    ]
     d = line(got.lines, "decode per token (host step time)")
     assert d.delta == 0.0 and d.p_value == float(mannwhitneyu(per_token(a), per_token(a)).pvalue)
     # a stricter alpha, a threshold of 2.5 %: said as given
-    assert diff_reports(a, a, alpha=0.05, fail_above_pct=2.5).verdicts == [
-        "no significant change (Mann-Whitney U at alpha 0.05; threshold 2.5 %)"
-    ]
+    assert (
+        diff_reports(a, a, alpha=0.05, fail_above_pct=2.5)
+        .verdicts[-1]
+        .endswith("Mann-Whitney U at alpha 0.05, threshold 2.5 %)")
+    )
     # the JSON written by `max-profile diff --json`: the result, field by field
     written = msgspec.json.decode(got.to_json())
     assert written["verdicts"] == got.verdicts and written["regression"] is False
+    assert written["outcome"] == "no regression"
     assert [(x["metric"], x["a"], x["b"]) for x in written["lines"]] == [(x.metric, x.a, x.b) for x in got.lines]
 
 
@@ -662,3 +671,76 @@ def test_family_lines_ordered_by_both_runs() -> None:
         "decode norm per step",
         "decode tiny_new per step",
     ]
+
+
+# --- three outcomes: what a gate could judge, on a CPU capture's steps --------------------------------------------
+
+QUIET_CPU = Path(__file__).parents[1] / "data" / "cpu" / "demo_ops_quiet_raw.json.gz"
+
+
+def _cpu_run(wall: float = 1.0, cpu: float = 1.0, sleep_ms: float = 0.0, others: float = 0.0) -> RawCapture:
+    """The quiet CPU capture with every decode step's wall time scaled (and ``sleep_ms`` added), its process CPU time
+    scaled, and ``others`` cores of other processes on its host-load record (two busy loops: about 1.5 of 2); each
+    step's noise kept (steps scaled one by one)."""
+    raw = RawCapture.load(str(QUIET_CPU))
+    steps = []
+    for s in raw.steps:
+        if s.phase == "decode":
+            dur = int(s.duration_ns * wall + sleep_ms * 1e6)
+            s = msgspec.structs.replace(s, end_ns=s.start_ns + dur, cpu_ns=int((s.cpu_ns or 0) * cpu))
+        steps.append(s)
+    load = raw.capture.host_load
+    assert load is not None
+    loaded = msgspec.structs.replace(load, other_cores=others, window_s=max(load.window_s, 1.0))
+    return msgspec.structs.replace(raw, steps=steps, capture=msgspec.structs.replace(raw.capture, host_load=loaded))
+
+
+def _outcome(a: RawCapture, b: RawCapture) -> tuple[str, dict[str, DiffLine]]:
+    from max_profile.analyze.report import build_report
+
+    got = diff_reports(build_report(a), build_report(b), a_raw=a, b_raw=b)
+    assert got.verdicts and not any("no significant change" in v for v in got.verdicts)
+    return got.outcome, {x.metric: x for x in got.lines}
+
+
+def test_beside_busy_loops_cpu_time_judges_work_and_wall_time_is_inconclusive() -> None:
+    """Beside two busy loops (B's host-load record: 1.5 of 2 cores to other processes) host time is not judged; the
+    process's CPU time per token is: more work per step (+20 %) is a regression, a sleep in the step (wall time up, CPU
+    time the same) is inconclusive, and so is the same work slowed only by the load. On a quiet machine the sleep is a
+    regression."""
+    base = _cpu_run()
+    host, cpu = "decode per token (host step time)", "decode per token (process CPU time)"
+    unchanged, lines = _outcome(base, _cpu_run(wall=1.4, others=1.5))
+    assert unchanged == "inconclusive" and not lines[host].judged and lines[cpu].judged and not lines[cpu].regression
+    burning, lines = _outcome(base, _cpu_run(wall=1.7, cpu=1.2, others=1.5))
+    assert burning == "regression" and lines[cpu].regression and not lines[host].regression
+    sleeping, lines = _outcome(base, _cpu_run(sleep_ms=2.0, others=1.5))
+    assert sleeping == "inconclusive" and not lines[cpu].regression
+    quiet_sleep, lines = _outcome(base, _cpu_run(sleep_ms=2.0))
+    assert quiet_sleep == "regression" and lines[host].regression and lines[host].judged
+
+
+def test_a_baseline_taken_under_load_leaves_host_time_unjudged_both_ways() -> None:
+    """A baseline recorded beside busy loops against a quiet run that is 10 % slower in fact: the baseline's inflated
+    host times would read the slower run as faster. Host time is judged only when both records vouch for a quiet
+    machine; moved by the load past the threshold, it leaves the comparison open (inconclusive, never "no
+    regression"); the CPU time (+10 %, within this capture's step-to-step spread) is judged beside it."""
+    loaded_baseline = _cpu_run(wall=1.5, others=1.5)
+    slower = _cpu_run(wall=1.1, cpu=1.1)
+    outcome, lines = _outcome(loaded_baseline, slower)
+    host = lines["decode per token (host step time)"]
+    assert host.delta < 0 and not host.judged and not host.significant  # "faster" would be the load's doing
+    assert lines["decode per token (process CPU time)"].judged
+    assert outcome == "inconclusive"
+
+
+def test_nothing_judged_and_one_sample_each_are_inconclusive() -> None:
+    """Two start-ups (one observation each) say "one sample each"; two runs with too few steps say how many more."""
+    a = msgspec.structs.replace(a_run(), steps=[], kernels=None)
+    cold = StartupProfile(total_s=289.2, phases=[StartupPhase(name="compile", seconds=280.0)], cache="miss")
+    warm = StartupProfile(total_s=10.0, phases=[StartupPhase(name="compile", seconds=1.0)], cache="hit")
+    got = diff_reports(msgspec.structs.replace(a, startup=warm), msgspec.structs.replace(a, startup=cold))
+    assert got.outcome == "inconclusive" and any("one sample each" in w for w in got.inconclusive)
+    assert got.verdicts[-1].startswith("INCONCLUSIVE: ") and "hit -> miss" in got.verdicts[0]
+    same = diff_reports(msgspec.structs.replace(a, startup=warm), msgspec.structs.replace(a, startup=warm))
+    assert same.outcome == "inconclusive" and same.inconclusive[0].startswith("nothing was judged")

@@ -95,6 +95,37 @@ def test_bad_flag_exits_2() -> None:
     assert "unrecognized arguments" in res.stderr or "required" in res.stderr
 
 
+def test_the_grammar_fuzzed_gives_one_line_and_exit_2_or_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """Unknown verbs and flags, with and without ``--help`` / ``-q``, in any order: the help and exit 0, or one error
+    line and exit 2; never a traceback. In-process through the console entry (every command here stops at its parse:
+    each holds an unknown word or asks for help)."""
+    import random
+
+    from max_profile.entry import main as entry
+    from max_profile.flags import build_parser
+
+    verbs = list(next(a for a in build_parser()._actions if a.dest == "verb").choices)
+    words = [*verbs, "try", "tryy", "--bogus", "--model-path", "-x", "--help", "-h", "-q", "--quiet", "1", "--", "=x"]
+    rng = random.Random(20261208)
+    for _ in range(300):
+        argv = rng.sample(words, rng.randint(1, 4))
+        head = argv[: argv.index("--")] if "--" in argv else argv
+        if not ({"--bogus", "-x", "--help", "-h"} & set(head)):
+            argv.insert(rng.randint(0, len(head)), rng.choice(["--bogus", "-x"]))  # every command stops at its parse
+        try:
+            code = entry(argv)
+        except SystemExit as exc:  # argparse's own exit: the help printed
+            code = int(exc.code or 0)
+        out, err = capsys.readouterr()
+        assert "Traceback" not in out + err, argv
+        if code == 0:
+            assert "usage: max-profile" in out, argv
+        else:
+            lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("[max-profile")]
+            assert code == 2 and lines and lines[0].startswith("max-profile: error: "), (argv, code, err)
+            assert all(ln.startswith("  ") for ln in lines[1:]), (argv, err)  # one error, wrapped
+
+
 @pytest.fixture()
 def bad_files(tmp_path: Path) -> dict[str, Path]:
     files = {}

@@ -8,10 +8,11 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from max_profile.analyze.report import build_report
-from max_profile.model import RawCapture
+from max_profile.model import RawCapture, Unavailable
 
 S9 = Path(__file__).parents[1] / "data" / "gpu" / "h200_llama5b_serve_steps_startup"
 
@@ -151,3 +152,27 @@ def test_graph_launch_late_of_a_capture_without_steps_at_its_threshold_and_every
     )
     [g] = _capture_graph_waits(no_median, th)
     assert g.evidence["gap_p50_us"] is None and g.title.endswith(f"gaps of {w.min_gap_us / 1e3:g}-{w.max_gap_ms:g} ms")
+
+
+COST = Path(__file__).parents[1] / "data" / "gpu" / "h100_llama16_serve_cost_parts"
+
+
+def test_a_kernels_server_without_profiling_mode_splits_its_steps_by_the_worker_hook() -> None:
+    """`serve --mode kernels` as it now runs on NVIDIA (H100, device graphs as MAX decides): MAX's profiling mode off,
+    the worker hook's passes are the steps of every window, with their batch and context, and a window in which no
+    recorded slice fell says so (never an empty GPU)."""
+    raw = RawCapture.load(str(COST / "graphs_kernels_server_raw.json.gz"))
+    assert raw.capture.profiling_mode == "off" and raw.capture.phase_markers == "model worker steps"
+    assert not raw.ranges and not len(raw.kernels)
+    windows = [w.window_ns for w in raw.load_windows]
+    inside = [s for s in raw.steps if any(a <= s.end_ns <= b for a, b in windows)]
+    # the hook stamps only while a window records (a step running at a window's close ends just after it)
+    assert len(raw.steps) - len(windows) <= len(inside) <= len(raw.steps) and len(inside) > 1000
+    decode = [s for s in inside if s.phase == "decode" and s.batch_size > 0]
+    assert decode and all(s.context_tokens is not None for s in decode)
+    report = build_report(raw)
+    assert isinstance(report.kernels, Unavailable)  # said as recorded (this capture predates the wording of today)
+    assert report.decode_cost is not None and report.decode_cost.kv_bytes  # the hook's contexts price the KV cache
+    steps_8 = sorted(s.batch_size for s in decode if s.start_ns >= raw.load_windows[3].window_ns[0])
+    assert report.decode_cost.batch == round(float(np.median([s.batch_size for s in decode])))
+    assert steps_8 and max(steps_8) <= 8

@@ -248,7 +248,8 @@ def test_one_noisy_step_is_no_verdict() -> None:
         steps[worst], end_ns=steps[worst].start_ns + 50 * steps[worst].duration_ns
     )  # one 50x step
     result = diff_reports(build_report(base), build_report(msgspec.structs.replace(noisy, steps=steps)))
-    assert not result.regression and result.verdicts[0].startswith("no significant change")
+    assert not result.regression and result.outcome == "no regression"
+    assert result.verdicts == [result.verdicts[-1]] and result.verdicts[0].startswith("no regression: ")
 
 
 def test_pytest_plugin_gate(pytester: pytest.Pytester, tmp_path: Path) -> None:

@@ -104,8 +104,10 @@ def test_utilization_mode_end_to_end(
 def test_kernels_mode_uses_scheduler_ranges(tiny_model_dir: Path) -> None:
     """`serve --mode kernels` on the CPU: MAX's op ranges split by its scheduler ranges, and the model worker's own
     batches stamped by the hook (prefill / decode, size, tokens): the report's steps, step times by batch size and its
-    ledger."""
-    plan = _plan(tiny_model_dir, mode="kernels", warm=False, duration_s=4.0, concurrency=[2])
+    ledger; MAX's spans asked for too (off by default here: the hook stamps every pass), to hold the two against each
+    other. The op-range log is written only while a window records: the untraced reference window first measures what
+    recording costs this server."""
+    plan = _plan(tiny_model_dir, mode="kernels", warm=False, duration_s=4.0, concurrency=[2], spans=True)
     raw = capture_raw(plan, confirm=True)
     report = build_report(raw)
     k = report.kernels
@@ -137,6 +139,9 @@ def test_kernels_mode_uses_scheduler_ranges(tiny_model_dir: Path) -> None:
     assert abs(a.span_passes - a.hook_steps) <= 2 and abs(a.span_prefill - a.hook_prefill) <= 1, a
     assert a.span_median_ms is not None and a.hook_median_ms is not None
     assert 0.75 <= a.span_median_ms / a.hook_median_ms <= 1.25, a
+    # the op-range log is switched per window: an untraced reference window ran first and measured the recording
+    assert [w.reference for w in raw.load_windows] == [True, False]
+    assert report.tracer_cost is not None and report.tracer_cost.throughput_ratio is not None
 
 
 def test_not_confirmed_starts_nothing(tiny_model_dir: Path) -> None:
@@ -433,8 +438,8 @@ def test_ops_mode_on_the_cpu_records_maxs_ops(tiny_model_dir: Path) -> None:
 
 
 def test_reference_window_is_planned_for_kernels_mode_and_can_be_skipped(tiny_model_dir: Path) -> None:
-    """Kernels mode plans an untraced reference window (said in the plan where CUPTI records in the worker);
-    `--no-reference` and the other modes plan none."""
+    """Kernels mode plans an untraced reference window (said in the plan where the recording is switched per window:
+    CUPTI in the worker, or the gated log of MAX's op ranges); `--no-reference` and the other modes plan none."""
     from max_profile.flags import build_parser
 
     def resolved(**kw: object) -> ResolvedServe:
@@ -444,7 +449,8 @@ def test_reference_window_is_planned_for_kernels_mode_and_can_be_skipped(tiny_mo
     assert not resolved(mode="kernels", reference=False).reference_window
     assert not any(resolved(mode=m).reference_window for m in ("utilization", "nsys", "rocprof"))
     assert "reference    one 3 s window without the recorder" in resolved(mode="kernels", vendor="nvidia").describe()
-    assert "reference" not in resolved(mode="kernels", vendor="none").describe()  # MAX's op ranges: set at launch
+    assert "reference    one 3 s" in resolved(mode="kernels", vendor="none").describe()  # the op ranges' gated log
+    assert "reference" not in resolved(mode="kernels", vendor="none", profiling_mode="off").describe()  # nothing to log
     args = build_parser().parse_args(
         ["serve", "--model-path", str(tiny_model_dir), "--mode", "kernels", "--no-reference"]
     )

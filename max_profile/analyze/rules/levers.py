@@ -79,15 +79,15 @@ def _host_command(report: Report) -> Command | None:
             f"{pip} install py-spy && {spy} record --pid {pid} --subprocesses --duration {seconds} -o host.svg",
             comment="where the attached server's host time goes (its processes, found by its port)",
         )
-    if report.serve is not None:
-        line = f"{pip} install py-spy && {spy} record --subprocesses -o host.svg -- " + cli(
-            for_model(report, "serve", mode="utilization", yes=True)
-        )
-        return shell(line, comment="where the server's host time goes per step")
-    return shell(
-        f"{pip} install py-spy && {spy} record -o host.svg -- " + cli(for_model(report, "run", kernels="off")),
-        comment="where the host's time goes per step",
+    served = report.serve is not None
+    inner = (
+        for_model(report, "serve", mode="utilization", yes=True) if served else for_model(report, "run", kernels="off")
     )
+    line = f"{pip} install py-spy && {spy} record {'--subprocesses ' if served else ''}-o host.svg -- " + cli(
+        msgspec.structs.replace(inner, comment=None)
+    )
+    why = "where the server's host time goes per step" if served else "where the host's time goes per step"
+    return shell(line, comment=f"{inner.comment}; {why}" if inner.comment else why)
 
 
 def _default_run_command(report: Report) -> Command:

@@ -217,7 +217,9 @@ class WorkerKernelWindow:
         if m.hook is None:
             return
         self.hook_window = m.hook_windows = m.hook_windows + 1
-        recording = m.window_recordings.get(self.index) or WindowRecording(share=m.record_share, slice_s=m.slice_s)
+        recording = m.window_recordings.get(self.index) or WindowRecording(
+            share=m.record_share, slice_s=m.slice_s, lead_s=m.settle_s
+        )
         m.hook.start(self.hook_window, recording)
         if not m.hook.wait_started(self.hook_window, self.server.alive):
             self.progress(
@@ -271,8 +273,11 @@ class WorkerKernelWindow:
             return
         if not len(raw.kernels):
             raw.kernels_unavailable = Unavailable(
-                "the model worker recorded no kernels or op ranges in the window (MODULAR_ENABLE_PROFILING must reach "
-                "the worker)"
+                "CUPTI in the model worker recorded no kernel inside the window (none of its recorded slices fell in "
+                "it: a window shorter than the pause between slices, or a recorder that could not start)"
+                if m.cupti
+                else "the model worker recorded no kernels or op ranges in the window (MODULAR_ENABLE_PROFILING must "
+                "reach the worker)"
             )
 
 

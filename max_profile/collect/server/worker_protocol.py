@@ -37,12 +37,17 @@ class WindowRecording:
     """CUPTI's kernels (False: the steps only, the hook's own cost)."""
     options: tuple[str, ...] = ()
     """Recorder options for measurements (``zeroed-buffers``)."""
+    lead_s: float = 0.0
+    """The first slice this much longer: the controller's settle before its window opens, so the window starts with a
+    whole recorded slice (a window shorter than the pause between slices would otherwise record nothing)."""
 
     def message(self) -> dict[str, object]:
         """The start request as the hook reads it (only what differs from recording everything)."""
         out: dict[str, object] = {}
         if self.share < 1:
             out.update(share=self.share, slice_s=self.slice_s)
+            if self.lead_s > 0:
+                out["lead_s"] = self.lead_s
         if not self.kernels:
             out["kernels"] = False
         if self.options:

@@ -123,7 +123,7 @@ def test_the_top_kernel_command_without_phases_takes_the_capture_s_top_kernel() 
     assert _top_kernel_command(flat, ("moe_routing",)) == kernel_command(flat, top_name(flat, "moe_routing", None))
     decode = _top_kernel_command(report, ("moe_routing",))
     assert decode == kernel_command(report, top_name(report, "moe_routing", "decode"), "decode")
-    assert decode is not None and decode.comment == "decode launches"
+    assert decode is not None and (decode.comment or "").endswith("decode launches")
     assert decode != kernel_command(report, top_name(report, "moe_routing", "decode"), None)
     assert _top_kernel_command(report, ("quantize",)) is None  # no kernel of the family
     from max_profile.model import Unavailable

@@ -434,11 +434,17 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
         assert "worker hook ready" in said and "CUPTI" in said, said
 
         def record(
-            window: int, plan: WindowRecording = WindowRecording(), seconds: float = 0.3, bogus: bool = False
+            window: int,
+            plan: WindowRecording = WindowRecording(),
+            seconds: float = 0.3,
+            bogus: bool = False,
+            settle_s: float = 0.0,
         ) -> tuple[KernelTable, WindowCoverage, tuple[int, int]]:
-            """One window as the controller runs it: started, opened once recording runs, stopped, read."""
+            """One window as the controller runs it: started, opened once recording runs (and ``settle_s`` after it),
+            stopped, read."""
             hook.start(window, plan)
             assert hook.wait_started(window, alive, timeout_s=30)
+            time.sleep(settle_s)
             span_start = time.perf_counter_ns()
             if bogus:
                 (hook.folder / "bogus").touch()
@@ -498,6 +504,14 @@ def test_worker_hook_records_windows_opened_after_recording_runs(fake_libcupti: 
         assert any("50 kernel record(s) carried a time outside every recorded slice" in n for n in coverage.notes)
         assert kernels.graph_id is not None and not (kernels.graph_id == 9).any()
         assert coverage.per_slice == (coverage.recorded_kernels,)
+        # a sixteenth in slices of 0.1 s (1.5 s paused between them) and a window of 0.3 s opened 0.2 s after the
+        # recording began, as serve opens its window after a settle: the first slice runs on through the settle
+        # (lead_s), so the window starts inside a recorded slice; without the lead it would lie in the first pause
+        short = WindowRecording(share=1 / 16, slice_s=0.1, lead_s=0.2)
+        kernels, coverage, span = record(6, short, seconds=0.3, settle_s=0.2)
+        first = coverage.slices[0]  # the recorded slices as the window saw them (clipped to it)
+        assert first[0] == span[0] and first[1] - first[0] >= 0.09e9, (coverage.slices, span)  # lead + slice - settle
+        assert len(kernels) > 10 and kernels.start_ns.min() >= span[0]
     finally:
         hook.quit()
         (hook.folder / "done").touch()

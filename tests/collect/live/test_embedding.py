@@ -120,9 +120,23 @@ def test_misuse_is_a_clear_error(loaded_model: Any) -> None:
         profiler.stop()
 
 
-def test_idle_pipeline_times_out_with_a_note(loaded_model: Any) -> None:
-    raw = Profiler(loaded_model.pipeline, gpu_sampling=False).capture(steps=5, timeout_s=0.3)
-    assert raw.steps == [] and any("timed out after 0.3 s with 0 step(s)" in n for n in raw.notes)
+def test_idle_pipeline_times_out_with_one_clear_error(loaded_model: Any) -> None:
+    """Nothing generates: capture(steps=N) stops at its bound (one given, or the default) with one clear error, and
+    the pipeline is free again; in the background the future holds the same error."""
+    from max_profile.errors import CaptureError
+    from max_profile.session import CAPTURE_TIMEOUT_S
+
+    profiler = Profiler(loaded_model.pipeline, gpu_sampling=False)
+    with pytest.raises(CaptureError, match=r"capture\(steps=5\): no pipeline step ran in 0.3 s"):
+        profiler.capture(steps=5, timeout_s=0.3)
+    future = profiler.capture_in_background(steps=5, timeout_s=0.2)
+    with pytest.raises(CaptureError, match="no pipeline step ran in 0.2 s"):
+        future.result(timeout=30)
+    assert 0 < CAPTURE_TIMEOUT_S < float("inf")  # bounded without being asked
+    import inspect
+
+    assert inspect.signature(Profiler.capture).parameters["timeout_s"].default == CAPTURE_TIMEOUT_S
+    assert inspect.signature(Profiler.capture_in_background).parameters["timeout_s"].default == CAPTURE_TIMEOUT_S
 
 
 def test_capture_from_the_pipeline_thread_is_refused(loaded_model: Any) -> None:

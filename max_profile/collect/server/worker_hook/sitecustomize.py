@@ -68,9 +68,13 @@ def _window_plan(path: str) -> dict:  # type: ignore[type-arg]
     return plan if isinstance(plan, dict) else {}
 
 
-def _record_until_stop(collector: object, stop: str, share: float, slice_s: float, on_at: int) -> list[list[int]]:
+def _record_until_stop(
+    collector: object, stop: str, share: float, slice_s: float, on_at: int, lead_s: float = 0.0
+) -> list[list[int]]:
     """Record until ``stop`` exists: all the time, or (``share`` < 1, a collector that can pause) slices of ``slice_s``
-    seconds with the recording paused for ``slice_s * (1 - share) / share`` between them. ``on_at``: when the recording
+    seconds with the recording paused for ``slice_s * (1 - share) / share`` between them, the first ``lead_s`` longer
+    (the controller's settle before its window opens: every window then starts with a whole recorded slice, however
+    short it is). ``on_at``: when the recording
     started (perf_counter ns, stamped before the controller was told: a thread held up after it must not shorten the
     first slice). Returns the recorded slices (perf_counter ns)."""
     pause, resume = getattr(collector, "pause", None), getattr(collector, "resume", None)
@@ -79,8 +83,9 @@ def _record_until_stop(collector: object, stop: str, share: float, slice_s: floa
         return [[on_at, time.perf_counter_ns()]]
     off_s = slice_s * (1 - share) / share
     slices: list[list[int]] = []
+    lead_ns = int(lead_s * 1e9)
     while True:
-        if _wait_until(stop, on_at + int(slice_s * 1e9)):
+        if _wait_until(stop, on_at + lead_ns + int(slice_s * 1e9)):
             return [*slices, [on_at, time.perf_counter_ns()]]
         pause()
         off_at = time.perf_counter_ns()
@@ -88,7 +93,7 @@ def _record_until_stop(collector: object, stop: str, share: float, slice_s: floa
         if _wait_until(stop, off_at + int(off_s * 1e9)):
             return slices
         resume()
-        on_at = time.perf_counter_ns()
+        on_at, lead_ns = time.perf_counter_ns(), 0
 
 
 def _drop_pause_spanning(kernels: KernelTable, slices: list[list[int]], stopped: int) -> tuple[KernelTable, int]:
@@ -335,6 +340,7 @@ def _watch(folder: str) -> None:
             float(plan.get("share", 1.0)),
             float(plan.get("slice_s", 0.5)),
             started,
+            float(plan.get("lead_s", 0.0)),
         )
         stopped = time.perf_counter_ns()
         _nvtx_log(False)  # flushed before the steps are written: the controller reads the log once they are
