@@ -2,14 +2,15 @@
 significantly slower than the threshold.
 
     python examples/diff_gate.py --baseline baseline_raw.json.gz [--model-path DIR] [--fail-above 5] [--inject-delay-ms
-    0] [--save-run run_raw.json.gz]
+    0] [--inject-burn-ms 0] [--save-run run_raw.json.gz]
 
 First run (no baseline file): records it and exits 0. Later runs: profile the same generation,
 compare with ``diff_reports`` (per-step distributions, Mann-Whitney U, so noise alone does not fail
 the gate) and exit 1 on a significant regression above ``--fail-above`` %, 5 when the comparison could not judge
 (inconclusive: the host was loaded and the step's wall time moved, or too few steps), 2 when the runs are not
 comparable (another model, device or batch), else 0. ``--inject-delay-ms`` adds a host delay to
-every step, to see what a regression looks like. Same gate from the shell:
+every step (a wait: the step's wall time grows, its CPU time does not), ``--inject-burn-ms`` spins that much process CPU
+time in every step (more work), to see what each looks like to the gate. Same gate from the shell:
 ``max-profile diff baseline_raw.json.gz candidate_raw.json.gz --fail-above 5``.
 """
 
@@ -33,9 +34,12 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--baseline", required=True, help="raw capture of the baseline (.json.gz); written when missing")
 ap.add_argument("--model-path")
 ap.add_argument("--devices", default="cpu")
-ap.add_argument("--tokens", type=int, default=320, help="long enough for the host-load record to vouch (>= 0.5 s)")
+ap.add_argument("--tokens", type=int, default=800, help="long enough for the host-load record to vouch (>= 0.5 s)")
 ap.add_argument("--fail-above", type=float, default=5.0)
-ap.add_argument("--inject-delay-ms", type=float, default=0.0)
+ap.add_argument("--inject-delay-ms", type=float, default=0.0, help="sleep this long in every step (a wait)")
+ap.add_argument(
+    "--inject-burn-ms", type=float, default=0.0, help="spin this much process CPU time in every step (more work)"
+)
 ap.add_argument("--save-run", help="also save this run's raw capture here (to inspect or to make the next baseline)")
 args = ap.parse_args()
 
@@ -59,11 +63,14 @@ model_path = args.model_path or str(
 )  # max_profile's cache folder
 model = load_model(model_path, devices=args.devices)
 generate(model, ["warm up"], 8)
-if args.inject_delay_ms:  # a stand-in for a slower kernel, a lost fusion, a new host sync...
+if args.inject_delay_ms or args.inject_burn_ms:  # a stand-in for a new host sync (a wait) or more work per step
     original = model.pipeline.execute
 
     def slower(inputs: Any) -> Any:
         time.sleep(args.inject_delay_ms / 1e3)
+        until = time.process_time() + args.inject_burn_ms / 1e3
+        while time.process_time() < until:
+            pass
         return original(inputs)
 
     model.pipeline.execute = slower

@@ -64,10 +64,9 @@ class DiffLine(msgspec.Struct, frozen=True):
     regression: bool
     samples: tuple[int, int] = (0, 0)
     basis: str = "host"
-    """What the figure rests on: ``device`` (GPU kernel time: the same whatever else the host runs), ``cpu`` (the
-    profiled process's own CPU time per step: the work it did, which another process on the cores barely changes) or
-    ``host`` (host clock: steps, MAX's op ranges on a CPU, client latencies), which another process on the cores
-    changes."""
+    """What the figure rests on: ``device`` (GPU kernel time: the same whatever else the host runs) or ``host`` (host
+    clock: steps, MAX's op ranges on a CPU, client latencies, and the process's CPU time, whose worker threads spin
+    less when other processes hold the cores), which another process on the cores changes."""
     judged: bool = True
     """False when the host timing of either run was flagged unreliable (other load): shown, never a verdict."""
 
@@ -294,8 +293,7 @@ def diff_reports(
         lines.append(_line("decode per token (host step time)", "ms/token", da, db, fail_above_pct, alpha))
     ca, cb = _decode_cpu_ms_per_token(a), _decode_cpu_ms_per_token(b)
     if ca and cb and a.environment.vendor == b.environment.vendor == "none":
-        cpu = _line("decode per token (process CPU time)", "ms/token", ca, cb, fail_above_pct, alpha)
-        lines.append(msgspec.structs.replace(cpu, basis="cpu"))
+        lines.append(_line("decode per token (process CPU time)", "ms/token", ca, cb, fail_above_pct, alpha))
     if a.serve is not None and b.serve is not None:
         itl_a = [g for r in (a_raw.requests if a_raw else []) if r.ok for g in r.itl_ms]
         itl_b = [g for r in (b_raw.requests if b_raw else []) if r.ok for g in r.itl_ms]
@@ -374,28 +372,18 @@ def outcome_of(lines: Sequence[DiffLine], unreliable: Sequence[str], fail_above_
         return "regression", []
     why: list[str] = []
     judged = [line for line in lines if line.judged and line.p_value is not None]
+    loaded: list[str] = []
     for line in lines:
         if line.judged and line.p_value is not None:
             continue
         # a figure the load moved is no evidence either way (a loaded baseline makes a slower run look faster): past
         # the threshold in either direction it leaves the comparison open; an untested one only when it got worse
         moved = line.delta_pct is not None and abs(line.delta_pct) > fail_above_pct
-        if not (moved if not line.judged and line.p_value is not None else _worse_past(line, fail_above_pct)):
+        if not line.judged and line.p_value is not None:
+            if moved:
+                loaded.append(f"{line.metric} {line.delta_pct:+.1f} %")
+        elif not _worse_past(line, fail_above_pct):
             continue
-        if not line.judged:
-            cpu = next((x for x in judged if x.basis == "cpu" and not _worse_past(x, fail_above_pct)), None)
-            why.append(
-                f"{line.metric} {line.delta_pct:+.1f} %, host time not judged under other load ("
-                + "; ".join(unreliable)
-                + ")"
-                + (
-                    f"; the process's CPU time per token moved {cpu.delta_pct:+.1f} % (judged): the step did no more "
-                    "work, it waited more or less (for cores other processes held, a sleep, I/O, a lock)"
-                    if cpu is not None and cpu.delta_pct is not None
-                    else ""
-                )
-                + ": re-run both on a quiet machine"
-            )
         elif line.samples[0] <= 1 or line.samples[1] <= 1:
             why.append(f"{line.metric} {line.delta_pct:+.1f} %: one sample each, not tested (repeat each run)")
         else:
@@ -403,6 +391,13 @@ def outcome_of(lines: Sequence[DiffLine], unreliable: Sequence[str], fail_above_
                 f"{line.metric} {line.delta_pct:+.1f} %: too few steps to test ({line.samples[0]}/{line.samples[1]}, "
                 f"{MIN_SAMPLES} needed each): generate more tokens"
             )
+    if loaded:
+        why.insert(
+            0,
+            "host time not judged under other load ("
+            + "; ".join(unreliable)
+            + f") moved {', '.join(loaded)}: re-run both on a quiet machine",
+        )
     if not judged and not why:
         what = (
             "; ".join(unreliable) + ": re-run both on a quiet machine"

@@ -703,34 +703,38 @@ def _outcome(a: RawCapture, b: RawCapture) -> tuple[str, dict[str, DiffLine]]:
     return got.outcome, {x.metric: x for x in got.lines}
 
 
-def test_beside_busy_loops_cpu_time_judges_work_and_wall_time_is_inconclusive() -> None:
-    """Beside two busy loops (B's host-load record: 1.5 of 2 cores to other processes) host time is not judged; the
-    process's CPU time per token is: more work per step (+20 %) is a regression, a sleep in the step (wall time up, CPU
-    time the same) is inconclusive, and so is the same work slowed only by the load. On a quiet machine the sleep is a
-    regression."""
+def test_beside_busy_loops_nothing_host_timed_is_judged_and_the_gate_says_inconclusive() -> None:
+    """Beside two busy loops (B's host-load record: 1.5 of 2 cores to other processes) neither the step's wall time nor
+    the process's CPU time is judged (MAX's CPU runtime spins its worker threads less when the cores are taken: its CPU
+    time per token moved -57 % to +11 % over 20 unchanged runs beside busy loops): the same work, more work per step and
+    a sleep in the step are all inconclusive, never "no regression". On a quiet machine the sleep and the extra work
+    are regressions."""
     base = _cpu_run()
     host, cpu = "decode per token (host step time)", "decode per token (process CPU time)"
-    unchanged, lines = _outcome(base, _cpu_run(wall=1.4, others=1.5))
-    assert unchanged == "inconclusive" and not lines[host].judged and lines[cpu].judged and not lines[cpu].regression
-    burning, lines = _outcome(base, _cpu_run(wall=1.7, cpu=1.2, others=1.5))
-    assert burning == "regression" and lines[cpu].regression and not lines[host].regression
-    sleeping, lines = _outcome(base, _cpu_run(sleep_ms=2.0, others=1.5))
-    assert sleeping == "inconclusive" and not lines[cpu].regression
+    for b in (
+        _cpu_run(wall=1.4, others=1.5),
+        _cpu_run(wall=1.7, cpu=1.2, others=1.5),
+        _cpu_run(sleep_ms=2.0, others=1.5),
+    ):
+        outcome, lines = _outcome(base, b)
+        assert outcome == "inconclusive" and not lines[host].judged and not lines[cpu].judged
+        assert not lines[host].regression and not lines[cpu].regression
     quiet_sleep, lines = _outcome(base, _cpu_run(sleep_ms=2.0))
     assert quiet_sleep == "regression" and lines[host].regression and lines[host].judged
+    quiet_burn, lines = _outcome(base, _cpu_run(wall=1.2, cpu=1.2))
+    assert quiet_burn == "regression" and lines[cpu].regression and lines[cpu].judged
 
 
 def test_a_baseline_taken_under_load_leaves_host_time_unjudged_both_ways() -> None:
     """A baseline recorded beside busy loops against a quiet run that is 10 % slower in fact: the baseline's inflated
     host times would read the slower run as faster. Host time is judged only when both records vouch for a quiet
     machine; moved by the load past the threshold, it leaves the comparison open (inconclusive, never "no
-    regression"); the CPU time (+10 %, within this capture's step-to-step spread) is judged beside it."""
+    regression")."""
     loaded_baseline = _cpu_run(wall=1.5, others=1.5)
     slower = _cpu_run(wall=1.1, cpu=1.1)
     outcome, lines = _outcome(loaded_baseline, slower)
     host = lines["decode per token (host step time)"]
     assert host.delta < 0 and not host.judged and not host.significant  # "faster" would be the load's doing
-    assert lines["decode per token (process CPU time)"].judged
     assert outcome == "inconclusive"
 
 
