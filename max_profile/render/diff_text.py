@@ -24,25 +24,21 @@ def diff_renderables(result: DiffResult, width: int = DEFAULT_WIDTH) -> list[Ren
             head.append(f"  - {r}\n", style="yellow")
     parts.append(head)
     if result.lines:
+        # one table at any width: A and B in one column, so an 80-column terminal shows each metric once
         cols = [
             Col("metric", numeric=False, wrap=True),
-            Col("A"),
-            Col("B"),
-            Col("delta"),
+            Col("A -> B", numeric=False, wrap=True),
             Col("delta %"),
-            Col("test", numeric=False),
-            Col("samples A/B"),
+            Col("test", numeric=False, wrap=True),
         ]
         rows = [
             [
                 line.metric[:120],
-                f"{line.a:.4g} {line.unit}",
-                f"{line.b:.4g} {line.unit}",
-                f"{line.delta:+.4g} {line.unit}",
+                f"{line.a:.4g} -> {line.b:.4g} {line.unit}",
                 figure(line.delta_pct, "+.1f"),
                 ("no test" if line.p_value is None else f"p={line.p_value:.2g}")
-                + ("" if line.judged else " (not judged: other load)"),
-                f"{line.samples[0]}/{line.samples[1]}",
+                + (f", n={line.samples[0]}/{line.samples[1]}" if line.p_value is not None else "")
+                + ("" if line.judged else ", not judged: other load"),
             ]
             for line in result.lines
         ]
@@ -57,9 +53,11 @@ def diff_renderables(result: DiffResult, width: int = DEFAULT_WIDTH) -> list[Ren
 
 
 def print_diff(result: DiffResult, console: Console | None = None) -> None:
-    """The comparison, then one verdict each (``REGRESSION: ...`` starts a line, what a CI log is searched for),
-    wrapped at the console's width without cutting a figure."""
+    """The outcome first, then the comparison, then one verdict each (``REGRESSION: ...`` starts a line, what a CI log
+    is searched for), wrapped at the console's width without cutting a figure."""
     console = console or Console(highlight=False)
+    style = {"regression": "bold red", "inconclusive": "bold yellow"}.get(result.outcome, "bold green")
+    console.print(Text(fit_to_terminal(f"outcome: {result.outcome.upper()}", console.width), style=style))
     for r in diff_renderables(result, console.width):
         console.print(r)
     for v in result.verdicts:
