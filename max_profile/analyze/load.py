@@ -409,6 +409,11 @@ def tracing_cost_statement(report: Report) -> str | None:
             "and emits a range per op on the host; compare step times with a run without it (--kernels off)"
         )
     graphs = report.capture.device_graph_capture is not False
+    if report.environment.vendor == "none":  # the measured rows are of GPUs: none of them speaks for this host
+        return (
+            "tracing cost, not measured on this CPU: the step hook wraps each execute (no kernel tracer here); "
+            "benchmarks/untraced_overhead.py --devices cpu measures it on this model"
+        )
     what = (
         cupti_cost_row(recorded_share) if KernelOrigin.of(source) is KernelOrigin.CUPTI else "step hook and GPU sampler"
     )

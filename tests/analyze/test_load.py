@@ -826,3 +826,13 @@ def test_outside_steps_needs_steps_and_a_window() -> None:
     assert rule_outside_steps(no_window, TH) == []
     found = rule_outside_steps(base, TH)
     assert found and found[0].id == "time-outside-steps"
+
+
+def test_a_cpu_report_quotes_no_gpus_tracing_cost() -> None:
+    """A capture of a CPU (no GPU, no kernel tracer) says its tracing cost was not measured here and how to measure it;
+    it never quotes a figure measured on a GPU."""
+    raw = RawCapture.load(str(DATA / "cpu" / "demo_ops_quiet_raw.json.gz"))
+    plain = msgspec.structs.replace(raw, kernels=type(raw.kernels).empty(), kernel_source=None)
+    said = [n for n in build_report(plain).notes if n.startswith("tracing cost")]
+    assert said and "not measured on this CPU" in said[0] and "--devices cpu" in said[0]
+    assert not any(card in said[0] for card in ("H100", "H200", "GPU sampler"))
