@@ -32,6 +32,15 @@ def _is_max(module: str) -> bool:
     return module == "max" or module.startswith("max.")
 
 
+def _did_you_mean(name: str, mod: Any) -> str:
+    """`` (did you mean 'X'?)`` with the module's closest public names to a mistyped one, else empty."""
+    import difflib
+
+    public = [n for n in dir(mod) if not n.startswith("_")]
+    close = difflib.get_close_matches(name, public, n=2, cutoff=0.75)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
 def drift_scan(pkg: Path) -> None:
     """Every absolute ``max`` import of the package, resolved against the installed MAX (nothing of the package runs).
 
@@ -94,7 +103,12 @@ def drift_scan(pkg: Path) -> None:
                         continue
                     submodule = f"{node.module}.{alias.name}"
                     if not hasattr(mod, alias.name) and not module_exists(submodule):
-                        missing.append({"what": f"name {alias.name!r} in {node.module!r}", "where": where})
+                        missing.append(
+                            {
+                                "what": f"name {alias.name!r} in {node.module!r}{_did_you_mean(alias.name, mod)}",
+                                "where": where,
+                            }
+                        )
                     elif module_exists(submodule):
                         module_aliases[alias.asname or alias.name] = submodule
                     elif isinstance(getattr(mod, alias.name), types.ModuleType):
@@ -139,7 +153,8 @@ def drift_scan(pkg: Path) -> None:
                         if not hasattr(mod, attr):
                             missing.append(
                                 {
-                                    "what": f"name {attr!r} in {target!r} (used as {ast.unparse(node)})",
+                                    "what": f"name {attr!r} in {target!r} (used as {ast.unparse(node)})"
+                                    + _did_you_mean(attr, mod),
                                     "where": f"{path.relative_to(pkg.parent)}:{node.lineno}",
                                 }
                             )

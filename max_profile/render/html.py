@@ -45,9 +45,9 @@ from max_profile.render.tables import (
 from max_profile.render.verdict_text import no_next_reason
 
 SECTIONS = (
+    "verdicts",  # first: the top verdict, what fixing it buys and its command on the first screen
     "summary",
     "ledger",
-    "verdicts",
     "startup",
     "steps",
     "utilization",

@@ -24,8 +24,10 @@ section h2{font-size:16px;margin:0 0 10px}.na{color:#777;font-style:italic}.card
 .card{flex:1 1 380px;border-left:6px solid #999;background:#fafbfc;padding:10px 14px;border-radius:4px}
 .card h3{margin:0 0 6px;font-size:14px}.card .sev{font-size:11px;text-transform:uppercase;font-weight:700}
 .card table{font-size:12px;border-collapse:collapse}.card td{padding:1px 8px 1px 0;vertical-align:top}
-.card .next{font-size:12px;margin-top:6px}
-.next-measurement{margin-top:12px;font-size:13px}code{background:#eef1f5;padding:1px 4px;border-radius:3px}
+.card .next{font-size:12px;margin-top:6px;line-height:1.7}
+.next-measurement{margin-top:12px;font-size:13px;line-height:1.7}
+code{background:#eef1f5;padding:1px 4px;border-radius:3px;overflow-wrap:anywhere;box-decoration-break:clone;
+-webkit-box-decoration-break:clone}
 .notes li{font-size:13px;color:#444}.meta{font-size:12px;color:#555}
 .card.metric{flex:0 1 200px;border-left-color:#2c7fb8}
 table.figures{border-collapse:collapse;font-size:13px}

@@ -107,6 +107,24 @@ def test_attribute_drift_on_imported_max_modules(tmp_path: Path) -> None:
     }
 
 
+def test_a_mistyped_max_name_gets_a_did_you_mean(tmp_path: Path) -> None:
+    """A class name one letter off in an import or an attribute chain: the drift says which name of that MAX module it
+    most likely meant (difflib over the module's public names)."""
+    import difflib
+
+    import max.nn
+
+    pkg = _copy(tmp_path, "attr_drift")
+    (pkg / "typo.py").write_text("from max.nn import Linaer\nimport max.nn\n\nlayer = max.nn.Embeding\n")
+    r = check_architecture(str(pkg))
+    said = {c.message for c in _failed(r, "import-drift")}
+    for typo, where in (("Linaer", "'max.nn'"), ("Embeding", "'max.nn' (used as max.nn.Embeding)")):
+        truth = difflib.get_close_matches(typo, [n for n in dir(max.nn) if not n.startswith("_")], n=2, cutoff=0.75)
+        assert truth, typo  # the installed MAX has a name this close
+        expected = f"name {typo!r} in {where} (did you mean {' or '.join(repr(c) for c in truth)}?)"
+        assert f"{expected} not found in the installed MAX" in said, said
+
+
 def test_builtin_name_clash_warns(tmp_path: Path) -> None:
     pkg = _copy(tmp_path, "clash_llama")
     init = pkg / "__init__.py"

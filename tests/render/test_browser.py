@@ -86,6 +86,12 @@ def _check_page(browser: Any, html: str, tmp_path: Path, name: str, want: set[st
     assert [u for u in requests if not u.startswith("file:")] == []
     for section in SECTIONS:
         assert page.locator(f"section#{section}").count() == 1, section
+    # the first screen (900 px) holds the top verdict: its title, what it buys and its command
+    first = page.locator("section#verdicts .finding").first
+    if first.count():
+        box = first.bounding_box()
+        assert box is not None and box["y"] < 900, box
+        assert page.locator("section#verdicts").evaluate("e => e.getBoundingClientRect().top") < 200
     for section in want:
         element = page.locator(f"section#{section}")
         if section == "kernels":  # a Bokeh DataTable: rows of text, sortable

@@ -129,6 +129,8 @@ def test_html_sections_and_no_network(name: str) -> None:
     page = render_html(build_report(RawCapture.load(str(H200 / name))))
     for section in SECTIONS:
         assert f'id="{section}"' in page
+    # the verdicts open the page (the first screen), before the summary cards and the ledger
+    assert page.index('id="verdicts"') < page.index('id="summary"') < page.index('id="ledger"')
     assert "<script src=" not in page and "cdn." not in page.split("/* BEGIN bokeh.min.js */")[0]
     assert len(page) < 5_000_000
 
