@@ -95,7 +95,17 @@ def environment_section(report: Report) -> RenderableType:
             + "  (max-profile doctor: versions and install commands)",
         )
     else:
+        gpu_tools = {"nsys", "ncu", "rocprofv3"}
+        unused = [t.name for t in env.tools if t.name in gpu_tools and t.path is None] if env.vendor == "none" else []
+        if unused:  # no GPU here: the GPU profilers' installs say nothing about what a capture here can record
+            t.add_row(
+                "GPU profilers",
+                f"{', '.join(unused)}: not used without a GPU (`max-profile doctor --json` lists each with its install "
+                "command)",
+            )
         for tool in env.tools:
+            if tool.name in unused:
+                continue
             state = (tool.path + (f" ({tool.version})" if tool.version else "")) if tool.path else "missing"
             if tool.problem:
                 state += f" — {tool.problem}"

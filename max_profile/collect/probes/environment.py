@@ -326,6 +326,14 @@ def doctor_checks(env: Environment) -> list[ToolStatus]:
         )
     if env.vendor == "nvidia":
         checks.append(_cupti_subscribe_status())
+    if env.vendor == "none":
+        checks.append(
+            ToolStatus(
+                name="a capture here",
+                path="the pipeline's steps (host time, process CPU time) and MAX's op ranges as its kernels (--kernels "
+                "auto is nvtx-log on the CPU: a compile of its own with MODULAR_ENABLE_PROFILING=on); no GPU samples",
+            )
+        )
     checks.append(
         ToolStatus(
             name="device graphs",
