@@ -83,10 +83,10 @@ def test_readme_snippet_advice_followed_gives_a_breakdown(
         + advice.split("#")[0].strip()
         + "\n"
         + code.replace('kernels="auto"', "kernels='nvtx-log'")
+        + "\nimport os\nprint('PID:', os.getpid())\n"
     )
     second = tmp_path / "second"
     second.mkdir()
-    logs_before = set((REPO / ".cache" / "max_profile").glob("nvtx-*.log"))
     res = run_script(followed, second, columns=120)
     assert res.returncode == 0, res.stderr[-3000:]
     raw = RawCapture.load(str(second / "raw.json.gz"))
@@ -97,9 +97,10 @@ def test_readme_snippet_advice_followed_gives_a_breakdown(
     assert (
         isinstance(k, KernelBreakdown) and k.kernels > 100 and {p.phase for p in k.phases} >= {"prefill", "decode"}
     ), k
-    assert set((REPO / ".cache" / "max_profile").glob("nvtx-*.log")) <= logs_before, (
-        "the op-range log outlived the script"
-    )
+    # the script's own log (its pid, kept by the restart's exec) is gone; others' (another worker's live capture) may
+    # come and go meanwhile
+    pid = next(line.split()[1] for line in res.stdout.splitlines() if line.startswith("PID: "))
+    assert not (REPO / ".cache" / "max_profile" / f"nvtx-{pid}.log").exists(), "the op-range log outlived the script"
 
 
 def test_python_and_cli_captures_compare(tiny_model_dir: Path, tmp_path: Path, snippet_run: tuple[Path, str]) -> None:
@@ -124,8 +125,11 @@ def test_python_and_cli_captures_compare(tiny_model_dir: Path, tmp_path: Path, s
     )
     assert run.returncode == 0, run.stderr[-2000:]
     diff = run_cli("diff", str(python_raw), str(cli_raw), timeout=300)
-    assert diff.returncode in (0, 1) and "not comparable" not in diff.stdout + diff.stderr, diff.stdout + diff.stderr
-    result = assert_no_regression(RawCapture.load(str(python_raw)), cli_raw, fail_above=1000.0)
+    # a verdict or, under other load, inconclusive (exit 5): never "not comparable"
+    assert diff.returncode in (0, 1, 5) and "not comparable" not in diff.stdout + diff.stderr, diff.stdout + diff.stderr
+    result = assert_no_regression(
+        RawCapture.load(str(python_raw)), cli_raw, fail_above=1000.0, inconclusive="pass"
+    )  # comparability is the point here: a loaded machine's inconclusive comparison must not skip the test
     assert result is not None and result.comparable, result.reasons
 
 
