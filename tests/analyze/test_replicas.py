@@ -20,19 +20,11 @@ from max_profile.model import (
     StepLedger,
 )
 
+from .test_ledger import CFG
+
 MS = 1_000_000
 S = 1_000_000_000
 LEVELS = [(0, 4 * S), (6 * S, 10 * S)]  # two load levels, the 2 s between them a pause
-CFG: dict[str, object] = {
-    "hidden_size": 2048,
-    "num_hidden_layers": 16,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "vocab_size": 32000,
-    "intermediate_size": 8192,
-    "torch_dtype": "bfloat16",
-}
 
 
 def _passes(replica: str, every_ns: int, pass_ns: int, batches: list[int]) -> list[Step]:
