@@ -32,13 +32,14 @@ def _is_max(module: str) -> bool:
     return module == "max" or module.startswith("max.")
 
 
-def _did_you_mean(name: str, mod: Any) -> str:
-    """`` (did you mean 'X'?)`` with the module's closest public names to a mistyped one, else empty."""
+def _missing_name(name: str, module: str, mod: Any, where: str, used: str | None = None) -> dict[str, str]:
+    """A drift entry for ``name`` missing from MAX's ``module``, with `` (did you mean 'X'?)`` where the module has
+    public names close to it (a mistyped class name)."""
     import difflib
 
-    public = [n for n in dir(mod) if not n.startswith("_")]
-    close = difflib.get_close_matches(name, public, n=2, cutoff=0.75)
-    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+    close = difflib.get_close_matches(name, [n for n in dir(mod) if not n.startswith("_")], n=2, cutoff=0.75)
+    what = f"name {name!r} in {module!r}" + (f" (used as {used})" if used else "")
+    return {"what": what + (f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""), "where": where}
 
 
 def drift_scan(pkg: Path) -> None:
@@ -103,12 +104,7 @@ def drift_scan(pkg: Path) -> None:
                         continue
                     submodule = f"{node.module}.{alias.name}"
                     if not hasattr(mod, alias.name) and not module_exists(submodule):
-                        missing.append(
-                            {
-                                "what": f"name {alias.name!r} in {node.module!r}{_did_you_mean(alias.name, mod)}",
-                                "where": where,
-                            }
-                        )
+                        missing.append(_missing_name(alias.name, node.module, mod, where))
                     elif module_exists(submodule):
                         module_aliases[alias.asname or alias.name] = submodule
                     elif isinstance(getattr(mod, alias.name), types.ModuleType):
@@ -151,13 +147,8 @@ def drift_scan(pkg: Path) -> None:
                         resolved[key] = f"{target}.{attr}"
                     elif (mod := load(target)) is not None:
                         if not hasattr(mod, attr):
-                            missing.append(
-                                {
-                                    "what": f"name {attr!r} in {target!r} (used as {ast.unparse(node)})"
-                                    + _did_you_mean(attr, mod),
-                                    "where": f"{path.relative_to(pkg.parent)}:{node.lineno}",
-                                }
-                            )
+                            at = f"{path.relative_to(pkg.parent)}:{node.lineno}"
+                            missing.append(_missing_name(attr, target, mod, at, used=ast.unparse(node)))
                         elif isinstance(getattr(mod, attr), types.ModuleType):
                             resolved[key] = getattr(mod, attr).__name__
                 target = resolved[key]
