@@ -573,9 +573,8 @@ def _verdicts(lines: Sequence[DiffLine], fail_above_pct: float, alpha: float) ->
 
 
 def outcome_line(result: DiffResult) -> str:
-    """The comparison's outcome in one line: what was judged (no regression), what could not be (inconclusive)."""
-    if result.outcome == "regression":
-        return f"REGRESSION above {result.fail_above_pct:g} %"
+    """The outcome of a comparison that found no regression, in one line: what was judged (no regression), what could
+    not be (inconclusive). A regression is said by its own ``REGRESSION`` lines."""
     if result.outcome == "inconclusive":
         return "INCONCLUSIVE: " + "; ".join(result.inconclusive)
     judged = [line.metric for line in result.lines if line.judged and line.p_value is not None]

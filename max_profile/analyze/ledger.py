@@ -41,7 +41,7 @@ from max_profile.analyze.breakdown import (
     valid_kernels,
 )
 from max_profile.analyze.families import FAMILIES, classify_kernel
-from max_profile.analyze.load import in_flight
+from max_profile.analyze.load import ended_inside, in_flight
 from max_profile.analyze.roofline import MATMUL_FAMILIES, peak_bandwidth, peak_flops, step_cost, weight_operand
 from max_profile.analyze.steps import PhaseShape, phase_shape
 from max_profile.analyze.thresholds import Thresholds
@@ -527,7 +527,7 @@ def spans_ledger(
     """A ledger from MAX's own ``max.batch`` spans of one server (no kernel timeline): each phase's passes that ended
     inside the measured ``spans`` (a sweep's levels, not the pauses between them) at their mean wall time, the rest of
     those spans outside them. A pass holds its kernels and host work alike."""
-    inside = [s for s in steps if any(a <= s.end_ns <= b for a, b in spans)]
+    inside = [s for s in steps if ended_inside(s.end_ns, spans)]
     passes = []
     for phase in ("prefill", "decode"):
         mine = [s for s in inside if s.phase == phase or (phase == "prefill" and s.phase == "mixed")]

@@ -45,8 +45,8 @@ class PhaseShape:
 
 
 def phase_shape(steps: Sequence[Step], phase: Phase) -> PhaseShape:
-    """The :class:`PhaseShape` of ``phase``'s passes among ``steps`` (a ``prefill`` shape takes mixed passes too where
-    the caller passes them)."""
+    """The :class:`PhaseShape` of ``phase``'s passes among ``steps`` (those of that phase only: a mixed pass is not a
+    prefill or a decode pass here)."""
     sel = [s for s in steps if s.phase == phase and s.batch_size > 0]
     if not sel:
         return PhaseShape(0, None, None, None)

@@ -74,9 +74,8 @@ def _record_until_stop(
     """Record until ``stop`` exists: all the time, or (``share`` < 1, a collector that can pause) slices of ``slice_s``
     seconds with the recording paused for ``slice_s * (1 - share) / share`` between them, the first ``lead_s`` longer
     (the controller's settle before its window opens: every window then starts with a whole recorded slice, however
-    short it is). ``on_at``: when the recording
-    started (perf_counter ns, stamped before the controller was told: a thread held up after it must not shorten the
-    first slice). Returns the recorded slices (perf_counter ns)."""
+    short it is). ``on_at``: when the recording started (perf_counter ns, stamped before the controller was told: a
+    thread held up after it must not shorten the first slice). Returns the recorded slices (perf_counter ns)."""
     pause, resume = getattr(collector, "pause", None), getattr(collector, "resume", None)
     if not (0 < share < 1) or pause is None or resume is None:
         _wait_for(stop, None, 0.02)
